@@ -1,0 +1,1 @@
+"""The ``gfsim`` command line: thin commands that parse, call the library and print."""

@@ -1,0 +1,65 @@
+"""What every command shares: turning input errors into one line and exit code 2."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import warnings
+from typing import Any, Callable
+
+import typer
+
+from gfsim.errors import GfsimError
+
+__all__ = ["handles_errors", "print_json", "console"]
+
+EXIT_INPUT_ERROR = 2
+
+
+def console():
+    from rich.console import Console
+
+    return Console()
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"gfsim: warning: {message}", file=sys.stderr)
+
+
+def handles_errors(fn: Callable) -> Callable:
+    """Run a command; a ``GfsimError`` (bad file, spec, option) exits 2 with one line."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        warnings.showwarning = _show_warning
+        try:
+            return fn(*args, **kwargs)
+        except GfsimError as exc:
+            print(f"gfsim: error: {exc}", file=sys.stderr)
+            raise typer.Exit(EXIT_INPUT_ERROR) from None
+
+    return wrapper
+
+
+def _default(o: Any):
+    import numpy as np
+
+    if isinstance(o, np.generic):
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _finite(o: Any):
+    """NaN/inf are not JSON: write them as null."""
+    if isinstance(o, float):
+        return o if o == o and abs(o) != float("inf") else None
+    if isinstance(o, dict):
+        return {k: _finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_finite(v) for v in o]
+    return o
+
+
+def print_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(_finite(obj), default=_default, indent=2) + "\n")

@@ -1,0 +1,98 @@
+"""``gfsim validate``, ``gfsim logs`` and ``gfsim policies``: look before you replay."""
+
+from __future__ import annotations
+
+import typer
+
+from gfsim.cli.common import console, handles_errors, print_json
+
+__all__ = ["validate", "logs", "policies"]
+
+
+def _log_summary(log) -> dict:
+    return {
+        "log": log.name,
+        "path": log.path,
+        "shape": log.shape,
+        "provenance": log.header["provenance"].get("kind"),
+        "tasks": [t["task_id"] for t in log.header["tasks"]],
+        "searches": int(log.candidates["search_id"].nunique()) if len(log.candidates) else 0,
+        "records": log.counts,
+        "candidates": len(log.candidates),
+        "statuses": log.status_counts(),
+        "forecasters": log.forecasters(),
+        "label_bin_convention": log.header["label_bin_convention"],
+        "forecast_relative_to": log.header.get("forecast_relative_to"),
+    }
+
+
+@handles_errors
+def validate(
+    path: str = typer.Argument(..., help="Log file (.jsonl or .jsonl.gz) or shipped log name."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Check a log against schema v1; exit 2 naming the file, line and field of a problem."""
+    from gfsim.replay_logs import load_log, resolve_log
+
+    log = load_log(resolve_log(path))
+    summary = _log_summary(log)
+    if as_json:
+        print_json({"valid": True, **summary})
+        return
+    con = console()
+    con.print(f"[green]valid[/green] {summary['path']}: schema v1, {summary['shape']}, "
+              f"{summary['provenance']}")
+    con.print(f"  tasks: {', '.join(summary['tasks'])}; searches: {summary['searches']}")
+    con.print("  records: " + ", ".join(f"{k} {v}" for k, v in summary["records"].items()))
+    con.print("  candidates: " + ", ".join(f"{k} {v}" for k, v in summary["statuses"].items()))
+    con.print(f"  forecasters: {', '.join(summary['forecasters']) or 'none'}")
+
+
+@handles_errors
+def logs(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List the logs shipped with gfsim (usable as --log NAME)."""
+    from rich.table import Table
+
+    from gfsim.replay_logs import DEFAULT_LOG, SHIPPED_LOGS, load_log, resolve_log
+
+    rows = []
+    for name, (_, description) in SHIPPED_LOGS.items():
+        log = load_log(resolve_log(name))
+        rows.append({"name": name, "default": name == DEFAULT_LOG, "description": description,
+                     **_log_summary(log)})
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(show_edge=False)
+    for col in ("name", "shape", "candidates", "tasks", "provenance", "description"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["name"] + (" (default)" if r["default"] else ""), r["shape"],
+                      str(r["candidates"]), str(len(r["tasks"])), r["provenance"],
+                      r["description"])
+    console().print(table)
+
+
+@handles_errors
+def policies(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List policies, their parameters and defaults (spec: NAME:VALUE or NAME:key=value,...)."""
+    from gfsim.policies import POLICIES
+
+    rows = []
+    for name, cls in POLICIES.items():
+        params = [{"name": p.name, "default": p.default, "help": p.help,
+                   "type": list(p.kind) if isinstance(p.kind, tuple) else p.kind.__name__}
+                  for p in cls.params]
+        rows.append({"name": name, "summary": cls.summary, "needs_forecast": cls.needs_forecast,
+                     "params": params})
+    if as_json:
+        print_json(rows)
+        return
+    con = console()
+    for r in rows:
+        con.print(f"[bold]{r['name']}[/bold]  {r['summary']}")
+        for p in r["params"]:
+            kind = "|".join(p["type"]) if isinstance(p["type"], list) else p["type"]
+            con.print(f"    {p['name']}={p['default']}  ({kind}) {p['help']}")
+    con.print("[dim]a bare value binds the first parameter: threshold:0.7 = "
+              "threshold:tau=0.7[/dim]")

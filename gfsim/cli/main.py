@@ -1,0 +1,27 @@
+"""Entry point: ``gfsim COMMAND``. Commands import their heavy dependencies only when run."""
+
+from __future__ import annotations
+
+import typer
+
+from gfsim.cli import inspect_cmds, replay_cmd
+
+app = typer.Typer(
+    name="gfsim",
+    help="Cost-aware budget simulator and policy optimizer for LLM-driven GPU-kernel searches.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("replay")(replay_cmd.replay)
+app.command("validate")(inspect_cmds.validate)
+app.command("logs")(inspect_cmds.logs)
+app.command("policies")(inspect_cmds.policies)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

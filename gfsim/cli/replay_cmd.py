@@ -1,0 +1,147 @@
+"""``gfsim replay``: replay a log under a policy, beside the measure-everything baseline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from gfsim.cli.common import console, handles_errors, print_json
+
+__all__ = ["replay", "parse_capacity"]
+
+_CAPACITY_KEYS = {"gen": "generator", "generator": "generator", "forecast": "forecaster",
+                  "forecaster": "forecaster", "compile": "compile_workers",
+                  "compile_workers": "compile_workers", "gpu": "gpus", "gpus": "gpus"}
+
+
+def parse_capacity(text: str | None, base):
+    """``gpus=2,gen=8`` over a preset's capacities."""
+    import dataclasses
+
+    from gfsim.errors import SpecError
+    from gfsim.specs import parse_kv
+
+    if not text:
+        return base
+    changes = {}
+    for key, raw in parse_kv(text, "capacity"):
+        if key not in _CAPACITY_KEYS:
+            raise SpecError(f"capacity: unknown key {key!r}; valid: gen, forecast, compile, gpus")
+        try:
+            changes[_CAPACITY_KEYS[key]] = int(raw)
+        except ValueError:
+            raise SpecError(f"capacity: {key}={raw!r} is not a whole number") from None
+    return dataclasses.replace(base, **changes)
+
+
+@handles_errors
+def replay(
+    policy: str = typer.Option("threshold:0.7", "--policy", "-p",
+                               help="Policy spec, e.g. threshold:0.7, topk:4, random:0.5 "
+                                    "(`gfsim policies` lists them)."),
+    log: Optional[str] = typer.Option(None, "--log", "-l",
+                                      help="Log path or shipped log name (default: the shipped "
+                                           "default, see `gfsim logs`)."),
+    cost: str = typer.Option("serverless-a100", "--cost", "-c",
+                             help="Cost preset (serverless-a100, reserved-h100) or a TOML file."),
+    budget: Optional[str] = typer.Option(None, "--budget", "-b",
+                                         help="Per-search limits: usd=..,seconds=..,joules=..,"
+                                              "gpu_evals=..,steps=.."),
+    seed: int = typer.Option(0, "--seed", "-s", help="Seed of every keyed random stream."),
+    baseline: str = typer.Option("all", "--baseline", help="Policy to compare against."),
+    capacity: Optional[str] = typer.Option(None, "--capacity",
+                                           help="Override resource slots: gen=..,forecast=..,"
+                                                "compile=..,gpus=.."),
+    forecaster: Optional[str] = typer.Option(None, "--forecaster",
+                                             help="Which logged forecaster the policy reads "
+                                                  "(default: the first in the log)."),
+    candidates_out: Optional[Path] = typer.Option(None, "--candidates-out",
+                                                  help="Write the per-candidate table "
+                                                       "(.csv or .parquet)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Replay a logged search under a policy and cost model; compare with a baseline."""
+    from gfsim.cost_models import load_cost_model
+    from gfsim.policies import make_policy
+    from gfsim.replay_logs import load_log, resolve_log
+    from gfsim.simulator import comparison_json, parse_budget, replay_with_baseline
+
+    the_policy = make_policy(policy)
+    make_policy(baseline)  # fail on a bad baseline before any work
+    the_budget = parse_budget(budget)
+    model = load_cost_model(cost)
+    caps = parse_capacity(capacity, model.capacities)
+    the_log = load_log(resolve_log(log))
+    result, base = replay_with_baseline(
+        the_log, the_policy, model, baseline=baseline, budget=the_budget, seed=seed,
+        capacities=caps, forecaster=forecaster,
+    )
+    out = comparison_json(result, base, the_budget)
+    if candidates_out is not None:
+        _write_table(result.candidate_table(), candidates_out)
+    if as_json:
+        print_json(out)
+    else:
+        _print_report(out)
+
+
+def _write_table(df, path: Path) -> None:
+    from gfsim.errors import GfsimError
+
+    if path.suffix == ".parquet":
+        df.to_parquet(path, index=False)
+    elif path.suffix == ".csv":
+        df.to_csv(path, index=False)
+    else:
+        raise GfsimError(f"{path}: --candidates-out takes a .csv or .parquet path")
+
+
+def _print_report(out: dict) -> None:
+    from rich.table import Table
+
+    con = console()
+    base = out["baseline"]
+    con.print(f"[bold]gfsim replay[/bold]  log={out['log']}  policy={out['policy']}  "
+              f"cost={out['cost_model']}  seed={out['seed']}")
+    table = Table(show_edge=False)
+    for col in ("", "policy", f"baseline ({base['policy']})", "delta"):
+        table.add_column(col, justify="right" if col else "left")
+    rows = [
+        ("best speedup (geo-mean, measured)", "best_speedup", "{:.3f}x"),
+        ("GPU evaluations", "gpu_evals", "{:,.0f}"),
+        ("candidates generated", "candidates", "{:,.0f}"),
+        ("forecasts", "forecasts", "{:,.0f}"),
+        ("wall-clock h", "wall_s", "{:,.2f}", 1 / 3600),
+        ("USD", "usd", "${:,.2f}"),
+        ("energy kWh", "joules", "{:,.3f}", 1 / 3.6e6),
+    ]
+    for label, key, fmt, *scale in rows:
+        k = scale[0] if scale else 1.0
+        mine, theirs = out[key] * k, base[key] * k
+        delta = mine - theirs
+        table.add_row(label, fmt.format(mine), fmt.format(theirs),
+                      ("+" if delta > 0 else "") + fmt.format(delta).replace("$-", "-$"))
+    con.print(table)
+    stages = Table(title="cost by stage (policy)", show_edge=False)
+    for col in ("stage", "resource h", "USD", "kWh"):
+        stages.add_column(col, justify="right" if col != "stage" else "left")
+    for name, c in out["stages"].items():
+        stages.add_row(name, f"{c['s'] / 3600:,.2f}", f"${c['usd']:,.2f}",
+                       f"{c['joules'] / 3.6e6:,.3f}")
+    con.print(stages)
+    con.print(f"USD resting on imputed usage (priors, not the log): "
+              f"{out['usd_imputed_share']:.0%} (policy), {base['usd_imputed_share']:.0%} (baseline)")
+    con.print(f"orphans (children of candidates this policy never measured): "
+              f"{out['orphan_share']:.0%}", end="")
+    if "orphans_dropped" in out:
+        d = out["orphans_dropped"]
+        con.print(f"; with orphans dropped: best {d['best_speedup']:.3f}x, "
+                  f"{d['gpu_evals']} GPU evaluations, ${d['usd']:,.2f}")
+    else:
+        con.print()
+    if out["stopped_by"]:
+        con.print(f"stopped by budget: {', '.join(out['stopped_by'])}")
+    for note in out["notes"]:
+        con.print(f"[dim]note: {note}[/dim]")

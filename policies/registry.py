@@ -1,0 +1,23 @@
+"""Policy names -> classes. Errors list the valid names."""
+
+from __future__ import annotations
+
+from gfsim.errors import SpecError
+from gfsim.policies.base import Policy
+from gfsim.policies.simple import AllPolicy, OraclePolicy, RandomPolicy
+from gfsim.policies.surrogate import ThresholdPolicy, TopKPolicy
+from gfsim.specs import parse_spec
+
+__all__ = ["POLICIES", "make_policy"]
+
+POLICIES: dict[str, type[Policy]] = {
+    cls.name: cls for cls in (AllPolicy, RandomPolicy, OraclePolicy, TopKPolicy, ThresholdPolicy)
+}
+
+
+def make_policy(spec: str) -> Policy:
+    """``threshold:0.7`` -> ThresholdPolicy(tau=0.7). Unknown names/keys raise SpecError."""
+    name, _ = parse_spec(spec)
+    if name not in POLICIES:
+        raise SpecError(f"unknown policy {name!r}; valid: {', '.join(POLICIES)}")
+    return POLICIES[name].from_spec(spec)

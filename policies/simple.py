@@ -1,0 +1,53 @@
+"""Reference points: measure everything, a random fraction, or what an oracle would pick."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gfsim.policies.base import Batch, Decisions, Policy, SearchState
+from gfsim.rng import keyed_uniforms
+from gfsim.specs import Param
+
+__all__ = ["AllPolicy", "RandomPolicy", "OraclePolicy"]
+
+
+class AllPolicy(Policy):
+    name = "all"
+    summary = "measure every candidate (the baseline)"
+
+    def decide(self, batch: Batch, state: SearchState) -> Decisions:
+        n = len(batch)
+        return Decisions.build(np.ones(n, bool), np.full(n, np.nan), ("all",) * n)
+
+
+class RandomPolicy(Policy):
+    name = "random"
+    summary = "measure each candidate with probability p (keyed draw per candidate)"
+    params = (Param("p", float, 0.5, "probability of measuring a candidate", 0.0, 1.0),)
+
+    def decide(self, batch: Batch, state: SearchState) -> Decisions:
+        # Keyed by candidate, so random:0.3 measures a subset of what random:0.6 measures.
+        u = keyed_uniforms(state.seed, batch.candidate_ids, "random-policy")
+        measure = u < self.p
+        reason = ["draw<p" if m else "draw>=p" for m in measure]
+        return Decisions.build(measure, u, reason)
+
+
+class OraclePolicy(Policy):
+    name = "oracle"
+    summary = "per parent batch, measure the top fraction p by TRUE speedup (a reference point)"
+    params = (Param("p", float, 0.25, "fraction of each batch to measure", 0.0, 1.0),)
+    needs_truth = True
+
+    def decide(self, batch: Batch, state: SearchState) -> Decisions:
+        n = len(batch)
+        truth = batch.true_speedup if batch.true_speedup is not None else np.full(n, np.nan)
+        score = np.where(np.isnan(truth), -np.inf, truth)
+        take = math.ceil(self.p * n - 1e-9)
+        order = np.argsort(-score, kind="stable")  # ties keep request order
+        measure = np.zeros(n, bool)
+        measure[order[:take]] = True
+        reason = ["oracle-top" if m else "oracle-rest" for m in measure]
+        return Decisions.build(measure, score, reason)

@@ -1,0 +1,133 @@
+"""Policies that read forecasts: the reference's top-k and the selective threshold surrogate."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gfsim.bins import bin_cdf_above
+from gfsim.confidence import SCORES, expected_bin_index
+from gfsim.errors import SpecError
+from gfsim.policies.base import Batch, Decisions, Policy, SearchState
+from gfsim.rng import keyed_uniforms
+from gfsim.specs import Param, bind_params, parse_spec
+
+__all__ = ["TopKPolicy", "ThresholdPolicy"]
+
+_ON_PARSE_FAILURE = Param(
+    "on_parse_failure", ("measure", "skip"), "measure",
+    "what to do with a candidate whose forecast failed to parse or is missing",
+)
+
+
+def _unusable_reason(batch: Batch, i: int) -> str:
+    return "parse-failed" if batch.has_forecast[i] else "unforecast"
+
+
+class TopKPolicy(Policy):
+    name = "topk"
+    summary = "per parent batch, measure the top k by expected bin index (the reference's rule)"
+    params = (Param("k", int, 4, "candidates measured per parent batch", 0), _ON_PARSE_FAILURE)
+    needs_forecast = True
+
+    def decide(self, batch: Batch, state: SearchState) -> Decisions:
+        n = len(batch)
+        usable = batch.usable
+        score = np.where(usable, expected_bin_index(batch.probs), -np.inf)
+        order = np.argsort(-score, kind="stable")  # ties by request order, as the reference
+        ranked = [i for i in order if usable[i]][: self.k]
+        measure = np.zeros(n, bool)
+        measure[ranked] = True
+        reason = ["top-k" if m else "below-k" for m in measure]
+        for i in np.flatnonzero(~usable):
+            measure[i] = self.on_parse_failure == "measure"
+            reason[i] = _unusable_reason(batch, i)
+        return Decisions.build(measure, score, reason)
+
+
+class ThresholdPolicy(Policy):
+    """The selective surrogate: measure iff conf < tau or promise >= rho.
+
+    conf = score(forecast); promise = P(S > current best | forecast) from the forecast's CDF over
+    its bin edges, after converting to the reference frame with ``batch.base_speedup``. A
+    confident forecast that says "not better than the best so far" is the only thing skipped.
+    ``coverage=q`` replaces tau by the score quantile that measures a fraction q of a
+    calibration split (``fit``).
+    """
+
+    name = "threshold"
+    summary = "measure iff confidence < tau or P(S > best) >= rho (the selective surrogate)"
+    params = (
+        Param("tau", float, 0.7, "confidence below which a candidate is always measured", 0.0),
+        Param("score", tuple(SCORES), "maxprob", "confidence score of a forecast"),
+        Param("rho", float, 0.5, "promise P(S > best) at or above which it is measured", 0.0, 1.0),
+        Param("coverage", float, None, "set tau so that this fraction is measured (calibrated)",
+              0.0, 1.0),
+        _ON_PARSE_FAILURE,
+        Param("top_span", float, 4.0, "prior: open top bin is log-uniform up to edge*top_span",
+              1.0),
+        Param("cal_frac", float, 0.5, "share of candidates in the coverage calibration split",
+              0.0, 1.0),
+    )
+    needs_forecast = True
+
+    @classmethod
+    def from_spec(cls, spec: str) -> "ThresholdPolicy":
+        _, pairs = parse_spec(spec)
+        values = bind_params(cls.name, cls.params, pairs)
+        if "coverage" in values and "tau" in values:
+            raise SpecError("threshold: give tau or coverage, not both")
+        return cls(**values)
+
+    def __init__(self, **values):
+        super().__init__(**values)
+        self.tau_: float | None = None
+
+    def spec(self) -> str:
+        text = super().spec()
+        if self.coverage is not None:  # tau is learned (tau_) in the coverage form
+            text = text.replace(f"tau={self.tau},", "").replace(f":tau={self.tau}", ":")
+        return text
+
+    def fit(self, calibration: Batch, seed: int) -> "ThresholdPolicy":
+        if self.coverage is None:
+            return self
+        if len(calibration) == 0 or not calibration.usable.any():
+            raise SpecError("threshold:coverage needs forecasts to calibrate on; the log has none")
+        usable = calibration.usable
+        conf = SCORES[self.score](calibration.probs[usable])
+        # Keyed split: whether a candidate calibrates depends only on (seed, candidate).
+        ids = [c for c, u in zip(calibration.candidate_ids, usable) if u]
+        pick = keyed_uniforms(seed, ids, "threshold-calibration") < self.cal_frac
+        sample = conf[pick] if pick.any() else conf
+        if self.coverage >= 1.0:
+            self.tau_ = float(np.nextafter(sample.max(), np.inf))
+        else:
+            self.tau_ = float(np.quantile(sample, self.coverage, method="inverted_cdf"))
+        return self
+
+    @property
+    def effective_tau(self) -> float:
+        if self.coverage is None:
+            return self.tau
+        if self.tau_ is None:
+            raise RuntimeError("threshold:coverage must be fitted before it decides")
+        return self.tau_
+
+    def decide(self, batch: Batch, state: SearchState) -> Decisions:
+        n = len(batch)
+        usable = batch.usable
+        conf = np.where(usable, SCORES[self.score](batch.probs), np.nan)
+        threshold = state.best_speedup / np.maximum(batch.base_speedup, 1e-300)
+        promise = bin_cdf_above(batch.probs, batch.bin_edges, threshold, top_span=self.top_span)
+        tau = self.effective_tau
+        unsure = conf < tau
+        promising = promise >= self.rho
+        measure = usable & (unsure | promising)
+        reason = [
+            "unsure" if unsure[i] else ("promising" if promising[i] else "confident-not-better")
+            for i in range(n)
+        ]
+        for i in np.flatnonzero(~usable):
+            measure[i] = self.on_parse_failure == "measure"
+            reason[i] = _unusable_reason(batch, i)
+        return Decisions.build(measure, conf, reason)

@@ -1,0 +1,22 @@
+"""Replay logs: schema v1, crash-safe reader/writer, validation and the columnar in-memory form."""
+
+from gfsim.replay_logs.io import LogWriter, TruncatedTailWarning, iter_records
+from gfsim.replay_logs.log import CANDIDATE_STATUSES, PROB_COLUMNS, ReplayLog, load_log
+from gfsim.replay_logs.schema import KINDS, OUTCOMES, SCHEMA_VERSION
+from gfsim.replay_logs.shipped import DEFAULT_LOG, SHIPPED_LOGS, resolve_log
+
+__all__ = [
+    "CANDIDATE_STATUSES",
+    "DEFAULT_LOG",
+    "KINDS",
+    "LogWriter",
+    "OUTCOMES",
+    "PROB_COLUMNS",
+    "ReplayLog",
+    "SCHEMA_VERSION",
+    "SHIPPED_LOGS",
+    "TruncatedTailWarning",
+    "iter_records",
+    "load_log",
+    "resolve_log",
+]

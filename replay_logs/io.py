@@ -1,0 +1,165 @@
+"""Reading and writing replay logs as JSON Lines (``.jsonl`` or ``.jsonl.gz``).
+
+Writing is append-only and crash-safe: every record is flushed and fsynced before ``append``
+returns. Reading tolerates exactly one kind of damage, the one a crash leaves: a truncated
+*last* line is dropped with a warning. A corrupt line anywhere else is an error naming the file
+and line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import warnings
+import zlib
+from pathlib import Path
+from typing import Iterator
+
+from gfsim.errors import LogError
+
+__all__ = ["TruncatedTailWarning", "iter_lines", "iter_records", "LogWriter"]
+
+
+class TruncatedTailWarning(UserWarning):
+    """The log's last line was cut short (a crash mid-write); it was dropped."""
+
+
+def _read_bytes(path: Path) -> tuple[bytes, bool]:
+    """The file's bytes (decompressed) and whether a gzip stream ended early."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise LogError(str(path), None, "no such file") from None
+    except IsADirectoryError:
+        raise LogError(str(path), None, "is a directory, not a log file") from None
+    except PermissionError:
+        raise LogError(str(path), None, "permission denied") from None
+    if not raw.startswith(b"\x1f\x8b"):
+        return raw, False
+    # Decompress member by member so that a stream cut by a crash still yields what was synced.
+    out = bytearray()
+    data = raw
+    while data:
+        d = zlib.decompressobj(wbits=31)
+        try:
+            out += d.decompress(data)
+        except zlib.error as exc:
+            raise LogError(str(path), None, f"corrupt gzip data: {exc}") from None
+        if not d.eof:
+            return bytes(out), True
+        data = d.unused_data
+        while data.startswith(b"\x00"):  # padding after a member
+            data = data[1:]
+    return bytes(out), False
+
+
+def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str, bool]]:
+    """(line number, text, may_be_cut) of each non-blank line; may_be_cut marks an unterminated last line."""
+    path = Path(path)
+    data, cut = _read_bytes(path)
+    if cut:
+        # A gzip stream that ends early lost (part of) its last batch even when no partial line
+        # was decompressed, so warn here rather than rely on a cut line failing to parse. Text
+        # after the last newline of a cut stream is an unfinished write: drop it too.
+        data = data[: data.rfind(b"\n") + 1]
+        kept = data.count(b"\n")
+        warnings.warn(
+            f"{path}: gzip stream ends early (crash during a write?); kept the {kept} "
+            "complete lines before the cut",
+            TruncatedTailWarning,
+            stacklevel=2,
+        )
+    lines = data.split(b"\n")
+    # A file that ends in a newline has an empty final piece; otherwise the last line may be cut.
+    last_complete = data.endswith(b"\n")
+    n = len(lines)
+    for i, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        is_last = i == n or (i == n - 1 and lines[-1] == b"")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if is_last and not last_complete:
+                _warn_tail(path, i)
+                return
+            raise LogError(str(path), i, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+        yield i, text, is_last and not last_complete
+
+
+def _warn_tail(path: Path, line: int) -> None:
+    warnings.warn(
+        f"{path}:{line}: last line is truncated (crash during a write?); dropped it",
+        TruncatedTailWarning,
+        stacklevel=3,
+    )
+
+
+def iter_records(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
+    """(line number, record) for each JSON object in the log."""
+    path = Path(path)
+    for line, text, maybe_cut in iter_lines(path):
+        try:
+            rec = json.loads(text)
+        except json.JSONDecodeError as exc:
+            if maybe_cut:
+                _warn_tail(path, line)
+                return
+            raise LogError(str(path), line, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+        except RecursionError:
+            raise LogError(str(path), line, "JSON nested too deeply") from None
+        if not isinstance(rec, dict):
+            raise LogError(str(path), line, f"expected a JSON object, got {type(rec).__name__}")
+        yield line, rec
+
+
+def _dumps(record: dict) -> str:
+    if "kind" not in record:
+        raise ValueError("a record needs a 'kind'")
+    ordered = {"kind": record["kind"], **{k: v for k, v in record.items() if k != "kind"}}
+    return json.dumps(ordered, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+
+
+class LogWriter:
+    """Append records to a log, fsyncing each one (or each ``append_many`` batch).
+
+    For ``.gz`` paths every batch is its own gzip member, so a crash loses at most the batch
+    being written and the reader keeps everything before it.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._fh: io.BufferedWriter | None = None
+
+    def __enter__(self) -> "LogWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _open(self) -> io.BufferedWriter:
+        if self._fh is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open(self.path, "ab")
+        return self._fh
+
+    def append(self, record: dict) -> None:
+        self.append_many([record])
+
+    def append_many(self, records) -> None:
+        payload = "".join(_dumps(r) + "\n" for r in records).encode("utf-8")
+        if not payload:
+            return
+        if self.path.suffix == ".gz":
+            payload = gzip.compress(payload, mtime=0)
+        fh = self._open()
+        fh.write(payload)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None

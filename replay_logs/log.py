@@ -1,0 +1,245 @@
+"""A replay log in memory: validated once, held column by column.
+
+``load_log`` reads a ``.jsonl``/``.jsonl.gz`` file, checks every record against schema v1 and
+every link between records (ids, parents, one evaluation per candidate), renormalises forecast
+probabilities (keeping the raw sum) and builds one pandas DataFrame per record kind, so that a
+sweep over many policies never parses JSON again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gfsim.errors import LogError
+from gfsim.replay_logs.io import iter_records
+from gfsim.replay_logs.schema import FIELDS, check_record
+
+__all__ = ["ReplayLog", "load_log", "CANDIDATE_STATUSES"]
+
+# Derived, never guessed: evaluated (has an evaluation), deferred (a logged decision chose not
+# to measure it), generation_failed (the mutator returned nothing), not_attempted (the rest).
+CANDIDATE_STATUSES = ("evaluated", "deferred", "generation_failed", "not_attempted")
+PROB_COLUMNS = [f"p{b}" for b in range(1, 9)]
+_GEN_COLUMNS = ("started_s", "completed_s", "service_s", "input_tokens", "output_tokens",
+                "failed_reason")
+_SPEEDUP_RTOL = 1e-3
+
+
+@dataclass
+class ReplayLog:
+    """A validated log. Tables keep log order; ``line`` columns point back into the file."""
+
+    path: str
+    header: dict
+    runs: list[dict]
+    steps: list[dict]
+    candidates: pd.DataFrame
+    forecasts: pd.DataFrame
+    decisions: pd.DataFrame
+    evaluations: pd.DataFrame
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.header.get("log_id") or Path(self.path).name
+
+    @property
+    def shape(self) -> str:
+        return self.header["log_shape"]
+
+    @property
+    def tasks(self) -> dict[str, dict]:
+        return {t["task_id"]: t for t in self.header["tasks"]}
+
+    @property
+    def is_synthetic(self) -> bool:
+        return self.header["provenance"].get("kind") != "measured"
+
+    def forecasters(self) -> list[str]:
+        """Forecaster names in order of first appearance."""
+        return list(dict.fromkeys(self.forecasts["forecaster"])) if len(self.forecasts) else []
+
+    def status_counts(self) -> dict[str, int]:
+        counts = self.candidates["status"].value_counts()
+        return {s: int(counts.get(s, 0)) for s in CANDIDATE_STATUSES}
+
+
+def _flatten_candidate(rec: dict, cols: dict[str, list]) -> None:
+    gen = rec.get("generation") or {}
+    for name in _GEN_COLUMNS:
+        cols["gen_" + name].append(gen.get(name))
+
+
+def load_log(path) -> ReplayLog:
+    """Read and validate a log; raise ``LogError`` naming file, line and field on bad input."""
+    path = str(path)
+    header: dict | None = None
+    runs: list[dict] = []
+    steps: list[dict] = []
+    cand: dict[str, list] = {k: [] for k in (
+        "candidate_id", "search_id", "task_id", "parent_id", "step", "seq", "code_sha256",
+        "has_code", "line", *("gen_" + g for g in _GEN_COLUMNS))}
+    fc: dict[str, list] = {k: [] for k in (
+        "candidate_id", "forecaster", "mode", "raw_probability_sum", "predicted_bin",
+        "parse_failed", "input_tokens", "output_tokens", "latency_s", "repeat", "line")}
+    probs: list[list[float]] = []
+    dec: dict[str, list] = {k: [] for k in (
+        "candidate_id", "policy", "action", "score", "reason", "line")}
+    ev_fields = [f for f in FIELDS["evaluation"] if f not in ("imputed_by",)]
+    ev: dict[str, list] = {k: [] for k in (*ev_fields, "imputed_by", "line")}
+    extras: dict[str, list[tuple[int, dict]]] = {}
+
+    search_ids: set[str] = set()
+    cand_index: dict[str, int] = {}
+    cand_search: list[str] = []
+    evaluated: set[str] = set()
+    counts: Counter = Counter()
+    task_ids: set[str] = set()
+    first_forecast_line: int | None = None
+
+    def fail(line, msg, fld=None):
+        raise LogError(path, line, msg, fld)
+
+    for line, rec in iter_records(path):
+        problem = check_record(rec)
+        if problem:
+            fail(line, problem[1], problem[0])
+        kind = rec["kind"]
+        counts[kind] += 1
+        known = FIELDS[kind]
+        unknown = {k: v for k, v in rec.items() if k != "kind" and k not in known}
+        if unknown:
+            extras.setdefault(kind, []).append((line, unknown))
+
+        if kind == "header":
+            if header is not None:
+                fail(line, "a second header; a log has exactly one", "kind")
+            if counts.total() != 1:
+                fail(line, "the header must be the first record", "kind")
+            header = rec
+            ids = [t["task_id"] for t in rec["tasks"]]
+            dup = [t for t, n in Counter(ids).items() if n > 1]
+            if dup:
+                fail(line, f"task_id {dup[0]!r} appears twice", "tasks")
+            task_ids = set(ids)
+            continue
+        if header is None:
+            fail(line, f"the first record must be the header, got {kind!r}", "kind")
+
+        if kind == "run":
+            if rec["search_id"] in search_ids:
+                fail(line, f"search {rec['search_id']!r} has a second run record", "search_id")
+            search_ids.add(rec["search_id"])
+            runs.append(rec)
+        elif kind == "step":
+            if rec["search_id"] not in search_ids:
+                fail(line, f"unknown search {rec['search_id']!r} (no run record before it)",
+                     "search_id")
+            steps.append(rec)
+        elif kind == "candidate":
+            cid = rec["candidate_id"]
+            if cid in cand_index:
+                fail(line, f"candidate {cid!r} appears twice (first at line "
+                     f"{cand['line'][cand_index[cid]]})", "candidate_id")
+            if rec["task_id"] not in task_ids:
+                fail(line, f"task {rec['task_id']!r} is not in the header's tasks", "task_id")
+            if header["log_shape"] == "trajectory" and rec["search_id"] not in search_ids:
+                fail(line, f"unknown search {rec['search_id']!r} (no run record before it)",
+                     "search_id")
+            parent = rec.get("parent_id")
+            if parent is not None:
+                if parent not in cand_index:
+                    fail(line, f"parent {parent!r} is not an earlier candidate", "parent_id")
+                if cand_search[cand_index[parent]] != rec["search_id"]:
+                    fail(line, f"parent {parent!r} belongs to another search", "parent_id")
+            cand_index[cid] = len(cand["candidate_id"])
+            cand_search.append(rec["search_id"])
+            for k in ("candidate_id", "search_id", "task_id", "step", "seq", "code_sha256"):
+                cand[k].append(rec.get(k))
+            cand["parent_id"].append(parent)
+            cand["has_code"].append(rec.get("code") is not None)
+            cand["line"].append(line)
+            _flatten_candidate(rec, cand)
+        else:
+            cid = rec["candidate_id"]
+            if cid not in cand_index:
+                fail(line, f"unknown candidate {cid!r} (no candidate record before it)",
+                     "candidate_id")
+            if kind == "forecast":
+                first_forecast_line = first_forecast_line or line
+                p = [float(x) for x in rec["probs"]]
+                raw_sum = math.fsum(p)
+                parse_failed = bool(rec.get("parse_failed")) or raw_sum == 0.0
+                probs.append([x / raw_sum for x in p] if not parse_failed else [0.0] * 8)
+                for k in ("candidate_id", "forecaster", "mode", "predicted_bin", "input_tokens",
+                          "output_tokens", "latency_s"):
+                    fc[k].append(rec.get(k))
+                fc["raw_probability_sum"].append(
+                    rec["raw_probability_sum"] if rec.get("raw_probability_sum") is not None
+                    else raw_sum)
+                fc["parse_failed"].append(parse_failed)
+                fc["repeat"].append(rec.get("repeat") or 0)
+                fc["line"].append(line)
+            elif kind == "decision":
+                for k in ("candidate_id", "policy", "action", "score", "reason"):
+                    dec[k].append(rec.get(k))
+                dec["line"].append(line)
+            elif kind == "evaluation":
+                if cid in evaluated:
+                    fail(line, f"candidate {cid!r} has a second evaluation", "candidate_id")
+                evaluated.add(cid)
+                s, rt, ref = rec.get("speedup"), rec.get("runtime_ns"), rec.get("ref_runtime_ns")
+                if s is not None and rt is not None and ref is not None:
+                    if abs(ref / rt - s) > _SPEEDUP_RTOL * s:
+                        fail(line, f"speedup {s} disagrees with ref_runtime_ns/runtime_ns = "
+                             f"{ref / rt:.6g}", "speedup")
+                for k in ev_fields:
+                    ev[k].append(rec.get(k))
+                ev["imputed_by"].append(rec.get("imputed_by"))
+                ev["line"].append(line)
+
+    if header is None:
+        raise LogError(path, None, "empty log: no header record")
+    if first_forecast_line is not None:
+        for needed in ("forecast_bin_edges", "forecast_relative_to"):
+            if header.get(needed) is None:
+                raise LogError(path, 1, f"missing, but the log has forecasts (first at line "
+                               f"{first_forecast_line})", needed)
+
+    candidates = pd.DataFrame(cand)
+    forecasts = pd.DataFrame(fc)
+    prob_arr = np.asarray(probs, dtype=float).reshape(-1, 8)
+    for b, col in enumerate(PROB_COLUMNS):
+        forecasts[col] = prob_arr[:, b]
+    decisions = pd.DataFrame(dec)
+    evaluations = pd.DataFrame(ev)
+    for kind, rows in extras.items():
+        table = {"candidate": candidates, "forecast": forecasts, "decision": decisions,
+                 "evaluation": evaluations}.get(kind)
+        if table is not None:
+            by_line = dict(rows)
+            table["extra"] = [by_line.get(ln) for ln in table["line"]]
+
+    _derive_status(candidates, decisions, evaluations)
+    return ReplayLog(path, header, runs, steps, candidates, forecasts, decisions, evaluations,
+                     dict(counts))
+
+
+def _derive_status(candidates: pd.DataFrame, decisions: pd.DataFrame,
+                   evaluations: pd.DataFrame) -> None:
+    status = np.full(len(candidates), "not_attempted", dtype=object)
+    failed = candidates["gen_failed_reason"].notna().to_numpy()
+    status[failed] = "generation_failed"
+    if len(decisions):
+        held_back = set(decisions.loc[decisions["action"] != "measure", "candidate_id"])
+        status[candidates["candidate_id"].isin(held_back).to_numpy()] = "deferred"
+    if len(evaluations):
+        status[candidates["candidate_id"].isin(set(evaluations["candidate_id"])).to_numpy()] = (
+            "evaluated")
+    candidates["status"] = status

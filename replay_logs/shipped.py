@@ -1,0 +1,38 @@
+"""Logs shipped as package data, addressable by name (``--log synthetic-mini``)."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from gfsim.errors import GfsimError
+
+__all__ = ["SHIPPED_LOGS", "DEFAULT_LOG", "resolve_log"]
+
+# name -> (file under gfsim/replay_logs/data/, one-line description)
+SHIPPED_LOGS: dict[str, tuple[str, str]] = {
+    "synthetic-mini": (
+        "synthetic-mini.jsonl.gz",
+        "SYNTHETIC: 3 tasks, one measure-all search each, made by "
+        "experiments/make_synthetic_mini.py (seed 0); not measured on any GPU",
+    ),
+}
+DEFAULT_LOG = "synthetic-mini"
+
+
+def shipped_path(name: str) -> Path:
+    filename = SHIPPED_LOGS[name][0]
+    return Path(str(resources.files("gfsim.replay_logs").joinpath("data", filename)))
+
+
+def resolve_log(name_or_path: str | None) -> Path:
+    """A shipped log's name or a path -> a path. A missing path is an error naming it."""
+    if name_or_path is None:
+        name_or_path = DEFAULT_LOG
+    if name_or_path in SHIPPED_LOGS:
+        return shipped_path(name_or_path)
+    path = Path(name_or_path)
+    if not path.exists():
+        shipped = ", ".join(SHIPPED_LOGS)
+        raise GfsimError(f"{name_or_path}: no such file, and not a shipped log ({shipped})")
+    return path

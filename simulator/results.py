@@ -1,0 +1,133 @@
+"""Results of a replay: per search, then aggregated over the searches of a log."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from gfsim.cost_models.usage import STAGES, Cost
+
+__all__ = ["SearchResult", "ReplayResult", "geometric_mean"]
+
+
+def geometric_mean(values) -> float:
+    v = np.asarray(list(values), dtype=float)
+    return float(np.exp(np.log(v).mean())) if len(v) else math.nan
+
+
+@dataclass
+class SearchResult:
+    """One replayed search. ``stages`` sum to the totals; ``anytime`` rows are
+    (seconds, usd, joules, gpu_evals, best_speedup) after each measurement."""
+
+    search_id: str
+    task_id: str
+    seed_speedup: float
+    best_speedup: float
+    best_candidate_id: str | None
+    gpu_evals: int
+    candidates: int
+    forecasts: int
+    unmeasurable: int
+    orphans: int
+    reached: int
+    steps: int
+    wall_s: float
+    stages: dict[str, Cost]
+    stopped_by: str | None
+    anytime: list[tuple[float, float, float, int, float]]
+    table: dict[str, list]
+    trace_hash: str
+
+    @property
+    def total(self) -> Cost:
+        out = Cost()
+        for c in self.stages.values():
+            out = out + c
+        return out
+
+    def summary(self) -> dict:
+        tot = self.total
+        return {
+            "search_id": self.search_id,
+            "task_id": self.task_id,
+            "best_speedup": self.best_speedup,
+            "best_candidate_id": self.best_candidate_id,
+            "gpu_evals": self.gpu_evals,
+            "candidates": self.candidates,
+            "forecasts": self.forecasts,
+            "unmeasurable": self.unmeasurable,
+            "orphans": self.orphans,
+            "steps": self.steps,
+            "wall_s": self.wall_s,
+            "usd": tot.usd,
+            "joules": tot.joules,
+            "stopped_by": self.stopped_by,
+        }
+
+
+@dataclass
+class ReplayResult:
+    """A policy replayed over every search of a log (searches run one after another, each with
+    its own resources and its own budget). Totals add over searches; ``best_speedup`` is the
+    geometric mean over searches of each search's best measured speedup."""
+
+    policy: str
+    log: str
+    cost_model: str
+    seed: int
+    searches: list[SearchResult]
+    orphans_dropped: list[SearchResult] | None = None
+    simulation_s: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def stages(self) -> dict[str, Cost]:
+        out = {s: Cost() for s in STAGES}
+        for r in self.searches:
+            for s, c in r.stages.items():
+                out[s] = out[s] + c
+        return out
+
+    @property
+    def total(self) -> Cost:
+        out = Cost()
+        for c in self.stages.values():
+            out = out + c
+        return out
+
+    @property
+    def best_speedup(self) -> float:
+        return geometric_mean(r.best_speedup for r in self.searches)
+
+    def _sum(self, attr: str) -> float:
+        return sum(getattr(r, attr) for r in self.searches)
+
+    def figures(self) -> dict:
+        """The headline figures (also used for the baseline and the deltas)."""
+        tot = self.total
+        reached = self._sum("reached")
+        return {
+            "best_speedup": self.best_speedup,
+            "gpu_evals": self._sum("gpu_evals"),
+            "candidates": self._sum("candidates"),
+            "forecasts": self._sum("forecasts"),
+            "unmeasurable": self._sum("unmeasurable"),
+            "wall_s": self._sum("wall_s"),
+            "usd": tot.usd,
+            "joules": tot.joules,
+            "usd_imputed_share": tot.usd_imputed / tot.usd if tot.usd > 0 else 0.0,
+            "orphan_share": self._sum("orphans") / reached if reached else 0.0,
+            "stages": {s: c.as_dict() for s, c in self.stages.items()},
+        }
+
+    def candidate_table(self) -> pd.DataFrame:
+        return pd.concat([pd.DataFrame(r.table) for r in self.searches], ignore_index=True)
+
+    def trace_hash(self) -> str:
+        import hashlib
+
+        return hashlib.sha256("".join(r.trace_hash for r in self.searches).encode()).hexdigest()

@@ -1,0 +1,184 @@
+"""What the simulator replays: one search of a log as flat per-candidate arrays.
+
+``build_traces`` turns a validated ``ReplayLog`` into one ``SearchTrace`` per search, filling
+every duration and token count the simulator needs. A value the log did not record comes from
+the cost model's priors and is flagged as imputed, so results can say how much rests on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from gfsim.cost_models.presets import PresetCostModel
+from gfsim.errors import GfsimError
+from gfsim.replay_logs.log import PROB_COLUMNS, ReplayLog
+
+__all__ = ["SearchTrace", "build_traces", "pick_forecaster"]
+
+# Outcomes after which a stage no longer runs.
+_STOPS_BEFORE_CHECK = {"compile_failed"}
+_STOPS_BEFORE_TIMING = {"compile_failed", "runtime_error", "incorrect"}
+
+
+@dataclass
+class SearchTrace:
+    """One search, candidates sorted by (step, seq). Index i is the same candidate everywhere.
+
+    Durations are service seconds; ``*_imputed`` flags say which came from priors.
+    ``steps`` lists, per step, its parent batches as lists of candidate indices.
+    """
+
+    search_id: str
+    task_id: str
+    seed_speedup: float
+    forecast_frame: str  # reference | seed | parent
+    bin_edges: tuple[float, ...]
+    candidate_ids: list[str]
+    step: list[int]
+    parent: list[int]  # index of the parent in this trace, -1 for a child of the seed kernel
+    steps: list[tuple[int, list[list[int]]]]
+    gen_failed: list[bool]
+    gen_s: list[float]
+    gen_in: list[float]
+    gen_out: list[float]
+    gen_imputed: list[bool]
+    has_forecast: np.ndarray
+    probs: np.ndarray
+    parse_failed: np.ndarray
+    fc_s: list[float]
+    fc_in: list[float]
+    fc_out: list[float]
+    fc_imputed: list[bool]
+    outcome: list[str | None]  # None: no evaluation in the log
+    speedup: list[float]  # NaN unless outcome == success
+    stage_s: dict[str, list[float]]  # cold_start, compilation, check, timing
+    stage_imputed: dict[str, list[bool]]
+    energy_j: list[float | None]  # measured energy of the whole evaluation, if usable
+    logged_status: list[str]
+
+    def __len__(self) -> int:
+        return len(self.candidate_ids)
+
+
+def pick_forecaster(log: ReplayLog, forecaster: str | None) -> str | None:
+    names = log.forecasters()
+    if forecaster is None:
+        return names[0] if names else None
+    if forecaster not in names:
+        raise GfsimError(
+            f"{log.path}: no forecasts by {forecaster!r}; the log has: {', '.join(names) or 'none'}"
+        )
+    return forecaster
+
+
+def _fill(values, prior: float) -> tuple[list[float], list[bool]]:
+    arr = np.array(pd.to_numeric(pd.Series(values), errors="coerce"), dtype=float)
+    missing = np.isnan(arr)
+    arr[missing] = prior
+    return arr.tolist(), missing.tolist()
+
+
+def build_traces(
+    log: ReplayLog, model: PresetCostModel, forecaster: str | None = None
+) -> list[SearchTrace]:
+    """Per-search traces for ``log`` priced under ``model`` (its priors fill gaps)."""
+    if log.shape == "pairs":
+        raise GfsimError(
+            f"{log.path}: a 'pairs' log has no search order or parents; use it with `gfsim score`"
+        )
+    pri = model.priors
+    name = pick_forecaster(log, forecaster)
+    cands = log.candidates
+    fc = log.forecasts
+    if name is not None and len(fc):
+        fc = fc[fc["forecaster"] == name].sort_values(["repeat", "line"], kind="stable")
+        fc = fc.drop_duplicates("candidate_id", keep="first").set_index("candidate_id")
+    else:
+        fc = fc.iloc[0:0].set_index("candidate_id")
+    ev = log.evaluations.set_index("candidate_id") if len(log.evaluations) else None
+    same_gpu = log.header["hardware"].get("device_name") == model.gpu.name
+    edges = tuple(log.header.get("forecast_bin_edges") or ())
+    frame = log.header.get("forecast_relative_to") or "reference"
+    tasks = log.tasks
+
+    traces = []
+    for search_id, rows in cands.groupby("search_id", sort=False):
+        rows = rows.sort_values(["step", "seq", "line"], kind="stable")
+        ids = rows["candidate_id"].tolist()
+        index = {cid: i for i, cid in enumerate(ids)}
+        parent = [index[p] if isinstance(p, str) else -1 for p in rows["parent_id"]]
+        task_id = rows["task_id"].iloc[0]
+        if rows["task_id"].nunique() > 1:
+            raise GfsimError(f"{log.path}: search {search_id!r} mixes tasks; one task per search")
+        seed_speedup = float(tasks[task_id].get("seed_speedup") or 1.0)
+
+        gen_s = rows["gen_service_s"].astype(float)
+        if log.header.get("duration_basis", "service") == "service":
+            derived = rows["gen_completed_s"].astype(float) - rows["gen_started_s"].astype(float)
+            gen_s = gen_s.fillna(derived)
+        gen_s, gen_s_imp = _fill(gen_s, pri.generation_s)
+        gen_in, in_imp = _fill(rows["gen_input_tokens"], pri.gen_input_tokens)
+        gen_out, out_imp = _fill(rows["gen_output_tokens"], pri.gen_output_tokens)
+
+        f = fc.reindex(ids)
+        has_fc = f["forecaster"].notna().to_numpy()
+        probs = f[PROB_COLUMNS].to_numpy(dtype=float) if len(f) else np.zeros((0, 8))
+        probs = np.nan_to_num(probs, nan=0.0)
+        parse_failed = (f["parse_failed"].fillna(False).to_numpy(dtype=bool) & has_fc)
+        fc_s, fc_s_imp = _fill(f["latency_s"], pri.forecast_s)
+        fc_in, fci_imp = _fill(f["input_tokens"], pri.forecast_input_tokens)
+        fc_out, fco_imp = _fill(f["output_tokens"], pri.forecast_output_tokens)
+
+        e = ev.reindex(ids) if ev is not None else pd.DataFrame(index=ids, columns=[
+            "outcome", "speedup", "cold_start_s", "compile_s", "check_s", "timing_s", "energy_j"])
+        outcome = [o if isinstance(o, str) else None for o in e["outcome"]]
+        speedup = pd.to_numeric(e["speedup"], errors="coerce").to_numpy(float).tolist()
+        cold, cold_imp = _fill(e["cold_start_s"], pri.cold_start_s)
+        if model.billing != "serverless":
+            cold = [0.0] * len(ids)  # a warm reserved worker starts no container per candidate
+            cold_imp = [False] * len(ids)
+        comp, comp_imp = _fill(e["compile_s"], pri.compile_s)
+        check, check_imp = _fill(e["check_s"], pri.check_s)
+        timing, timing_imp = _fill(e["timing_s"], pri.timing_s)
+        for i, o in enumerate(outcome):
+            if o in _STOPS_BEFORE_CHECK:
+                check[i], check_imp[i] = 0.0, False
+            if o in _STOPS_BEFORE_TIMING:
+                timing[i], timing_imp[i] = 0.0, False
+        energy = pd.to_numeric(e["energy_j"], errors="coerce").to_numpy(float)
+        energy_j = [None if (not same_gpu or np.isnan(x)) else float(x) for x in energy]
+
+        steps: list[tuple[int, list[list[int]]]] = []
+        step_col = rows["step"].astype(int).tolist()
+        for i, s in enumerate(step_col):
+            if not steps or steps[-1][0] != s:
+                steps.append((s, []))
+            batches = steps[-1][1]
+            for batch in batches:
+                if parent[batch[0]] == parent[i]:
+                    batch.append(i)
+                    break
+            else:
+                batches.append([i])
+
+        traces.append(SearchTrace(
+            search_id=str(search_id), task_id=task_id, seed_speedup=seed_speedup,
+            forecast_frame=frame, bin_edges=edges, candidate_ids=ids, step=step_col,
+            parent=parent, steps=steps,
+            gen_failed=rows["gen_failed_reason"].notna().tolist(),
+            gen_s=gen_s, gen_in=gen_in, gen_out=gen_out,
+            gen_imputed=[a or b or c for a, b, c in zip(gen_s_imp, in_imp, out_imp)],
+            has_forecast=has_fc, probs=probs, parse_failed=parse_failed,
+            fc_s=fc_s, fc_in=fc_in, fc_out=fc_out,
+            fc_imputed=[a or b or c for a, b, c in zip(fc_s_imp, fci_imp, fco_imp)],
+            outcome=outcome, speedup=speedup,
+            stage_s={"cold_start": cold, "compilation": comp, "check": check, "timing": timing},
+            stage_imputed={"cold_start": cold_imp, "compilation": comp_imp, "check": check_imp,
+                           "timing": timing_imp},
+            energy_j=energy_j,
+            logged_status=rows["status"].tolist(),
+        ))
+    return traces

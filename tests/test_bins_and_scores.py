@@ -1,0 +1,88 @@
+"""REFERENCE.md section 2-3 vectors for bins and selective-prediction scores."""
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from gfsim.bins import PAPER_EDGES, REFERENCE_CODE_EDGES, bin_cdf_above, speedup_to_bin
+from gfsim.confidence import expected_bin_index, maxprob, negentropy, top2_margin
+from gfsim.rng import keyed_uniforms, stream, uniform
+
+
+def test_reference_code_bins_match_the_published_vector():
+    s = [0.4, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0]
+    assert speedup_to_bin(s, "reference-code").tolist() == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert speedup_to_bin([0.001, 10000], "reference-code").tolist() == [1, 8]
+
+
+def test_reference_code_bins_are_closed_on_the_left():
+    assert speedup_to_bin(REFERENCE_CODE_EDGES, "reference-code").tolist() == [2, 3, 4, 5, 6, 7, 8]
+
+
+def test_paper_bins_are_closed_on_the_right():
+    assert speedup_to_bin(PAPER_EDGES, "paper").tolist() == [1, 2, 3, 4, 5, 6, 7]
+    assert speedup_to_bin([0.1, 0.3, 0.6, 0.9, 1.2, 1.8, 3.0, 5.0], "paper").tolist() == list(
+        range(1, 9))
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan")])
+def test_speedup_without_a_bin_is_an_error(bad):
+    with pytest.raises(ValueError):
+        speedup_to_bin([bad])
+
+
+def _peaked(c):
+    p = np.full(8, (1 - c) / 7)
+    p[4] = c
+    return p[None, :]
+
+
+def test_selective_scores_match_reference_vectors():
+    assert maxprob(_peaked(0.7))[0] == pytest.approx(0.7)
+    assert top2_margin(_peaked(0.5))[0] == pytest.approx(0.428571, abs=1e-6)
+    assert negentropy(np.eye(8)[[2]])[0] == pytest.approx(1.0)
+    assert negentropy(np.full((1, 8), 1 / 8))[0] == pytest.approx(0.0, abs=1e-12)
+    assert expected_bin_index(np.eye(8)[[0, 7]]).tolist() == [1.0, 8.0]
+
+
+def test_cdf_above_spreads_mass_log_uniformly_inside_a_bin():
+    # Bin 5 of the paper convention is (1.0, 1.41]; its geometric middle splits it in half.
+    p = np.eye(8)[[4]]
+    mid = math.sqrt(1.0 * 1.41)
+    assert bin_cdf_above(p, PAPER_EDGES, [mid])[0] == pytest.approx(0.5)
+    assert bin_cdf_above(p, PAPER_EDGES, [0.5])[0] == pytest.approx(1.0)
+    assert bin_cdf_above(p, PAPER_EDGES, [2.0])[0] == pytest.approx(0.0)
+    # The open top bin uses the stated prior: log-uniform on [4, 4 * top_span].
+    top = np.eye(8)[[7]]
+    assert bin_cdf_above(top, PAPER_EDGES, [8.0], top_span=4.0)[0] == pytest.approx(0.5)
+
+
+def test_cdf_above_is_monotone_and_bounded():
+    rng = np.random.default_rng(0)
+    p = rng.dirichlet(np.ones(8), size=50)
+    thresholds = np.geomspace(0.01, 100, 40)
+    values = np.array([bin_cdf_above(p, PAPER_EDGES, np.full(50, t)) for t in thresholds])
+    assert np.all(np.diff(values, axis=0) <= 1e-12)
+    assert values[0] == pytest.approx(np.ones(50)) and values[-1] == pytest.approx(np.zeros(50))
+
+
+def test_keyed_streams_depend_only_on_their_key():
+    a = stream(7, "task", 3, "noise").random(4)
+    b = stream(7, "task", 3, "noise").random(4)
+    c = stream(7, "task", 4, "noise").random(4)
+    assert a.tolist() == b.tolist() and a.tolist() != c.tolist()
+    u = keyed_uniforms(1, ["x", "y", "z"], "p")
+    assert keyed_uniforms(1, ["z", "x"], "p").tolist() == [u[2], u[0]]
+    assert keyed_uniforms(2, ["x"], "p")[0] != u[0]
+    assert 0 <= uniform(1, "k") < 1
+
+
+def test_keyed_draws_are_the_same_in_a_fresh_process():
+    code = ("from gfsim.rng import keyed_uniforms, uniform;"
+            "print(repr(uniform(5, 'a', 1)), repr(keyed_uniforms(5, ['c1'], 'r')[0]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [repr(uniform(5, "a", 1)),
+                                  repr(keyed_uniforms(5, ["c1"], "r")[0])]

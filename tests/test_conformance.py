@@ -1,0 +1,168 @@
+"""Every registered policy and cost model honours its base class's contract."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from gfsim.bins import PAPER_EDGES
+from gfsim.cost_models import PRESETS, STAGES, Usage, load_cost_model
+from gfsim.errors import SpecError
+from gfsim.policies import POLICIES, Batch, SearchState, make_policy
+
+SPECS = {
+    "all": ["all"],
+    "random": ["random:0.3"],
+    "oracle": ["oracle:0.5"],
+    "topk": ["topk:2", "topk:k=1,on_parse_failure=skip"],
+    "threshold": ["threshold:0.7", "threshold:tau=0.5,score=negentropy,rho=0.2",
+                  "threshold:coverage=0.4,score=margin"],
+}
+ALL_SPECS = [s for specs in SPECS.values() for s in specs]
+
+
+def test_every_registered_policy_has_specs_here():
+    assert set(SPECS) == set(POLICIES)
+
+
+def _frozen(a):
+    a = np.array(a)
+    a.setflags(write=False)  # a policy that writes into its inputs fails loudly
+    return a
+
+
+def make_batch(n, seed=0, unusable=()):
+    rng = np.random.default_rng(seed)
+    has = np.ones(n, bool)
+    parse_failed = np.zeros(n, bool)
+    for i in unusable:
+        parse_failed[i] = True
+    probs = rng.dirichlet(np.full(8, 0.5), size=n)
+    probs[parse_failed] = 0.0
+    truth = np.where(rng.random(n) < 0.2, np.nan, rng.lognormal(0, 0.7, n))
+    return Batch(
+        candidate_ids=tuple(f"c{seed}-{i}" for i in range(n)),
+        probs=_frozen(probs), has_forecast=_frozen(has), parse_failed=_frozen(parse_failed),
+        base_speedup=_frozen(np.ones(n)), bin_edges=PAPER_EDGES, true_speedup=_frozen(truth),
+    )
+
+
+STATE = SearchState("s", "t", step=3, best_speedup=1.3, gpu_evals=10, seed=11)
+
+
+def fitted(spec):
+    policy = make_policy(spec)
+    return policy.fit(make_batch(200, seed=99), seed=11)
+
+
+@pytest.mark.parametrize("spec", ALL_SPECS)
+def test_constructor_stores_parameters_unchanged(spec):
+    policy = make_policy(spec)
+    cls = type(policy)
+    again = cls(**policy.get_params())
+    assert again.get_params() == policy.get_params()
+    assert make_policy(policy.spec()) == policy
+
+
+@pytest.mark.parametrize("spec", ALL_SPECS)
+@pytest.mark.parametrize("n", [0, 1, 7])
+def test_decide_returns_one_decision_per_row(spec, n):
+    d = fitted(spec).decide(make_batch(n), STATE)
+    assert d.measure.dtype == bool and d.measure.shape == (n,)
+    assert d.score.shape == (n,) and len(d.reason) == n
+
+
+@pytest.mark.parametrize("spec", ALL_SPECS)
+def test_decide_is_deterministic_and_pure(spec):
+    policy = fitted(spec)
+    batch = make_batch(16, seed=3, unusable=(2,))
+    first = policy.decide(batch, STATE)
+    second = policy.decide(batch, STATE)
+    assert first.measure.tolist() == second.measure.tolist()
+    assert first.reason == second.reason
+    # A fresh instance from the same spec decides the same: no hidden state between calls.
+    assert fitted(spec).decide(batch, STATE).measure.tolist() == first.measure.tolist()
+
+
+@pytest.mark.parametrize("spec", [s for s in ALL_SPECS if POLICIES[s.split(":")[0]].needs_forecast])
+def test_a_candidate_without_a_usable_forecast_is_measured_by_default(spec):
+    policy = fitted(spec)
+    batch = make_batch(6, seed=4, unusable=(0, 5))
+    d = policy.decide(batch, STATE)
+    expected = policy.on_parse_failure == "measure"
+    assert d.measure[0] == expected and d.measure[5] == expected
+    assert d.reason[0] == "parse-failed"
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_unknown_keys_list_the_valid_ones(name):
+    with pytest.raises(SpecError) as info:
+        make_policy(f"{name}:nosuchkey=1")
+    for p in POLICIES[name].params:
+        assert p.name in str(info.value)
+
+
+# -- cost models --------------------------------------------------------------------------
+def toml_model(tmp_path):
+    path = tmp_path / "cost.toml"
+    path.write_text('base = "reserved-h100"\n[gpu]\nusd_per_hour = 2.0\n'
+                    '[capacities]\ngpus = 2\n')
+    return load_cost_model(str(path))
+
+
+MODELS = [*PRESETS, "toml"]
+
+
+@pytest.fixture(params=MODELS)
+def model(request, tmp_path):
+    return toml_model(tmp_path) if request.param == "toml" else load_cost_model(request.param)
+
+
+PRICED = [s for s in STAGES if s != "idle"]
+
+
+@pytest.mark.parametrize("stage", PRICED)
+def test_zero_usage_costs_nothing(model, stage):
+    c = model.cost(Usage(stage))
+    assert (c.seconds, c.usd, c.joules, c.usd_imputed) == (0, 0, 0, 0)
+
+
+@pytest.mark.parametrize("stage", PRICED)
+def test_costs_are_non_negative_additive_and_keep_time(model, stage):
+    a = Usage(stage, seconds=12.5, input_tokens=300, output_tokens=900)
+    b = Usage(stage, seconds=7.5, input_tokens=100, output_tokens=100)
+    ab = Usage(stage, seconds=20.0, input_tokens=400, output_tokens=1000)
+    ca, cb, cab = model.cost(a), model.cost(b), model.cost(ab)
+    assert ca.seconds == 12.5
+    assert ca.usd >= 0 and ca.joules >= 0
+    assert (ca + cb).usd == pytest.approx(cab.usd)
+    assert (ca + cb).joules == pytest.approx(cab.joules)
+    assert ca.usd > 0, "every priced stage costs something for real usage"
+
+
+@pytest.mark.parametrize("stage", PRICED)
+def test_imputed_usage_is_all_imputed_usd(model, stage):
+    c = model.cost(Usage(stage, seconds=3, input_tokens=10, output_tokens=10, imputed=True))
+    assert c.usd_imputed == c.usd > 0
+    assert model.cost(Usage(stage, seconds=3, output_tokens=10)).usd_imputed == 0
+
+
+def test_idle_is_free_only_under_serverless_billing(model):
+    idle = model.idle(3600.0)
+    if model.billing == "serverless":
+        assert idle.usd == 0 and idle.joules == 0
+    else:
+        assert idle.usd == pytest.approx(model.gpu.usd_per_hour)
+        assert idle.joules == pytest.approx(3600 * model.gpu.idle_w_context)
+
+
+def test_measured_energy_replaces_the_estimate(model):
+    assert model.cost(Usage("timing", seconds=10, energy_j=123.0)).joules == 123.0
+
+
+def test_every_preset_names_sources_for_its_figures(model):
+    desc = model.describe()
+    sources = desc["sources"]
+    for key in ("gpu.usd_per_hour", "gpu.board_w", "gpu.active_w", "forecaster", "generator"):
+        assert sources.get(key), f"{model.name}: no source for {key}"
+    assert all(dataclasses.is_dataclass(getattr(model, s)) for s in ("gpu", "cpu", "priors"))
