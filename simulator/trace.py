@@ -127,7 +127,7 @@ def build_traces(
         has_fc = f["forecaster"].notna().to_numpy()
         probs = f[PROB_COLUMNS].to_numpy(dtype=float) if len(f) else np.zeros((0, 8))
         probs = np.nan_to_num(probs, nan=0.0)
-        parse_failed = (f["parse_failed"].fillna(False).to_numpy(dtype=bool) & has_fc)
+        parse_failed = f["parse_failed"].eq(True).to_numpy() & has_fc
         fc_s, fc_s_imp = _fill(f["latency_s"], pri.forecast_s)
         fc_in, fci_imp = _fill(f["input_tokens"], pri.forecast_input_tokens)
         fc_out, fco_imp = _fill(f["output_tokens"], pri.forecast_output_tokens)

@@ -1,0 +1,149 @@
+"""Every README command, and bad input: exit 2 with one line, never a traceback."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gfsim.cli.main import app
+
+runner = CliRunner()
+TINY = Path(__file__).parent / "data" / "tiny.jsonl"
+JSON_KEYS = {"policy", "log", "best_speedup", "gpu_evals", "candidates", "forecasts", "wall_s",
+             "usd", "joules", "usd_imputed_share", "orphan_share", "stages", "baseline",
+             "usd_delta", "wall_s_delta", "joules_delta", "speedup_delta"}
+STAGES = {"generation", "forecasting", "cold_start", "compilation", "check", "timing", "idle"}
+
+
+def invoke(*args):
+    return runner.invoke(app, list(args))
+
+
+def test_readme_main_command_prints_a_threshold_result():
+    res = invoke("replay", "--policy", "threshold:0.7")
+    assert res.exit_code == 0, res.output
+    assert "threshold:tau=0.7" in res.output and "baseline (all)" in res.output
+    assert "synthetic" in res.output
+
+
+def test_replay_json_has_the_promised_keys_and_consistent_deltas():
+    res = invoke("replay", "--policy", "threshold:0.7", "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert JSON_KEYS <= set(out)
+    assert set(out["stages"]) == STAGES and set(out["baseline"]["stages"]) == STAGES
+    for stage in out["stages"].values():
+        assert set(stage) == {"s", "usd", "joules"}
+    base = out["baseline"]
+    assert out["usd_delta"] == pytest.approx(out["usd"] - base["usd"])
+    assert out["speedup_delta"] == pytest.approx(out["best_speedup"] - base["best_speedup"])
+    assert out["wall_s_delta"] == pytest.approx(out["wall_s"] - base["wall_s"])
+    assert out["joules_delta"] == pytest.approx(out["joules"] - base["joules"])
+    assert base["forecasts"] == 0 < out["forecasts"]
+    assert base["gpu_evals"] == 359  # every evaluated candidate of the shipped log
+
+
+def test_replay_options_reach_the_simulation(tmp_path):
+    toml = tmp_path / "c.toml"
+    toml.write_text('base = "reserved-h100"\n[capacities]\ngpus = 2\n')
+    out_csv = tmp_path / "cands.csv"
+    res = invoke("replay", "-p", "topk:2", "--log", str(TINY), "--cost", str(toml),
+                 "--budget", "gpu_evals=2", "--seed", "3", "--capacity", "gen=1",
+                 "--candidates-out", str(out_csv), "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["cost_model"].startswith("reserved-h100+") and out["seed"] == 3
+    assert out["budget"]["gpu_evals"] == 2 and all(s["gpu_evals"] <= 2 for s in out["searches"])
+    assert out["stages"]["idle"]["usd"] > 0
+    assert out_csv.read_text().startswith("candidate_id,")
+
+
+def test_validate_and_listing_commands():
+    res = invoke("validate", str(TINY))
+    assert res.exit_code == 0 and "valid" in res.output
+    res = invoke("validate", "synthetic-mini", "--json")
+    assert json.loads(res.output)["candidates"] == 368
+    res = invoke("logs")
+    assert res.exit_code == 0 and "synthetic-mini" in res.output
+    res = invoke("policies", "--json")
+    names = [p["name"] for p in json.loads(res.output)]
+    assert names == ["all", "random", "oracle", "topk", "threshold"]
+
+
+def corrupt_copy(tmp_path):
+    lines = TINY.read_text().splitlines()
+    lines[4] = lines[4][:20]
+    path = tmp_path / "corrupt.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["replay", "--log", "no/such/file.jsonl"], "no/such/file.jsonl: no such file"),
+    (["replay", "--policy", "nosuch"], "unknown policy 'nosuch'; valid: all, random"),
+    (["replay", "--policy", "threshold:tau=0.7,x=1"], "unknown parameter 'x'"),
+    (["replay", "--baseline", "nosuch"], "unknown policy 'nosuch'"),
+    (["replay", "--budget", "usd=-3"], "budget: usd must be > 0"),
+    (["replay", "--budget", "dollars=3"], "budget: unknown key 'dollars'"),
+    (["replay", "--cost", "gpu-for-free"], "unknown cost preset"),
+    (["replay", "--capacity", "gpus=x"], "capacity: gpus='x' is not a whole number"),
+    (["replay", "--forecaster", "nobody"], "no forecasts by 'nobody'"),
+    (["validate", "missing.jsonl"], "missing.jsonl: no such file"),
+])
+def test_bad_input_exits_2_with_one_line(args, fragment):
+    res = invoke(*args)
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gfsim: error:"), res.output
+    assert fragment in lines[0]
+
+
+def test_corrupt_log_exits_2_naming_its_line(tmp_path):
+    path = corrupt_copy(tmp_path)
+    for args in (["validate", str(path)], ["replay", "--log", str(path)]):
+        res = invoke(*args)
+        assert res.exit_code == 2
+        assert f"{path}:5: not valid JSON" in res.output
+        assert "Traceback" not in res.output
+
+
+def test_installed_console_script_reports_errors_without_traceback(tmp_path):
+    exe = Path(sys.executable).parent / "gfsim"
+    if not exe.exists():
+        pytest.skip("console script not on this interpreter's bin")
+    path = corrupt_copy(tmp_path)
+    proc = subprocess.run([str(exe), "replay", "--log", str(path)], capture_output=True,
+                          text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"gfsim: error: {path}:5: not valid JSON")
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in proc.stderr
+
+
+FORBIDDEN = ("torch", "triton", "vllm", "psycopg", "pandas", "simpy", "optuna", "scipy")
+
+
+def test_help_imports_no_heavy_or_live_dependency():
+    # A finder that fails any import of a forbidden module: the test fails if --help tries one,
+    # whether or not that module is installed here.
+    code = f"""
+import sys
+FORBIDDEN = {FORBIDDEN!r}
+class Guard:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in FORBIDDEN:
+            raise ImportError('gfsim --help imported ' + name)
+sys.meta_path.insert(0, Guard())
+sys.argv = ['gfsim', '--help']
+from gfsim.cli.main import main
+try:
+    main()
+except SystemExit as e:
+    assert e.code in (0, None), e.code
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "replay" in proc.stdout
