@@ -80,9 +80,12 @@ def test_keyed_streams_depend_only_on_their_key():
     assert 0 <= uniform(1, "k") < 1
 
 
-def test_keyed_draws_are_the_same_in_a_fresh_process():
+def test_keyed_draws_are_the_same_in_a_fresh_process(tmp_path):
+    # cwd away from the checkout: `python -c` puts cwd first on sys.path, and the source
+    # tree's gfsim/ folder would shadow the installed package.
     code = ("from gfsim.rng import keyed_uniforms, uniform;"
             "print(repr(uniform(5, 'a', 1)), repr(keyed_uniforms(5, ['c1'], 'r')[0]))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=tmp_path)
     assert out.stdout.split() == [repr(uniform(5, "a", 1)),
                                   repr(keyed_uniforms(5, ["c1"], "r")[0])]

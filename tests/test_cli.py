@@ -126,7 +126,9 @@ def test_installed_console_script_reports_errors_without_traceback(tmp_path):
 FORBIDDEN = ("torch", "triton", "vllm", "psycopg", "pandas", "simpy", "optuna", "scipy")
 
 
-def test_help_imports_no_heavy_or_live_dependency():
+def test_help_imports_no_heavy_or_live_dependency(tmp_path):
+    # cwd away from the checkout: `python -c` puts cwd first on sys.path, and the source
+    # tree's gfsim/ folder would shadow the installed package.
     # A finder that fails any import of a forbidden module: the test fails if --help tries one,
     # whether or not that module is installed here.
     code = f"""
@@ -144,6 +146,7 @@ try:
 except SystemExit as e:
     assert e.code in (0, None), e.code
 """
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "replay" in proc.stdout

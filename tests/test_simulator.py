@@ -257,7 +257,9 @@ def test_keyed_randomness_nests_random_policies():
     assert other.trace_hash() != lo.trace_hash()
 
 
-def test_same_seed_same_trace_hash_in_a_fresh_process():
+def test_same_seed_same_trace_hash_in_a_fresh_process(tmp_path):
+    # cwd away from the checkout: `python -c` puts cwd first on sys.path, and the source
+    # tree's gfsim/ folder would shadow the installed package.
     code = (
         "from gfsim.replay_logs import load_log, resolve_log;"
         "from gfsim.cost_models import load_cost_model;"
@@ -267,7 +269,8 @@ def test_same_seed_same_trace_hash_in_a_fresh_process():
         " load_cost_model('reserved-h100'), seed=7);"
         "print(r.trace_hash())"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=tmp_path)
     log = load_log(resolve_log("synthetic-mini"))
     here = replay(log, make_policy("random:0.5"), RESERVED, seed=7)
     assert out.stdout.strip() == here.trace_hash()
