@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 
@@ -11,6 +12,13 @@ import pandas as pd
 from gfsim.cost_models.usage import STAGES, Cost
 
 __all__ = ["SearchResult", "ReplayResult", "geometric_mean"]
+
+
+def sum_costs(costs) -> Cost:
+    out = Cost()
+    for c in costs:
+        out = out + c
+    return out
 
 
 def geometric_mean(values) -> float:
@@ -44,10 +52,7 @@ class SearchResult:
 
     @property
     def total(self) -> Cost:
-        out = Cost()
-        for c in self.stages.values():
-            out = out + c
-        return out
+        return sum_costs(self.stages.values())
 
     def summary(self) -> dict:
         tot = self.total
@@ -86,18 +91,11 @@ class ReplayResult:
 
     @property
     def stages(self) -> dict[str, Cost]:
-        out = {s: Cost() for s in STAGES}
-        for r in self.searches:
-            for s, c in r.stages.items():
-                out[s] = out[s] + c
-        return out
+        return {s: sum_costs(r.stages[s] for r in self.searches) for s in STAGES}
 
     @property
     def total(self) -> Cost:
-        out = Cost()
-        for c in self.stages.values():
-            out = out + c
-        return out
+        return sum_costs(self.stages.values())
 
     @property
     def best_speedup(self) -> float:
@@ -128,6 +126,4 @@ class ReplayResult:
         return pd.concat([pd.DataFrame(r.table) for r in self.searches], ignore_index=True)
 
     def trace_hash(self) -> str:
-        import hashlib
-
         return hashlib.sha256("".join(r.trace_hash for r in self.searches).encode()).hexdigest()
