@@ -1,8 +1,12 @@
 """Cost models: a stage's Usage -> (seconds, USD, joules), with sourced presets."""
 
 from gfsim.cost_models.base import CostModel
+from gfsim.cost_models.gen_tokens import parse_gen_tokens, with_gen_tokens
+from gfsim.cost_models.model import figures, source_of
 from gfsim.cost_models.presets import (
+    LLMS,
     PRESETS,
+    SPEC_PARAMS,
     Capacities,
     PresetCostModel,
     Priors,
@@ -11,7 +15,9 @@ from gfsim.cost_models.presets import (
 from gfsim.cost_models.usage import STAGES, ZERO_COST, Cost, Usage
 
 __all__ = [
+    "LLMS",
     "PRESETS",
+    "SPEC_PARAMS",
     "STAGES",
     "ZERO_COST",
     "Capacities",
@@ -20,5 +26,9 @@ __all__ = [
     "PresetCostModel",
     "Priors",
     "Usage",
+    "figures",
     "load_cost_model",
+    "parse_gen_tokens",
+    "source_of",
+    "with_gen_tokens",
 ]

@@ -1,21 +1,35 @@
-"""Concrete cost model and its presets. Every figure names its source or says 'assumption'.
+"""Presets and the cost spec. Every figure names its source or says 'assumption'/'estimate'.
 
 A preset describes one deployment: the GPU and how it is billed, where compilation runs, the
 LLM endpoints for generation and forecasting, how many of each resource exist, and the priors
-used for usage a log did not record. ``load_cost_model`` takes a preset name or a TOML file
-that starts from a preset and overrides any value.
+used for usage a log did not record. ``load_cost_model`` takes
+
+- ``PRESET`` or ``PRESET:key=value,...`` with keys ``provider`` (modal|runpod, serverless
+  presets only), ``forecaster`` and ``generator`` (an LLM endpoint name) and ``gpus`` (int);
+- or a TOML file with ``base = "PRESET[:key=value,...]"``, optional top-level
+  ``provider``/``forecaster_llm``/``generator_llm``, and tables overriding any value.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from gfsim.cost_models.base import CostModel
-from gfsim.cost_models.usage import ZERO_COST, Cost, Usage
-from gfsim.errors import GfsimError
+from gfsim.cost_models import catalog
+from gfsim.cost_models.catalog import GPUS, SOURCES
+from gfsim.cost_models.model import (
+    Capacities,
+    CpuSpec,
+    GpuSpec,
+    LlmSpec,
+    PresetCostModel,
+    Priors,
+)
+from gfsim.errors import GfsimError, SpecError
+from gfsim.specs import Param, bind_params, format_spec, parse_spec
 
 __all__ = [
     "GpuSpec",
@@ -25,159 +39,51 @@ __all__ = [
     "Capacities",
     "PresetCostModel",
     "PRESETS",
+    "LLMS",
+    "SPEC_PARAMS",
+    "DEFAULT_LLM",
     "load_cost_model",
 ]
 
-_HOUR = 3600.0
-_MILLION = 1e6
+DEFAULT_LLM = "gemini-3-flash"
 
 
-@dataclass(frozen=True)
-class GpuSpec:
-    name: str
-    usd_per_hour: float
-    board_w: float
-    idle_w_context: float  # idle with a CUDA context held (a warm worker)
-    idle_w_no_context: float  # idle without one (a container starting)
-    active_w: float  # average draw while checking and timing candidates
+def _llm(name: str) -> LlmSpec:
+    f = catalog.LLMS[name]
+    j_out = catalog.J_PER_OUTPUT_TOKEN
+    return LlmSpec(name, f.usd_per_m_input, f.usd_per_m_output,
+                   j_out / catalog.INPUT_TOKEN_DISCOUNT, j_out)
 
 
-@dataclass(frozen=True)
-class CpuSpec:
-    usd_per_core_hour: float
-    w_per_core: float
+LLMS: dict[str, LlmSpec] = {name: _llm(name) for name in catalog.LLMS}
 
 
-@dataclass(frozen=True)
-class LlmSpec:
-    name: str
-    usd_per_m_input: float
-    usd_per_m_output: float
-    j_per_input_token: float
-    j_per_output_token: float
+def _usd(x: float) -> str:
+    return f"${x:.2f}" if round(x, 2) == x else f"${x:.4f}"
 
 
-@dataclass(frozen=True)
-class Priors:
-    """Usage assumed where a log is silent; anything priced from these counts as imputed USD."""
-
-    gen_input_tokens: float = 4000.0
-    gen_output_tokens: float = 8000.0
-    generation_s: float = 41.0
-    forecast_s: float = 41.0
-    forecast_input_tokens: float = 3800.0
-    forecast_output_tokens: float = 8800.0
-    compile_s: float = 1.0
-    check_s: float = 2.0
-    timing_s: float = 5.0
-    cold_start_s: float = 30.0
+def _llm_source(name: str, role: str, chosen: bool) -> str:
+    f = catalog.LLMS[name]
+    text = (f"{f.label} {_usd(f.usd_per_m_input)}/{_usd(f.usd_per_m_output)} per 1M tokens "
+            f"in/out ({f.source})")
+    if chosen:
+        return f"{text}; chosen with {role}={name}"
+    if role == "generator":
+        return "assumption: the mutator is billed like " + text
+    return text
 
 
-@dataclass(frozen=True)
-class Capacities:
-    """How many of each resource the simulated deployment has (concurrent slots)."""
-
-    generator: int = 16
-    forecaster: int = 16
-    compile_workers: int = 4
-    gpus: int = 1
-
-    def __post_init__(self):
-        for f in dataclasses.fields(self):
-            v = getattr(self, f.name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise GfsimError(f"capacity {f.name} must be an integer >= 1, got {v!r}")
-
-
-@dataclass(frozen=True)
-class PresetCostModel(CostModel):
-    name: str
-    billing: str  # "serverless" | "reserved"
-    compile_on: str  # "cpu" | "gpu_host"
-    gpu: GpuSpec
-    cpu: CpuSpec
-    generator: LlmSpec
-    forecaster: LlmSpec
-    priors: Priors = Priors()
-    capacities: Capacities = Capacities()
-    sources: dict = field(default_factory=dict, compare=False)
-
-    def __post_init__(self):
-        if self.billing not in ("serverless", "reserved"):
-            raise GfsimError(f"billing must be serverless or reserved, got {self.billing!r}")
-        if self.compile_on not in ("cpu", "gpu_host"):
-            raise GfsimError(f"compile_on must be cpu or gpu_host, got {self.compile_on!r}")
-
-    # -- pricing --------------------------------------------------------------------------
-    def _gpu(self, seconds: float, watts: float, energy_j: float | None) -> tuple[float, float]:
-        usd = seconds * self.gpu.usd_per_hour / _HOUR
-        joules = energy_j if energy_j is not None else seconds * watts
-        return usd, joules
-
-    @staticmethod
-    def _llm(spec: LlmSpec, u: Usage) -> tuple[float, float]:
-        usd = (u.input_tokens * spec.usd_per_m_input + u.output_tokens * spec.usd_per_m_output) / (
-            _MILLION
-        )
-        joules = u.input_tokens * spec.j_per_input_token + u.output_tokens * spec.j_per_output_token
-        return usd, joules
-
-    def cost(self, usage: Usage) -> Cost:
-        stage, s = usage.stage, usage.seconds
-        if stage == "generation":
-            usd, joules = self._llm(self.generator, usage)
-        elif stage == "forecasting":
-            usd, joules = self._llm(self.forecaster, usage)
-        elif stage == "cold_start":
-            usd, joules = self._gpu(s, self.gpu.idle_w_no_context, usage.energy_j)
-        elif stage == "compilation":
-            if self.compile_on == "gpu_host":
-                # The reference JIT-compiles inside the GPU container: billed as GPU time.
-                usd, joules = self._gpu(s, self.gpu.idle_w_context, usage.energy_j)
-            else:
-                usd = s * self.cpu.usd_per_core_hour / _HOUR
-                joules = usage.energy_j if usage.energy_j is not None else s * self.cpu.w_per_core
-        elif stage in ("check", "timing"):
-            usd, joules = self._gpu(s, self.gpu.active_w, usage.energy_j)
-        else:  # idle is priced by idle(), never booked per candidate
-            raise ValueError(f"stage {stage!r} is not priced per usage; use idle()")
-        return Cost(s, usd, joules, usd if usage.imputed else 0.0)
-
-    def idle(self, idle_gpu_s: float) -> Cost:
-        if self.billing == "serverless" or idle_gpu_s <= 0:
-            return ZERO_COST  # serverless scales to zero: unused GPUs are neither paid nor powered
-        usd = idle_gpu_s * self.gpu.usd_per_hour / _HOUR
-        return Cost(idle_gpu_s, usd, idle_gpu_s * self.gpu.idle_w_context, 0.0)
-
-    def describe(self) -> dict:
-        out = dataclasses.asdict(self)
-        out.pop("sources")
-        out["sources"] = dict(self.sources)
-        return out
-
-
-# -- presets ----------------------------------------------------------------------------
-_ASSUMED_IDLE = (
-    "assumption: idle draw scaled from this project's H200 probe (81 W without a CUDA context, "
-    "121-125 W with one, on a 700 W board) by board power"
+SPEC_PARAMS = (
+    Param("provider", catalog.PROVIDERS, "modal", "who bills the serverless GPU"),
+    Param("forecaster", tuple(LLMS), DEFAULT_LLM, "LLM endpoint of the forecaster"),
+    Param("generator", tuple(LLMS), DEFAULT_LLM, "LLM endpoint of the mutator"),
+    Param("gpus", int, None, "GPUs (serverless: concurrent containers)", low=1),
 )
-_ASSUMED_ACTIVE = (
-    "assumption: 60% of board power while checking and timing (H200 probe: 692 W GEMM, 479 W "
-    "memory-bound, 180 W launch-bound)"
-)
-_LLM_ENERGY = (
-    "estimate: ~0.8 J per output token (gpt-oss on one H100, public benchmarks); input tokens "
-    "assumed 10x cheaper (prefill)"
-)
-_GEMINI3_FLASH = LlmSpec("gemini-3-flash", 0.50, 3.00, 0.08, 0.8)
-_MODAL_CPU = CpuSpec(usd_per_core_hour=0.0472, w_per_core=10.0)
+
 _COMMON_SOURCES = {
-    "cpu.usd_per_core_hour": "modal.com/pricing, 2026 ($0.0472 per physical core-hour)",
-    "cpu.w_per_core": "assumption: 10 W per busy core",
-    "generator": "assumption: the mutator is billed like Gemini 3 Flash, $0.50/$3.00 per 1M "
-    "tokens in/out (provider page, 2026)",
-    "forecaster": "Gemini 3 Flash $0.50/$3.00 per 1M tokens in/out (provider page, 2026)",
-    "*.j_per_*_token": _LLM_ENERGY,
+    "cpu.usd_per_core_hour": SOURCES["cpu.usd_per_core_hour"],
+    "cpu.w_per_core": SOURCES["cpu.w_per_core"],
+    "*.j_per_*_token": SOURCES["llm_energy"],
     "priors.gen_*_tokens": "assumption: mutation tokens are never logged; taken of the same order "
     "as a forecast (~3.8k in, ~8.8k out, eval-set-predictions rows)",
     "priors.generation_s": "assumption: as long as a typical forecast (~41 s, Gemini 3 Flash)",
@@ -186,62 +92,95 @@ _COMMON_SOURCES = {
     "priors.check_s": "assumption: 2 s of correctness calls per candidate",
     "priors.timing_s": "assumption: 5 s of CUDA-event timing of candidate and reference",
     "priors.cold_start_s": "assumption: 30 s per fresh serverless container",
+    "capacities.*": "assumption: 16 concurrent generator and forecaster calls, 4 compile workers",
 }
 
 
-def _serverless_a100() -> PresetCostModel:
+def _half_up(x: float) -> float:
+    return float(math.floor(x + 0.5))
+
+
+def _gpu(key: str) -> tuple[GpuSpec, dict]:
+    g = GPUS[key]
+    if key == "h200":
+        ctx, no_ctx = catalog.H200_IDLE_W_CONTEXT, catalog.H200_IDLE_W_NO_CONTEXT
+        idle = SOURCES["idle_measured"]
+    else:
+        scale = g.board_w / GPUS["h200"].board_w
+        ctx = _half_up(catalog.H200_IDLE_W_CONTEXT * scale)
+        no_ctx = _half_up(catalog.H200_IDLE_W_NO_CONTEXT * scale)
+        idle = (f"{SOURCES['idle_scaled']}: {ctx:g} W with a context, {no_ctx:g} W without on "
+                f"a {g.board_w:g} W board (whole watts)")
+    active = round(catalog.ACTIVE_SHARE_OF_BOARD * g.board_w, 1)
+    spec = GpuSpec(g.name, usd_per_hour=g.modal_usd_per_hour, board_w=g.board_w,
+                   idle_w_context=ctx, idle_w_no_context=no_ctx, active_w=active)
+    return spec, {"gpu.board_w": f"vendor spec: {g.board_spec}", "gpu.idle_w_*": idle,
+                  "gpu.active_w": SOURCES["active"]}
+
+
+def _build(billing: str, key: str, **options) -> PresetCostModel:
+    """The preset ``BILLING-KEY`` with spec options (see SPEC_PARAMS) applied."""
+    preset = f"{billing}-{key}"
+    g = GPUS[key]
+    gpu, sources = _gpu(key)
+    sources = {**_COMMON_SOURCES, **sources}
+    if billing == "serverless":
+        compile_on, priors, n_gpus = "gpu_host", Priors(), 16
+        sources["preset"] = (
+            "the paper's setup: a fresh serverless A100-80GB container per candidate, Triton JIT "
+            "inside it (REFERENCE.md section 4)" if key == "a100" else
+            f"a fresh serverless {g.name} container per candidate, Triton JIT inside it (the "
+            "paper's setup, REFERENCE.md section 4, on another GPU)")
+        sources["gpu.usd_per_hour"] = (f"{catalog.MODAL_PRICING}: {g.name} "
+                                       f"${g.modal_usd_per_hour:.2f}/h, per-second billing")
+        sources["capacities.gpus"] = "assumption: at most 16 containers at once"
+    else:
+        compile_on, priors, n_gpus = "cpu", Priors(cold_start_s=0.0), 1
+        sources["preset"] = (
+            f"one reserved {g.name} billed for the whole wall-clock, idle included; a warm "
+            "worker (no cold starts); Triton compiled ahead of time on 4 CPU workers")
+        sources["gpu.usd_per_hour"] = (
+            f"assumption: a reservation at Modal's {g.name} list price, "
+            f"${g.modal_usd_per_hour:.2f}/h ({catalog.MODAL_PRICING})")
+        sources["priors.cold_start_s"] = "assumption: a warm worker is kept, no cold starts"
+        sources["capacities.gpus"] = "assumption: one reserved GPU"
+
+    provider = options.get("provider")
+    if provider is not None and billing != "serverless":
+        raise SpecError(f"{preset}: provider applies to serverless presets only "
+                        f"(valid: {', '.join(catalog.PROVIDERS)})")
+    if provider == "runpod":
+        gpu = dataclasses.replace(gpu, usd_per_hour=g.runpod_usd_per_s * 3600.0)
+        sources["gpu.usd_per_hour"] = (
+            f"{catalog.RUNPOD_PRICING}: {g.name} serverless ${g.runpod_usd_per_s:.5f}/s "
+            f"(= ${g.runpod_usd_per_s * 3600:.2f}/h); chosen with provider=runpod")
+    llm = {}
+    for role in ("generator", "forecaster"):
+        name = options.get(role)
+        llm[role] = LLMS[name or DEFAULT_LLM]
+        sources[role] = _llm_source(name or DEFAULT_LLM, role, chosen=name is not None)
+    caps = Capacities(generator=16, forecaster=16, compile_workers=4, gpus=n_gpus)
+    if options.get("gpus") is not None:
+        caps = dataclasses.replace(caps, gpus=options["gpus"])
+        sources["capacities.gpus"] = f"set by the cost spec (gpus={options['gpus']})"
+    given = {p.name: options[p.name] for p in SPEC_PARAMS if options.get(p.name) is not None}
     return PresetCostModel(
-        name="serverless-a100",
-        billing="serverless",
-        compile_on="gpu_host",
-        gpu=GpuSpec("A100-80GB", usd_per_hour=2.50, board_w=400.0, idle_w_context=70.0,
-                    idle_w_no_context=46.0, active_w=240.0),
-        cpu=_MODAL_CPU,
-        generator=_GEMINI3_FLASH,
-        forecaster=_GEMINI3_FLASH,
-        capacities=Capacities(generator=16, forecaster=16, compile_workers=4, gpus=16),
-        sources={
-            **_COMMON_SOURCES,
-            "preset": "the paper's setup: a fresh serverless A100-80GB container per candidate, "
-            "Triton JIT inside it (REFERENCE.md section 4)",
-            "gpu.usd_per_hour": "modal.com/pricing, 2026: A100-80GB $2.50/h, per-second billing",
-            "gpu.board_w": "vendor spec: A100-SXM 400 W",
-            "gpu.idle_w_*": _ASSUMED_IDLE,
-            "gpu.active_w": _ASSUMED_ACTIVE,
-            "capacities.gpus": "assumption: at most 16 containers at once",
-        },
+        name=format_spec(preset, given), billing=billing, compile_on=compile_on, gpu=gpu,
+        cpu=CpuSpec(catalog.CPU_USD_PER_CORE_HOUR, catalog.CPU_W_PER_CORE),
+        generator=llm["generator"], forecaster=llm["forecaster"], priors=priors,
+        capacities=caps, sources=sources,
     )
 
 
-def _reserved_h100() -> PresetCostModel:
-    return PresetCostModel(
-        name="reserved-h100",
-        billing="reserved",
-        compile_on="cpu",
-        gpu=GpuSpec("H100", usd_per_hour=3.95, board_w=700.0, idle_w_context=123.0,
-                    idle_w_no_context=81.0, active_w=420.0),
-        cpu=_MODAL_CPU,
-        generator=_GEMINI3_FLASH,
-        forecaster=_GEMINI3_FLASH,
-        priors=Priors(cold_start_s=0.0),
-        capacities=Capacities(generator=16, forecaster=16, compile_workers=4, gpus=1),
-        sources={
-            **_COMMON_SOURCES,
-            "preset": "one reserved H100 billed for the whole wall-clock, idle included; a warm "
-            "worker (no cold starts); Triton compiled ahead of time on 4 CPU workers",
-            "gpu.usd_per_hour": "assumption: a reservation at Modal's H100 list price, $3.95/h "
-            "(modal.com/pricing, 2026)",
-            "gpu.board_w": "vendor spec: H100-SXM 700 W",
-            "gpu.idle_w_*": "assumption: the H200 probe's figures (same 700 W board): 123 W with "
-            "a CUDA context, 81 W without",
-            "gpu.active_w": _ASSUMED_ACTIVE,
-        },
-    )
-
-
-PRESETS = {"serverless-a100": _serverless_a100, "reserved-h100": _reserved_h100}
+# The two reference setups first (the paper's, and a reserved GPU), then the rest.
+_ORDER = [("serverless", "a100"), ("reserved", "h100")] + [
+    (b, k) for b in ("serverless", "reserved") for k in GPUS
+    if (b, k) not in (("serverless", "a100"), ("reserved", "h100"))]
+PRESETS = {f"{b}-{k}": functools.partial(_build, b, k) for b, k in _ORDER}
 _SECTIONS = {"gpu": GpuSpec, "cpu": CpuSpec, "generator": LlmSpec, "forecaster": LlmSpec,
              "priors": Priors, "capacities": Capacities}
+_TOML_OPTIONS = {"provider": "provider", "forecaster_llm": "forecaster",
+                 "generator_llm": "generator"}
 
 
 def _override(obj, table: dict, where: str):
@@ -260,14 +199,23 @@ def _override(obj, table: dict, where: str):
     return dataclasses.replace(obj, **changes)
 
 
+def _unknown_preset(name: str) -> SpecError:
+    return SpecError(f"unknown cost preset {name!r}; valid: {', '.join(PRESETS)}, or a .toml file")
+
+
 def load_cost_model(spec: str | None) -> PresetCostModel:
-    """A preset name, or a TOML file with ``base = "PRESET"`` and tables overriding any value."""
-    spec = spec or "serverless-a100"
-    if spec in PRESETS:
-        return PRESETS[spec]()
+    """``PRESET``, ``PRESET:key=value,...`` or a TOML file (see the module docstring)."""
+    spec = str(spec or "serverless-a100").strip()
+    if spec.endswith(".toml"):
+        return _load_toml(spec)
+    name, pairs = parse_spec(spec)
+    if name not in PRESETS:
+        raise _unknown_preset(name)
+    return PRESETS[name](**bind_params(name, SPEC_PARAMS, pairs))
+
+
+def _load_toml(spec: str) -> PresetCostModel:
     path = Path(spec)
-    if path.suffix != ".toml":
-        raise GfsimError(f"unknown cost preset {spec!r}; valid: {', '.join(PRESETS)}, or a .toml file")
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
@@ -275,20 +223,37 @@ def load_cost_model(spec: str | None) -> PresetCostModel:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise GfsimError(f"{spec}: not valid TOML ({exc})") from None
     base = data.pop("base", "serverless-a100")
-    if base not in PRESETS:
+    if not isinstance(base, str):
+        raise GfsimError(f"{spec}: base must be a preset name, got {base!r}")
+    base_name, pairs = parse_spec(base)
+    if base_name not in PRESETS:
         raise GfsimError(f"{spec}: base {base!r} is not a preset; valid: {', '.join(PRESETS)}")
-    model = PRESETS[base]()
-    changes: dict = {"name": data.pop("name", f"{base}+{path.name}")}
+    options = bind_params(f"{spec}: base", SPEC_PARAMS, pairs)
+    for key, param in _TOML_OPTIONS.items():
+        if key in data:
+            raw = data.pop(key)
+            allowed = next(p.kind for p in SPEC_PARAMS if p.name == param)
+            if raw not in allowed:
+                raise SpecError(f"{spec}: {key} = {raw!r} is not one of: {', '.join(allowed)}")
+            options[param] = raw
+    try:
+        model = PRESETS[base_name](**options)
+    except SpecError as exc:
+        raise SpecError(f"{spec}: {exc}") from None
+    changes: dict = {"name": data.pop("name", f"{model.name}+{path.name}")}
     for key in ("billing", "compile_on"):
         if key in data:
             changes[key] = data.pop(key)
+    sources = dict(model.sources)
     for section, value in data.items():
         if section not in _SECTIONS:
-            valid = ", ".join(["base", "name", "billing", "compile_on", *_SECTIONS])
+            valid = ", ".join(["base", "name", "billing", "compile_on", *_TOML_OPTIONS,
+                               *_SECTIONS])
             raise GfsimError(f"{spec}: unknown key {section!r}; valid: {valid}")
         if not isinstance(value, dict):
             raise GfsimError(f"{spec}: [{section}] must be a table")
         changes[section] = _override(getattr(model, section), value, f"{spec}: [{section}]")
-    sources = dict(model.sources)
+        for key in value:
+            sources[f"{section}.{key}"] = f"set in {path} (user-supplied)"
     sources["override"] = f"values overridden by {path}"
     return dataclasses.replace(model, sources=sources, **changes)

@@ -1,0 +1,179 @@
+"""The concrete cost model: a GPU, CPU compile workers and two LLM endpoints, each priced from
+figures that name their source (see ``presets`` and ``catalog``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+from dataclasses import dataclass, field
+
+from gfsim.cost_models.base import CostModel
+from gfsim.cost_models.usage import ZERO_COST, Cost, Usage
+from gfsim.errors import GfsimError
+
+__all__ = [
+    "GpuSpec",
+    "CpuSpec",
+    "LlmSpec",
+    "Priors",
+    "Capacities",
+    "PresetCostModel",
+    "figures",
+    "source_of",
+]
+
+_HOUR = 3600.0
+_MILLION = 1e6
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    name: str
+    usd_per_hour: float
+    board_w: float
+    idle_w_context: float  # idle with a CUDA context held (a warm worker)
+    idle_w_no_context: float  # idle without one (a container starting)
+    active_w: float  # average draw while checking and timing candidates
+
+
+@dataclass(frozen=True)
+class CpuSpec:
+    usd_per_core_hour: float
+    w_per_core: float
+
+
+@dataclass(frozen=True)
+class LlmSpec:
+    name: str
+    usd_per_m_input: float
+    usd_per_m_output: float
+    j_per_input_token: float
+    j_per_output_token: float
+
+
+@dataclass(frozen=True)
+class Priors:
+    """Usage assumed where a log is silent; anything priced from these counts as imputed USD."""
+
+    gen_input_tokens: float = 4000.0
+    gen_output_tokens: float = 8000.0
+    generation_s: float = 41.0
+    forecast_s: float = 41.0
+    forecast_input_tokens: float = 3800.0
+    forecast_output_tokens: float = 8800.0
+    compile_s: float = 1.0
+    check_s: float = 2.0
+    timing_s: float = 5.0
+    cold_start_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class Capacities:
+    """How many of each resource the simulated deployment has (concurrent slots)."""
+
+    generator: int = 16
+    forecaster: int = 16
+    compile_workers: int = 4
+    gpus: int = 1
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise GfsimError(f"capacity {f.name} must be an integer >= 1, got {v!r}")
+
+
+@dataclass(frozen=True)
+class PresetCostModel(CostModel):
+    name: str
+    billing: str  # "serverless" | "reserved"
+    compile_on: str  # "cpu" | "gpu_host"
+    gpu: GpuSpec
+    cpu: CpuSpec
+    generator: LlmSpec
+    forecaster: LlmSpec
+    priors: Priors = Priors()
+    capacities: Capacities = Capacities()
+    sources: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self):
+        if self.billing not in ("serverless", "reserved"):
+            raise GfsimError(f"billing must be serverless or reserved, got {self.billing!r}")
+        if self.compile_on not in ("cpu", "gpu_host"):
+            raise GfsimError(f"compile_on must be cpu or gpu_host, got {self.compile_on!r}")
+
+    # -- pricing --------------------------------------------------------------------------
+    def _gpu(self, seconds: float, watts: float, energy_j: float | None) -> tuple[float, float]:
+        usd = seconds * self.gpu.usd_per_hour / _HOUR
+        joules = energy_j if energy_j is not None else seconds * watts
+        return usd, joules
+
+    @staticmethod
+    def _llm(spec: LlmSpec, u: Usage) -> tuple[float, float]:
+        usd = (u.input_tokens * spec.usd_per_m_input + u.output_tokens * spec.usd_per_m_output) / (
+            _MILLION
+        )
+        joules = u.input_tokens * spec.j_per_input_token + u.output_tokens * spec.j_per_output_token
+        return usd, joules
+
+    def cost(self, usage: Usage) -> Cost:
+        stage, s = usage.stage, usage.seconds
+        if stage == "generation":
+            usd, joules = self._llm(self.generator, usage)
+        elif stage == "forecasting":
+            usd, joules = self._llm(self.forecaster, usage)
+        elif stage == "cold_start":
+            usd, joules = self._gpu(s, self.gpu.idle_w_no_context, usage.energy_j)
+        elif stage == "compilation":
+            if self.compile_on == "gpu_host":
+                # The reference JIT-compiles inside the GPU container: billed as GPU time.
+                usd, joules = self._gpu(s, self.gpu.idle_w_context, usage.energy_j)
+            else:
+                usd = s * self.cpu.usd_per_core_hour / _HOUR
+                joules = usage.energy_j if usage.energy_j is not None else s * self.cpu.w_per_core
+        elif stage in ("check", "timing"):
+            usd, joules = self._gpu(s, self.gpu.active_w, usage.energy_j)
+        else:  # idle is priced by idle(), never booked per candidate
+            raise ValueError(f"stage {stage!r} is not priced per usage; use idle()")
+        return Cost(s, usd, joules, usd if usage.imputed else 0.0)
+
+    def idle(self, idle_gpu_s: float) -> Cost:
+        if self.billing == "serverless" or idle_gpu_s <= 0:
+            return ZERO_COST  # serverless scales to zero: unused GPUs are neither paid nor powered
+        usd = idle_gpu_s * self.gpu.usd_per_hour / _HOUR
+        return Cost(idle_gpu_s, usd, idle_gpu_s * self.gpu.idle_w_context, 0.0)
+
+    def describe(self) -> dict:
+        out = dataclasses.asdict(self)
+        out.pop("sources")
+        out["sources"] = dict(self.sources)
+        return out
+
+
+def source_of(sources: dict, key: str) -> str | None:
+    """The source of figure ``key`` (e.g. ``gpu.idle_w_context``): an exact entry, else the
+    most specific wildcard entry (``gpu.idle_w_*``), else the entry of its section
+    (``generator``), else the preset's own description."""
+    if key in sources:
+        return sources[key]
+    matches = [p for p in sources if "*" in p and fnmatch.fnmatchcase(key, p)]
+    if matches:
+        return sources[max(matches, key=lambda p: len(p.replace("*", "")))]
+    section = key.partition(".")[0]
+    if "." in key and section in sources:
+        return sources[section]
+    return sources.get("preset")
+
+
+def figures(model: PresetCostModel) -> list[dict]:
+    """Every figure of ``describe()`` flattened to ``{"key", "value", "source"}`` rows."""
+    rows = []
+    for key, value in model.describe().items():
+        if key == "sources":
+            continue
+        items = value.items() if isinstance(value, dict) else [(None, value)]
+        for sub, v in items:
+            full = key if sub is None else f"{key}.{sub}"
+            rows.append({"key": full, "value": v, "source": source_of(model.sources, full)})
+    return rows
