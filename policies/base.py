@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
 
 from gfsim.specs import Param, bind_params, format_spec, parse_spec
 
-__all__ = ["Batch", "SearchState", "Decisions", "Policy"]
+__all__ = ["Batch", "SearchState", "Decisions", "Policy", "group_bounds", "rank_within_groups"]
 
 
 @dataclass(frozen=True)
@@ -39,10 +39,42 @@ class Batch:
         """Rows with a parsed forecast."""
         return self.has_forecast & ~self.parse_failed
 
+    def take(self, rows) -> "Batch":
+        """The sub-batch of ``rows`` (a slice or an index array)."""
+        truth = None if self.true_speedup is None else self.true_speedup[rows]
+        ids = np.asarray(self.candidate_ids, dtype=object)[rows]
+        return Batch(tuple(ids), self.probs[rows], self.has_forecast[rows],
+                     self.parse_failed[rows], self.base_speedup[rows], self.bin_edges, truth)
+
+
+def group_bounds(group: np.ndarray) -> np.ndarray:
+    """Start offsets of the runs of equal values in ``group``, plus its length at the end."""
+    group = np.asarray(group)
+    if len(group) == 0:
+        return np.zeros(1, dtype=int)
+    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    return np.r_[starts, len(group)]
+
+
+def rank_within_groups(group: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """0-based rank of each row inside its group by descending score, ties by row order."""
+    n = len(score)
+    order = np.lexsort((np.arange(n), -np.asarray(score, dtype=float), group))
+    bounds = group_bounds(np.asarray(group)[order])
+    first = np.repeat(bounds[:-1], np.diff(bounds))
+    rank = np.empty(n, dtype=int)
+    rank[order] = np.arange(n) - first
+    return rank
+
 
 @dataclass(frozen=True)
 class SearchState:
-    """What a policy may know about the search when it decides."""
+    """What a policy may know about the search when it decides.
+
+    ``best_speedup`` is live (the best measured when the batch decides); ``gpu_evals`` and
+    ``budget_left`` are as of the start of the step, so that batches deciding at the same
+    instant see the same state whatever the event order.
+    """
 
     search_id: str
     task_id: str
@@ -117,6 +149,27 @@ class Policy(ABC):
     @abstractmethod
     def decide(self, batch: Batch, state: SearchState) -> Decisions:
         """Decide every row of ``batch``."""
+
+    def decide_groups(self, batch: Batch, group: np.ndarray, best: np.ndarray,
+                      state: SearchState) -> Decisions:
+        """Decide several parent batches in one call (the fast path's hot loop).
+
+        Rows with equal, contiguous ``group`` values form one parent batch; ``best[r]`` is the
+        best measured speedup when row r's batch decides; everything else comes from
+        ``state``. The result must equal calling ``decide`` batch by batch, which is what this
+        default does; policies override it with a vectorised version (the conformance suite
+        checks that both agree).
+        """
+        bounds = group_bounds(group)
+        parts = []
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            sub_state = replace(state, best_speedup=float(best[a]))
+            parts.append(self.decide(batch.take(slice(a, b)), sub_state))
+        if not parts:
+            return Decisions.build(np.zeros(0, bool), np.zeros(0), ())
+        return Decisions.build(np.concatenate([d.measure for d in parts]),
+                               np.concatenate([d.score for d in parts]),
+                               [r for d in parts for r in d.reason])
 
     def __eq__(self, other) -> bool:
         return type(self) is type(other) and self.get_params() == other.get_params()

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from gfsim.policies.base import Batch, Decisions, Policy, SearchState
+from gfsim.policies.base import Batch, Decisions, Policy, SearchState, group_bounds, \
+    rank_within_groups
 from gfsim.rng import keyed_uniforms
 from gfsim.specs import Param
 
@@ -21,6 +20,9 @@ class AllPolicy(Policy):
         n = len(batch)
         return Decisions.build(np.ones(n, bool), np.full(n, np.nan), ("all",) * n)
 
+    def decide_groups(self, batch, group, best, state) -> Decisions:
+        return self.decide(batch, state)  # rowwise and stateless
+
 
 class RandomPolicy(Policy):
     name = "random"
@@ -34,6 +36,9 @@ class RandomPolicy(Policy):
         reason = ["draw<p" if m else "draw>=p" for m in measure]
         return Decisions.build(measure, u, reason)
 
+    def decide_groups(self, batch, group, best, state) -> Decisions:
+        return self.decide(batch, state)  # rowwise and stateless
+
 
 class OraclePolicy(Policy):
     name = "oracle"
@@ -43,11 +48,16 @@ class OraclePolicy(Policy):
 
     def decide(self, batch: Batch, state: SearchState) -> Decisions:
         n = len(batch)
+        return self.decide_groups(batch, np.zeros(n, int), np.full(n, state.best_speedup), state)
+
+    def decide_groups(self, batch, group, best, state) -> Decisions:
+        n = len(batch)
         truth = batch.true_speedup if batch.true_speedup is not None else np.full(n, np.nan)
         score = np.where(np.isnan(truth), -np.inf, truth)
-        take = math.ceil(self.p * n - 1e-9)
-        order = np.argsort(-score, kind="stable")  # ties keep request order
-        measure = np.zeros(n, bool)
-        measure[order[:take]] = True
+        rank = rank_within_groups(group, score)  # ties keep request order
+        bounds = group_bounds(group)
+        sizes = np.diff(bounds)
+        take = np.ceil(self.p * sizes - 1e-9).astype(int)
+        measure = rank < np.repeat(take, sizes)
         reason = ["oracle-top" if m else "oracle-rest" for m in measure]
         return Decisions.build(measure, score, reason)

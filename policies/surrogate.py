@@ -7,7 +7,7 @@ import numpy as np
 from gfsim.bins import bin_cdf_above
 from gfsim.confidence import SCORES, expected_bin_index
 from gfsim.errors import SpecError
-from gfsim.policies.base import Batch, Decisions, Policy, SearchState
+from gfsim.policies.base import Batch, Decisions, Policy, SearchState, rank_within_groups
 from gfsim.rng import keyed_uniforms
 from gfsim.specs import Param, bind_params, parse_spec
 
@@ -31,12 +31,13 @@ class TopKPolicy(Policy):
 
     def decide(self, batch: Batch, state: SearchState) -> Decisions:
         n = len(batch)
+        return self.decide_groups(batch, np.zeros(n, int), np.full(n, state.best_speedup), state)
+
+    def decide_groups(self, batch, group, best, state) -> Decisions:
         usable = batch.usable
         score = np.where(usable, expected_bin_index(batch.probs), -np.inf)
-        order = np.argsort(-score, kind="stable")  # ties by request order, as the reference
-        ranked = [i for i in order if usable[i]][: self.k]
-        measure = np.zeros(n, bool)
-        measure[ranked] = True
+        # Ties by request order, as the reference; unusable rows rank last and never count.
+        measure = usable & (rank_within_groups(group, score) < self.k)
         reason = ["top-k" if m else "below-k" for m in measure]
         for i in np.flatnonzero(~usable):
             measure[i] = self.on_parse_failure == "measure"
@@ -115,9 +116,13 @@ class ThresholdPolicy(Policy):
 
     def decide(self, batch: Batch, state: SearchState) -> Decisions:
         n = len(batch)
+        return self.decide_groups(batch, np.zeros(n, int), np.full(n, state.best_speedup), state)
+
+    def decide_groups(self, batch, group, best, state) -> Decisions:
+        n = len(batch)
         usable = batch.usable
         conf = np.where(usable, SCORES[self.score](batch.probs), np.nan)
-        threshold = state.best_speedup / np.maximum(batch.base_speedup, 1e-300)
+        threshold = np.asarray(best, dtype=float) / np.maximum(batch.base_speedup, 1e-300)
         promise = bin_cdf_above(batch.probs, batch.bin_edges, threshold, top_span=self.top_span)
         tau = self.effective_tau
         unsure = conf < tau

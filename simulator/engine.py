@@ -1,9 +1,14 @@
 """The SimPy engine: one search replayed by the ``trace`` driver under a policy and a cost model.
 
 Trace driver (open loop): the logged order is kept. Per step (a barrier, as in the reference's
-standard mode), each parent batch is generated and, if the policy reads forecasts, forecast;
-once the whole batch is in, the policy decides; chosen candidates are compiled, checked and
-timed. Resources with capacities: generator slots, forecaster slots, CPU compile workers, GPUs.
+standard mode), each parent batch runs the pipeline's pre-decision stages for every candidate
+(by default: generate, then forecast if the policy reads forecasts); once the whole batch is in,
+the policy decides; chosen candidates run the post-decision stages (by default compile, check,
+time). Resources with capacities: generator slots, forecaster slots, CPU compile workers, GPUs.
+Consecutive stages on one resource share one acquisition; under serverless billing every GPU
+acquisition starts a fresh container and pays its cold start. Costs are booked when a resource
+is released.
+
 A candidate whose parent this policy never measured is an *orphan*: it is replayed anyway
 (``drop_orphans=False``) or not generated at all, with its descendants (``drop_orphans=True``).
 """
@@ -12,36 +17,55 @@ from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import replace
 
 import numpy as np
 import simpy
 
 from gfsim.cost_models.presets import Capacities, PresetCostModel
-from gfsim.cost_models.usage import STAGES, Cost, Usage
+from gfsim.cost_models.usage import STAGES, Cost
 from gfsim.policies.base import Batch, Policy, SearchState
 from gfsim.simulator.budget import Budget
+from gfsim.simulator.pipeline import COST_STAGE, DEFAULT_PIPELINE, Pipeline
 from gfsim.simulator.results import SearchResult
 from gfsim.simulator.trace import SearchTrace
 
-__all__ = ["SearchSimulation", "CANDIDATE_STATES"]
+__all__ = ["SearchSimulation", "CANDIDATE_STATES", "segments"]
 
 # What happened to each candidate in a replay.
 CANDIDATE_STATES = (
-    "measured",  # sent to the GPU (any outcome)
+    "measured",  # the policy chose it and its measurement ran (any outcome)
     "skipped",  # the policy chose not to measure it
-    "unmeasurable",  # chosen, but the log has no ground truth (a logged surrogate deferred it)
+    "failed_before_decision",  # a pre-decision stage (e.g. an early compile) failed
+    "unmeasurable",  # needed ground truth the log does not have (a logged surrogate deferred it)
     "generation_failed",  # the mutator returned nothing
     "orphan_dropped",  # its parent was never measured, and orphans are dropped
     "budget_stopped",  # a budget ran out before it was generated or measured
 )
-_GPU_STAGES_WITH_COMPILE = ("cold_start", "compilation", "check", "timing")
+# Outcomes that end a candidate after a stage.
+_ENDS_AFTER = {"compile": {"compile_failed"}, "check": {"runtime_error", "incorrect"}}
+_EVAL_STAGES = ("compile", "check", "time")
+
+
+def segments(stages: tuple[str, ...], compile_on: str) -> list[tuple[str, tuple[str, ...]]]:
+    """Group consecutive stages that hold the same resource: [(resource, stages), ...]."""
+    resource = {"generate": "gen", "forecast": "fc", "check": "gpu", "time": "gpu",
+                "compile": "gpu" if compile_on == "gpu_host" else "cpu"}
+    out: list[tuple[str, list[str]]] = []
+    for s in stages:
+        if out and out[-1][0] == resource[s]:
+            out[-1][1].append(s)
+        else:
+            out.append((resource[s], [s]))
+    return [(r, tuple(ss)) for r, ss in out]
 
 
 class SearchSimulation:
     """Replays one ``SearchTrace``. Construct, then ``run()`` once."""
 
     def __init__(self, trace: SearchTrace, policy: Policy, model: PresetCostModel,
-                 capacities: Capacities, budget: Budget, seed: int, drop_orphans: bool = False):
+                 capacities: Capacities, budget: Budget, seed: int, drop_orphans: bool = False,
+                 pipeline: Pipeline = DEFAULT_PIPELINE):
         self.trace = trace
         self.policy = policy
         self.model = model
@@ -49,17 +73,19 @@ class SearchSimulation:
         self.budget = budget
         self.seed = seed
         self.drop_orphans = drop_orphans
+        self.pipeline = pipeline
 
     # -- bookkeeping ---------------------------------------------------------------------
-    def _book(self, i: int, usage: Usage) -> None:
-        cost = self.model.cost(usage)
-        k = self._stage_index[usage.stage]
-        self._stage_totals[k] = self._stage_totals[k] + cost
-        self._usd += cost.usd
-        self._joules += cost.joules
-        self._cand_usd[i] += cost.usd
-        if usage.stage in self._gpu_stages:
-            self._gpu_busy_s += usage.seconds
+    def _book(self, i: int, stage: str, seconds: float) -> None:
+        usd, joules, imp = self._price[stage]
+        k = self._stage_index[stage]
+        self._stage_s[k] += seconds
+        self._stage_usd[k] += usd[i]
+        self._stage_j[k] += joules[i]
+        self._stage_imp[k] += imp[i]
+        self._usd += usd[i]
+        self._joules += joules[i]
+        self._cand_usd[i] += usd[i]
 
     def _spent(self, now: float) -> tuple[float, float]:
         usd, joules = self._usd, self._joules
@@ -78,7 +104,7 @@ class SearchSimulation:
             reason = "gpu_evals"
         elif now >= b.seconds:
             reason = "seconds"
-        elif not (math.isinf(b.usd) and math.isinf(b.joules)):
+        elif self._money_limited:
             usd, joules = self._spent(now)
             if usd >= b.usd:
                 reason = "usd"
@@ -87,41 +113,100 @@ class SearchSimulation:
         self._stopped_by = reason
         return reason
 
-    # -- processes -------------------------------------------------------------------------
-    def _is_orphan(self, i: int) -> bool:
-        p = self.trace.parent[i]
-        return p >= 0 and self._state[p] != "measured"
+    # -- stages ----------------------------------------------------------------------------
+    def _plan(self, i: int, stages: tuple[str, ...]) -> tuple[list[tuple[str, float]], str | None]:
+        """The (cost stage, seconds) that run for candidate i, and why it ends early, if so."""
+        t = self.trace
+        plan: list[tuple[str, float]] = []
+        for s in stages:
+            if s == "generate":
+                plan.append(("generation", t.gen_s[i]))
+                if t.gen_failed[i]:
+                    return plan, "generation_failed"
+            elif s == "forecast":
+                if self.policy.needs_forecast and t.has_forecast[i]:
+                    plan.append(("forecasting", t.fc_s[i]))
+            else:
+                outcome = t.outcome[i]
+                if outcome is None:
+                    return plan, "unmeasurable"
+                stage = COST_STAGE[s]
+                plan.append((stage, self._stage_secs[stage][i]))
+                if outcome in _ENDS_AFTER.get(s, ()):
+                    return plan, outcome
+        return plan, None
+
+    def _run(self, i: int, segs):
+        """Run candidate i through segments; returns why it ended early (or None)."""
+        env = self.env
+        for res_name, stages in segs:
+            plan, ended = self._plan(i, stages)
+            if plan:
+                res = self._resources[res_name]
+                on_gpu = res_name == "gpu"
+                if on_gpu and self._cold_start[i] > 0:
+                    plan.insert(0, ("cold_start", self._cold_start[i]))
+                total = 0.0
+                for _, secs in plan:
+                    total += secs
+                with res.request() as req:
+                    yield req
+                    yield env.timeout(total)
+                for stage, secs in plan:
+                    self._book(i, stage, secs)
+                    if stage == "forecasting":
+                        self._forecasts += 1
+                if on_gpu:
+                    self._gpu_busy_s += total
+            if ended:
+                return ended
+        return None
 
     def _prepare(self, i: int):
-        t = self.trace
-        env = self.env
         self._reached[i] = True
-        if self._is_orphan(i):
+        p = self.trace.parent[i]
+        if p >= 0 and self._state[p] != "measured":
             self._orphan[i] = True
             if self.drop_orphans:
                 self._state[i] = "orphan_dropped"
                 return
         if self._exhausted():
-            self._state[i] = "budget_stopped"
-            return
-        with self._gen.request() as req:
-            yield req
-            yield env.timeout(t.gen_s[i])
-        self._book(i, Usage("generation", t.gen_s[i], t.gen_in[i], t.gen_out[i],
-                            imputed=t.gen_imputed[i]))
+            return  # stays budget_stopped
+        ended = yield from self._run(i, self._before)
         self._generated += 1
-        if t.gen_failed[i]:
-            self._state[i] = "generation_failed"
-            return
-        if self.policy.needs_forecast and t.has_forecast[i]:
-            with self._fc.request() as req:
-                yield req
-                yield env.timeout(t.fc_s[i])
-            self._book(i, Usage("forecasting", t.fc_s[i], t.fc_in[i], t.fc_out[i],
-                                imputed=t.fc_imputed[i]))
-            self._forecasts += 1
-        self._ready[i] = True
+        if ended is None:
+            self._ready[i] = True
+        elif ended == "generation_failed" or ended == "unmeasurable":
+            self._state[i] = ended
+            self._unmeasurable += ended == "unmeasurable"
+        else:
+            self._state[i] = "failed_before_decision"
+            self._outcome[i] = ended
 
+    def _measure(self, i: int):
+        if self._exhausted():
+            return  # stays budget_stopped
+        t = self.trace
+        if t.outcome[i] is None:
+            self._state[i] = "unmeasurable"
+            self._unmeasurable += 1
+            return
+        self._evals += 1
+        self._state[i] = "measured"
+        self._t_start[i] = self.env.now
+        yield from self._run(i, self._after)
+        self._t_end[i] = self.env.now
+        self._outcome[i] = t.outcome[i]
+        if t.outcome[i] == "success":
+            s = t.speedup[i]
+            self._measured_speedup[i] = s
+            if s > self._best:
+                self._best = s
+                self._best_id = t.candidate_ids[i]
+        usd, joules = self._spent(self.env.now)
+        self._anytime.append((self.env.now, usd, joules, self._evals, self._best))
+
+    # -- decisions -------------------------------------------------------------------------
     def _base_speedup(self, i: int) -> float:
         t = self.trace
         if t.forecast_frame == "reference":
@@ -139,11 +224,11 @@ class SearchSimulation:
 
     def _batch(self, rows: list[int]) -> Batch:
         t = self.trace
+        reads = self.policy.needs_forecast
         return Batch(
             candidate_ids=tuple(t.candidate_ids[i] for i in rows),
             probs=t.probs[rows],
-            has_forecast=t.has_forecast[rows] if self.policy.needs_forecast
-            else np.zeros(len(rows), bool),
+            has_forecast=t.has_forecast[rows] if reads else np.zeros(len(rows), bool),
             parse_failed=t.parse_failed[rows],
             base_speedup=np.array([self._base_speedup(i) for i in rows]),
             bin_edges=t.bin_edges,
@@ -151,17 +236,21 @@ class SearchSimulation:
             else None,
         )
 
+    def _budget_left(self) -> dict[str, float]:
+        b = self.budget
+        usd, joules = self._spent(self.env.now)
+        return {"usd": b.usd - usd, "seconds": b.seconds - self.env.now,
+                "joules": b.joules - joules, "gpu_evals": b.gpu_evals - self._evals}
+
     def _parent_batch(self, step: int, rows: list[int]):
         env = self.env
         yield env.all_of([env.process(self._prepare(i)) for i in rows])
         live = [i for i in rows if self._ready[i]]
         if not live:
             return
-        state = SearchState(
-            search_id=self.trace.search_id, task_id=self.trace.task_id, step=step,
-            best_speedup=self._best, gpu_evals=self._evals, seed=self.seed,
-            budget_left=self._budget_left(),
-        )
+        # Only the best speedup is live; counts and budget are as of the step's start, so that
+        # batches deciding at the same instant see the same state in any event order.
+        state = replace(self._step_state, best_speedup=self._best)
         decisions = self.policy.decide(self._batch(live), state)
         measures = []
         for j, i in enumerate(live):
@@ -175,65 +264,6 @@ class SearchSimulation:
         if measures:
             yield env.all_of(measures)
 
-    def _budget_left(self) -> dict[str, float]:
-        b = self.budget
-        usd, joules = self._spent(self.env.now)
-        return {"usd": b.usd - usd, "seconds": b.seconds - self.env.now,
-                "joules": b.joules - joules, "gpu_evals": b.gpu_evals - self._evals}
-
-    def _measure(self, i: int):
-        t = self.trace
-        env = self.env
-        if self._exhausted():
-            self._state[i] = "budget_stopped"
-            return
-        outcome = t.outcome[i]
-        if outcome is None:
-            self._state[i] = "unmeasurable"
-            self._unmeasurable += 1
-            return
-        self._evals += 1
-        self._state[i] = "measured"
-        self._t_start[i] = env.now
-        stage_s = {k: v[i] for k, v in t.stage_s.items()}
-        energy = self._split_energy(i, stage_s)
-        if self.model.compile_on == "cpu":
-            with self._cpu.request() as req:
-                yield req
-                yield env.timeout(stage_s["compilation"])
-            self._book_stage(i, "compilation", stage_s, energy)
-        if not (self.model.compile_on == "cpu" and outcome == "compile_failed"):
-            with self._gpus.request() as req:
-                yield req
-                for stage in _GPU_STAGES_WITH_COMPILE:
-                    if stage == "compilation" and self.model.compile_on == "cpu":
-                        continue
-                    if stage_s[stage] > 0:
-                        yield env.timeout(stage_s[stage])
-                        self._book_stage(i, stage, stage_s, energy)
-        self._t_end[i] = env.now
-        if outcome == "success":
-            s = t.speedup[i]
-            self._measured_speedup[i] = s
-            if s > self._best:
-                self._best = s
-                self._best_id = t.candidate_ids[i]
-        usd, joules = self._spent(env.now)
-        self._anytime.append((env.now, usd, joules, self._evals, self._best))
-
-    def _split_energy(self, i: int, stage_s: dict[str, float]) -> dict[str, float | None]:
-        """A measured evaluation energy is shared among its GPU stages by their seconds."""
-        total = self.trace.energy_j[i]
-        if total is None:
-            return dict.fromkeys(stage_s)
-        gpu = [k for k in stage_s if k in self._gpu_stages]
-        secs = sum(stage_s[k] for k in gpu)
-        return {k: (total * stage_s[k] / secs if k in gpu and secs > 0 else None) for k in stage_s}
-
-    def _book_stage(self, i, stage, stage_s, energy):
-        self._book(i, Usage(stage, stage_s[stage], energy_j=energy[stage],
-                            imputed=self.trace.stage_imputed[stage][i]))
-
     def _driver(self):
         env = self.env
         for n_done, (step, batches) in enumerate(self.trace.steps):
@@ -241,6 +271,11 @@ class SearchSimulation:
                 self._stopped_by = "steps"
             if self._exhausted():
                 break
+            self._step_state = SearchState(
+                search_id=self.trace.search_id, task_id=self.trace.task_id, step=step,
+                best_speedup=self._best, gpu_evals=self._evals, seed=self.seed,
+                budget_left=self._budget_left(),
+            )
             yield env.all_of([env.process(self._parent_batch(step, b)) for b in batches])
             self._steps_done += 1
 
@@ -250,17 +285,27 @@ class SearchSimulation:
         n = len(t)
         self.env = simpy.Environment()
         caps = self.capacities
-        self._gen = simpy.Resource(self.env, caps.generator)
-        self._fc = simpy.Resource(self.env, caps.forecaster)
-        self._cpu = simpy.Resource(self.env, caps.compile_workers)
-        self._gpus = simpy.Resource(self.env, caps.gpus)
-        self._gpu_stages = {"cold_start", "check", "timing"} | (
-            {"compilation"} if self.model.compile_on == "gpu_host" else set())
+        self._resources = {
+            "gen": simpy.Resource(self.env, caps.generator),
+            "fc": simpy.Resource(self.env, caps.forecaster),
+            "cpu": simpy.Resource(self.env, caps.compile_workers),
+            "gpu": simpy.Resource(self.env, caps.gpus),
+        }
+        self._before = segments(self.pipeline.before, self.model.compile_on)
+        self._after = segments(self.pipeline.after, self.model.compile_on)
+        self._price = {k: tuple(a.tolist() for a in v) for k, v in t.price.items()}
+        self._stage_secs = t.stage_s
+        self._cold_start = t.stage_s["cold_start"]
+        self._money_limited = not (math.isinf(self.budget.usd) and math.isinf(self.budget.joules))
         self._stage_index = {s: k for k, s in enumerate(STAGES)}
-        self._stage_totals = [Cost() for _ in STAGES]
+        self._stage_s = [0.0] * len(STAGES)
+        self._stage_usd = [0.0] * len(STAGES)
+        self._stage_j = [0.0] * len(STAGES)
+        self._stage_imp = [0.0] * len(STAGES)
         self._usd = self._joules = self._gpu_busy_s = 0.0
         self._cand_usd = [0.0] * n
         self._state = ["budget_stopped"] * n
+        self._outcome: list[str | None] = [None] * n
         self._reached = [False] * n
         self._ready = [False] * n
         self._orphan = [False] * n
@@ -284,10 +329,10 @@ class SearchSimulation:
     def _result(self) -> SearchResult:
         t = self.trace
         wall = self.env.now
-        idle = self.model.idle(self.capacities.gpus * wall - self._gpu_busy_s)
-        stages = dict(zip(STAGES, self._stage_totals))
-        stages["idle"] = stages["idle"] + idle
-        reached = sum(self._reached)
+        stages = {s: Cost(self._stage_s[k], self._stage_usd[k], self._stage_j[k],
+                          self._stage_imp[k]) for k, s in enumerate(STAGES)}
+        stages["idle"] = stages["idle"] + self.model.idle(
+            self.capacities.gpus * wall - self._gpu_busy_s)
         table = {
             "candidate_id": t.candidate_ids,
             "search_id": [t.search_id] * len(t),
@@ -299,7 +344,7 @@ class SearchSimulation:
             "action": self._action,
             "score": self._score,
             "reason": self._reason,
-            "outcome": [o if s == "measured" else None for o, s in zip(t.outcome, self._state)],
+            "outcome": self._outcome,
             "speedup": self._measured_speedup,
             "measure_start_s": self._t_start,
             "measure_end_s": self._t_end,
@@ -309,22 +354,11 @@ class SearchSimulation:
         for row in zip(t.candidate_ids, self._state, self._action, self._t_end):
             digest.update(repr(row).encode())
         return SearchResult(
-            search_id=t.search_id,
-            task_id=t.task_id,
-            seed_speedup=t.seed_speedup,
-            best_speedup=self._best,
-            best_candidate_id=self._best_id,
-            gpu_evals=self._evals,
-            candidates=self._generated,
-            forecasts=self._forecasts,
-            unmeasurable=self._unmeasurable,
-            orphans=sum(self._orphan),
-            reached=reached,
-            steps=self._steps_done,
-            wall_s=wall,
-            stages=stages,
-            stopped_by=self._stopped_by,
-            anytime=self._anytime,
-            table=table,
+            search_id=t.search_id, task_id=t.task_id, seed_speedup=t.seed_speedup,
+            best_speedup=self._best, best_candidate_id=self._best_id, gpu_evals=self._evals,
+            candidates=self._generated, forecasts=self._forecasts,
+            unmeasurable=self._unmeasurable, orphans=sum(self._orphan),
+            reached=sum(self._reached), steps=self._steps_done, wall_s=wall, stages=stages,
+            stopped_by=self._stopped_by, anytime=self._anytime, table=table,
             trace_hash=digest.hexdigest(),
         )

@@ -13,10 +13,12 @@ from gfsim.policies.registry import make_policy
 from gfsim.replay_logs.log import ReplayLog
 from gfsim.simulator.budget import Budget
 from gfsim.simulator.engine import SearchSimulation
+from gfsim.simulator.fastpath import FastPathUnsafe, fast_path_blocker, run_fast
+from gfsim.simulator.pipeline import DEFAULT_PIPELINE, Pipeline
 from gfsim.simulator.results import ReplayResult
 from gfsim.simulator.trace import SearchTrace, build_traces
 
-__all__ = ["replay", "replay_with_baseline", "comparison_json"]
+__all__ = ["ENGINES", "replay", "replay_with_baseline", "comparison_json", "simulate_search"]
 
 
 def _check_shape(log: ReplayLog, policy: Policy, traces: list[SearchTrace]) -> None:
@@ -40,11 +42,39 @@ def _calibration_batch(traces: list[SearchTrace]) -> Batch:
     )
 
 
+ENGINES = ("auto", "des", "fast")
+
+
+def simulate_search(trace: SearchTrace, policy: Policy, model: PresetCostModel,
+                    caps: Capacities, budget: Budget, seed: int, drop_orphans: bool,
+                    pipeline: Pipeline = DEFAULT_PIPELINE, engine: str = "auto"):
+    """One search through the fast path where it applies (``auto``), else the event engine."""
+    if engine not in ENGINES:
+        raise GfsimError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+    if engine != "des":
+        blocker = fast_path_blocker(trace, policy, model, caps, budget)
+        if blocker is None:
+            try:
+                result = run_fast(trace, policy, model, caps, budget, seed, drop_orphans,
+                                  pipeline)
+                result.engine = "fast"
+                return result
+            except FastPathUnsafe as exc:
+                blocker = str(exc)
+        if engine == "fast":
+            raise GfsimError(f"the fast path cannot replay search {trace.search_id!r}: {blocker}")
+    return SearchSimulation(trace, policy, model, caps, budget, seed, drop_orphans,
+                            pipeline).run()
+
+
 def replay(log: ReplayLog, policy: Policy, model: PresetCostModel, *, budget: Budget = Budget(),
            seed: int = 0, capacities: Capacities | None = None, forecaster: str | None = None,
-           orphans_dropped: bool = True) -> ReplayResult:
+           orphans_dropped: bool = True, pipeline: Pipeline = DEFAULT_PIPELINE,
+           engine: str = "auto") -> ReplayResult:
     """Replay every search of ``log`` with the trace driver; orphans are kept, and (if asked)
-    the run is repeated with orphans dropped so both can be reported."""
+    the run is repeated with orphans dropped so both can be reported. ``engine``: ``auto``
+    uses the closed-form fast path wherever no capacity binds, ``des`` always the SimPy
+    engine, ``fast`` insists on the fast path."""
     started = time.perf_counter()
     caps = capacities or model.capacities
     traces = build_traces(log, model, forecaster)
@@ -52,7 +82,8 @@ def replay(log: ReplayLog, policy: Policy, model: PresetCostModel, *, budget: Bu
     policy.fit(_calibration_batch(traces), seed)
 
     def run_all(drop: bool):
-        return [SearchSimulation(t, policy, model, caps, budget, seed, drop).run() for t in traces]
+        return [simulate_search(t, policy, model, caps, budget, seed, drop, pipeline, engine)
+                for t in traces]
 
     searches = run_all(False)
     dropped = run_all(True) if orphans_dropped else None
@@ -86,6 +117,7 @@ def comparison_json(result: ReplayResult, base: ReplayResult, budget: Budget) ->
         "seed": result.seed,
         "budget": budget.as_dict(),
         "driver": "trace",
+        "engines": sorted({r.engine for r in result.searches}),
         **mine,
         "baseline": {"policy": base.policy, **theirs},
         "usd_delta": mine["usd"] - theirs["usd"],

@@ -49,6 +49,7 @@ class SearchResult:
     anytime: list[tuple[float, float, float, int, float]]
     table: dict[str, list]
     trace_hash: str
+    engine: str = "des"  # "des" (SimPy events) or "fast" (closed form, no capacity binds)
 
     @property
     def total(self) -> Cost:
@@ -71,6 +72,7 @@ class SearchResult:
             "usd": tot.usd,
             "joules": tot.joules,
             "stopped_by": self.stopped_by,
+            "engine": self.engine,
         }
 
 

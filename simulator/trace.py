@@ -58,6 +58,9 @@ class SearchTrace:
     stage_imputed: dict[str, list[bool]]
     energy_j: list[float | None]  # measured energy of the whole evaluation, if usable
     logged_status: list[str]
+    # Per cost stage: (usd, joules, usd_imputed) of each candidate *if* that stage runs for it.
+    # Pricing is linear and does not depend on the simulation, so it is done once, vectorised.
+    price: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
 
     def __len__(self) -> int:
         return len(self.candidate_ids)
@@ -181,4 +184,30 @@ def build_traces(
             energy_j=energy_j,
             logged_status=rows["status"].tolist(),
         ))
+    for t in traces:
+        t.price = _price(t, model)
     return traces
+
+
+def _price(t: SearchTrace, model: PresetCostModel) -> dict:
+    gpu_stages = ["cold_start", "check", "timing"] + (
+        ["compilation"] if model.compile_on == "gpu_host" else [])
+    energy = np.array([np.nan if e is None else e for e in t.energy_j], dtype=float)
+    gpu_s = sum(np.asarray(t.stage_s[k], dtype=float) for k in gpu_stages)
+    price = {
+        "generation": model.price_many("generation", t.gen_s, t.gen_in, t.gen_out,
+                                       imputed=t.gen_imputed),
+        "forecasting": model.price_many("forecasting", t.fc_s, t.fc_in, t.fc_out,
+                                        imputed=t.fc_imputed),
+    }
+    for stage, secs in t.stage_s.items():
+        secs = np.asarray(secs, dtype=float)
+        if stage in gpu_stages:
+            # A measured evaluation energy is shared among its GPU stages by their seconds.
+            with np.errstate(invalid="ignore", divide="ignore"):
+                share = np.where(gpu_s > 0, energy * secs / gpu_s, np.nan)
+        else:
+            share = None
+        price[stage] = model.price_many(stage, secs, energy_j=share,
+                                        imputed=t.stage_imputed[stage])
+    return price

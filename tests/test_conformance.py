@@ -110,7 +110,9 @@ def toml_model(tmp_path):
     return load_cost_model(str(path))
 
 
-MODELS = [*PRESETS, "toml"]
+# Every preset, spec options (another provider, LLM and GPU count) and a TOML file.
+MODELS = [*PRESETS, "serverless-h200:forecaster=gpt-oss-20b,provider=runpod",
+          "reserved-b200:generator=self-hosted-gpt-oss-20b,gpus=2", "toml"]
 
 
 @pytest.fixture(params=MODELS)
@@ -166,3 +168,21 @@ def test_every_preset_names_sources_for_its_figures(model):
     for key in ("gpu.usd_per_hour", "gpu.board_w", "gpu.active_w", "forecaster", "generator"):
         assert sources.get(key), f"{model.name}: no source for {key}"
     assert all(dataclasses.is_dataclass(getattr(model, s)) for s in ("gpu", "cpu", "priors"))
+
+
+@pytest.mark.parametrize("spec", ALL_SPECS)
+def test_decide_groups_equals_deciding_batch_by_batch(spec):
+    policy = fitted(spec)
+    sizes = [4, 1, 6, 3, 16]
+    batch = make_batch(sum(sizes), seed=8, unusable=(3, 9))
+    group = np.repeat(np.arange(len(sizes)), sizes)
+    best = np.repeat([0.8, 1.3, 2.0, 1.0, 3.5], sizes)
+    together = policy.decide_groups(batch, group, best, STATE)
+    start = 0
+    for g, size in enumerate(sizes):
+        rows = slice(start, start + size)
+        alone = policy.decide(batch.take(rows), dataclasses.replace(STATE, best_speedup=best[start]))
+        assert together.measure[rows].tolist() == alone.measure.tolist(), g
+        assert together.reason[start:start + size] == alone.reason, g
+        np.testing.assert_allclose(together.score[rows], alone.score)
+        start += size

@@ -1,0 +1,103 @@
+"""The closed-form fast path agrees with the SimPy engine wherever it applies."""
+
+import numpy as np
+import pytest
+
+from gfsim.cost_models import Capacities, load_cost_model
+from gfsim.errors import GfsimError
+from gfsim.policies import make_policy
+from gfsim.replay_logs import load_log, resolve_log
+from gfsim.simulator import Budget, replay
+from gfsim.simulator.pipeline import parse_pipeline
+from gfsim.testing import LogBuilder
+
+OUTCOMES = ["success"] * 6 + ["compile_failed", "runtime_error", "incorrect", "timeout",
+                              "infrastructure_failure"]
+POLICIES = ["all", "threshold:0.6", "threshold:tau=0.9,rho=0.3,score=margin",
+            "threshold:coverage=0.5", "topk:2", "topk:k=1,on_parse_failure=skip",
+            "random:0.5", "oracle:0.4"]
+PIPELINES = [None, "generate,compile,forecast,decide,check,time",
+             "generate,compile,check,forecast,decide,time"]
+WIDE = Capacities(generator=64, forecaster=64, compile_workers=64, gpus=64)
+
+
+def random_log(rng, path):
+    frame = rng.choice(["reference", "seed", "parent"])
+    b = LogBuilder({"t0": float(rng.uniform(0.5, 1.5)), "t1": 1.0}, relative_to=frame)
+    for task in ("t0", "t1"):
+        ids: list[str] = []
+        for step in range(int(rng.integers(1, 6))):
+            parents = [None] if not ids else list(rng.choice(ids, size=min(len(ids), 3)))
+            for parent in parents[: int(rng.integers(1, 4))]:
+                for _ in range(int(rng.integers(1, 5))):
+                    u = rng.random()
+                    outcome = str(rng.choice(OUTCOMES))
+                    cid = b.candidate(
+                        task, step, parent=parent, outcome=outcome,
+                        speedup=float(rng.lognormal(0, 0.6)) if outcome == "success" else None,
+                        probs=list(rng.dirichlet(np.full(8, 0.7))) if u > 0.1 else None,
+                        parse_failed=0.05 < u < 0.1, gen_failed=u < 0.03,
+                        deferred=0.03 <= u < 0.05, gen_s=float(rng.uniform(1, 30)),
+                        forecast_s=float(rng.uniform(1, 20)),
+                        stage_s=tuple(float(x) for x in rng.uniform(0.1, 50, size=4)),
+                        tokens=None if rng.random() < 0.5 else (1000, 2000),
+                    )
+                    if u >= 0.05:
+                        ids.append(cid)
+    return load_log(b.write(path))
+
+
+@pytest.mark.parametrize("case", range(40))
+def test_fast_path_agrees_with_the_event_engine(tmp_path, case):
+    rng = np.random.default_rng(case)
+    log = random_log(rng, tmp_path / "log.jsonl")
+    model = load_cost_model(str(rng.choice(["serverless-a100", "reserved-h100"])))
+    policy = str(rng.choice(POLICIES))
+    kwargs = dict(seed=case, capacities=WIDE, pipeline=parse_pipeline(rng.choice(PIPELINES)),
+                  budget=Budget(steps=int(rng.integers(1, 6))) if rng.random() < 0.3
+                  else Budget())
+    fast = replay(log, make_policy(policy), model, engine="auto", **kwargs)
+    slow = replay(log, make_policy(policy), model, engine="des", **kwargs)
+    assert {r.engine for r in slow.searches} == {"des"}
+    # Continuous random times leave no ties, so auto must have taken the fast path.
+    assert {r.engine for r in fast.searches} == {"fast"}
+    for f, s in zip(fast.searches + fast.orphans_dropped, slow.searches + slow.orphans_dropped):
+        assert f.trace_hash == s.trace_hash  # states, decisions and end times, exactly
+        assert f.table["action"] == s.table["action"]
+        assert f.table["state"] == s.table["state"]
+        assert f.best_speedup == s.best_speedup and f.best_candidate_id == s.best_candidate_id
+        assert (f.gpu_evals, f.forecasts, f.candidates, f.unmeasurable, f.orphans, f.steps) == (
+            s.gpu_evals, s.forecasts, s.candidates, s.unmeasurable, s.orphans, s.steps)
+        assert f.wall_s == s.wall_s and f.stopped_by == s.stopped_by
+        for stage in f.stages:
+            assert f.stages[stage].usd == pytest.approx(s.stages[stage].usd, rel=1e-9, abs=1e-12)
+            assert f.stages[stage].joules == pytest.approx(s.stages[stage].joules, rel=1e-9)
+            assert f.stages[stage].seconds == pytest.approx(s.stages[stage].seconds, rel=1e-9)
+        assert f.table["usd"] == pytest.approx(s.table["usd"], rel=1e-9)
+        assert len(f.anytime) == len(s.anytime)
+        assert [r[4] for r in f.anytime] == [r[4] for r in s.anytime]
+        np.testing.assert_allclose([r[1] for r in f.anytime], [r[1] for r in s.anytime],
+                                   rtol=1e-9)
+
+
+def test_the_fast_path_is_used_when_nothing_binds():
+    log = load_log(resolve_log("synthetic-mini"))
+    model = load_cost_model("serverless-a100")
+    r = replay(log, make_policy("threshold:0.7"), model, capacities=WIDE)
+    assert {s.engine for s in r.searches} == {"fast"}
+
+
+@pytest.mark.parametrize("budget, caps, reason", [
+    (Budget(usd=10), WIDE, "budget"),
+    (Budget(), Capacities(generator=64, forecaster=64, compile_workers=64, gpus=2),
+     "GPU capacity binds"),
+    (Budget(), Capacities(generator=2, forecaster=64, compile_workers=64, gpus=64),
+     "generator capacity binds"),
+])
+def test_the_engine_runs_where_the_fast_path_cannot(budget, caps, reason):
+    log = load_log(resolve_log("synthetic-mini"))
+    model = load_cost_model("serverless-a100")
+    r = replay(log, make_policy("all"), model, capacities=caps, budget=budget)
+    assert {s.engine for s in r.searches} == {"des"}
+    with pytest.raises(GfsimError, match=reason):
+        replay(log, make_policy("all"), model, capacities=caps, budget=budget, engine="fast")
