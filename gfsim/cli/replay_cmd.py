@@ -45,7 +45,9 @@ def replay(
                                       help="Log path or shipped log name (default: the shipped "
                                            "default, see `gfsim logs`)."),
     cost: str = typer.Option("serverless-a100", "--cost", "-c",
-                             help="Cost preset (serverless-a100, reserved-h100) or a TOML file."),
+                             help="Cost preset, e.g. serverless-a100, reserved-h100:gpus=2, "
+                                  "serverless-h200:provider=runpod,forecaster=gpt-oss-20b, or a "
+                                  "TOML file (`gfsim costs` lists presets and sources)."),
     budget: Optional[str] = typer.Option(None, "--budget", "-b",
                                          help="Per-search limits: usd=..,seconds=..,joules=..,"
                                               "gpu_evals=..,steps=.."),
@@ -54,6 +56,18 @@ def replay(
     capacity: Optional[str] = typer.Option(None, "--capacity",
                                            help="Override resource slots: gen=..,forecast=..,"
                                                 "compile=..,gpus=.."),
+    gen_tokens: Optional[str] = typer.Option(None, "--gen-tokens",
+                                             help="Prior for mutation tokens the log lacks: "
+                                                  "IN,OUT or in=..,out=.. (an assumption; "
+                                                  "counted in usd_imputed_share)."),
+    pipeline: Optional[str] = typer.Option(None, "--pipeline",
+                                           help="Stage order, default generate,forecast,decide,"
+                                                "compile,check,time; e.g. generate,compile,"
+                                                "forecast,decide,check,time compiles on CPU "
+                                                "before forecasting."),
+    engine: str = typer.Option("auto", "--engine",
+                               help="auto (closed-form fast path wherever no capacity binds), "
+                                    "des (always the SimPy engine) or fast."),
     forecaster: Optional[str] = typer.Option(None, "--forecaster",
                                              help="Which logged forecaster the policy reads "
                                                   "(default: the first in the log)."),
@@ -63,22 +77,29 @@ def replay(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Replay a logged search under a policy and cost model; compare with a baseline."""
-    from gfsim.cost_models import load_cost_model
+    from gfsim.cost_models import load_cost_model, with_gen_tokens
     from gfsim.policies import make_policy
     from gfsim.replay_logs import load_log, resolve_log
     from gfsim.simulator import comparison_json, parse_budget, replay_with_baseline
+    from gfsim.simulator.pipeline import parse_pipeline
 
     the_policy = make_policy(policy)
     make_policy(baseline)  # fail on a bad baseline before any work
     the_budget = parse_budget(budget)
     model = load_cost_model(cost)
+    if gen_tokens is not None:
+        model = with_gen_tokens(model, gen_tokens)
     caps = parse_capacity(capacity, model.capacities)
+    the_pipeline = parse_pipeline(pipeline)
     the_log = load_log(resolve_log(log))
     result, base = replay_with_baseline(
         the_log, the_policy, model, baseline=baseline, budget=the_budget, seed=seed,
-        capacities=caps, forecaster=forecaster,
+        capacities=caps, forecaster=forecaster, pipeline=the_pipeline, engine=engine,
     )
     out = comparison_json(result, base, the_budget)
+    out["pipeline"] = str(the_pipeline)
+    out["gen_tokens_prior"] = {"input": model.priors.gen_input_tokens,
+                               "output": model.priors.gen_output_tokens}
     if candidates_out is not None:
         _write_table(result.candidate_table(), candidates_out)
     if as_json:
@@ -105,6 +126,8 @@ def _print_report(out: dict) -> None:
     base = out["baseline"]
     con.print(f"[bold]gfsim replay[/bold]  log={out['log']}  policy={out['policy']}  "
               f"cost={out['cost_model']}  seed={out['seed']}")
+    con.print(f"[dim]pipeline {out['pipeline']}; engine {', '.join(out['engines'])}; "
+              f"simulated in {out['simulation_s']:.2f} s[/dim]")
     table = Table(show_edge=False)
     for col in ("", "policy", f"baseline ({base['policy']})", "delta"):
         table.add_column(col, justify="right" if col else "left")
@@ -131,8 +154,11 @@ def _print_report(out: dict) -> None:
         stages.add_row(name, f"{c['s'] / 3600:,.2f}", f"${c['usd']:,.2f}",
                        f"{c['joules'] / 3.6e6:,.3f}")
     con.print(stages)
+    prior = out["gen_tokens_prior"]
     con.print(f"USD resting on imputed usage (priors, not the log): "
-              f"{out['usd_imputed_share']:.0%} (policy), {base['usd_imputed_share']:.0%} (baseline)")
+              f"{out['usd_imputed_share']:.0%} (policy), {base['usd_imputed_share']:.0%} "
+              f"(baseline); mutation-token prior {prior['input']:,.0f} in / "
+              f"{prior['output']:,.0f} out (assumption)")
     con.print(f"orphans (children of candidates this policy never measured): "
               f"{out['orphan_share']:.0%}", end="")
     if "orphans_dropped" in out:
