@@ -15,7 +15,6 @@ A candidate whose parent this policy never measured is an *orphan*: it is replay
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import replace
 
@@ -350,9 +349,6 @@ class SearchSimulation:
             "measure_end_s": self._t_end,
             "usd": self._cand_usd,
         }
-        digest = hashlib.sha256()
-        for row in zip(t.candidate_ids, self._state, self._action, self._t_end):
-            digest.update(repr(row).encode())
         return SearchResult(
             search_id=t.search_id, task_id=t.task_id, seed_speedup=t.seed_speedup,
             best_speedup=self._best, best_candidate_id=self._best_id, gpu_evals=self._evals,
@@ -360,5 +356,4 @@ class SearchSimulation:
             unmeasurable=self._unmeasurable, orphans=sum(self._orphan),
             reached=sum(self._reached), steps=self._steps_done, wall_s=wall, stages=stages,
             stopped_by=self._stopped_by, anytime=self._anytime, table=table,
-            trace_hash=digest.hexdigest(),
         )

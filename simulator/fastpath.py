@@ -1,15 +1,19 @@
 """The fast path: the trace driver in closed form when no resource capacity binds.
 
-If no step has more candidates than any resource has slots, nothing ever queues: a
-candidate's stages end at its start time plus their durations, a parent batch decides when its
-slowest member is ready, and a step ends when its slowest batch does. Each step is then a few
-vectorised array operations and one ``Policy.decide_groups`` call instead of thousands of SimPy
-events. The arithmetic follows the event engine's order of additions, so times, decisions and
-trace hashes agree exactly (tests/test_fastpath.py checks this on many random configurations).
+If no step has more candidates than any resource has slots, nothing ever queues: a candidate's
+stages end at its start time plus their durations, a parent batch decides when its slowest
+member is ready, and a step ends when its slowest batch does. Durations then do not depend on
+decisions, so they are computed once for the whole search, and decisions are made for many
+steps in one vectorised ``Policy.decide_groups`` call. The only thing that carries from step to
+step is the best measured speedup (and, for parent-relative forecasts, the parents' measured
+speedups): a chunk of steps is decided with the current best, and kept up to the first step in
+which a measurement beats it; that step is redone batch by batch in decision order, and the
+next chunk starts after it. Decisions, states, best speedups and totals agree with the SimPy
+engine (tests/test_fastpath.py, many random configurations); times agree to rounding.
 
 Not covered (the event engine runs instead): budgets other than ``steps``, and a measurement
-that improves the best ending at exactly the instant a batch of its step decides (event order
-would matter).
+that improves the best ending at the instant (within 1e-9 s) a batch of its step decides, where
+event order would matter.
 """
 
 from __future__ import annotations
@@ -148,22 +152,348 @@ class _World:
         self.bookings.extend(p.bookings)
 
 
-class _Run:
-    """Per-candidate outcome columns of one fast replay (the same columns as the engine's)."""
+_TIE_S = 1e-9
+_FIRST_CHUNK = 4  # steps decided at once after a new best; doubles while no new best comes
 
-    def __init__(self, t: SearchTrace):
+
+class _Layout:
+    """The search's steps flattened in batch order: positions 0..m-1, each a trace row."""
+
+    def __init__(self, steps):
+        batches = [np.asarray(b, dtype=int) for _, bs in steps for b in bs]
+        sizes = np.array([len(b) for b in batches], dtype=int)
+        self.rows = np.concatenate(batches) if batches else np.zeros(0, int)
+        self.batch = np.repeat(np.arange(len(batches)), sizes)
+        self.batch_start = np.r_[0, np.cumsum(sizes)]
+        per_step = [len(bs) for _, bs in steps]
+        self.step_of_batch = np.repeat(np.arange(len(steps)), per_step)
+        self.step_first_batch = np.r_[0, np.cumsum(per_step)]
+        self.step_start = self.batch_start[self.step_first_batch]  # position of each step
+        self.step = self.step_of_batch[self.batch] if len(self.batch) else np.zeros(0, int)
+        self.step_numbers = [s for s, _ in steps]
+
+
+def _per_row(n: int, p: _Pass) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """How often each trace row ran each stage in a pass, and its GPU-seconds."""
+    counts = {s: np.zeros(n, int) for s in STAGES if s != "idle"}
+    for stage, rows in p.ran:
+        np.add.at(counts[stage], rows, 1)
+    gpu = np.zeros(n)
+    for rows, _, g, _, _ in p.bookings:
+        np.add.at(gpu, rows, g)
+    return counts, gpu
+
+
+class _FastRun:
+    """One fast replay of a search."""
+
+    def __init__(self, t: SearchTrace, policy: Policy, model: PresetCostModel, caps: Capacities,
+                 budget: Budget, seed: int, drop_orphans: bool, pipeline: Pipeline):
+        self.t, self.policy, self.model, self.caps = t, policy, model, caps
+        self.seed, self.drop = seed, drop_orphans
         n = len(t)
+        kept = t.steps if math.isinf(budget.steps) else t.steps[: int(budget.steps)]
+        self.stopped_by = "steps" if len(kept) < len(t.steps) else None
+        self.lay = lay = _Layout(kept)
+        self.w = w = _World(t, policy)
+        rows = lay.rows
+        # Durations do not depend on decisions: price every stage of every row once.
+        zero = np.zeros(len(rows))
+        self.pre = w.run_pass(rows, zero, segments(pipeline.before, model.compile_on))
+        self.post = w.run_pass(rows, zero, segments(pipeline.after, model.compile_on))
+        self.pre_rel = np.full(n, np.nan)
+        self.pre_rel[rows] = self.pre.end
+        self.pre_ended = np.full(n, -1)
+        self.pre_ended[rows] = self.pre.ended
+        self.post_rel = np.full(n, np.nan)
+        self.post_rel[rows] = self.post.end
+        self.pre_count, self.pre_gpu = _per_row(n, self.pre)
+        self.post_count, self.post_gpu = _per_row(n, self.post)
+        self.parent = np.asarray(t.parent, dtype=int)
+        self.speedup = np.asarray(t.speedup, dtype=float)
+        self.has_eval = ~w.no_eval
+        # Outcome columns (trace rows).
         self.state = np.full(n, "budget_stopped", dtype=object)
-        self.outcome = np.full(n, None, dtype=object)
         self.action = np.full(n, None, dtype=object)
         self.reason = np.full(n, None, dtype=object)
         self.score = np.full(n, np.nan)
-        self.reached = np.zeros(n, bool)
-        self.orphan = np.zeros(n, bool)
         self.measured = np.zeros(n, bool)
-        self.t_start = np.full(n, np.nan)
-        self.t_end = np.full(n, np.nan)
-        self.generated = self.unmeasurable = self.evals = self.steps = 0
+        self.dropped = np.zeros(n, bool)
+        self.step_t = np.zeros(len(kept) + 1)  # absolute start of each step, then the end
+        self.decide_rel = np.zeros(len(lay.batch_start) - 1)  # per batch, from its step start
+        self.best = t.seed_speedup
+        self.batch_cache: Batch | None = None
+
+    # -- decisions ---------------------------------------------------------------------------
+    def _batch(self, pos: np.ndarray) -> Batch:
+        t = self.t
+        if self.batch_cache is None:  # every row once, sliced per chunk
+            reads = self.policy.needs_forecast
+            base = np.full(len(t), t.seed_speedup if t.forecast_frame == "seed" else 1.0)
+            self.batch_cache = Batch(
+                candidate_ids=tuple(t.candidate_ids), probs=t.probs,
+                has_forecast=t.has_forecast if reads else np.zeros(len(t), bool),
+                parse_failed=t.parse_failed, base_speedup=base, bin_edges=t.bin_edges,
+                true_speedup=self.speedup if self.policy.needs_truth else None)
+        rows = self.lay.rows[pos]
+        batch = self.batch_cache.take(rows)
+        if t.forecast_frame == "parent":  # chunks are one step: parents are settled
+            measured_speedup = np.where(self.measured & self.w.success, self.speedup, np.nan)
+            base = np.array([_ancestor_speedup(t, i, measured_speedup) for i in rows])
+            batch = Batch(batch.candidate_ids, batch.probs, batch.has_forecast,
+                          batch.parse_failed, base, batch.bin_edges, batch.true_speedup)
+        return batch
+
+    def _decide(self, pos: np.ndarray, best: float, step: int):
+        """Decisions for positions ``pos`` (whole batches), all seeing ``best``."""
+        state = SearchState(self.t.search_id, self.t.task_id, step, best,
+                            int(self.measured.sum()), self.seed, _UNBOUNDED)
+        return self.policy.decide_groups(self._batch(pos), self.lay.batch[pos],
+                                         np.full(len(pos), best), state)
+
+    def _resolve_drops(self, pos: np.ndarray, wants: np.ndarray) -> np.ndarray:
+        """Which positions' candidates are dropped orphans, step by step (a child of a dropped
+        or unmeasured parent is dropped); ``wants`` is what would be measured otherwise."""
+        rows = self.lay.rows[pos]
+        p = self.parent[rows]
+        dropped = np.zeros(len(pos), bool)
+        if not self.drop or not (p >= 0).any():
+            return dropped
+        measured = self.measured.copy()
+        steps = self.lay.step[pos]
+        for k in np.unique(steps):
+            at = steps == k
+            pk = p[at]
+            d = (pk >= 0) & ~measured[np.maximum(pk, 0)]
+            dropped[at] = d
+            measured[rows[at]] = wants[at] & ~d
+        return dropped
+
+    # -- chunks --------------------------------------------------------------------------------
+    def run(self) -> SearchResult:
+        lay = self.lay
+        n_steps = len(lay.step_numbers)
+        k = 0
+        chunk = 1 if self.t.forecast_frame == "parent" else _FIRST_CHUNK
+        while k < n_steps:
+            k_end = min(k + chunk, n_steps)
+            pos = np.arange(lay.step_start[k], lay.step_start[k_end])
+            record = self._chunk(pos, k)
+            if record is None:
+                k = k_end
+                if self.t.forecast_frame != "parent":
+                    chunk *= 2
+            else:
+                self._record_step(record)
+                k = record + 1
+                if self.t.forecast_frame != "parent":
+                    chunk = _FIRST_CHUNK
+        return self._result()
+
+    def _chunk(self, pos: np.ndarray, first_step: int) -> int | None:
+        """Decide ``pos`` with the current best; commit the steps before the first one in which
+        a measurement beats it and return that step (or commit all and return None)."""
+        w, rows = self.w, self.lay.rows[pos]
+        ready = self.pre_ended[rows] == _OK
+        live_pos = pos[ready]
+        d = self._decide(live_pos, self.best, self.lay.step_numbers[first_step]) \
+            if len(live_pos) else None
+        wants = np.zeros(len(pos), bool)
+        if d is not None:
+            wants[ready] = d.measure & self.has_eval[rows[ready]]
+        dropped = self._resolve_drops(pos, wants)
+        measured = wants & ~dropped
+        better = measured & w.success[rows] & (self.speedup[rows] > self.best)
+        record = int(self.lay.step[pos][better].min()) if better.any() else None
+        keep = self.lay.step[pos] < record if record is not None else np.ones(len(pos), bool)
+        if keep.any():
+            # Dropped batches were decided too (whole batches drop together, so the others'
+            # decisions do not depend on them); only the rest count.
+            sub = ready & keep & ~dropped
+            live_keep = np.flatnonzero(sub[ready])  # rows of d to keep
+            self._commit(pos[keep], dropped[keep], pos[sub],
+                         d.measure[live_keep] if d is not None else np.zeros(0, bool),
+                         d.score[live_keep] if d is not None else np.zeros(0),
+                         [d.reason[i] for i in live_keep] if d is not None else [])
+        return record
+
+    def _record_step(self, k: int) -> None:
+        """Step k holds a new best: decide its batches one by one in order of decision time,
+        each seeing the successes that ended before it decided."""
+        lay, w = self.lay, self.w
+        b0, b1 = lay.step_first_batch[k], lay.step_first_batch[k + 1]
+        pos = np.arange(lay.batch_start[b0], lay.batch_start[b1])
+        rows = lay.rows[pos]
+        p = self.parent[rows]
+        dropped = ((p >= 0) & ~self.measured[np.maximum(p, 0)]) if self.drop \
+            else np.zeros(len(pos), bool)
+        ready_rel = np.where(dropped, 0.0, self.pre_rel[rows])
+        decide_rel = np.maximum.reduceat(ready_rel, lay.batch_start[b0:b1] - lay.batch_start[b0])
+        order = np.argsort(decide_rel, kind="stable")
+        ends: list[float] = []
+        speeds: list[float] = []
+        live_pos, measure, score, reason = [], [], [], []
+        step_no = lay.step_numbers[k]
+        for j in order:
+            sel = lay.batch[pos] == b0 + j
+            live = sel & ~dropped & (self.pre_ended[rows] == _OK)
+            if not live.any():
+                continue
+            at = decide_rel[j]
+            seen = [s for e, s in zip(ends, speeds) if e < at]
+            if any(abs(e - at) <= _TIE_S and s > self.best for e, s in zip(ends, speeds)):
+                raise FastPathUnsafe("a better measurement ends at the instant a batch decides")
+            d = self._decide(pos[live], max([self.best, *seen]), step_no)
+            r = rows[live]
+            go = d.measure & self.has_eval[r]
+            for i in r[go]:
+                if w.success[i]:
+                    ends.append(at + self.post_rel[i])
+                    speeds.append(self.speedup[i])
+            live_pos.append(pos[live])
+            measure.append(d.measure)
+            score.append(d.score)
+            reason.extend(d.reason)
+        cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt))
+        lp = cat(live_pos, int)
+        # Restore position order: _commit expects live positions in ascending order.
+        o = np.argsort(lp, kind="stable")
+        self._commit(pos, dropped, lp[o], cat(measure, bool)[o], cat(score, float)[o],
+                     [reason[i] for i in o])
+
+    def _commit(self, pos, dropped, live_pos, measure, score, reason) -> None:
+        """Record decisions and times for whole steps: positions ``pos``, of which
+        ``live_pos`` (ascending) were decided."""
+        lay, w, t = self.lay, self.w, self.t
+        rows = lay.rows[pos]
+        self.dropped[rows] = dropped
+        self.state[rows[dropped]] = "orphan_dropped"
+        gen = rows[~dropped]
+        ended = self.pre_ended[gen]
+        for code, name in _ENDED_STATE.items():
+            self.state[gen[ended == code]] = name
+        lrows = lay.rows[live_pos]
+        self.action[lrows] = np.where(measure, "measure", "skip")
+        self.score[lrows] = score
+        self.reason[lrows] = np.array(reason, dtype=object) if len(reason) else []
+        self.state[lrows[~measure]] = "skipped"
+        go = measure & self.has_eval[lrows]
+        self.state[lrows[measure & ~go]] = "unmeasurable"
+        mrows = lrows[go]
+        self.state[mrows] = "measured"
+        self.measured[mrows] = True
+        # Times: a batch decides when its slowest (non-dropped) member is ready; a step ends
+        # when its last batch has decided and its last measurement has ended.
+        ready_rel = np.where(dropped, 0.0, self.pre_rel[rows])
+        batches = lay.batch[pos]
+        first = np.flatnonzero(np.r_[True, batches[1:] != batches[:-1]])
+        decide_rel = np.maximum.reduceat(ready_rel, first)
+        self.decide_rel[batches[first]] = decide_rel
+        span = ready_rel.copy()
+        mpos = np.isin(pos, live_pos[go])
+        span[mpos] = self.decide_rel[batches[mpos]] + self.post_rel[rows[mpos]]
+        steps = lay.step[pos]
+        sfirst = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1]])
+        dur = np.maximum(np.maximum.reduceat(span, sfirst), 0.0)
+        ks = steps[sfirst]
+        start = self.step_t[ks[0]]
+        self.step_t[ks + 1] = start + np.cumsum(dur)
+        ok = mrows[w.success[mrows]]
+        if len(ok):
+            self.best = max(self.best, float(self.speedup[ok].max()))
+
+    # -- result -------------------------------------------------------------------------------
+    def _result(self) -> SearchResult:
+        t, lay, w, model = self.t, self.lay, self.w, self.model
+        n = len(t)
+        reached = np.zeros(n, bool)
+        reached[lay.rows] = True
+        gen = reached & ~self.dropped
+        abs_step = np.full(n, np.nan)
+        abs_step[lay.rows] = self.step_t[lay.step]
+        decide_abs = np.full(n, np.nan)
+        decide_abs[lay.rows] = abs_step[lay.rows] + self.decide_rel[lay.batch]
+        t_start = np.where(self.measured, decide_abs, np.nan)
+        t_end = np.where(self.measured, decide_abs + self.post_rel, np.nan)
+        wall = float(self.step_t[len(lay.step_numbers)]) if len(lay.step_numbers) else 0.0
+        counts = {s: self.pre_count[s] * gen + self.post_count[s] * self.measured
+                  for s in self.pre_count}
+        stages = {}
+        cand_usd = np.zeros(n)
+        for s, c in counts.items():
+            usd, joules, imp = t.price[s]
+            stages[s] = Cost(float((w.secs[s] * c).sum()), float((usd * c).sum()),
+                             float((joules * c).sum()), float((imp * c).sum()))
+            cand_usd += usd * c
+        busy = float((self.pre_gpu * gen).sum() + (self.post_gpu * self.measured).sum())
+        stages["idle"] = model.idle(self.caps.gpus * wall - busy)
+        stages = {s: stages[s] for s in STAGES}
+        p = self.parent
+        orphan = reached & (p >= 0) & ~self.measured[np.maximum(p, 0)]
+        outcome = np.full(n, None, dtype=object)
+        shown = self.measured | (self.state == "failed_before_decision")
+        outcome[shown] = [t.outcome[i] for i in np.flatnonzero(shown)]
+        best, best_id = t.seed_speedup, None
+        ok = np.flatnonzero(self.measured & w.success)
+        if len(ok) and self.speedup[ok].max() > best:
+            top = ok[self.speedup[ok] == self.speedup[ok].max()]
+            first = top[np.argmin(t_end[top])]  # the engine keeps the first to reach it
+            best, best_id = float(self.speedup[first]), t.candidate_ids[first]
+        anytime = self._anytime(abs_step, decide_abs, t_end, gen)
+        table = {
+            "candidate_id": t.candidate_ids, "search_id": [t.search_id] * n,
+            "task_id": [t.task_id] * n, "step": t.step, "parent_index": t.parent,
+            "state": self.state.tolist(), "orphan": orphan.tolist(),
+            "action": self.action.tolist(), "score": self.score.tolist(),
+            "reason": self.reason.tolist(), "outcome": outcome.tolist(),
+            "speedup": np.where(self.measured & w.success, self.speedup, np.nan).tolist(),
+            "measure_start_s": t_start.tolist(), "measure_end_s": t_end.tolist(),
+            "usd": cand_usd.tolist(),
+        }
+        return SearchResult(
+            search_id=t.search_id, task_id=t.task_id, seed_speedup=t.seed_speedup,
+            best_speedup=best, best_candidate_id=best_id, gpu_evals=int(self.measured.sum()),
+            candidates=int(gen.sum()), forecasts=int(counts["forecasting"].sum()),
+            unmeasurable=int((self.state == "unmeasurable").sum()),
+            orphans=int(orphan.sum()), reached=int(reached.sum()),
+            steps=len(lay.step_numbers), wall_s=wall, stages=stages,
+            stopped_by=self.stopped_by, anytime=anytime, table=table,
+        )
+
+    def _anytime(self, abs_step, decide_abs, t_end, gen):
+        """(seconds, usd, joules, gpu_evals, best) after each measurement, from the bookings
+        (a resource's costs are booked when it is released, as in the engine)."""
+        t, w = self.t, self.w
+        rows0 = [(0.0, 0.0, 0.0, 0, t.seed_speedup)]
+        m = np.flatnonzero(self.measured)
+        if not len(m):
+            return rows0
+        parts = []
+        for p, origin, mask in ((self.pre, abs_step, gen), (self.post, decide_abs,
+                                                             self.measured)):
+            for rows, when, gpu, usd, joules in p.bookings:
+                keep = mask[rows]
+                r = rows[keep]
+                parts.append((origin[r] + when[keep], gpu[keep], usd[keep], joules[keep]))
+        when, gpu, usd, joules = (np.concatenate([x[i] for x in parts]) for i in range(4))
+        o = np.argsort(when, kind="stable")
+        when = when[o]
+        cum_gpu, cum_usd, cum_j = (np.cumsum(x[o]) for x in (gpu, usd, joules))
+        ends = t_end[m]
+        om = np.argsort(ends, kind="stable")
+        m, ends = m[om], ends[om]
+        k = np.searchsorted(when, ends, "right") - 1
+        take = (lambda c: np.where(k >= 0, c[np.maximum(k, 0)], 0.0))
+        spent_usd, spent_j, busy = take(cum_usd), take(cum_j), take(cum_gpu)
+        if self.model.billing == "reserved":
+            idle_s = np.maximum(self.caps.gpus * ends - busy, 0.0)
+            spent_usd = spent_usd + idle_s * self.model.gpu.usd_per_hour / 3600
+            spent_j = spent_j + idle_s * self.model.gpu.idle_w_context
+        gains = np.where(w.success[m], self.speedup[m], -np.inf)
+        best = np.maximum(np.maximum.accumulate(gains), t.seed_speedup)
+        evals = np.searchsorted(np.sort(decide_abs[m]), ends, "right")
+        return rows0 + list(zip(ends.tolist(), spent_usd.tolist(), spent_j.tolist(),
+                                evals.tolist(), best.tolist()))
 
 
 def run_fast(trace: SearchTrace, policy: Policy, model: PresetCostModel, caps: Capacities,
@@ -171,131 +501,7 @@ def run_fast(trace: SearchTrace, policy: Policy, model: PresetCostModel, caps: C
              pipeline: Pipeline = DEFAULT_PIPELINE) -> SearchResult:
     """Replay one search in closed form. Raises FastPathUnsafe on a tie the event order
     would settle; check ``fast_path_blocker`` first for the other conditions."""
-    t = trace
-    w = _World(t, policy)
-    run = _Run(t)
-    before = segments(pipeline.before, model.compile_on)
-    after = segments(pipeline.after, model.compile_on)
-    parent = np.asarray(t.parent, dtype=int)
-    speedup = np.asarray(t.speedup, dtype=float)
-    best = t.seed_speedup
-    now = 0.0
-    stopped_by = None
-    for k, (step, batches) in enumerate(t.steps):
-        if k >= budget.steps:
-            stopped_by = "steps"
-            break
-        rows = np.concatenate([np.asarray(b, dtype=int) for b in batches])
-        group = np.repeat(np.arange(len(batches)), [len(b) for b in batches])
-        run.reached[rows] = True
-        p = parent[rows]
-        is_orphan = (p >= 0) & ~run.measured[np.maximum(p, 0)]
-        run.orphan[rows] = is_orphan
-        go = ~is_orphan if drop_orphans else np.ones(len(rows), bool)
-        run.state[rows[~go]] = "orphan_dropped"
-        prep = w.run_pass(rows[go], np.full(int(go.sum()), now), before)
-        w.commit(prep)
-        run.generated += int(go.sum())
-        ready_at = np.full(len(rows), now)
-        ready_at[go] = prep.end
-        ended = np.full(len(rows), -1)
-        ended[go] = prep.ended
-        for code, name in _ENDED_STATE.items():
-            run.state[rows[ended == code]] = name
-        run.unmeasurable += int((ended == _UNMEASURABLE).sum())
-        failed = rows[ended == _FAILED]
-        run.outcome[failed] = [t.outcome[i] for i in failed]
-        decide_at = np.maximum.reduceat(ready_at, group_bounds(group)[:-1])
-        step_end = max(now, float(decide_at.max()))
-        live = ended == _OK
-        if live.any():
-            state = SearchState(t.search_id, t.task_id, step, best, run.evals, seed, _UNBOUNDED)
-            ends = _decide_and_measure(t, w, run, policy, rows[live], group[live], decide_at,
-                                       state, after, speedup)
-            if len(ends):
-                step_end = max(step_end, float(ends.max()))
-            ok = run.measured & w.success & np.isin(np.arange(len(t)), rows)
-            if ok.any():
-                best = max(best, float(speedup[ok].max()))
-        now = step_end
-        run.steps += 1
-    return _result(t, w, run, model, caps, now, speedup, stopped_by)
-
-
-def _decide_and_measure(t, w, run, policy, rows, group, decide_at, state, after, speedup):
-    """Decide the step's live rows and measure the chosen ones; returns measurement ends.
-
-    First every batch decides at once with the step's starting best. If a success measured in
-    this step, better than that best, ends before some batch decides, that batch would have
-    seen it: the step is then redone batch by batch in order of decision time.
-    """
-    batch = _batch(t, policy, rows, np.where(run.measured & w.success, speedup, np.nan))
-    groups = np.unique(group)
-    results = [_decide(w, policy, batch, rows, group, groups, decide_at, state, state.best_speedup,
-                       after)]
-    m_rows, ends = results[0][1:3]
-    better = w.success[m_rows] & (speedup[m_rows] > state.best_speedup)
-    if len(groups) > 1 and better.any() and (decide_at[groups] > ends[better].min()).any():
-        results = []
-        done_rows, done_ends = np.zeros(0, int), np.zeros(0)
-        for g in groups[np.argsort(decide_at[groups], kind="stable")]:
-            seen = w.success[done_rows] & (done_ends < decide_at[g])
-            best_g = max([state.best_speedup, *speedup[done_rows[seen]]])
-            res = _decide(w, policy, batch, rows, group, np.array([g]), decide_at, state,
-                          best_g, after)
-            results.append(res)
-            done_rows = np.r_[done_rows, res[1]]
-            done_ends = np.r_[done_ends, res[2]]
-    all_ends = np.concatenate([r[2] for r in results])
-    all_rows = np.concatenate([r[1] for r in results])
-    # Only a better success changes what a batch sees; if one ends at the very instant a
-    # batch decides, which comes first is up to the event queue: leave it to the engine.
-    better = w.success[all_rows] & (speedup[all_rows] > state.best_speedup)
-    if np.isin(all_ends[better], decide_at[groups]).any():
-        raise FastPathUnsafe("a better measurement ends at the instant a batch decides")
-    for (sel, m_rows, ends, d, p) in results:
-        w.commit(p)
-        r = rows[sel]
-        m = d.measure
-        run.action[r] = np.where(m, "measure", "skip")
-        run.score[r] = d.score
-        run.reason[r] = np.array(d.reason, dtype=object)
-        run.state[r[~m]] = "skipped"
-        lacking = r[m & w.no_eval[r]]
-        run.state[lacking] = "unmeasurable"
-        run.unmeasurable += len(lacking)
-        run.state[m_rows] = "measured"
-        run.measured[m_rows] = True
-        run.evals += len(m_rows)
-        run.t_start[m_rows] = decide_at[group[sel]][m & ~w.no_eval[r]]
-        run.t_end[m_rows] = ends
-        run.outcome[m_rows] = [t.outcome[i] for i in m_rows]
-    return all_ends
-
-
-def _decide(w, policy, batch, rows, group, chosen, decide_at, state, best, after):
-    sel = np.isin(group, chosen)
-    idx = np.flatnonzero(sel)
-    d = policy.decide_groups(batch.take(idx), group[sel], np.full(len(idx), best), state)
-    r = rows[sel]
-    go = d.measure & ~w.no_eval[r]
-    p = w.run_pass(r[go], decide_at[group[sel]][go], after)
-    return sel, r[go], p.end, d, p
-
-
-def _batch(t: SearchTrace, policy: Policy, rows: np.ndarray, measured_speedup) -> Batch:
-    base = np.ones(len(rows))
-    if t.forecast_frame == "seed":
-        base[:] = t.seed_speedup
-    elif t.forecast_frame == "parent":
-        base = np.array([_ancestor_speedup(t, i, measured_speedup) for i in rows])
-    reads = policy.needs_forecast
-    return Batch(
-        candidate_ids=tuple(t.candidate_ids[i] for i in rows), probs=t.probs[rows],
-        has_forecast=t.has_forecast[rows] if reads else np.zeros(len(rows), bool),
-        parse_failed=t.parse_failed[rows], base_speedup=base, bin_edges=t.bin_edges,
-        true_speedup=np.asarray(t.speedup, float)[rows] if policy.needs_truth else None,
-    )
+    return _FastRun(trace, policy, model, caps, budget, seed, drop_orphans, pipeline).run()
 
 
 def _ancestor_speedup(t: SearchTrace, i: int, measured_speedup: np.ndarray) -> float:
@@ -305,80 +511,3 @@ def _ancestor_speedup(t: SearchTrace, i: int, measured_speedup: np.ndarray) -> f
             return float(measured_speedup[p])
         p = t.parent[p]
     return t.seed_speedup
-
-
-def _result(t, w, run, model, caps, wall, speedup, stopped_by) -> SearchResult:
-    stages = {}
-    for s in STAGES:
-        if s == "idle":
-            continue
-        times = w.ran[s]
-        usd, joules, imp = (float((x * times).sum()) for x in t.price[s])
-        stages[s] = Cost(float((w.secs[s] * times).sum()), usd, joules, imp)
-    gpu_busy = float(sum(b[2].sum() for b in w.bookings))
-    stages["idle"] = model.idle(caps.gpus * wall - gpu_busy)
-    stages = {s: stages[s] for s in STAGES}
-    cand_usd = np.zeros(len(t))
-    for s in w.ran:
-        cand_usd += t.price[s][0] * w.ran[s]
-    measured = np.flatnonzero(run.measured)
-    best_id = None
-    best = t.seed_speedup
-    ok = measured[w.success[measured]]
-    if len(ok):
-        # The first to reach the maximum in time (the engine updates best on strict gains).
-        top = ok[speedup[ok] == speedup[ok].max()]
-        first = top[np.argmin(run.t_end[top])]
-        if speedup[first] > best:
-            best, best_id = float(speedup[first]), t.candidate_ids[first]
-    anytime = _anytime(t, w, run, model, caps, best_floor=t.seed_speedup, speedup=speedup)
-    table = {
-        "candidate_id": t.candidate_ids, "search_id": [t.search_id] * len(t),
-        "task_id": [t.task_id] * len(t), "step": t.step, "parent_index": t.parent,
-        "state": run.state.tolist(), "orphan": run.orphan.tolist(),
-        "action": run.action.tolist(), "score": run.score.tolist(),
-        "reason": run.reason.tolist(), "outcome": run.outcome.tolist(),
-        "speedup": np.where(run.measured & w.success, speedup, np.nan).tolist(),
-        "measure_start_s": run.t_start.tolist(), "measure_end_s": run.t_end.tolist(),
-        "usd": cand_usd.tolist(),
-    }
-    digest = hashlib.sha256()
-    for row in zip(t.candidate_ids, table["state"], table["action"], table["measure_end_s"]):
-        digest.update(repr(row).encode())
-    return SearchResult(
-        search_id=t.search_id, task_id=t.task_id, seed_speedup=t.seed_speedup,
-        best_speedup=best, best_candidate_id=best_id, gpu_evals=run.evals,
-        candidates=run.generated, forecasts=int(w.ran["forecasting"].sum()),
-        unmeasurable=run.unmeasurable, orphans=int(run.orphan.sum()),
-        reached=int(run.reached.sum()), steps=run.steps, wall_s=wall, stages=stages,
-        stopped_by=stopped_by, anytime=anytime, table=table, trace_hash=digest.hexdigest(),
-    )
-
-
-def _anytime(t, w, run, model, caps, best_floor, speedup):
-    """(seconds, usd, joules, gpu_evals, best) after each measurement, from the bookings
-    (a resource's costs are booked when it is released, as in the event engine)."""
-    rows = [(0.0, 0.0, 0.0, 0, best_floor)]
-    measured = np.flatnonzero(run.measured)
-    if not len(measured):
-        return rows
-    when, gpu, usd, joules = (np.concatenate([b[k] for b in w.bookings]) for k in (1, 2, 3, 4))
-    order = np.argsort(when, kind="stable")
-    when = when[order]
-    cum = {k: np.cumsum(v[order]) for k, v in (("gpu", gpu), ("usd", usd), ("j", joules))}
-    ends = run.t_end[measured]
-    o = np.argsort(ends, kind="stable")
-    starts = np.sort(run.t_start[measured])
-    best = best_floor
-    for i, e in zip(measured[o], ends[o]):
-        if w.success[i] and speedup[i] > best:
-            best = float(speedup[i])
-        k = int(np.searchsorted(when, e, "right")) - 1
-        spent_usd, spent_j, busy = (float(cum[c][k]) if k >= 0 else 0.0 for c in ("usd", "j",
-                                                                                  "gpu"))
-        if model.billing == "reserved":
-            idle = model.idle(caps.gpus * e - busy)
-            spent_usd, spent_j = spent_usd + float(idle.usd), spent_j + float(idle.joules)
-        rows.append((float(e), spent_usd, spent_j, int(np.searchsorted(starts, e, "right")),
-                     best))
-    return rows

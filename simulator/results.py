@@ -48,8 +48,18 @@ class SearchResult:
     stopped_by: str | None
     anytime: list[tuple[float, float, float, int, float]]
     table: dict[str, list]
-    trace_hash: str
     engine: str = "des"  # "des" (SimPy events) or "fast" (closed form, no capacity binds)
+
+    @property
+    def trace_hash(self) -> str:
+        """A digest of what happened to every candidate: state, action and end time (to the
+        microsecond, so that the two engines' rounding differences do not count)."""
+        digest = hashlib.sha256()
+        tab = self.table
+        for row in zip(tab["candidate_id"], tab["state"], tab["action"], tab["measure_end_s"]):
+            end = row[3]
+            digest.update(repr((*row[:3], None if end != end else round(end, 6))).encode())
+        return digest.hexdigest()
 
     @property
     def total(self) -> Cost:
