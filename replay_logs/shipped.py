@@ -16,6 +16,12 @@ SHIPPED_LOGS: dict[str, tuple[str, str]] = {
         "SYNTHETIC: 3 tasks, one measure-all search each, made by "
         "experiments/make_synthetic_mini.py (seed 0); not measured on any GPU",
     ),
+    "synthetic-v1": (
+        "synthetic-v1.jsonl.gz",
+        "SYNTHETIC: 6 tasks, 3,000 candidates, one measure-all greedy search per task, made by "
+        "`gfsim synth --out replay_logs/data/synthetic-v1.jsonl.gz --seed 1 --candidates 3000 "
+        "--tasks 6`; not measured on any GPU",
+    ),
 }
 DEFAULT_LOG = "synthetic-mini"
 

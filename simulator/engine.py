@@ -355,5 +355,5 @@ class SearchSimulation:
             candidates=self._generated, forecasts=self._forecasts,
             unmeasurable=self._unmeasurable, orphans=sum(self._orphan),
             reached=sum(self._reached), steps=self._steps_done, wall_s=wall, stages=stages,
-            stopped_by=self._stopped_by, anytime=self._anytime, table=table,
+            stopped_by=self._stopped_by, anytime=np.array(self._anytime, dtype=float), table=table,
         )

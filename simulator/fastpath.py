@@ -18,7 +18,7 @@ event order would matter.
 
 from __future__ import annotations
 
-import hashlib
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -160,9 +160,10 @@ class _Layout:
     """The search's steps flattened in batch order: positions 0..m-1, each a trace row."""
 
     def __init__(self, steps):
-        batches = [np.asarray(b, dtype=int) for _, bs in steps for b in bs]
-        sizes = np.array([len(b) for b in batches], dtype=int)
-        self.rows = np.concatenate(batches) if batches else np.zeros(0, int)
+        batches = [b for _, bs in steps for b in bs]
+        sizes = np.fromiter(map(len, batches), dtype=int, count=len(batches))
+        self.rows = np.fromiter(itertools.chain.from_iterable(batches), dtype=int,
+                                count=int(sizes.sum()))
         self.batch = np.repeat(np.arange(len(batches)), sizes)
         self.batch_start = np.r_[0, np.cumsum(sizes)]
         per_step = [len(bs) for _, bs in steps]
@@ -464,7 +465,7 @@ class _FastRun:
         """(seconds, usd, joules, gpu_evals, best) after each measurement, from the bookings
         (a resource's costs are booked when it is released, as in the engine)."""
         t, w = self.t, self.w
-        rows0 = [(0.0, 0.0, 0.0, 0, t.seed_speedup)]
+        rows0 = np.array([[0.0, 0.0, 0.0, 0, t.seed_speedup]])
         m = np.flatnonzero(self.measured)
         if not len(m):
             return rows0
@@ -492,8 +493,7 @@ class _FastRun:
         gains = np.where(w.success[m], self.speedup[m], -np.inf)
         best = np.maximum(np.maximum.accumulate(gains), t.seed_speedup)
         evals = np.searchsorted(np.sort(decide_abs[m]), ends, "right")
-        return rows0 + list(zip(ends.tolist(), spent_usd.tolist(), spent_j.tolist(),
-                                evals.tolist(), best.tolist()))
+        return np.vstack([rows0, np.column_stack([ends, spent_usd, spent_j, evals, best])])
 
 
 def run_fast(trace: SearchTrace, policy: Policy, model: PresetCostModel, caps: Capacities,

@@ -127,7 +127,8 @@ def comparison_json(result: ReplayResult, base: ReplayResult, budget: Budget) ->
         "gpu_evals_delta": mine["gpu_evals"] - theirs["gpu_evals"],
         "stopped_by": sorted({r.stopped_by for r in result.searches if r.stopped_by}),
         "searches": [r.summary() for r in result.searches],
-        "anytime": {r.search_id: [list(row) for row in r.anytime] for r in result.searches},
+        "anytime": {r.search_id: r.anytime.tolist() for r in result.searches},
+        "anytime_columns": ["seconds", "usd", "joules", "gpu_evals", "best_speedup"],
         "simulation_s": result.simulation_s + base.simulation_s,
         "notes": result.notes + [
             "best_speedup is the geometric mean over searches of each search's best MEASURED "

@@ -28,8 +28,9 @@ def geometric_mean(values) -> float:
 
 @dataclass
 class SearchResult:
-    """One replayed search. ``stages`` sum to the totals; ``anytime`` rows are
-    (seconds, usd, joules, gpu_evals, best_speedup) after each measurement."""
+    """One replayed search. ``stages`` sum to the totals; ``anytime`` is an array of rows
+    (seconds, usd, joules, gpu_evals, best_speedup), one at the start and one after each
+    measurement."""
 
     search_id: str
     task_id: str
@@ -46,7 +47,7 @@ class SearchResult:
     wall_s: float
     stages: dict[str, Cost]
     stopped_by: str | None
-    anytime: list[tuple[float, float, float, int, float]]
+    anytime: np.ndarray  # shape (k, 5)
     table: dict[str, list]
     engine: str = "des"  # "des" (SimPy events) or "fast" (closed form, no capacity binds)
 

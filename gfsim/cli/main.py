@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from gfsim.cli import costs_cmd
 from gfsim.cli import inspect_cmds, replay_cmd
+from gfsim.cli import synth_cmd
 
 app = typer.Typer(
     name="gfsim",
@@ -17,6 +19,8 @@ app.command("replay")(replay_cmd.replay)
 app.command("validate")(inspect_cmds.validate)
 app.command("logs")(inspect_cmds.logs)
 app.command("policies")(inspect_cmds.policies)
+app.command("synth")(synth_cmd.synth)
+app.command("costs")(costs_cmd.costs)
 
 
 def main() -> None:
