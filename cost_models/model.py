@@ -8,6 +8,8 @@ import dataclasses
 import fnmatch
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from gfsim.cost_models.base import CostModel
 from gfsim.cost_models.usage import ZERO_COST, Cost, Usage
 from gfsim.errors import GfsimError
@@ -104,39 +106,47 @@ class PresetCostModel(CostModel):
             raise GfsimError(f"compile_on must be cpu or gpu_host, got {self.compile_on!r}")
 
     # -- pricing --------------------------------------------------------------------------
-    def _gpu(self, seconds: float, watts: float, energy_j: float | None) -> tuple[float, float]:
-        usd = seconds * self.gpu.usd_per_hour / _HOUR
-        joules = energy_j if energy_j is not None else seconds * watts
-        return usd, joules
-
-    @staticmethod
-    def _llm(spec: LlmSpec, u: Usage) -> tuple[float, float]:
-        usd = (u.input_tokens * spec.usd_per_m_input + u.output_tokens * spec.usd_per_m_output) / (
-            _MILLION
-        )
-        joules = u.input_tokens * spec.j_per_input_token + u.output_tokens * spec.j_per_output_token
-        return usd, joules
-
-    def cost(self, usage: Usage) -> Cost:
-        stage, s = usage.stage, usage.seconds
-        if stage == "generation":
-            usd, joules = self._llm(self.generator, usage)
-        elif stage == "forecasting":
-            usd, joules = self._llm(self.forecaster, usage)
-        elif stage == "cold_start":
-            usd, joules = self._gpu(s, self.gpu.idle_w_no_context, usage.energy_j)
-        elif stage == "compilation":
+    def rates(self, stage: str) -> tuple[float, float, float, float, float, float]:
+        """Linear prices of a stage: USD per second, per input token, per output token, and
+        watts, joules per input token, joules per output token."""
+        if stage in ("generation", "forecasting"):
+            llm = self.generator if stage == "generation" else self.forecaster
+            return (0.0, llm.usd_per_m_input / _MILLION, llm.usd_per_m_output / _MILLION,
+                    0.0, llm.j_per_input_token, llm.j_per_output_token)
+        gpu_usd = self.gpu.usd_per_hour / _HOUR
+        if stage == "cold_start":
+            return (gpu_usd, 0.0, 0.0, self.gpu.idle_w_no_context, 0.0, 0.0)
+        if stage == "compilation":
             if self.compile_on == "gpu_host":
                 # The reference JIT-compiles inside the GPU container: billed as GPU time.
-                usd, joules = self._gpu(s, self.gpu.idle_w_context, usage.energy_j)
-            else:
-                usd = s * self.cpu.usd_per_core_hour / _HOUR
-                joules = usage.energy_j if usage.energy_j is not None else s * self.cpu.w_per_core
-        elif stage in ("check", "timing"):
-            usd, joules = self._gpu(s, self.gpu.active_w, usage.energy_j)
-        else:  # idle is priced by idle(), never booked per candidate
-            raise ValueError(f"stage {stage!r} is not priced per usage; use idle()")
+                return (gpu_usd, 0.0, 0.0, self.gpu.idle_w_context, 0.0, 0.0)
+            return (self.cpu.usd_per_core_hour / _HOUR, 0.0, 0.0, self.cpu.w_per_core, 0.0, 0.0)
+        if stage in ("check", "timing"):
+            return (gpu_usd, 0.0, 0.0, self.gpu.active_w, 0.0, 0.0)
+        # idle is priced by idle(), never booked per candidate
+        raise ValueError(f"stage {stage!r} is not priced per usage; use idle()")
+
+    def cost(self, usage: Usage) -> Cost:
+        a, b, c, w, ji, jo = self.rates(usage.stage)
+        s, tin, tout = usage.seconds, usage.input_tokens, usage.output_tokens
+        usd = s * a + tin * b + tout * c
+        joules = usage.energy_j if usage.energy_j is not None else s * w + tin * ji + tout * jo
         return Cost(s, usd, joules, usd if usage.imputed else 0.0)
+
+    def price_many(self, stage, seconds, input_tokens=None, output_tokens=None, energy_j=None,
+                   imputed=None):
+        """Vectorised ``cost``: the same formula on arrays."""
+        a, b, c, w, ji, jo = self.rates(stage)
+        s = np.asarray(seconds, dtype=float)
+        tin = np.zeros_like(s) if input_tokens is None else np.asarray(input_tokens, float)
+        tout = np.zeros_like(s) if output_tokens is None else np.asarray(output_tokens, float)
+        usd = s * a + tin * b + tout * c
+        joules = s * w + tin * ji + tout * jo
+        if energy_j is not None:
+            e = np.asarray(energy_j, dtype=float)
+            joules = np.where(np.isnan(e), joules, e)
+        imp = np.zeros(len(s), bool) if imputed is None else np.asarray(imputed, dtype=bool)
+        return usd, joules, np.where(imp, usd, 0.0)
 
     def idle(self, idle_gpu_s: float) -> Cost:
         if self.billing == "serverless" or idle_gpu_s <= 0:

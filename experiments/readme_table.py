@@ -10,7 +10,7 @@ import argparse
 
 from gfsim.cost_models import load_cost_model
 from gfsim.policies import make_policy
-from gfsim.replay_logs import DEFAULT_LOG, load_log, resolve_log
+from gfsim.replay_logs import DEFAULT_LOG, open_log
 from gfsim.simulator import replay
 
 POLICIES = ["all", "threshold:0.7", "threshold:0.9", "threshold:coverage=0.5",
@@ -23,7 +23,7 @@ def main() -> None:
     ap.add_argument("--log", default=DEFAULT_LOG)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    log = load_log(resolve_log(args.log))
+    log = open_log(args.log)
     print(f"log `{log.name}` ({log.header['provenance']['kind'].upper()}), seed {args.seed}, "
           "trace driver, orphans kept\n")
     print("| cost preset | policy | best speedup | GPU evals | forecasts | wall h | USD | kWh "

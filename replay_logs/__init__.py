@@ -3,7 +3,7 @@
 from gfsim.replay_logs.io import LogWriter, TruncatedTailWarning, iter_records
 from gfsim.replay_logs.log import CANDIDATE_STATUSES, PROB_COLUMNS, ReplayLog, load_log
 from gfsim.replay_logs.schema import KINDS, OUTCOMES, SCHEMA_VERSION
-from gfsim.replay_logs.shipped import DEFAULT_LOG, SHIPPED_LOGS, resolve_log
+from gfsim.replay_logs.shipped import DEFAULT_LOG, SHIPPED_LOGS, open_log, resolve_log
 
 __all__ = [
     "CANDIDATE_STATUSES",
@@ -18,5 +18,6 @@ __all__ = [
     "TruncatedTailWarning",
     "iter_records",
     "load_log",
+    "open_log",
     "resolve_log",
 ]

@@ -44,10 +44,11 @@ class ReplayLog:
     decisions: pd.DataFrame
     evaluations: pd.DataFrame
     counts: dict[str, int] = field(default_factory=dict)
+    label: str | None = None  # the shipped name it was loaded by, if any
 
     @property
     def name(self) -> str:
-        return self.header.get("log_id") or Path(self.path).name
+        return self.label or self.header.get("log_id") or Path(self.path).name
 
     @property
     def shape(self) -> str:

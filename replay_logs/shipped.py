@@ -7,7 +7,7 @@ from pathlib import Path
 
 from gfsim.errors import GfsimError
 
-__all__ = ["SHIPPED_LOGS", "DEFAULT_LOG", "resolve_log"]
+__all__ = ["SHIPPED_LOGS", "DEFAULT_LOG", "resolve_log", "open_log"]
 
 # name -> (file under gfsim/replay_logs/data/, one-line description)
 SHIPPED_LOGS: dict[str, tuple[str, str]] = {
@@ -23,7 +23,7 @@ SHIPPED_LOGS: dict[str, tuple[str, str]] = {
         "--tasks 6`; not measured on any GPU",
     ),
 }
-DEFAULT_LOG = "synthetic-mini"
+DEFAULT_LOG = "synthetic-v1"
 
 
 def shipped_path(name: str) -> Path:
@@ -42,3 +42,14 @@ def resolve_log(name_or_path: str | None) -> Path:
         shipped = ", ".join(SHIPPED_LOGS)
         raise GfsimError(f"{name_or_path}: no such file, and not a shipped log ({shipped})")
     return path
+
+
+def open_log(name_or_path: str | None):
+    """``load_log`` of a shipped name or a path; a shipped log keeps its name as its label."""
+    from gfsim.replay_logs.log import load_log
+
+    log = load_log(resolve_log(name_or_path))
+    name = name_or_path or DEFAULT_LOG
+    if name in SHIPPED_LOGS:
+        log.label = name
+    return log

@@ -186,3 +186,17 @@ def test_decide_groups_equals_deciding_batch_by_batch(spec):
         assert together.reason[start:start + size] == alone.reason, g
         np.testing.assert_allclose(together.score[rows], alone.score)
         start += size
+
+
+@pytest.mark.parametrize("stage", PRICED)
+def test_price_many_equals_cost_row_by_row(model, stage):
+    rng = np.random.default_rng(1)
+    secs, tin, tout = rng.uniform(0, 100, 5), rng.integers(0, 9000, 5), rng.integers(0, 9000, 5)
+    energy = np.array([np.nan, 10.0, np.nan, 0.0, 5.5])
+    imputed = np.array([True, False, False, True, False])
+    usd, joules, imp = model.price_many(stage, secs, tin, tout, energy, imputed)
+    for i in range(5):
+        e = None if np.isnan(energy[i]) else float(energy[i])
+        c = model.cost(Usage(stage, float(secs[i]), float(tin[i]), float(tout[i]), e,
+                             bool(imputed[i])))
+        assert (usd[i], joules[i], imp[i]) == pytest.approx((c.usd, c.joules, c.usd_imputed))

@@ -32,9 +32,9 @@ def validate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Check a log against schema v1; exit 2 naming the file, line and field of a problem."""
-    from gfsim.replay_logs import load_log, resolve_log
+    from gfsim.replay_logs import open_log
 
-    log = load_log(resolve_log(path))
+    log = open_log(path)
     summary = _log_summary(log)
     if as_json:
         print_json({"valid": True, **summary})
@@ -53,11 +53,11 @@ def logs(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> N
     """List the logs shipped with gfsim (usable as --log NAME)."""
     from rich.table import Table
 
-    from gfsim.replay_logs import DEFAULT_LOG, SHIPPED_LOGS, load_log, resolve_log
+    from gfsim.replay_logs import DEFAULT_LOG, SHIPPED_LOGS, open_log
 
     rows = []
     for name, (_, description) in SHIPPED_LOGS.items():
-        log = load_log(resolve_log(name))
+        log = open_log(name)
         rows.append({"name": name, "default": name == DEFAULT_LOG, "description": description,
                      **_log_summary(log)})
     if as_json:

@@ -79,7 +79,7 @@ def replay(
     """Replay a logged search under a policy and cost model; compare with a baseline."""
     from gfsim.cost_models import load_cost_model, with_gen_tokens
     from gfsim.policies import make_policy
-    from gfsim.replay_logs import load_log, resolve_log
+    from gfsim.replay_logs import open_log
     from gfsim.simulator import comparison_json, parse_budget, replay_with_baseline
     from gfsim.simulator.pipeline import parse_pipeline
 
@@ -91,7 +91,7 @@ def replay(
         model = with_gen_tokens(model, gen_tokens)
     caps = parse_capacity(capacity, model.capacities)
     the_pipeline = parse_pipeline(pipeline)
-    the_log = load_log(resolve_log(log))
+    the_log = open_log(log)
     result, base = replay_with_baseline(
         the_log, the_policy, model, baseline=baseline, budget=the_budget, seed=seed,
         capacities=caps, forecaster=forecaster, pipeline=the_pipeline, engine=engine,
