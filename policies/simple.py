@@ -33,7 +33,7 @@ class RandomPolicy(Policy):
         # Keyed by candidate, so random:0.3 measures a subset of what random:0.6 measures.
         u = keyed_uniforms(state.seed, batch.candidate_ids, "random-policy")
         measure = u < self.p
-        reason = ["draw<p" if m else "draw>=p" for m in measure]
+        reason = np.where(measure, "draw<p", "draw>=p").tolist()
         return Decisions.build(measure, u, reason)
 
     def decide_groups(self, batch, group, best, state) -> Decisions:
@@ -59,5 +59,5 @@ class OraclePolicy(Policy):
         sizes = np.diff(bounds)
         take = np.ceil(self.p * sizes - 1e-9).astype(int)
         measure = rank < np.repeat(take, sizes)
-        reason = ["oracle-top" if m else "oracle-rest" for m in measure]
+        reason = np.where(measure, "oracle-top", "oracle-rest").tolist()
         return Decisions.build(measure, score, reason)

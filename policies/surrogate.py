@@ -19,8 +19,13 @@ _ON_PARSE_FAILURE = Param(
 )
 
 
-def _unusable_reason(batch: Batch, i: int) -> str:
-    return "parse-failed" if batch.has_forecast[i] else "unforecast"
+def _apply_unusable(batch: Batch, measure: np.ndarray, reason: np.ndarray, rule: str):
+    """Rows without a usable forecast: measured or skipped by ``on_parse_failure``."""
+    unusable = ~batch.usable
+    if unusable.any():
+        measure = np.where(unusable, rule == "measure", measure)
+        reason[unusable] = np.where(batch.has_forecast[unusable], "parse-failed", "unforecast")
+    return measure, reason.tolist()
 
 
 class TopKPolicy(Policy):
@@ -38,10 +43,8 @@ class TopKPolicy(Policy):
         score = np.where(usable, expected_bin_index(batch.probs), -np.inf)
         # Ties by request order, as the reference; unusable rows rank last and never count.
         measure = usable & (rank_within_groups(group, score) < self.k)
-        reason = ["top-k" if m else "below-k" for m in measure]
-        for i in np.flatnonzero(~usable):
-            measure[i] = self.on_parse_failure == "measure"
-            reason[i] = _unusable_reason(batch, i)
+        reason = np.where(measure, "top-k", "below-k").astype(object)
+        measure, reason = _apply_unusable(batch, measure, reason, self.on_parse_failure)
         return Decisions.build(measure, score, reason)
 
 
@@ -128,11 +131,7 @@ class ThresholdPolicy(Policy):
         unsure = conf < tau
         promising = promise >= self.rho
         measure = usable & (unsure | promising)
-        reason = [
-            "unsure" if unsure[i] else ("promising" if promising[i] else "confident-not-better")
-            for i in range(n)
-        ]
-        for i in np.flatnonzero(~usable):
-            measure[i] = self.on_parse_failure == "measure"
-            reason[i] = _unusable_reason(batch, i)
+        reason = np.where(unsure, "unsure",
+                          np.where(promising, "promising", "confident-not-better")).astype(object)
+        measure, reason = _apply_unusable(batch, measure, reason, self.on_parse_failure)
         return Decisions.build(measure, conf, reason)

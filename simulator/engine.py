@@ -27,6 +27,7 @@ from gfsim.policies.base import Batch, Policy, SearchState
 from gfsim.simulator.budget import Budget
 from gfsim.simulator.pipeline import COST_STAGE, DEFAULT_PIPELINE, Pipeline
 from gfsim.simulator.results import SearchResult
+from gfsim.simulator.slots import Countdown, Slots
 from gfsim.simulator.trace import SearchTrace
 
 __all__ = ["SearchSimulation", "CANDIDATE_STATES", "segments"]
@@ -43,7 +44,8 @@ CANDIDATE_STATES = (
 )
 # Outcomes that end a candidate after a stage.
 _ENDS_AFTER = {"compile": {"compile_failed"}, "check": {"runtime_error", "incorrect"}}
-_EVAL_STAGES = ("compile", "check", "time")
+_K = {s: k for k, s in enumerate(STAGES)}
+_K_GENERATION, _K_FORECASTING, _K_COLD_START = _K["generation"], _K["forecasting"], _K["cold_start"]
 
 
 def segments(stages: tuple[str, ...], compile_on: str) -> list[tuple[str, tuple[str, ...]]]:
@@ -75,16 +77,17 @@ class SearchSimulation:
         self.pipeline = pipeline
 
     # -- bookkeeping ---------------------------------------------------------------------
-    def _book(self, i: int, stage: str, seconds: float) -> None:
-        usd, joules, imp = self._price[stage]
-        k = self._stage_index[stage]
+    def _book(self, i: int, k: int, seconds: float) -> None:
+        """Book stage ``k`` (index into STAGES) of candidate i, priced in advance."""
+        usd = self._p_usd[k][i]
+        joules = self._p_j[k][i]
         self._stage_s[k] += seconds
-        self._stage_usd[k] += usd[i]
-        self._stage_j[k] += joules[i]
-        self._stage_imp[k] += imp[i]
-        self._usd += usd[i]
-        self._joules += joules[i]
-        self._cand_usd[i] += usd[i]
+        self._stage_usd[k] += usd
+        self._stage_j[k] += joules
+        self._stage_imp[k] += self._p_imp[k][i]
+        self._usd += usd
+        self._joules += joules
+        self._cand_usd[i] += usd
 
     def _spent(self, now: float) -> tuple[float, float]:
         usd, joules = self._usd, self._joules
@@ -113,24 +116,24 @@ class SearchSimulation:
         return reason
 
     # -- stages ----------------------------------------------------------------------------
-    def _plan(self, i: int, stages: tuple[str, ...]) -> tuple[list[tuple[str, float]], str | None]:
-        """The (cost stage, seconds) that run for candidate i, and why it ends early, if so."""
+    def _plan(self, i: int, stages: tuple[str, ...]) -> tuple[list[tuple[int, float]], str | None]:
+        """The (stage index, seconds) that run for candidate i, and why it ends early, if so."""
         t = self.trace
-        plan: list[tuple[str, float]] = []
+        plan: list[tuple[int, float]] = []
         for s in stages:
             if s == "generate":
-                plan.append(("generation", t.gen_s[i]))
+                plan.append((_K_GENERATION, t.gen_s[i]))
                 if t.gen_failed[i]:
                     return plan, "generation_failed"
             elif s == "forecast":
-                if self.policy.needs_forecast and t.has_forecast[i]:
-                    plan.append(("forecasting", t.fc_s[i]))
+                if self._reads_forecasts and t.has_forecast[i]:
+                    plan.append((_K_FORECASTING, t.fc_s[i]))
             else:
                 outcome = t.outcome[i]
                 if outcome is None:
                     return plan, "unmeasurable"
-                stage = COST_STAGE[s]
-                plan.append((stage, self._stage_secs[stage][i]))
+                k = _K[COST_STAGE[s]]
+                plan.append((k, self._secs[k][i]))
                 if outcome in _ENDS_AFTER.get(s, ()):
                     return plan, outcome
         return plan, None
@@ -144,16 +147,18 @@ class SearchSimulation:
                 res = self._resources[res_name]
                 on_gpu = res_name == "gpu"
                 if on_gpu and self._cold_start[i] > 0:
-                    plan.insert(0, ("cold_start", self._cold_start[i]))
+                    plan.insert(0, (_K_COLD_START, self._cold_start[i]))
                 total = 0.0
                 for _, secs in plan:
                     total += secs
-                with res.request() as req:
-                    yield req
-                    yield env.timeout(total)
-                for stage, secs in plan:
-                    self._book(i, stage, secs)
-                    if stage == "forecasting":
+                wait = res.acquire()
+                if wait is not None:
+                    yield wait
+                yield env.timeout(total)
+                res.release()
+                for k, secs in plan:
+                    self._book(i, k, secs)
+                    if k == _K_FORECASTING:
                         self._forecasts += 1
                 if on_gpu:
                     self._gpu_busy_s += total
@@ -161,16 +166,18 @@ class SearchSimulation:
                 return ended
         return None
 
-    def _prepare(self, i: int):
+    def _admit(self, i: int) -> bool:
+        """Whether candidate i is generated: not a dropped orphan, and budget left."""
         self._reached[i] = True
         p = self.trace.parent[i]
         if p >= 0 and self._state[p] != "measured":
             self._orphan[i] = True
             if self.drop_orphans:
                 self._state[i] = "orphan_dropped"
-                return
-        if self._exhausted():
-            return  # stays budget_stopped
+                return False
+        return not self._exhausted()  # else it stays budget_stopped
+
+    def _prepare(self, i: int, joined: Countdown):
         ended = yield from self._run(i, self._before)
         self._generated += 1
         if ended is None:
@@ -181,18 +188,23 @@ class SearchSimulation:
         else:
             self._state[i] = "failed_before_decision"
             self._outcome[i] = ended
+        joined.done()
 
-    def _measure(self, i: int):
+    def _start_measuring(self, i: int) -> bool:
+        """Whether candidate i's measurement starts now (budget left, ground truth logged)."""
         if self._exhausted():
-            return  # stays budget_stopped
-        t = self.trace
-        if t.outcome[i] is None:
+            return False  # stays budget_stopped
+        if self.trace.outcome[i] is None:
             self._state[i] = "unmeasurable"
             self._unmeasurable += 1
-            return
+            return False
         self._evals += 1
         self._state[i] = "measured"
         self._t_start[i] = self.env.now
+        return True
+
+    def _measure(self, i: int, joined: Countdown):
+        t = self.trace
         yield from self._run(i, self._after)
         self._t_end[i] = self.env.now
         self._outcome[i] = t.outcome[i]
@@ -204,6 +216,7 @@ class SearchSimulation:
                 self._best_id = t.candidate_ids[i]
         usd, joules = self._spent(self.env.now)
         self._anytime.append((self.env.now, usd, joules, self._evals, self._best))
+        joined.done()
 
     # -- decisions -------------------------------------------------------------------------
     def _base_speedup(self, i: int) -> float:
@@ -243,25 +256,33 @@ class SearchSimulation:
 
     def _parent_batch(self, step: int, rows: list[int]):
         env = self.env
-        yield env.all_of([env.process(self._prepare(i)) for i in rows])
-        live = [i for i in rows if self._ready[i]]
+        admitted = [i for i in rows if self._admit(i)]
+        if admitted:
+            joined = Countdown(env, len(admitted))
+            for i in admitted:
+                env.process(self._prepare(i, joined))
+            yield joined.event
+        live = [i for i in admitted if self._ready[i]]
         if not live:
             return
         # Only the best speedup is live; counts and budget are as of the step's start, so that
         # batches deciding at the same instant see the same state in any event order.
         state = replace(self._step_state, best_speedup=self._best)
         decisions = self.policy.decide(self._batch(live), state)
-        measures = []
+        chosen = []
         for j, i in enumerate(live):
             self._action[i] = "measure" if decisions.measure[j] else "skip"
             self._score[i] = float(decisions.score[j])
             self._reason[i] = decisions.reason[j]
-            if decisions.measure[j]:
-                measures.append(env.process(self._measure(i)))
-            else:
+            if not decisions.measure[j]:
                 self._state[i] = "skipped"
-        if measures:
-            yield env.all_of(measures)
+            elif self._start_measuring(i):
+                chosen.append(i)
+        if chosen:
+            joined = Countdown(env, len(chosen))
+            for i in chosen:
+                env.process(self._measure(i, joined))
+            yield joined.event
 
     def _driver(self):
         env = self.env
@@ -285,18 +306,22 @@ class SearchSimulation:
         self.env = simpy.Environment()
         caps = self.capacities
         self._resources = {
-            "gen": simpy.Resource(self.env, caps.generator),
-            "fc": simpy.Resource(self.env, caps.forecaster),
-            "cpu": simpy.Resource(self.env, caps.compile_workers),
-            "gpu": simpy.Resource(self.env, caps.gpus),
+            "gen": Slots(self.env, caps.generator),
+            "fc": Slots(self.env, caps.forecaster),
+            "cpu": Slots(self.env, caps.compile_workers),
+            "gpu": Slots(self.env, caps.gpus),
         }
         self._before = segments(self.pipeline.before, self.model.compile_on)
         self._after = segments(self.pipeline.after, self.model.compile_on)
-        self._price = {k: tuple(a.tolist() for a in v) for k, v in t.price.items()}
-        self._stage_secs = t.stage_s
+        # Per stage index: prices and seconds as lists (scalar access to lists is fastest).
+        empty = [0.0] * n
+        self._p_usd = [t.price[s][0].tolist() if s in t.price else empty for s in STAGES]
+        self._p_j = [t.price[s][1].tolist() if s in t.price else empty for s in STAGES]
+        self._p_imp = [t.price[s][2].tolist() if s in t.price else empty for s in STAGES]
+        self._secs = [t.stage_s.get(s, empty) for s in STAGES]
         self._cold_start = t.stage_s["cold_start"]
+        self._reads_forecasts = self.policy.needs_forecast
         self._money_limited = not (math.isinf(self.budget.usd) and math.isinf(self.budget.joules))
-        self._stage_index = {s: k for k, s in enumerate(STAGES)}
         self._stage_s = [0.0] * len(STAGES)
         self._stage_usd = [0.0] * len(STAGES)
         self._stage_j = [0.0] * len(STAGES)

@@ -79,16 +79,16 @@ class _World:
 
     def __init__(self, t: SearchTrace, policy: Policy):
         n = len(t)
-        self.gen_failed = np.asarray(t.gen_failed, dtype=bool)
+        a = t.arrays
+        self.gen_failed = a["gen_failed"]
         self.forecast_runs = t.has_forecast & policy.needs_forecast
-        outcome = np.array([o or "" for o in t.outcome], dtype=object)
-        self.no_eval = outcome == ""
+        outcome = a["outcome"]
+        self.outcome = outcome
+        self.no_eval = np.equal(outcome, None)
         self.success = outcome == "success"
         self.ends_after = {"compile": outcome == "compile_failed",
                            "check": (outcome == "runtime_error") | (outcome == "incorrect")}
-        self.secs = {"generation": np.asarray(t.gen_s, float),
-                     "forecasting": np.asarray(t.fc_s, float),
-                     **{k: np.asarray(v, float) for k, v in t.stage_s.items()}}
+        self.secs = {k: a[k] for k in ("generation", "forecasting", *t.stage_s)}
         self.price = t.price
         # How many times each candidate ran each stage (a second GPU acquisition under
         # serverless billing pays a second cold start).
@@ -153,6 +153,7 @@ class _World:
 
 
 _TIE_S = 1e-9
+_SKIP_MEASURE = np.array(["skip", "measure"], dtype=object)
 _FIRST_CHUNK = 4  # steps decided at once after a new best; doubles while no new best comes
 
 
@@ -172,6 +173,13 @@ class _Layout:
         self.step_start = self.batch_start[self.step_first_batch]  # position of each step
         self.step = self.step_of_batch[self.batch] if len(self.batch) else np.zeros(0, int)
         self.step_numbers = [s for s, _ in steps]
+
+
+def _layout(t: SearchTrace) -> _Layout:
+    cached = t.__dict__.get("_fast_layout")
+    if cached is None:
+        cached = t.__dict__["_fast_layout"] = _Layout(t.steps)
+    return cached
 
 
 def _per_row(n: int, p: _Pass) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -195,7 +203,8 @@ class _FastRun:
         n = len(t)
         kept = t.steps if math.isinf(budget.steps) else t.steps[: int(budget.steps)]
         self.stopped_by = "steps" if len(kept) < len(t.steps) else None
-        self.lay = lay = _Layout(kept)
+        # The layout depends only on the steps: built once per trace, unless a budget cuts them.
+        self.lay = lay = _layout(t) if len(kept) == len(t.steps) else _Layout(kept)
         self.w = w = _World(t, policy)
         rows = lay.rows
         # Durations do not depend on decisions: price every stage of every row once.
@@ -210,8 +219,8 @@ class _FastRun:
         self.post_rel[rows] = self.post.end
         self.pre_count, self.pre_gpu = _per_row(n, self.pre)
         self.post_count, self.post_gpu = _per_row(n, self.post)
-        self.parent = np.asarray(t.parent, dtype=int)
-        self.speedup = np.asarray(t.speedup, dtype=float)
+        self.parent = t.arrays["parent"]
+        self.speedup = t.arrays["speedup"]
         self.has_eval = ~w.no_eval
         # Outcome columns (trace rows).
         self.state = np.full(n, "budget_stopped", dtype=object)
@@ -315,7 +324,8 @@ class _FastRun:
             self._commit(pos[keep], dropped[keep], pos[sub],
                          d.measure[live_keep] if d is not None else np.zeros(0, bool),
                          d.score[live_keep] if d is not None else np.zeros(0),
-                         [d.reason[i] for i in live_keep] if d is not None else [])
+                         np.asarray(d.reason, dtype=object)[live_keep] if d is not None
+                         else [])
         return record
 
     def _record_step(self, k: int) -> None:
@@ -374,7 +384,7 @@ class _FastRun:
         for code, name in _ENDED_STATE.items():
             self.state[gen[ended == code]] = name
         lrows = lay.rows[live_pos]
-        self.action[lrows] = np.where(measure, "measure", "skip")
+        self.action[lrows] = _SKIP_MEASURE[measure.astype(np.intp)]
         self.score[lrows] = score
         self.reason[lrows] = np.array(reason, dtype=object) if len(reason) else []
         self.state[lrows[~measure]] = "skipped"
@@ -387,14 +397,15 @@ class _FastRun:
         # when its last batch has decided and its last measurement has ended.
         ready_rel = np.where(dropped, 0.0, self.pre_rel[rows])
         batches = lay.batch[pos]
-        first = np.flatnonzero(np.r_[True, batches[1:] != batches[:-1]])
+        first = np.flatnonzero(np.concatenate(([True], batches[1:] != batches[:-1])))
         decide_rel = np.maximum.reduceat(ready_rel, first)
         self.decide_rel[batches[first]] = decide_rel
         span = ready_rel.copy()
-        mpos = np.isin(pos, live_pos[go])
+        mpos = np.zeros(len(pos), bool)
+        mpos[live_pos[go] - pos[0]] = True  # pos is a contiguous range of positions
         span[mpos] = self.decide_rel[batches[mpos]] + self.post_rel[rows[mpos]]
         steps = lay.step[pos]
-        sfirst = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1]])
+        sfirst = np.flatnonzero(np.concatenate(([True], steps[1:] != steps[:-1])))
         dur = np.maximum(np.maximum.reduceat(span, sfirst), 0.0)
         ks = steps[sfirst]
         start = self.step_t[ks[0]]
@@ -433,7 +444,7 @@ class _FastRun:
         orphan = reached & (p >= 0) & ~self.measured[np.maximum(p, 0)]
         outcome = np.full(n, None, dtype=object)
         shown = self.measured | (self.state == "failed_before_decision")
-        outcome[shown] = [t.outcome[i] for i in np.flatnonzero(shown)]
+        outcome[shown] = w.outcome[shown]
         best, best_id = t.seed_speedup, None
         ok = np.flatnonzero(self.measured & w.success)
         if len(ok) and self.speedup[ok].max() > best:

@@ -7,6 +7,7 @@ the cost model's priors and is flagged as imputed, so results can say how much r
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,6 +65,20 @@ class SearchTrace:
 
     def __len__(self) -> int:
         return len(self.candidate_ids)
+
+    @functools.cached_property
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The list columns as numpy arrays, converted once per trace (the fast path's input)."""
+        outcome = np.array(self.outcome, dtype=object)
+        return {
+            "outcome": outcome,
+            "gen_failed": np.asarray(self.gen_failed, dtype=bool),
+            "speedup": np.asarray(self.speedup, dtype=float),
+            "parent": np.asarray(self.parent, dtype=int),
+            "generation": np.asarray(self.gen_s, dtype=float),
+            "forecasting": np.asarray(self.fc_s, dtype=float),
+            **{k: np.asarray(v, dtype=float) for k, v in self.stage_s.items()},
+        }
 
 
 def pick_forecaster(log: ReplayLog, forecaster: str | None) -> str | None:
