@@ -6,6 +6,8 @@ Speedup S = reference runtime / candidate runtime. Bins are numbered 1..8 in the
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 __all__ = [
@@ -70,10 +72,18 @@ def bin_cdf_above(
     ``threshold`` is one speedup per row, in the same frame as the bins.
     """
     p = np.atleast_2d(np.asarray(probs, dtype=float))
+    lo, hi = _log_bounds(tuple(edges), float(bottom_span), float(top_span))
+    t = np.log2(np.maximum(np.asarray(threshold, dtype=float), 1e-300)).reshape(-1, 1)
+    # Fraction of each bin's interval lying above t, clipped to [0, 1].
+    frac_above = (hi - t) / (hi - lo)
+    np.clip(frac_above, 0.0, 1.0, out=frac_above)
+    return np.clip(np.einsum("ij,ij->i", p, frac_above), 0.0, 1.0)
+
+
+@functools.lru_cache(maxsize=16)
+def _log_bounds(edges: tuple, bottom_span: float, top_span: float):
+    """log2 lower and upper bounds of the 8 bins, the open ones closed by the stated prior."""
     e = np.log2(np.asarray(edges, dtype=float))
     lo = np.concatenate([[e[0] - np.log2(bottom_span)], e])
     hi = np.concatenate([e, [e[-1] + np.log2(top_span)]])
-    t = np.log2(np.maximum(np.asarray(threshold, dtype=float), 1e-300)).reshape(-1, 1)
-    # Fraction of each bin's interval lying above t, clipped to [0, 1].
-    frac_above = np.clip((hi - t) / (hi - lo), 0.0, 1.0)
-    return np.clip((p * frac_above).sum(axis=1), 0.0, 1.0)
+    return lo, hi

@@ -23,7 +23,7 @@ class Batch:
     ``true_speedup`` (NaN for failures) is given only to policies with ``needs_truth``.
     """
 
-    candidate_ids: tuple[str, ...]
+    candidate_ids: tuple[str, ...] | np.ndarray  # a tuple, or an object array of str
     probs: np.ndarray
     has_forecast: np.ndarray
     parse_failed: np.ndarray
@@ -42,9 +42,11 @@ class Batch:
     def take(self, rows) -> "Batch":
         """The sub-batch of ``rows`` (a slice or an index array)."""
         truth = None if self.true_speedup is None else self.true_speedup[rows]
-        if isinstance(rows, slice):
+        if isinstance(self.candidate_ids, np.ndarray):  # object array: C-speed fancy indexing
             ids = self.candidate_ids[rows]
-        else:  # O(len(rows)), not O(len(self)): the fast path takes small slices of big batches
+        elif isinstance(rows, slice):
+            ids = self.candidate_ids[rows]
+        else:
             ids = tuple(map(self.candidate_ids.__getitem__, np.asarray(rows).tolist()))
         return Batch(ids, self.probs[rows], self.has_forecast[rows],
                      self.parse_failed[rows], self.base_speedup[rows], self.bin_edges, truth)

@@ -19,13 +19,18 @@ _ON_PARSE_FAILURE = Param(
 )
 
 
+_THRESHOLD_REASONS = np.array(["unsure", "promising", "confident-not-better"], dtype=object)
+_TOPK_REASONS = np.array(["below-k", "top-k"], dtype=object)
+
+
 def _apply_unusable(batch: Batch, measure: np.ndarray, reason: np.ndarray, rule: str):
     """Rows without a usable forecast: measured or skipped by ``on_parse_failure``."""
     unusable = ~batch.usable
     if unusable.any():
         measure = np.where(unusable, rule == "measure", measure)
+        reason = reason.copy()
         reason[unusable] = np.where(batch.has_forecast[unusable], "parse-failed", "unforecast")
-    return measure, reason.tolist()
+    return measure, reason
 
 
 class TopKPolicy(Policy):
@@ -43,7 +48,7 @@ class TopKPolicy(Policy):
         score = np.where(usable, expected_bin_index(batch.probs), -np.inf)
         # Ties by request order, as the reference; unusable rows rank last and never count.
         measure = usable & (rank_within_groups(group, score) < self.k)
-        reason = np.where(measure, "top-k", "below-k").astype(object)
+        reason = _TOPK_REASONS[measure.astype(np.intp)]
         measure, reason = _apply_unusable(batch, measure, reason, self.on_parse_failure)
         return Decisions.build(measure, score, reason)
 
@@ -131,7 +136,6 @@ class ThresholdPolicy(Policy):
         unsure = conf < tau
         promising = promise >= self.rho
         measure = usable & (unsure | promising)
-        reason = np.where(unsure, "unsure",
-                          np.where(promising, "promising", "confident-not-better")).astype(object)
+        reason = _THRESHOLD_REASONS[np.where(unsure, 0, np.where(promising, 1, 2))]
         measure, reason = _apply_unusable(batch, measure, reason, self.on_parse_failure)
         return Decisions.build(measure, conf, reason)

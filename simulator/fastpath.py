@@ -241,7 +241,7 @@ class _FastRun:
             reads = self.policy.needs_forecast
             base = np.full(len(t), t.seed_speedup if t.forecast_frame == "seed" else 1.0)
             self.batch_cache = Batch(
-                candidate_ids=tuple(t.candidate_ids), probs=t.probs,
+                candidate_ids=np.array(t.candidate_ids, dtype=object), probs=t.probs,
                 has_forecast=t.has_forecast if reads else np.zeros(len(t), bool),
                 parse_failed=t.parse_failed, base_speedup=base, bin_edges=t.bin_edges,
                 true_speedup=self.speedup if self.policy.needs_truth else None)
