@@ -7,6 +7,7 @@ both cost presets, beside the measure-everything baseline (same seed, trace driv
 from __future__ import annotations
 
 import argparse
+import time
 
 from gfsim.cost_models import load_cost_model
 from gfsim.policies import make_policy
@@ -15,7 +16,7 @@ from gfsim.simulator import replay
 
 POLICIES = ["all", "threshold:0.7", "threshold:0.9", "threshold:coverage=0.5",
             "topk:2", "random:0.5", "oracle:0.5"]
-PRESETS = ["serverless-a100", "reserved-h100"]
+PRESETS = ["serverless-a100", "serverless-a100:forecaster=gpt-oss-20b", "reserved-h100"]
 
 
 def main() -> None:
@@ -26,6 +27,7 @@ def main() -> None:
     log = open_log(args.log)
     print(f"log `{log.name}` ({log.header['provenance']['kind'].upper()}), seed {args.seed}, "
           "trace driver, orphans kept\n")
+    started = time.perf_counter()
     print("| cost preset | policy | best speedup | GPU evals | forecasts | wall h | USD | kWh "
           "| orphan share | USD imputed |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -38,6 +40,7 @@ def main() -> None:
                   f"{f['forecasts']} | {f['wall_s'] / 3600:.2f} | ${f['usd']:.2f} | "
                   f"{f['joules'] / 3.6e6:.2f} | {f['orphan_share']:.0%} | "
                   f"{f['usd_imputed_share']:.0%} |")
+    print(f"\n({time.perf_counter() - started:.1f} s for {len(PRESETS) * len(POLICIES)} replays)")
 
 
 if __name__ == "__main__":
