@@ -28,7 +28,7 @@ from gfsim.simulator.budget import Budget
 from gfsim.simulator.pipeline import COST_STAGE, DEFAULT_PIPELINE, Pipeline
 from gfsim.simulator.results import SearchResult
 from gfsim.simulator.slots import Countdown, Slots
-from gfsim.simulator.trace import SearchTrace
+from gfsim.simulator.trace import SearchTrace, ancestor_speedup
 
 __all__ = ["SearchSimulation", "CANDIDATE_STATES", "segments"]
 
@@ -225,14 +225,7 @@ class SearchSimulation:
             return 1.0
         if t.forecast_frame == "seed":
             return t.seed_speedup
-        # Parent-relative: the parent's measured speedup, else the nearest measured ancestor's.
-        p = t.parent[i]
-        while p >= 0:
-            s = self._measured_speedup[p]
-            if s == s:  # not NaN
-                return s
-            p = t.parent[p]
-        return t.seed_speedup
+        return ancestor_speedup(t.parent, i, self._measured_speedup, t.seed_speedup)
 
     def _batch(self, rows: list[int]) -> Batch:
         t = self.trace

@@ -31,7 +31,7 @@ from gfsim.simulator.budget import Budget
 from gfsim.simulator.engine import segments
 from gfsim.simulator.pipeline import COST_STAGE, DEFAULT_PIPELINE, Pipeline
 from gfsim.simulator.results import SearchResult
-from gfsim.simulator.trace import SearchTrace
+from gfsim.simulator.trace import SearchTrace, ancestor_speedup
 
 __all__ = ["fast_path_blocker", "run_fast", "FastPathUnsafe"]
 
@@ -249,7 +249,8 @@ class _FastRun:
         batch = self.batch_cache.take(rows)
         if t.forecast_frame == "parent":  # chunks are one step: parents are settled
             measured_speedup = np.where(self.measured & self.w.success, self.speedup, np.nan)
-            base = np.array([_ancestor_speedup(t, i, measured_speedup) for i in rows])
+            base = np.array([ancestor_speedup(t.parent, i, measured_speedup, t.seed_speedup)
+                             for i in rows])
             batch = Batch(batch.candidate_ids, batch.probs, batch.has_forecast,
                           batch.parse_failed, base, batch.bin_edges, batch.true_speedup)
         return batch
@@ -513,12 +514,3 @@ def run_fast(trace: SearchTrace, policy: Policy, model: PresetCostModel, caps: C
     """Replay one search in closed form. Raises FastPathUnsafe on a tie the event order
     would settle; check ``fast_path_blocker`` first for the other conditions."""
     return _FastRun(trace, policy, model, caps, budget, seed, drop_orphans, pipeline).run()
-
-
-def _ancestor_speedup(t: SearchTrace, i: int, measured_speedup: np.ndarray) -> float:
-    p = t.parent[i]
-    while p >= 0:
-        if not np.isnan(measured_speedup[p]):
-            return float(measured_speedup[p])
-        p = t.parent[p]
-    return t.seed_speedup

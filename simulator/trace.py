@@ -17,7 +17,7 @@ from gfsim.cost_models.presets import PresetCostModel
 from gfsim.errors import GfsimError
 from gfsim.replay_logs.log import PROB_COLUMNS, ReplayLog
 
-__all__ = ["SearchTrace", "build_traces", "pick_forecaster"]
+__all__ = ["SearchTrace", "build_traces", "pick_forecaster", "ancestor_speedup"]
 
 # Outcomes after which a stage no longer runs.
 _STOPS_BEFORE_CHECK = {"compile_failed"}
@@ -79,6 +79,19 @@ class SearchTrace:
             "forecasting": np.asarray(self.fc_s, dtype=float),
             **{k: np.asarray(v, dtype=float) for k, v in self.stage_s.items()},
         }
+
+
+def ancestor_speedup(parent, i: int, measured_speedup, seed_speedup: float) -> float:
+    """For a parent-relative forecast of candidate i: its parent's measured speedup, else the
+    nearest measured ancestor's, else the seed kernel's (NaN in ``measured_speedup`` = not
+    measured successfully)."""
+    p = parent[i]
+    while p >= 0:
+        s = measured_speedup[p]
+        if s == s:  # not NaN
+            return float(s)
+        p = parent[p]
+    return seed_speedup
 
 
 def pick_forecaster(log: ReplayLog, forecaster: str | None) -> str | None:
