@@ -6,7 +6,7 @@ import typer
 
 from gfsim.cli import costs_cmd
 from gfsim.cli import inspect_cmds, replay_cmd
-from gfsim.cli import synth_cmd
+from gfsim.cli import score_cmd, synth_cmd
 
 app = typer.Typer(
     name="gfsim",
@@ -21,6 +21,7 @@ app.command("logs")(inspect_cmds.logs)
 app.command("policies")(inspect_cmds.policies)
 app.command("synth")(synth_cmd.synth)
 app.command("costs")(costs_cmd.costs)
+app.command("score")(score_cmd.score)
 
 
 def main() -> None:

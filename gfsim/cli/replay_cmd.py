@@ -68,6 +68,10 @@ def replay(
     engine: str = typer.Option("auto", "--engine",
                                help="auto (closed-form fast path wherever no capacity binds), "
                                     "des (always the SimPy engine) or fast."),
+    calibrate: str = typer.Option("none", "--calibrate",
+                                  help="Recalibrate forecasts before any policy sees them: "
+                                       "none, temperature or isotonic, fitted out of fold (by "
+                                       "task)."),
     forecaster: Optional[str] = typer.Option(None, "--forecaster",
                                              help="Which logged forecaster the policy reads "
                                                   "(default: the first in the log)."),
@@ -92,12 +96,18 @@ def replay(
     caps = parse_capacity(capacity, model.capacities)
     the_pipeline = parse_pipeline(pipeline)
     the_log = open_log(log)
+    if calibrate != "none":
+        from gfsim.calibration import recalibrate_log
+        from gfsim.scoring import true_bins
+
+        the_log = recalibrate_log(the_log, calibrate, true_bins(the_log))
     result, base = replay_with_baseline(
         the_log, the_policy, model, baseline=baseline, budget=the_budget, seed=seed,
         capacities=caps, forecaster=forecaster, pipeline=the_pipeline, engine=engine,
     )
     out = comparison_json(result, base, the_budget)
     out["pipeline"] = str(the_pipeline)
+    out["calibration"] = calibrate
     out["gen_tokens_prior"] = {"input": model.priors.gen_input_tokens,
                                "output": model.priors.gen_output_tokens}
     if candidates_out is not None:
