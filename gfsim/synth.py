@@ -246,10 +246,19 @@ def _pairs(land: Landscape, task_id: str, share: int, tick) -> list[dict]:
     return body
 
 
-def build_records(*, seed: int, candidates: int, tasks: int, shape: str = "trajectory",
+def build_records(*, seed: int, candidates: int | None, tasks: int, shape: str = "trajectory",
                   params: LandscapeParams | None = None,
-                  progress: Callable[[int], None] | None = None) -> list[dict]:
-    """Every record of a synthetic log, header first."""
+                  progress: Callable[[int], None] | None = None, driver: str = "greedy",
+                  steps: int = 40) -> list[dict]:
+    """Every record of a synthetic log, header first. ``driver="puct"`` runs the reference
+    search (paper-standard shape, ``steps`` steps) instead of the greedy one; its size follows
+    from the steps, so ``candidates`` must be None."""
+    if driver == "puct":
+        return _puct_records(seed, tasks, params, progress, steps, shape, candidates)
+    if driver != "greedy":
+        raise GfsimError(f"--driver: unknown driver {driver!r}; valid: greedy, puct")
+    if candidates is None:
+        raise GfsimError("--candidates is required for the greedy driver and pairs logs")
     _check_args(seed, candidates, tasks, shape)
     land = Landscape(params if params is not None else LandscapeParams(), seed, tasks)
     pending = [0]
@@ -269,6 +278,34 @@ def build_records(*, seed: int, candidates: int, tasks: int, shape: str = "traje
     if progress is not None and pending[0]:
         progress(pending[0])
     return records
+
+
+def _puct_records(seed, tasks, params, progress, steps, shape, candidates) -> list[dict]:
+    from gfsim.synth_puct import PUCT_RULE, paper_standard, puct_search_records
+
+    if shape != "trajectory":
+        raise GfsimError("--driver puct writes trajectory logs only")
+    if candidates is not None:
+        raise GfsimError("--driver puct: the size follows from --steps; drop --candidates")
+    _check_args(seed, tasks, tasks, shape)
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise GfsimError(f"--steps must be a whole number >= 1, got {steps!r}")
+    land = Landscape(params if params is not None else LandscapeParams(), seed, tasks)
+    config = paper_standard(steps)
+    body = []
+    for task in land.tasks:
+        body += puct_search_records(land, task.task_id, config, seed,
+                                    tick=progress if progress is not None else None)
+    n = sum(1 for r in body if r["kind"] == "candidate")
+    header = _header(land, shape, seed, n)
+    prov = header["provenance"]
+    prov["command"] = (f"gfsim synth --out PATH --seed {seed} --tasks {tasks} --driver puct "
+                       f"--steps {steps}")
+    prov["parent_selection"] = PUCT_RULE
+    prov["search"] = config.as_dict()
+    prov.pop("clock", None)
+    header["log_id"] = f"synth-puct-seed{seed}-steps{steps}-k{tasks}"
+    return [header, *body]
 
 
 def _check_args(seed, candidates, tasks, shape) -> None:
@@ -316,9 +353,10 @@ def summarize(records: list[dict]) -> dict:
     }
 
 
-def synthesize(path, *, seed: int, candidates: int, tasks: int = 6, shape: str = "trajectory",
-               params: LandscapeParams | None = None,
-               progress: Callable[[int], None] | None = None) -> dict:
+def synthesize(path, *, seed: int, candidates: int | None, tasks: int = 6,
+               shape: str = "trajectory", params: LandscapeParams | None = None,
+               progress: Callable[[int], None] | None = None, driver: str = "greedy",
+               steps: int = 40) -> dict:
     """Write a synthetic log to ``path`` (.jsonl or .jsonl.gz, replaced if it exists).
 
     Returns a summary: counts, outcomes, best measured speedup per task, bytes and seconds.
@@ -332,7 +370,7 @@ def synthesize(path, *, seed: int, candidates: int, tasks: int = 6, shape: str =
         raise GfsimError(f"{path}: is a directory")
     t0 = time.perf_counter()
     records = build_records(seed=seed, candidates=candidates, tasks=tasks, shape=shape,
-                            params=params, progress=progress)
+                            params=params, progress=progress, driver=driver, steps=steps)
     # Write beside the target and rename, so a crash never leaves a half log under its name.
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp{''.join(path.suffixes[-1:])}")
     try:

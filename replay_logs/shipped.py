@@ -22,8 +22,15 @@ SHIPPED_LOGS: dict[str, tuple[str, str]] = {
         "`gfsim synth --out replay_logs/data/synthetic-v1.jsonl.gz --seed 1 --candidates 3000 "
         "--tasks 6`; not measured on any GPU",
     ),
+    "synthetic-puct-v1": (
+        "synthetic-puct-v1.jsonl.gz",
+        "SYNTHETIC: 6 tasks, 1,896 candidates, the reference's standard PUCT search (40 steps x "
+        "2 parents x 4, all measured) per task, made by `gfsim synth --out "
+        "replay_logs/data/synthetic-puct-v1.jsonl.gz --seed 1 --tasks 6 --driver puct --steps "
+        "40`; not measured on any GPU",
+    ),
 }
-DEFAULT_LOG = "synthetic-v1"
+DEFAULT_LOG = "synthetic-puct-v1"
 
 
 def shipped_path(name: str) -> Path:

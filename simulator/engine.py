@@ -48,6 +48,10 @@ _K = {s: k for k, s in enumerate(STAGES)}
 _K_GENERATION, _K_FORECASTING, _K_COLD_START = _K["generation"], _K["forecasting"], _K["cold_start"]
 
 
+def _as_list(values) -> list:
+    return values.tolist() if isinstance(values, np.ndarray) else list(values)
+
+
 def segments(stages: tuple[str, ...], compile_on: str) -> list[tuple[str, tuple[str, ...]]]:
     """Group consecutive stages that hold the same resource: [(resource, stages), ...]."""
     resource = {"generate": "gen", "forecast": "fc", "check": "gpu", "time": "gpu",
@@ -241,6 +245,10 @@ class SearchSimulation:
             else None,
         )
 
+    def _cap(self, batch: Batch, decisions) -> np.ndarray:
+        """Which of the policy's choices are measured; the trace driver takes them all."""
+        return decisions.measure
+
     def _budget_left(self) -> dict[str, float]:
         b = self.budget
         usd, joules = self._spent(self.env.now)
@@ -261,13 +269,15 @@ class SearchSimulation:
         # Only the best speedup is live; counts and budget are as of the step's start, so that
         # batches deciding at the same instant see the same state in any event order.
         state = replace(self._step_state, best_speedup=self._best)
-        decisions = self.policy.decide(self._batch(live), state)
+        batch = self._batch(live)
+        decisions = self.policy.decide(batch, state)
+        measure = self._cap(batch, decisions)
         chosen = []
         for j, i in enumerate(live):
-            self._action[i] = "measure" if decisions.measure[j] else "skip"
+            self._action[i] = "measure" if measure[j] else "skip"
             self._score[i] = float(decisions.score[j])
             self._reason[i] = decisions.reason[j]
-            if not decisions.measure[j]:
+            if not measure[j]:
                 self._state[i] = "skipped"
             elif self._start_measuring(i):
                 chosen.append(i)
@@ -294,8 +304,15 @@ class SearchSimulation:
 
     # -- run -------------------------------------------------------------------------------
     def run(self) -> SearchResult:
+        self._setup()
+        self._extend(len(self.trace))
+        self.env.process(self._driver())
+        self.env.run()
+        return self._result()
+
+    def _setup(self) -> None:
+        """The environment, resources and run-wide accumulators."""
         t = self.trace
-        n = len(t)
         self.env = simpy.Environment()
         caps = self.capacities
         self._resources = {
@@ -306,13 +323,6 @@ class SearchSimulation:
         }
         self._before = segments(self.pipeline.before, self.model.compile_on)
         self._after = segments(self.pipeline.after, self.model.compile_on)
-        # Per stage index: prices and seconds as lists (scalar access to lists is fastest).
-        empty = [0.0] * n
-        self._p_usd = [t.price[s][0].tolist() if s in t.price else empty for s in STAGES]
-        self._p_j = [t.price[s][1].tolist() if s in t.price else empty for s in STAGES]
-        self._p_imp = [t.price[s][2].tolist() if s in t.price else empty for s in STAGES]
-        self._secs = [t.stage_s.get(s, empty) for s in STAGES]
-        self._cold_start = t.stage_s["cold_start"]
         self._reads_forecasts = self.policy.needs_forecast
         self._money_limited = not (math.isinf(self.budget.usd) and math.isinf(self.budget.joules))
         self._stage_s = [0.0] * len(STAGES)
@@ -320,18 +330,15 @@ class SearchSimulation:
         self._stage_j = [0.0] * len(STAGES)
         self._stage_imp = [0.0] * len(STAGES)
         self._usd = self._joules = self._gpu_busy_s = 0.0
-        self._cand_usd = [0.0] * n
-        self._state = ["budget_stopped"] * n
-        self._outcome: list[str | None] = [None] * n
-        self._reached = [False] * n
-        self._ready = [False] * n
-        self._orphan = [False] * n
-        self._action: list[str | None] = [None] * n
-        self._score = [math.nan] * n
-        self._reason: list[str | None] = [None] * n
-        self._t_start = [math.nan] * n
-        self._t_end = [math.nan] * n
-        self._measured_speedup = [math.nan] * n
+        # Per stage index: prices and seconds as lists (scalar access to lists is fastest).
+        self._p_usd: list[list[float]] = [[] for _ in STAGES]
+        self._p_j: list[list[float]] = [[] for _ in STAGES]
+        self._p_imp: list[list[float]] = [[] for _ in STAGES]
+        self._secs: list[list[float]] = [[] for _ in STAGES]
+        self._cold_start = self._secs[_K_COLD_START]
+        for name in ("_cand_usd", "_state", "_outcome", "_reached", "_ready", "_orphan",
+                     "_action", "_score", "_reason", "_t_start", "_t_end", "_measured_speedup"):
+            setattr(self, name, [])
         self._best = t.seed_speedup
         self._best_id = None
         self._evals = self._forecasts = self._generated = self._unmeasurable = 0
@@ -339,9 +346,34 @@ class SearchSimulation:
         self._stopped_by: str | None = None
         self._anytime = [(0.0, 0.0, 0.0, 0, self._best)]
 
-        self.env.process(self._driver())
-        self.env.run()
-        return self._result()
+    def _extend(self, n: int) -> None:
+        """Make room for the trace's candidates from index len(self._state) to n."""
+        t = self.trace
+        lo = len(self._state)
+        new = n - lo
+        if new <= 0:
+            return
+        for k, s in enumerate(STAGES):
+            if s in t.price:
+                for lst, values in zip((self._p_usd[k], self._p_j[k], self._p_imp[k]),
+                                       t.price[s]):
+                    lst.extend(_as_list(values[lo:n]))
+            else:
+                for lst in (self._p_usd[k], self._p_j[k], self._p_imp[k]):
+                    lst.extend([0.0] * new)
+            self._secs[k].extend(t.stage_s[s][lo:n] if s in t.stage_s else [0.0] * new)
+        self._cand_usd.extend([0.0] * new)
+        self._state.extend(["budget_stopped"] * new)
+        self._outcome.extend([None] * new)
+        self._reached.extend([False] * new)
+        self._ready.extend([False] * new)
+        self._orphan.extend([False] * new)
+        self._action.extend([None] * new)
+        self._score.extend([math.nan] * new)
+        self._reason.extend([None] * new)
+        self._t_start.extend([math.nan] * new)
+        self._t_end.extend([math.nan] * new)
+        self._measured_speedup.extend([math.nan] * new)
 
     def _result(self) -> SearchResult:
         t = self.trace

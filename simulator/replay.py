@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -12,9 +13,12 @@ from gfsim.policies.base import Batch, Policy
 from gfsim.policies.registry import make_policy
 from gfsim.replay_logs.log import ReplayLog
 from gfsim.simulator.budget import Budget
+from gfsim.simulator.children import LogChildren
 from gfsim.simulator.engine import SearchSimulation
 from gfsim.simulator.fastpath import FastPathUnsafe, fast_path_blocker, run_fast
 from gfsim.simulator.pipeline import DEFAULT_PIPELINE, Pipeline
+from gfsim.simulator.puct_engine import (EXTRAPOLATED_SHARE, SEARCH_PRESETS, PuctSimulation,
+                                         SearchConfig)
 from gfsim.simulator.results import ReplayResult
 from gfsim.simulator.trace import SearchTrace, build_traces
 
@@ -67,26 +71,47 @@ def simulate_search(trace: SearchTrace, policy: Policy, model: PresetCostModel,
                             pipeline).run()
 
 
+DRIVERS = ("trace", "puct")
+
+
 def replay(log: ReplayLog, policy: Policy, model: PresetCostModel, *, budget: Budget = Budget(),
            seed: int = 0, capacities: Capacities | None = None, forecaster: str | None = None,
            orphans_dropped: bool = True, pipeline: Pipeline = DEFAULT_PIPELINE,
-           engine: str = "auto") -> ReplayResult:
-    """Replay every search of ``log`` with the trace driver; orphans are kept, and (if asked)
-    the run is repeated with orphans dropped so both can be reported. ``engine``: ``auto``
-    uses the closed-form fast path wherever no capacity binds, ``des`` always the SimPy
-    engine, ``fast`` insists on the fast path."""
+           engine: str = "auto", driver: str = "trace",
+           search: SearchConfig | None = None) -> ReplayResult:
+    """Replay every search of ``log``.
+
+    ``driver="trace"`` keeps the logged order (open loop): orphans are kept, and (if asked) the
+    run is repeated with orphans dropped so both can be reported; ``engine``: ``auto`` uses the
+    closed-form fast path wherever no capacity binds, ``des`` always the SimPy engine, ``fast``
+    insists on it. ``driver="puct"`` re-runs the reference search (closed loop) with ``search``
+    (default paper-standard), drawing children from the log (``simulator.children``).
+    """
+    if driver not in DRIVERS:
+        raise GfsimError(f"unknown driver {driver!r}; valid: {', '.join(DRIVERS)}")
     started = time.perf_counter()
     caps = capacities or model.capacities
     traces = build_traces(log, model, forecaster)
     _check_shape(log, policy, traces)
     policy.fit(_calibration_batch(traces), seed)
 
-    def run_all(drop: bool):
-        return [simulate_search(t, policy, model, caps, budget, seed, drop, pipeline, engine)
-                for t in traces]
+    if driver == "puct":
+        if log.shape != "trajectory":
+            raise GfsimError(f"{log.path}: the puct driver needs a trajectory log (parents and "
+                             f"children); this one is {log.shape!r}")
+        config = search or SEARCH_PRESETS["paper-standard"]
+        searches = [PuctSimulation(LogChildren(t), config, policy, model, caps, budget, seed,
+                                   search_id=t.search_id, task_id=t.task_id,
+                                   forecast_frame=t.forecast_frame, bin_edges=t.bin_edges,
+                                   pipeline=pipeline).run() for t in traces]
+        dropped = None
+    else:
+        def run_all(drop: bool):
+            return [simulate_search(t, policy, model, caps, budget, seed, drop, pipeline, engine)
+                    for t in traces]
 
-    searches = run_all(False)
-    dropped = run_all(True) if orphans_dropped else None
+        searches = run_all(False)
+        dropped = run_all(True) if orphans_dropped else None
     notes = []
     prov = log.header["provenance"]
     if prov.get("kind") != "measured":
@@ -101,8 +126,12 @@ def replay(log: ReplayLog, policy: Policy, model: PresetCostModel, *, budget: Bu
 
 def replay_with_baseline(log: ReplayLog, policy: Policy, model: PresetCostModel, *,
                          baseline: str = "all", **kwargs) -> tuple[ReplayResult, ReplayResult]:
-    """The policy and the baseline replayed with the same seed (common random numbers)."""
+    """The policy and the baseline replayed with the same seed (common random numbers). Under
+    the puct driver the baseline search does not overgenerate (paper-standard beside
+    paper-filtered)."""
     result = replay(log, policy, model, **kwargs)
+    if kwargs.get("driver") == "puct" and kwargs.get("search") is not None:
+        kwargs = {**kwargs, "search": replace(kwargs["search"], overgen=1)}
     base = replay(log, make_policy(baseline), model, **kwargs)
     return result, base
 
@@ -116,7 +145,8 @@ def comparison_json(result: ReplayResult, base: ReplayResult, budget: Budget) ->
         "cost_model": result.cost_model,
         "seed": result.seed,
         "budget": budget.as_dict(),
-        "driver": "trace",
+        "driver": result.searches[0].extra.get("driver", "trace") if result.searches
+        else "trace",
         "engines": sorted({r.engine for r in result.searches}),
         **mine,
         "baseline": {"policy": base.policy, **theirs},
@@ -136,6 +166,20 @@ def comparison_json(result: ReplayResult, base: ReplayResult, budget: Budget) ->
             "deltas are policy minus baseline; negative usd_delta means the policy spent less",
         ],
     }
+    puct = [r.extra for r in result.searches if r.extra.get("driver") == "puct"]
+    if puct:
+        draws = {k: sum(e["draws"][k] for e in puct) for k in puct[0]["draws"]}
+        total = max(sum(draws.values()), 1)
+        out["search"] = puct[0]["search"]
+        out["baseline"]["search"] = base.searches[0].extra.get("search") if base.searches else None
+        out["draws"] = draws
+        out["fallback_share"] = draws["fallback"] / total
+        out["extrapolated"] = out["fallback_share"] > EXTRAPOLATED_SHARE
+        out["notes"].append(
+            "puct driver: children are drawn without replacement from the node's own logged "
+            "children, then its other logged expansions, then a fallback pool matched on the "
+            f"parent's speedup bin; a replay with more than {EXTRAPOLATED_SHARE:.0%} fallback "
+            "draws is labelled extrapolated")
     if result.orphans_dropped is not None:
         dropped = ReplayResult(result.policy, result.log, result.cost_model, result.seed,
                                result.orphans_dropped).figures()

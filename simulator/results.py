@@ -50,6 +50,7 @@ class SearchResult:
     anytime: np.ndarray  # shape (k, 5)
     table: dict[str, list]
     engine: str = "des"  # "des" (SimPy events) or "fast" (closed form, no capacity binds)
+    extra: dict = field(default_factory=dict)  # driver-specific figures (puct: draw sources)
 
     @property
     def trace_hash(self) -> str:
@@ -84,6 +85,7 @@ class SearchResult:
             "joules": tot.joules,
             "stopped_by": self.stopped_by,
             "engine": self.engine,
+            **self.extra,
         }
 
 

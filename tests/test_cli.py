@@ -45,7 +45,7 @@ def test_replay_json_has_the_promised_keys_and_consistent_deltas():
     assert out["joules_delta"] == pytest.approx(out["joules"] - base["joules"])
     assert base["forecasts"] == 0 < out["forecasts"]
     default = load_log(resolve_log(None))
-    assert out["log"] == DEFAULT_LOG == "synthetic-v1"
+    assert out["log"] == DEFAULT_LOG == "synthetic-puct-v1"
     # The baseline measures every candidate of the default log that has an evaluation.
     assert base["gpu_evals"] == default.status_counts()["evaluated"] > 0
 

@@ -52,6 +52,30 @@ def test_cli_reproduces_the_shipped_log_byte_for_byte(tmp_path):
     assert res.exit_code == 0 and out.read_bytes() == resolve_log("synthetic-v1").read_bytes()
 
 
+def test_cli_reproduces_the_shipped_puct_log_byte_for_byte(tmp_path):
+    assert "--driver puct" in SHIPPED_LOGS["synthetic-puct-v1"][1]
+    out = tmp_path / "synthetic-puct-v1.jsonl.gz"
+    res = runner.invoke(app, ["synth", "--out", str(out), "--seed", "1", "--tasks", "6",
+                              "--driver", "puct", "--steps", "40"])
+    assert res.exit_code == 0, res.output
+    assert out.read_bytes() == resolve_log("synthetic-puct-v1").read_bytes()
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--driver", "puct", "--candidates", "10"], "drop --candidates"),
+    (["--driver", "puct", "--shape", "pairs"], "trajectory logs only"),
+    (["--driver", "bfs", "--candidates", "10"], "unknown driver 'bfs'"),
+    (["--candidates"], None),
+])
+def test_bad_driver_options_exit_2(tmp_path, args, fragment):
+    if fragment is None:
+        res = runner.invoke(app, ["synth", "--out", str(tmp_path / "x.jsonl")])
+        assert res.exit_code == 2 and "--candidates is required" in res.output
+        return
+    res = runner.invoke(app, ["synth", "--out", str(tmp_path / "x.jsonl"), *args])
+    assert res.exit_code == 2 and fragment in res.output
+
+
 def test_same_bytes_in_a_fresh_process(tmp_path):
     inproc = tmp_path / "a.jsonl.gz"
     synthesize(inproc, seed=9, candidates=400, tasks=2)

@@ -65,6 +65,22 @@ def replay(
                                                 "compile,check,time; e.g. generate,compile,"
                                                 "forecast,decide,check,time compiles on CPU "
                                                 "before forecasting."),
+    driver: str = typer.Option("trace", "--driver",
+                               help="trace (the logged order, open loop) or puct (re-run the "
+                                    "reference search, closed loop)."),
+    search: Optional[str] = typer.Option(None, "--search",
+                                         help="puct presets: paper-standard (spp 4, F 1, k 4) "
+                                              "or paper-filtered (spp 4, F 4, k 4)."),
+    steps: Optional[int] = typer.Option(None, "--steps", help="puct: steps (default 40)."),
+    parents_per_step: Optional[int] = typer.Option(None, "--parents-per-step",
+                                                   help="puct: parents per step (default 2)."),
+    samples_per_parent: Optional[int] = typer.Option(None, "--samples-per-parent",
+                                                     help="puct: samples per parent (4)."),
+    overgen: Optional[int] = typer.Option(None, "--overgen",
+                                          help="puct: overgeneration F; children per parent = "
+                                               "samples x F."),
+    k_per_parent: Optional[int] = typer.Option(None, "--k-per-parent",
+                                               help="puct: measured and admitted per parent."),
     engine: str = typer.Option("auto", "--engine",
                                help="auto (closed-form fast path wherever no capacity binds), "
                                     "des (always the SimPy engine) or fast."),
@@ -95,6 +111,9 @@ def replay(
         model = with_gen_tokens(model, gen_tokens)
     caps = parse_capacity(capacity, model.capacities)
     the_pipeline = parse_pipeline(pipeline)
+    config = _search_config(driver, search, steps=steps, parents_per_step=parents_per_step,
+                            samples_per_parent=samples_per_parent, overgen=overgen,
+                            k_per_parent=k_per_parent)
     the_log = open_log(log)
     if calibrate != "none":
         from gfsim.calibration import recalibrate_log
@@ -104,6 +123,7 @@ def replay(
     result, base = replay_with_baseline(
         the_log, the_policy, model, baseline=baseline, budget=the_budget, seed=seed,
         capacities=caps, forecaster=forecaster, pipeline=the_pipeline, engine=engine,
+        driver=driver, search=config,
     )
     out = comparison_json(result, base, the_budget)
     out["pipeline"] = str(the_pipeline)
@@ -116,6 +136,25 @@ def replay(
         print_json(out)
     else:
         _print_report(out)
+
+
+def _search_config(driver: str, preset: str | None, **knobs):
+    """The puct search shape from --search and the knobs; an error if given to the trace
+    driver, where they mean nothing."""
+    from gfsim.errors import GfsimError
+    from gfsim.simulator.puct_engine import SEARCH_PRESETS, replace_config
+
+    given = {k: v for k, v in knobs.items() if v is not None}
+    if driver != "puct":
+        if preset is not None or given:
+            flags = ", ".join(["--search"] * (preset is not None)
+                              + [f"--{k.replace('_', '-')}" for k in given])
+            raise GfsimError(f"{flags}: only with --driver puct")
+        return None
+    if preset is not None and preset not in SEARCH_PRESETS:
+        raise GfsimError(f"--search: unknown preset {preset!r}; valid: "
+                         f"{', '.join(SEARCH_PRESETS)}")
+    return replace_config(SEARCH_PRESETS[preset or "paper-standard"], **given)
 
 
 def _write_table(df, path: Path) -> None:
@@ -136,8 +175,15 @@ def _print_report(out: dict) -> None:
     base = out["baseline"]
     con.print(f"[bold]gfsim replay[/bold]  log={out['log']}  policy={out['policy']}  "
               f"cost={out['cost_model']}  seed={out['seed']}")
-    con.print(f"[dim]pipeline {out['pipeline']}; engine {', '.join(out['engines'])}; "
-              f"simulated in {out['simulation_s']:.2f} s[/dim]")
+    con.print(f"[dim]driver {out['driver']}; pipeline {out['pipeline']}; engine "
+              f"{', '.join(out['engines'])}; simulated in {out['simulation_s']:.2f} s[/dim]")
+    if "search" in out:
+        s = out["search"]
+        con.print(f"search: {s['steps']} steps x {s['parents_per_step']} parents x "
+                  f"{s['samples_per_parent']} samples x F {s['overgen']}, k {s['k_per_parent']}"
+                  f" (baseline F {out['baseline']['search']['overgen']}); fallback draws "
+                  f"{out['fallback_share']:.0%}"
+                  + (" [bold red]EXTRAPOLATED[/bold red]" if out["extrapolated"] else ""))
     table = Table(show_edge=False)
     for col in ("", "policy", f"baseline ({base['policy']})", "delta"):
         table.add_column(col, justify="right" if col else "left")

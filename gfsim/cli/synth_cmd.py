@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -18,13 +19,18 @@ def synth(
     out: Path = typer.Option(..., "--out", "-o",
                              help="Output log (.jsonl or .jsonl.gz); replaced if it exists."),
     seed: int = typer.Option(0, "--seed", "-s", help="Seed of every keyed random stream."),
-    candidates: int = typer.Option(..., "--candidates", "-n",
-                                   help="Candidates in the log (pairs: comparisons)."),
+    candidates: Optional[int] = typer.Option(None, "--candidates", "-n",
+                                             help="Candidates in the log (pairs: comparisons); "
+                                                  "not with --driver puct."),
     tasks: int = typer.Option(6, "--tasks", "-k",
                               help="Synthetic tasks; candidates are split evenly over them."),
     shape: str = typer.Option("trajectory", "--shape",
                               help="trajectory (one measure-all search per task) or pairs "
                                    "(reference/candidate comparisons for `gfsim score`)."),
+    driver: str = typer.Option("greedy", "--driver",
+                               help="greedy (parents by measured speedup) or puct (the "
+                                    "reference search, paper-standard shape)."),
+    steps: int = typer.Option(40, "--steps", help="Steps per search (puct driver)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Write a SYNTHETIC log (nothing measured): same arguments, same bytes.
@@ -37,7 +43,7 @@ def synth(
         from gfsim.errors import GfsimError
 
         raise GfsimError(f"--shape: unknown shape {shape!r}; valid: {', '.join(SHAPES)}")
-    if candidates >= _PROGRESS_FROM and not as_json:
+    if candidates is not None and candidates >= _PROGRESS_FROM and not as_json:
         from rich.console import Console
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                    TimeRemainingColumn)
@@ -47,9 +53,11 @@ def synth(
                       transient=True) as bar:
             job = bar.add_task("synth", total=candidates)
             summary = synthesize(out, seed=seed, candidates=candidates, tasks=tasks, shape=shape,
-                                 progress=lambda n: bar.advance(job, n))
+                                 progress=lambda n: bar.advance(job, n), driver=driver,
+                                 steps=steps)
     else:
-        summary = synthesize(out, seed=seed, candidates=candidates, tasks=tasks, shape=shape)
+        summary = synthesize(out, seed=seed, candidates=candidates, tasks=tasks, shape=shape,
+                             driver=driver, steps=steps)
     if as_json:
         print_json(summary)
         return
