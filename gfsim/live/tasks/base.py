@@ -1,0 +1,194 @@
+"""The contract between a Triton task, its candidates and the measurer.
+
+A ``Task`` owns the benchmark: input generation, the trusted PyTorch reference, the shapes, the
+tolerances and a hand-written family of ``Candidate`` kernels with a search space that
+``mutate`` walks. A ``Candidate`` is a value (task, variant, params); its ``code`` is standalone
+Python rendered from the task's templates: it imports torch/triton itself and defines
+
+- ``run(*inputs)``: launches the Triton kernel(s) on ``make_inputs``' tensors and returns the
+  output tensor;
+- ``aot_specs(dims)``: the kernels ``run`` would launch for a shape, as a list of
+  ``(kernel_name, signature, constexprs, options)`` tuples, so that ``gfsim.live.tasks.aot`` can
+  compile them ahead of time (for sm_90 without a GPU: Triton's JIT needs a driver to learn a
+  kernel's signature, and a shape-dependent constexpr such as a one-pass softmax's BLOCK needs the
+  shape, hence a function of ``dims`` rather than a constant list).
+
+Nothing here imports torch or triton: task modules import them inside functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import linecache
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from functools import cached_property
+
+__all__ = ["Candidate", "Task", "load_code", "render_header"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One kernel: an algorithmic ``variant`` of ``task`` with tunable ``params``.
+
+    ``params`` holds ints and strings only (JSON-serialisable); ``parent`` is the parent's
+    ``candidate_id`` when ``Task.mutate`` made it. Two candidates with the same code have the
+    same ``candidate_id`` whatever their parents.
+    """
+
+    task: str
+    variant: str
+    params: dict
+    parent: str | None = None
+
+    @cached_property
+    def code(self) -> str:
+        """The full standalone source (see the module docstring)."""
+        from gfsim.live.tasks import get_task
+
+        return get_task(self.task).render(self.variant, self.params)
+
+    def __hash__(self) -> int:  # params is a dict: hash its canonical JSON
+        return hash((self.task, self.variant, json.dumps(self.params, sort_keys=True),
+                     self.parent))
+
+    @property
+    def candidate_id(self) -> str:
+        return f"{self.task}-{hashlib.sha256(self.code.encode()).hexdigest()[:12]}"
+
+
+def seeded(seed: int, device: str):
+    """A torch generator on ``device`` seeded with ``seed``: inputs are drawn where they are
+    used (drawing 64M numbers on the CPU and copying them costs about a second a request), and
+    the same (seed, device) gives bitwise the same tensors in any process."""
+    import torch
+
+    return torch.Generator(device=device).manual_seed(int(seed))
+
+
+class Task(ABC):
+    """A benchmark and its kernel family.
+
+    Contract:
+    - ``make_inputs(dims, seed, device)`` is a pure function of its arguments: the same call in
+      any process gives bitwise identical tensors (drawn on that device with a seeded
+      ``torch.Generator``); never all zeros.
+    - ``reference(*inputs)`` is the trusted result, in float32 (the comparison is
+      ``numpy.allclose(got, ref, atol, rtol)`` in float32 on the parent side); it calls only the
+      entry points in ``blocked`` plus elementwise ops and casts.
+    - ``baseline(*inputs)`` is what a speedup is measured against: the native-dtype PyTorch op
+      (for fp16 tasks the float32 reference would be an unfairly slow baseline).
+    - ``space[variant][param]`` lists the valid values of each tunable parameter in order (so
+      that a "neighbouring value" means something); ``defaults[variant]`` is a valid point.
+    - ``mutate(parent, rng)`` is deterministic given the numpy ``rng`` and always changes the
+      code.
+    """
+
+    name: str
+    dtype: str  # "float16" or "float32"
+    atol: float
+    rtol: float
+    bench_shapes: list[dict]
+    check_shapes: list[dict]
+    blocked: tuple[str, ...]
+    space: dict[str, dict[str, tuple]]
+    defaults: dict[str, dict]
+    switch_probability = 0.25  # mutate(): chance of changing the variant instead of a parameter
+
+    @abstractmethod
+    def make_inputs(self, dims: dict, seed: int, device: str) -> tuple: ...
+
+    @abstractmethod
+    def reference(self, *inputs): ...
+
+    def baseline(self, *inputs):
+        return self.reference(*inputs)
+
+    @abstractmethod
+    def candidates(self) -> list[Candidate]: ...
+
+    @abstractmethod
+    def render(self, variant: str, params: dict) -> str:
+        """The candidate source for a valid (variant, params)."""
+
+    # -- the search space ---------------------------------------------------------------------
+    def candidate(self, variant: str, **params) -> Candidate:
+        """A candidate of ``variant``; parameters not given take the variant's defaults."""
+        full = {**self.defaults.get(variant, {}), **params}
+        self.validate(variant, full)
+        return Candidate(self.name, variant, full)
+
+    def validate(self, variant: str, params: dict) -> None:
+        from gfsim.errors import GfsimError
+
+        if variant not in self.space:
+            raise GfsimError(f"task {self.name}: unknown variant {variant!r}; valid: "
+                             f"{', '.join(self.space)}")
+        allowed = self.space[variant]
+        if set(params) != set(allowed):
+            raise GfsimError(f"task {self.name}, variant {variant}: parameters "
+                             f"{sorted(params)} != {sorted(allowed)}")
+        for key, value in params.items():
+            if value not in allowed[key]:
+                raise GfsimError(f"task {self.name}, variant {variant}: {key}={value!r} not in "
+                                 f"{list(allowed[key])}")
+
+    def all_candidates(self, variant: str):
+        """Every point of a variant's grid (for exhaustive tests; can be large)."""
+        keys = list(self.space[variant])
+        for values in itertools.product(*(self.space[variant][k] for k in keys)):
+            yield Candidate(self.name, variant, dict(zip(keys, values)))
+
+    def mutate(self, parent: Candidate, rng) -> Candidate:
+        """A child: one parameter moved to a neighbouring value, or another variant.
+
+        Switching variant keeps the parameters the new variant shares with the old one and takes
+        the new variant's defaults for the rest. Deterministic given ``rng``
+        (``numpy.random.Generator``); the child's code always differs from the parent's.
+        """
+        self.validate(parent.variant, parent.params)
+        tunable = [k for k, vals in self.space[parent.variant].items() if len(vals) > 1]
+        others = [v for v in self.space if v != parent.variant]
+        if others and (not tunable or rng.random() < self.switch_probability):
+            variant = others[int(rng.integers(len(others)))]
+            params = {k: (parent.params[k] if parent.params.get(k) in vals else
+                          self.defaults[variant][k])
+                      for k, vals in self.space[variant].items()}
+        else:
+            variant = parent.variant
+            key = tunable[int(rng.integers(len(tunable)))]
+            values = self.space[variant][key]
+            i = values.index(parent.params[key])
+            step = int(rng.choice((-1, 1)))
+            if not 0 <= i + step < len(values):
+                step = -step
+            params = {**parent.params, key: values[i + step]}
+        self.validate(variant, params)
+        return Candidate(self.name, variant, params, parent=parent.candidate_id)
+
+
+def render_header(task: Task, variant: str, params: dict, constants: dict) -> str:
+    """The common top of a candidate's source: imports and its constants, one per line."""
+    lines = [f"# gfsim candidate: task={task.name} variant={variant}",
+             "import torch", "import triton", "import triton.language as tl", "",
+             f"DTYPE = {task.dtype!r}  # element type that aot_specs() describes"]
+    for key, value in {**constants, **params}.items():
+        lines.append(f"{key} = {value!r}")
+    return "\n".join(lines) + "\n"
+
+
+def load_code(code: str, filename: str) -> dict:
+    """Execute candidate source and return its namespace.
+
+    ``@triton.jit`` reads its function's source back with ``inspect.getsourcelines``, which fails
+    ("@jit functions should be defined in a Python file") for a plain ``exec`` of a string. The
+    source is therefore registered in ``linecache`` under ``filename`` (entries without an mtime
+    are never evicted), which satisfies ``inspect`` without writing a file. Use a distinct
+    ``filename`` per candidate (e.g. ``f"<candidate {candidate_id}>"``).
+    """
+    linecache.cache[filename] = (len(code), None, code.splitlines(keepends=True), filename)
+    namespace: dict = {"__name__": "candidate", "__file__": filename}
+    exec(compile(code, filename, "exec"), namespace)  # noqa: S102 - the point of this function
+    return namespace

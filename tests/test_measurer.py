@@ -1,0 +1,141 @@
+"""TritonMeasurer on CPU: isolation and limits with candidates that misbehave (the GPU stages
+are exercised on the H200 by experiments/measure_gpu.py and the gpu-marked tests)."""
+
+import hashlib
+import os
+import socket
+import threading
+from dataclasses import dataclass
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from gfsim.live.measurer import CORRECT_UNTIMED, MeasurerConfig, TritonMeasurer  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Code:
+    """A stand-in candidate: just code (the measurer needs .code and .candidate_id)."""
+
+    code: str
+
+    @property
+    def candidate_id(self) -> str:
+        return "test-" + hashlib.sha256(self.code.encode()).hexdigest()[:8]
+
+
+CORRECT = """
+import torch
+def run(x):
+    e = torch.exp(x - x.max(dim=-1, keepdim=True).values)
+    return e / e.sum(dim=-1, keepdim=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def measurer(tmp_path_factory):
+    cfg = MeasurerConfig(compile_timeout_s=60, check_timeout_s=8, memory_limit_mb=1500)
+    m = TritonMeasurer("softmax", cfg, workdir=tmp_path_factory.mktemp("measure"))
+    yield m
+    m.close()
+
+
+def test_a_correct_candidate_passes_the_checks(measurer):
+    r = measurer.measure(Code(CORRECT))
+    assert r["outcome"] == CORRECT_UNTIMED, r
+    assert r["compile_s"] > 0 and r["check_s"] > 0 and r["wall_s"] >= r["check_s"]
+
+
+def test_a_wrong_candidate_is_incorrect(measurer):
+    r = measurer.measure(Code(CORRECT.replace("e / e.sum", "0.5 * e / e.sum")))
+    assert r["outcome"] == "incorrect" and "differs from the reference" in r["reason"]
+
+
+def test_a_syntax_error_is_a_compile_failure(measurer):
+    r = measurer.measure(Code("def run(x) return x\n"))
+    assert r["outcome"] == "compile_failed"
+
+
+def test_calling_the_reference_is_refused(measurer):
+    r = measurer.measure(Code("import torch\ndef run(x):\n    return torch.softmax(x, -1)\n"))
+    assert r["outcome"] == "runtime_error" and "reference entry point" in r["reason"]
+    r = measurer.measure(Code("def run(x):\n    return x.softmax(-1)\n"))
+    assert r["outcome"] == "runtime_error" and "reference entry point" in r["reason"]
+    # ...and the guard is lifted afterwards: the next candidate is unaffected.
+    assert measurer.measure(Code(CORRECT))["outcome"] == CORRECT_UNTIMED
+
+
+def test_a_hanging_candidate_times_out_and_the_worker_is_replaced(measurer):
+    before = measurer.restarts
+    r = measurer.measure(Code("def run(x):\n    while True:\n        pass\n"))
+    assert r["outcome"] == "timeout" and "no answer within" in r["reason"]
+    assert measurer.measure(Code(CORRECT))["outcome"] == CORRECT_UNTIMED
+    assert measurer.restarts == before + 1
+
+
+def test_a_crashing_candidate_is_a_runtime_error(measurer):
+    before = measurer.restarts
+    r = measurer.measure(Code("import os\ndef run(x):\n    os._exit(3)\n"))
+    assert r["outcome"] == "runtime_error" and "exit 3" in r["reason"]
+    assert measurer.measure(Code(CORRECT))["outcome"] == CORRECT_UNTIMED
+    assert measurer.restarts == before + 1
+
+
+def test_unbounded_allocation_is_killed_by_the_memory_watchdog(measurer):
+    r = measurer.measure(Code(
+        "def run(x):\n    hog = []\n    while True:\n        hog.append(bytearray(50_000_000))\n"))
+    assert r["outcome"] == "runtime_error" and "memory limit" in r["reason"]
+    assert measurer.measure(Code(CORRECT))["outcome"] == CORRECT_UNTIMED
+
+
+def test_the_environment_is_allow_listed_and_the_directory_private(measurer, monkeypatch,
+                                                                    tmp_path):
+    monkeypatch.setenv("GFSIM_TEST_SECRET", "hunter2")
+    monkeypatch.chdir(tmp_path)
+    code = ("import os\n"
+            "def run(x):\n"
+            "    open('left-behind.txt', 'w').write('x')\n"
+            "    raise RuntimeError('secret=%s home=%s cwd=%s' % (os.environ.get("
+            "'GFSIM_TEST_SECRET'), os.environ.get('HOME'), os.getcwd()))\n")
+    m = TritonMeasurer("softmax", measurer.config, workdir=tmp_path / "w")
+    (tmp_path / "w").mkdir()
+    try:
+        r = m.measure(Code(code))
+    finally:
+        m.close()
+    assert "secret=None" in r["reason"]
+    assert "gfsim-worker-" in r["reason"]
+    assert not (tmp_path / "left-behind.txt").exists()
+    assert not list((tmp_path / "w").iterdir())  # the private directory is removed on close
+
+
+def test_no_network_where_the_kernel_allows_a_namespace(measurer):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(5)
+    port = server.getsockname()[1]
+    seen = []
+
+    def accept():
+        try:
+            conn, _ = server.accept()
+            seen.append(True)
+            conn.close()
+        except OSError:
+            pass
+
+    t = threading.Thread(target=accept)
+    t.start()
+    code = ("import socket\n"
+            "def run(x):\n"
+            f"    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+            "    raise RuntimeError('connected')\n")
+    r = measurer.measure(Code(code))
+    t.join(timeout=8)
+    server.close()
+    if not r.get("network_isolated"):
+        pytest.skip("no network namespace here (unshare not permitted)")
+    assert not seen and r["outcome"] == "runtime_error" and "connected" not in r["reason"]
