@@ -18,14 +18,15 @@ import sys
 import time
 import traceback
 
-__all__ = ["main"]
+__all__ = ["main", "guard", "resolve"]
 
 
 class BlockedCall(RuntimeError):
     """A candidate called the reference implementation."""
 
 
-def _resolve(dotted: str):
+def resolve(dotted: str):
+    """(owner, attribute name) of a dotted name such as ``torch.nn.functional.softmax``."""
     parts = dotted.split(".")
     for cut in range(len(parts) - 1, 0, -1):
         try:
@@ -44,7 +45,7 @@ def guard(blocked):
     saved = []
     for dotted in blocked:
         try:
-            owner, attr = _resolve(dotted)
+            owner, attr = resolve(dotted)
             original = getattr(owner, attr)
         except (AttributeError, ValueError):
             continue
