@@ -88,6 +88,7 @@ class SearchState:
     gpu_evals: int
     seed: int
     budget_left: dict[str, float] = field(default_factory=dict)  # inf where unbounded
+    measure_usd: float = float("nan")  # the engine's estimate of one measurement's USD
 
 
 @dataclass(frozen=True)

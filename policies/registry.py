@@ -5,13 +5,14 @@ from __future__ import annotations
 from gfsim.errors import SpecError
 from gfsim.policies.base import Policy
 from gfsim.policies.simple import AllPolicy, OraclePolicy, RandomPolicy
-from gfsim.policies.surrogate import ThresholdPolicy, TopKPolicy
+from gfsim.policies.surrogate import ExpectedValuePolicy, ThresholdPolicy, TopKPolicy
 from gfsim.specs import parse_spec
 
 __all__ = ["POLICIES", "make_policy"]
 
 POLICIES: dict[str, type[Policy]] = {
-    cls.name: cls for cls in (AllPolicy, RandomPolicy, OraclePolicy, TopKPolicy, ThresholdPolicy)
+    cls.name: cls for cls in (AllPolicy, RandomPolicy, OraclePolicy, TopKPolicy, ThresholdPolicy,
+                               ExpectedValuePolicy)
 }
 
 

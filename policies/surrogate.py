@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from gfsim.bins import bin_cdf_above
+from gfsim.bins import bin_cdf_above, expected_log2_gain
 from gfsim.confidence import SCORES, expected_bin_index
 from gfsim.errors import SpecError
 from gfsim.policies.base import Batch, Decisions, Policy, SearchState, rank_within_groups
 from gfsim.rng import keyed_uniforms
 from gfsim.specs import Param, bind_params, parse_spec
 
-__all__ = ["TopKPolicy", "ThresholdPolicy"]
+__all__ = ["TopKPolicy", "ThresholdPolicy", "ExpectedValuePolicy"]
 
 _ON_PARSE_FAILURE = Param(
     "on_parse_failure", ("measure", "skip"), "measure",
@@ -139,3 +139,41 @@ class ThresholdPolicy(Policy):
         reason = _THRESHOLD_REASONS[np.where(unsure, 0, np.where(promising, 1, 2))]
         measure, reason = _apply_unusable(batch, measure, reason, self.on_parse_failure)
         return Decisions.build(measure, conf, reason)
+
+
+class ExpectedValuePolicy(Policy):
+    """Value of information: measure iff the forecast's expected gain over the best so far, in
+    log2 speedup, is worth what measuring costs: ``usd_per_log2_speedup`` x E[gain] >=
+    ``state.measure_usd`` (the engine's estimate of one measurement's USD). The exchange rate is
+    a tunable parameter, not a fact."""
+
+    name = "ev"
+    summary = ("measure iff usd_per_log2_speedup x E[log2 gain over best] >= the USD of a "
+               "measurement (value of information)")
+    params = (
+        Param("usd_per_log2_speedup", float, 10.0,
+              "what one doubling of the best speedup is worth, in USD", 0.0),
+        _ON_PARSE_FAILURE,
+        Param("top_span", float, 4.0, "prior: open top bin is log-uniform up to edge*top_span",
+              1.0),
+    )
+    needs_forecast = True
+
+    def decide(self, batch: Batch, state: SearchState) -> Decisions:
+        n = len(batch)
+        return self.decide_groups(batch, np.zeros(n, int), np.full(n, state.best_speedup), state)
+
+    def decide_groups(self, batch, group, best, state) -> Decisions:
+        usable = batch.usable
+        threshold = np.asarray(best, dtype=float) / np.maximum(batch.base_speedup, 1e-300)
+        gain = expected_log2_gain(batch.probs, batch.bin_edges, threshold,
+                                  top_span=self.top_span)
+        value = self.usd_per_log2_speedup * gain
+        cost = state.measure_usd if state.measure_usd == state.measure_usd else 0.0
+        measure = usable & (value >= cost)
+        reason = _EV_REASONS[measure.astype(np.intp)]
+        measure, reason = _apply_unusable(batch, measure, reason, self.on_parse_failure)
+        return Decisions.build(measure, value, reason)
+
+
+_EV_REASONS = np.array(["not-worth-it", "worth-measuring"], dtype=object)

@@ -297,7 +297,7 @@ class SearchSimulation:
             self._step_state = SearchState(
                 search_id=self.trace.search_id, task_id=self.trace.task_id, step=step,
                 best_speedup=self._best, gpu_evals=self._evals, seed=self.seed,
-                budget_left=self._budget_left(),
+                budget_left=self._budget_left(), measure_usd=self.trace.measure_usd,
             )
             yield env.all_of([env.process(self._parent_batch(step, b)) for b in batches])
             self._steps_done += 1

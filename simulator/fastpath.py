@@ -258,7 +258,8 @@ class _FastRun:
     def _decide(self, pos: np.ndarray, best: float, step: int):
         """Decisions for positions ``pos`` (whole batches), all seeing ``best``."""
         state = SearchState(self.t.search_id, self.t.task_id, step, best,
-                            int(self.measured.sum()), self.seed, _UNBOUNDED)
+                            int(self.measured.sum()), self.seed, _UNBOUNDED,
+                            measure_usd=self.t.measure_usd)
         return self.policy.decide_groups(self._batch(pos), self.lay.batch[pos],
                                          np.full(len(pos), best), state)
 

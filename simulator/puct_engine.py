@@ -11,6 +11,7 @@ seed meet the same children wherever their searches agree.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -24,6 +25,7 @@ from gfsim.simulator.engine import SearchSimulation
 from gfsim.simulator.pipeline import DEFAULT_PIPELINE, Pipeline
 from gfsim.simulator.puct import ArchiveNode, ChildResult, PuctArchive
 from gfsim.simulator.results import SearchResult
+from gfsim.simulator.trace import mean_measure_usd
 
 __all__ = ["SearchConfig", "SEARCH_PRESETS", "PuctSimulation", "EXTRAPOLATED_SHARE"]
 
@@ -176,7 +178,8 @@ class PuctSimulation(SearchSimulation):
             parents = self.archive.select_parents(cfg.parents_per_step)
             self._step_state = SearchState(
                 search_id=t.search_id, task_id=t.task_id, step=step, best_speedup=self._best,
-                gpu_evals=self._evals, seed=self.seed, budget_left=self._budget_left())
+                gpu_evals=self._evals, seed=self.seed, budget_left=self._budget_left(),
+                measure_usd=mean_measure_usd(t.price, t.outcome) if len(t) else math.nan)
             batches = []
             for p in parents:
                 e = self._expanded.get(p.node_id, 0)

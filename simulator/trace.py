@@ -17,7 +17,8 @@ from gfsim.cost_models.presets import PresetCostModel
 from gfsim.errors import GfsimError
 from gfsim.replay_logs.log import PROB_COLUMNS, ReplayLog
 
-__all__ = ["SearchTrace", "build_traces", "pick_forecaster", "ancestor_speedup"]
+__all__ = ["SearchTrace", "build_traces", "pick_forecaster", "ancestor_speedup",
+           "mean_measure_usd"]
 
 # Outcomes after which a stage no longer runs.
 _STOPS_BEFORE_CHECK = {"compile_failed"}
@@ -67,6 +68,12 @@ class SearchTrace:
         return len(self.candidate_ids)
 
     @functools.cached_property
+    def measure_usd(self) -> float:
+        """Mean USD of measuring one of this search's logged candidates (its GPU stages, or CPU
+        compile): what a value-of-information policy weighs a measurement against."""
+        return mean_measure_usd(self.price, self.outcome)
+
+    @functools.cached_property
     def arrays(self) -> dict[str, np.ndarray]:
         """The list columns as numpy arrays, converted once per trace (the fast path's input)."""
         outcome = np.array(self.outcome, dtype=object)
@@ -79,6 +86,15 @@ class SearchTrace:
             "forecasting": np.asarray(self.fc_s, dtype=float),
             **{k: np.asarray(v, dtype=float) for k, v in self.stage_s.items()},
         }
+
+
+def mean_measure_usd(price: dict, outcome) -> float:
+    measured = np.array([o is not None for o in outcome], dtype=bool)
+    if not measured.any():
+        return float("nan")
+    total = sum(np.asarray(price[k][0], dtype=float) for k in
+                ("cold_start", "compilation", "check", "timing") if k in price)
+    return float(np.mean(np.asarray(total)[measured]))
 
 
 def ancestor_speedup(parent, i: int, measured_speedup, seed_speedup: float) -> float:

@@ -89,3 +89,21 @@ def test_keyed_draws_are_the_same_in_a_fresh_process(tmp_path):
                          cwd=tmp_path)
     assert out.stdout.split() == [repr(uniform(5, "a", 1)),
                                   repr(keyed_uniforms(5, ["c1"], "r")[0])]
+
+
+def test_expected_log2_gain_matches_monte_carlo_and_its_limits():
+    from gfsim.bins import _log_bounds, expected_log2_gain
+
+    rng = np.random.default_rng(3)
+    p = rng.dirichlet(np.ones(8), size=4)
+    lo, hi = _log_bounds(PAPER_EDGES, 4.0, 4.0)
+    for t in (0.3, 1.0, 1.7, 9.0):
+        exact = expected_log2_gain(p, PAPER_EDGES, np.full(4, t))
+        bins = np.array([rng.choice(8, size=200_000, p=row) for row in p])
+        x = lo[bins] + rng.random(bins.shape) * (hi[bins] - lo[bins])
+        mc = np.maximum(x - np.log2(t), 0).mean(axis=1)
+        assert exact == pytest.approx(mc, abs=5e-3)
+    # A one-hot forecast of a bin entirely above the threshold gains its centre minus t.
+    onehot = np.eye(8)[[6]]  # (2, 4]
+    assert expected_log2_gain(onehot, PAPER_EDGES, [1.0])[0] == pytest.approx(1.5)
+    assert expected_log2_gain(onehot, PAPER_EDGES, [8.0])[0] == 0.0

@@ -74,7 +74,7 @@ def test_validate_and_listing_commands():
     assert res.exit_code == 0 and "synthetic-mini" in res.output
     res = invoke("policies", "--json")
     names = [p["name"] for p in json.loads(res.output)]
-    assert names == ["all", "random", "oracle", "topk", "threshold"]
+    assert names == ["all", "random", "oracle", "topk", "threshold", "ev"]
 
 
 def corrupt_copy(tmp_path):

@@ -17,6 +17,7 @@ SPECS = {
     "topk": ["topk:2", "topk:k=1,on_parse_failure=skip"],
     "threshold": ["threshold:0.7", "threshold:tau=0.5,score=negentropy,rho=0.2",
                   "threshold:coverage=0.4,score=margin"],
+    "ev": ["ev:5", "ev:usd_per_log2_speedup=0.5,on_parse_failure=skip"],
 }
 ALL_SPECS = [s for specs in SPECS.values() for s in specs]
 
@@ -47,7 +48,7 @@ def make_batch(n, seed=0, unusable=()):
     )
 
 
-STATE = SearchState("s", "t", step=3, best_speedup=1.3, gpu_evals=10, seed=11)
+STATE = SearchState("s", "t", step=3, best_speedup=1.3, gpu_evals=10, seed=11, measure_usd=0.2)
 
 
 def fitted(spec):

@@ -15,7 +15,7 @@ OUTCOMES = ["success"] * 6 + ["compile_failed", "runtime_error", "incorrect", "t
                               "infrastructure_failure"]
 POLICIES = ["all", "threshold:0.6", "threshold:tau=0.9,rho=0.3,score=margin",
             "threshold:coverage=0.5", "topk:2", "topk:k=1,on_parse_failure=skip",
-            "random:0.5", "oracle:0.4"]
+            "random:0.5", "oracle:0.4", "ev:2", "ev:usd_per_log2_speedup=0.05"]
 PIPELINES = [None, "generate,compile,forecast,decide,check,time",
              "generate,compile,check,forecast,decide,time"]
 WIDE = Capacities(generator=64, forecaster=64, compile_workers=64, gpus=64)

@@ -289,3 +289,12 @@ def test_coverage_form_measures_about_the_asked_fraction():
         usable = decided[decided["reason"] != "parse-failed"]
         share = (usable["action"] == "measure").mean()
         assert abs(share - q) < 0.1, (q, share)
+
+
+def test_ev_measures_more_as_a_doubling_is_worth_more():
+    log = load_log(resolve_log("synthetic-mini"))
+    evals = []
+    for rate in (0.01, 1.0, 100.0):
+        r = replay(log, make_policy(f"ev:{rate}"), SERVERLESS, orphans_dropped=False)
+        evals.append(r.figures()["gpu_evals"])
+    assert evals[0] < evals[1] < evals[2] <= 359

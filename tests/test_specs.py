@@ -13,7 +13,7 @@ def test_bare_value_binds_the_first_parameter():
 
 
 @pytest.mark.parametrize("spec, fragment", [
-    ("nosuch", "valid: all, random, oracle, topk, threshold"),
+    ("nosuch", "valid: all, random, oracle, topk, threshold, ev"),
     ("threshold:tau=0.7,bogus=1", "valid: tau, score, rho, coverage"),
     ("threshold:score=entropy", "is not one of: maxprob, negentropy, margin"),
     ("threshold:abc", "is not a valid float"),
@@ -43,5 +43,5 @@ def test_budget_parses_every_key_and_rejects_bad_ones():
 
 
 def test_every_policy_is_listed_with_a_summary():
-    assert set(POLICIES) == {"all", "random", "oracle", "topk", "threshold"}
+    assert set(POLICIES) == {"all", "random", "oracle", "topk", "threshold", "ev"}
     assert all(cls.summary for cls in POLICIES.values())
