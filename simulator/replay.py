@@ -22,7 +22,8 @@ from gfsim.simulator.puct_engine import (EXTRAPOLATED_SHARE, SEARCH_PRESETS, Puc
 from gfsim.simulator.results import ReplayResult
 from gfsim.simulator.trace import SearchTrace, build_traces
 
-__all__ = ["ENGINES", "replay", "replay_with_baseline", "comparison_json", "simulate_search"]
+__all__ = ["ENGINES", "replay", "replay_with_baseline", "replay_seeds", "comparison_json",
+           "simulate_search"]
 
 
 def _check_shape(log: ReplayLog, policy: Policy, traces: list[SearchTrace]) -> None:
@@ -186,3 +187,24 @@ def comparison_json(result: ReplayResult, base: ReplayResult, budget: Budget) ->
         out["orphans_dropped"] = {k: dropped[k] for k in (
             "best_speedup", "gpu_evals", "candidates", "wall_s", "usd", "joules")}
     return out
+
+
+def _seed_job(args):
+    log, policy_spec, baseline, model, seed, kwargs = args
+    result, base = replay_with_baseline(log, make_policy(policy_spec), model, baseline=baseline,
+                                        seed=seed, orphans_dropped=False, **kwargs)
+    return result, base
+
+
+def replay_seeds(log: ReplayLog, policy_spec: str, model: PresetCostModel, seeds, *,
+                 baseline: str = "all", jobs: int = 1, **kwargs):
+    """The policy and its baseline replayed for every seed (``jobs`` processes); returns the
+    per-seed (result, baseline) pairs in seed order."""
+    seeds = list(seeds)
+    jobs_args = [(log, policy_spec, baseline, model, s, kwargs) for s in seeds]
+    if jobs <= 1:
+        return [_seed_job(a) for a in jobs_args]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(_seed_job, jobs_args))

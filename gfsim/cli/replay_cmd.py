@@ -91,6 +91,11 @@ def replay(
     forecaster: Optional[str] = typer.Option(None, "--forecaster",
                                              help="Which logged forecaster the policy reads "
                                                   "(default: the first in the log)."),
+    seeds: int = typer.Option(1, "--seeds",
+                              help="Replay seeds --seed .. --seed+N-1 and report bootstrap 95% "
+                                   "intervals (over tasks, then seeds; paired with the "
+                                   "baseline). Seeds resample one log."),
+    jobs: int = typer.Option(1, "--jobs", help="Processes for --seeds."),
     candidates_out: Optional[Path] = typer.Option(None, "--candidates-out",
                                                   help="Write the per-candidate table "
                                                        "(.csv or .parquet)."),
@@ -126,6 +131,11 @@ def replay(
         driver=driver, search=config,
     )
     out = comparison_json(result, base, the_budget)
+    if seeds > 1:
+        out["intervals"] = _intervals(the_log, policy, baseline, model, seed, seeds, jobs,
+                                      dict(budget=the_budget, capacities=caps,
+                                           forecaster=forecaster, pipeline=the_pipeline,
+                                           engine=engine, driver=driver, search=config))
     out["pipeline"] = str(the_pipeline)
     out["calibration"] = calibrate
     out["gen_tokens_prior"] = {"input": model.priors.gen_input_tokens,
@@ -136,6 +146,19 @@ def replay(
         print_json(out)
     else:
         _print_report(out)
+
+
+def _intervals(log, policy, baseline, model, seed, seeds, jobs, kwargs) -> dict:
+    from gfsim.errors import GfsimError
+    from gfsim.simulator.replay import replay_seeds
+    from gfsim.stats import SeedTable, summarize_seeds
+
+    if jobs < 1:
+        raise GfsimError(f"--jobs must be >= 1, got {jobs}")
+    seed_list = list(range(seed, seed + seeds))
+    pairs = replay_seeds(log, policy, model, seed_list, baseline=baseline, jobs=jobs, **kwargs)
+    return summarize_seeds(SeedTable.from_results(seed_list, [p[0] for p in pairs]),
+                           SeedTable.from_results(seed_list, [p[1] for p in pairs]), seed=seed)
 
 
 def _search_config(driver: str, preset: str | None, **knobs):
@@ -155,6 +178,20 @@ def _search_config(driver: str, preset: str | None, **knobs):
         raise GfsimError(f"--search: unknown preset {preset!r}; valid: "
                          f"{', '.join(SEARCH_PRESETS)}")
     return replace_config(SEARCH_PRESETS[preset or "paper-standard"], **given)
+
+
+def _print_intervals(con, iv: dict) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{iv['seeds']} seeds: mean [95% interval]", show_edge=False)
+    for col in ("", "policy", "baseline", "delta (policy - baseline)"):
+        table.add_column(col, justify="right" if col else "left")
+    for m, e in iv["overall"].items():
+        cell = (lambda d: f"{d['mean']:,.3g} [{d['lo']:,.3g}, {d['hi']:,.3g}]")
+        delta = cell(e["delta"]) + (" (includes 0)" if e["delta"]["includes_zero"] else "")
+        table.add_row(m, cell(e["policy"]), cell(e["baseline"]), delta)
+    con.print(table)
+    con.print(f"[dim]note: {iv['note']}[/dim]")
 
 
 def _write_table(df, path: Path) -> None:
@@ -225,5 +262,7 @@ def _print_report(out: dict) -> None:
         con.print()
     if out["stopped_by"]:
         con.print(f"stopped by budget: {', '.join(out['stopped_by'])}")
+    if "intervals" in out:
+        _print_intervals(con, out["intervals"])
     for note in out["notes"]:
         con.print(f"[dim]note: {note}[/dim]")

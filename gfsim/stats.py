@@ -1,0 +1,100 @@
+"""Many replays of one log: seeds, and bootstrap intervals that say what they resample.
+
+Seeds resample *one log*: the draws a replay makes (random policies, the puct driver's draws,
+calibration splits) change, the log does not. An interval here describes that replay
+variability, not the spread of a new search on a new problem, and every output says so.
+Intervals are percentile bootstraps over tasks, then seeds (a resample picks tasks with
+replacement, then seeds with replacement); a comparison with the baseline resamples the same
+(task, seed) pairs for both sides, so it is paired by seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gfsim.rng import stream
+
+__all__ = ["SeedTable", "summarize_seeds", "NOTE"]
+
+NOTE = ("seeds resample one log: intervals are bootstrap 95% intervals over tasks, then seeds, "
+        "of this log's replay variability, not of a new search's spread")
+METRICS = ("best_speedup", "usd", "wall_s", "joules", "gpu_evals")
+
+
+@dataclass
+class SeedTable:
+    """One value per (seed, task) for each metric; rows are seeds, columns tasks."""
+
+    seeds: list[int]
+    tasks: list[str]
+    values: dict[str, np.ndarray]  # metric -> (n_seeds, n_tasks)
+
+    @classmethod
+    def from_results(cls, seeds, results) -> "SeedTable":
+        """``results[i]`` is the ReplayResult of ``seeds[i]`` (one search per task)."""
+        tasks = [r.task_id for r in results[0].searches]
+        values = {m: np.zeros((len(seeds), len(tasks))) for m in METRICS}
+        for i, res in enumerate(results):
+            for j, s in enumerate(res.searches):
+                tot = s.total
+                row = {"best_speedup": s.best_speedup, "usd": tot.usd, "wall_s": s.wall_s,
+                       "joules": tot.joules, "gpu_evals": s.gpu_evals}
+                for m in METRICS:
+                    values[m][i, j] = row[m]
+        return cls(list(seeds), tasks, values)
+
+
+def _aggregate(metric: str, block: np.ndarray) -> float:
+    """Across tasks (columns) then seeds (rows): geometric mean of best speedups over tasks,
+    sums of costs over tasks; then the mean over seeds."""
+    if metric == "best_speedup":
+        per_seed = np.exp(np.log(block).mean(axis=1))
+    else:
+        per_seed = block.sum(axis=1)
+    return float(per_seed.mean())
+
+
+def _bootstrap(metric, a: np.ndarray, b: np.ndarray | None, n_boot: int, seed: int):
+    rng = stream(seed, "bootstrap", metric)
+    n_seeds, n_tasks = a.shape
+    stats = np.empty(n_boot)
+    for k in range(n_boot):
+        tasks = rng.integers(0, n_tasks, n_tasks)
+        seeds = rng.integers(0, n_seeds, n_seeds)
+        value = _aggregate(metric, a[np.ix_(seeds, tasks)])
+        if b is not None:
+            value -= _aggregate(metric, b[np.ix_(seeds, tasks)])
+        stats[k] = value
+    return np.percentile(stats, [2.5, 97.5])
+
+
+def summarize_seeds(policy: SeedTable, baseline: SeedTable, *, n_boot: int = 2000,
+                    seed: int = 0) -> dict:
+    """Point estimates and intervals for the policy, the baseline and their paired delta,
+    overall and per task."""
+    out: dict = {"seeds": len(policy.seeds), "tasks": policy.tasks, "note": NOTE,
+                 "overall": {}, "per_task": {}}
+    for m in METRICS:
+        a, b = policy.values[m], baseline.values[m]
+        entry = {}
+        for label, x, y in (("policy", a, None), ("baseline", b, None), ("delta", a, b)):
+            point = _aggregate(m, x) - (_aggregate(m, y) if y is not None else 0.0)
+            lo, hi = _bootstrap(m, x, y, n_boot, seed)
+            per_seed = (np.exp(np.log(x).mean(axis=1)) if m == "best_speedup"
+                        else x.sum(axis=1))
+            if y is not None:
+                per_seed = per_seed - (np.exp(np.log(y).mean(axis=1)) if m == "best_speedup"
+                                       else y.sum(axis=1))
+            entry[label] = {"mean": point, "median": float(np.median(per_seed)),
+                            "lo": float(lo), "hi": float(hi)}
+        entry["delta"]["includes_zero"] = entry["delta"]["lo"] <= 0 <= entry["delta"]["hi"]
+        out["overall"][m] = entry
+    for j, task in enumerate(policy.tasks):
+        out["per_task"][task] = {
+            m: {"policy_mean": float(policy.values[m][:, j].mean()),
+                "baseline_mean": float(baseline.values[m][:, j].mean()),
+                "delta_mean": float((policy.values[m][:, j] - baseline.values[m][:, j]).mean())}
+            for m in METRICS}
+    return out
