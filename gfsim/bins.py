@@ -72,13 +72,19 @@ def bin_cdf_above(
     [edges[-1], edges[-1] * top_span] (defaults: a factor of 4, i.e. two octaves, on each side).
     ``threshold`` is one speedup per row, in the same frame as the bins.
     """
-    p = np.atleast_2d(np.asarray(probs, dtype=float))
-    lo, hi = _log_bounds(tuple(edges), float(bottom_span), float(top_span))
-    t = np.log2(np.maximum(np.asarray(threshold, dtype=float), 1e-300)).reshape(-1, 1)
+    p, lo, hi, t = _in_log2(probs, edges, threshold, bottom_span, top_span)
     # Fraction of each bin's interval lying above t, clipped to [0, 1].
     frac_above = (hi - t) / (hi - lo)
     np.clip(frac_above, 0.0, 1.0, out=frac_above)
     return np.clip(np.einsum("ij,ij->i", p, frac_above), 0.0, 1.0)
+
+
+def _in_log2(probs, edges, threshold, bottom_span, top_span):
+    """Forecasts as (n, 8), the bins' log2 bounds, and thresholds as a log2 column."""
+    p = np.atleast_2d(np.asarray(probs, dtype=float))
+    lo, hi = _log_bounds(tuple(edges), float(bottom_span), float(top_span))
+    t = np.log2(np.maximum(np.asarray(threshold, dtype=float), 1e-300)).reshape(-1, 1)
+    return p, lo, hi, t
 
 
 @functools.lru_cache(maxsize=16)
@@ -100,9 +106,7 @@ def expected_log2_gain(
     """E[max(0, log2 S - log2 threshold)] under forecasts ``probs`` (n, 8): the expected gain in
     log2 speedup over ``threshold`` (one per row), with the same log-uniform-within-bin model
     and open-bin priors as ``bin_cdf_above``."""
-    p = np.atleast_2d(np.asarray(probs, dtype=float))
-    lo, hi = _log_bounds(tuple(edges), float(bottom_span), float(top_span))
-    t = np.log2(np.maximum(np.asarray(threshold, dtype=float), 1e-300)).reshape(-1, 1)
+    p, lo, hi, t = _in_log2(probs, edges, threshold, bottom_span, top_span)
     width = hi - lo
     # Per bin: X uniform on [lo, hi]; E[max(0, X - t)] is the mean gap when t is below the bin,
     # a triangle when t is inside it, and nothing above it.
