@@ -10,7 +10,8 @@ import numpy as np
 
 from gfsim.specs import Param, bind_params, format_spec, parse_spec
 
-__all__ = ["Batch", "SearchState", "Decisions", "Policy", "group_bounds", "rank_within_groups"]
+__all__ = ["Batch", "SearchState", "Decisions", "Policy", "GroupPolicy", "group_bounds",
+           "rank_within_groups"]
 
 
 @dataclass(frozen=True)
@@ -185,3 +186,15 @@ class Policy(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.spec()!r})"
+
+
+class GroupPolicy(Policy):
+    """A policy written batch-wise in ``decide_groups``; one batch is one group."""
+
+    def decide(self, batch: Batch, state: SearchState) -> Decisions:
+        n = len(batch)
+        return self.decide_groups(batch, np.zeros(n, int), np.full(n, state.best_speedup), state)
+
+    @abstractmethod
+    def decide_groups(self, batch: Batch, group: np.ndarray, best: np.ndarray,
+                      state: SearchState) -> Decisions: ...

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gfsim.policies.base import Batch, Decisions, Policy, SearchState, group_bounds, \
-    rank_within_groups
+from gfsim.policies.base import (Batch, Decisions, GroupPolicy, Policy, SearchState,
+                                 group_bounds, rank_within_groups)
 from gfsim.rng import keyed_uniforms
 from gfsim.specs import Param
 
@@ -40,15 +40,11 @@ class RandomPolicy(Policy):
         return self.decide(batch, state)  # rowwise and stateless
 
 
-class OraclePolicy(Policy):
+class OraclePolicy(GroupPolicy):
     name = "oracle"
     summary = "per parent batch, measure the top fraction p by TRUE speedup (a reference point)"
     params = (Param("p", float, 0.25, "fraction of each batch to measure", 0.0, 1.0),)
     needs_truth = True
-
-    def decide(self, batch: Batch, state: SearchState) -> Decisions:
-        n = len(batch)
-        return self.decide_groups(batch, np.zeros(n, int), np.full(n, state.best_speedup), state)
 
     def decide_groups(self, batch, group, best, state) -> Decisions:
         n = len(batch)

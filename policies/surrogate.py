@@ -7,7 +7,7 @@ import numpy as np
 from gfsim.bins import bin_cdf_above, expected_log2_gain
 from gfsim.confidence import SCORES, expected_bin_index
 from gfsim.errors import SpecError
-from gfsim.policies.base import Batch, Decisions, Policy, SearchState, rank_within_groups
+from gfsim.policies.base import Batch, Decisions, GroupPolicy, rank_within_groups
 from gfsim.rng import keyed_uniforms
 from gfsim.specs import Param, bind_params, parse_spec
 
@@ -33,15 +33,11 @@ def _apply_unusable(batch: Batch, measure: np.ndarray, reason: np.ndarray, rule:
     return measure, reason
 
 
-class TopKPolicy(Policy):
+class TopKPolicy(GroupPolicy):
     name = "topk"
     summary = "per parent batch, measure the top k by expected bin index (the reference's rule)"
     params = (Param("k", int, 4, "candidates measured per parent batch", 0), _ON_PARSE_FAILURE)
     needs_forecast = True
-
-    def decide(self, batch: Batch, state: SearchState) -> Decisions:
-        n = len(batch)
-        return self.decide_groups(batch, np.zeros(n, int), np.full(n, state.best_speedup), state)
 
     def decide_groups(self, batch, group, best, state) -> Decisions:
         usable = batch.usable
@@ -53,7 +49,7 @@ class TopKPolicy(Policy):
         return Decisions.build(measure, score, reason)
 
 
-class ThresholdPolicy(Policy):
+class ThresholdPolicy(GroupPolicy):
     """The selective surrogate: measure iff conf < tau or promise >= rho.
 
     conf = score(forecast); promise = P(S > current best | forecast) from the forecast's CDF over
@@ -122,12 +118,7 @@ class ThresholdPolicy(Policy):
             raise RuntimeError("threshold:coverage must be fitted before it decides")
         return self.tau_
 
-    def decide(self, batch: Batch, state: SearchState) -> Decisions:
-        n = len(batch)
-        return self.decide_groups(batch, np.zeros(n, int), np.full(n, state.best_speedup), state)
-
     def decide_groups(self, batch, group, best, state) -> Decisions:
-        n = len(batch)
         usable = batch.usable
         conf = np.where(usable, SCORES[self.score](batch.probs), np.nan)
         threshold = np.asarray(best, dtype=float) / np.maximum(batch.base_speedup, 1e-300)
@@ -141,7 +132,7 @@ class ThresholdPolicy(Policy):
         return Decisions.build(measure, conf, reason)
 
 
-class ExpectedValuePolicy(Policy):
+class ExpectedValuePolicy(GroupPolicy):
     """Value of information: measure iff the forecast's expected gain over the best so far, in
     log2 speedup, is worth what measuring costs: ``usd_per_log2_speedup`` x E[gain] >=
     ``state.measure_usd`` (the engine's estimate of one measurement's USD). The exchange rate is
@@ -158,10 +149,6 @@ class ExpectedValuePolicy(Policy):
               1.0),
     )
     needs_forecast = True
-
-    def decide(self, batch: Batch, state: SearchState) -> Decisions:
-        n = len(batch)
-        return self.decide_groups(batch, np.zeros(n, int), np.full(n, state.best_speedup), state)
 
     def decide_groups(self, batch, group, best, state) -> Decisions:
         usable = batch.usable

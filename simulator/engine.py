@@ -229,6 +229,12 @@ class SearchSimulation:
             return 1.0
         if t.forecast_frame == "seed":
             return t.seed_speedup
+        return self._parent_speedup(i)
+
+    def _parent_speedup(self, i: int) -> float:
+        """For parent-relative forecasts: the parent's measured speedup, else the nearest
+        measured ancestor's, else the seed kernel's."""
+        t = self.trace
         return ancestor_speedup(t.parent, i, self._measured_speedup, t.seed_speedup)
 
     def _batch(self, rows: list[int]) -> Batch:

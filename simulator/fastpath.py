@@ -26,7 +26,7 @@ import numpy as np
 
 from gfsim.cost_models.presets import Capacities, PresetCostModel
 from gfsim.cost_models.usage import STAGES, Cost
-from gfsim.policies.base import Batch, Policy, SearchState, group_bounds
+from gfsim.policies.base import Batch, Policy, SearchState
 from gfsim.simulator.budget import Budget
 from gfsim.simulator.engine import segments
 from gfsim.simulator.pipeline import COST_STAGE, DEFAULT_PIPELINE, Pipeline
@@ -377,7 +377,7 @@ class _FastRun:
     def _commit(self, pos, dropped, live_pos, measure, score, reason) -> None:
         """Record decisions and times for whole steps: positions ``pos``, of which
         ``live_pos`` (ascending) were decided."""
-        lay, w, t = self.lay, self.w, self.t
+        lay, w = self.lay, self.w
         rows = lay.rows[pos]
         self.dropped[rows] = dropped
         self.state[rows[dropped]] = "orphan_dropped"

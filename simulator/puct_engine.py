@@ -147,13 +147,8 @@ class PuctSimulation(SearchSimulation):
                                    c_puct=config.c_puct)
         self._expanded: dict[str, int] = {}
 
-    def _base_speedup(self, i: int) -> float:
-        t = self.trace
-        if t.forecast_frame == "reference":
-            return 1.0
-        if t.forecast_frame == "seed":
-            return t.seed_speedup
-        return t.parent_reward[i]
+    def _parent_speedup(self, i: int) -> float:
+        return self.trace.parent_reward[i]  # parents are archive nodes: always measured
 
     def _cap(self, batch, decisions) -> np.ndarray:
         """At most k per parent: the policy's choices by expected bin index (the reference's
