@@ -21,6 +21,8 @@ __all__ = ["SeedTable", "summarize_seeds", "NOTE"]
 NOTE = ("seeds resample one log: intervals are bootstrap 95% intervals over tasks, then seeds, "
         "of this log's replay variability, not of a new search's spread")
 METRICS = ("best_speedup", "usd", "wall_s", "joules", "gpu_evals")
+# Under measurement noise: the raw best re-measured, and its noise-free speedup.
+NOISE_METRICS = ("confirmed_speedup", "true_best_speedup")
 
 
 @dataclass
@@ -35,25 +37,30 @@ class SeedTable:
     def from_results(cls, seeds, results) -> "SeedTable":
         """``results[i]`` is the ReplayResult of ``seeds[i]`` (one search per task)."""
         tasks = [r.task_id for r in results[0].searches]
-        values = {m: np.zeros((len(seeds), len(tasks))) for m in METRICS}
+        metrics = METRICS + (NOISE_METRICS if results[0].measure_noise else ())
+        values = {m: np.zeros((len(seeds), len(tasks))) for m in metrics}
         for i, res in enumerate(results):
             for j, s in enumerate(res.searches):
                 tot = s.total
                 row = {"best_speedup": s.best_speedup, "usd": tot.usd, "wall_s": s.wall_s,
-                       "joules": tot.joules, "gpu_evals": s.gpu_evals}
-                for m in METRICS:
+                       "joules": tot.joules, "gpu_evals": s.gpu_evals,
+                       "confirmed_speedup": s.confirmed_speedup,
+                       "true_best_speedup": s.true_best_speedup}
+                for m in metrics:
                     values[m][i, j] = row[m]
         return cls(list(seeds), tasks, values)
 
 
+def _per_seed(metric: str, block: np.ndarray) -> np.ndarray:
+    """Across tasks (columns): the geometric mean of speedups, the sum of costs."""
+    if metric.endswith("speedup"):
+        return np.exp(np.log(block).mean(axis=1))
+    return block.sum(axis=1)
+
+
 def _aggregate(metric: str, block: np.ndarray) -> float:
-    """Across tasks (columns) then seeds (rows): geometric mean of best speedups over tasks,
-    sums of costs over tasks; then the mean over seeds."""
-    if metric == "best_speedup":
-        per_seed = np.exp(np.log(block).mean(axis=1))
-    else:
-        per_seed = block.sum(axis=1)
-    return float(per_seed.mean())
+    """Across tasks, then the mean over seeds (rows)."""
+    return float(_per_seed(metric, block).mean())
 
 
 def _bootstrap(metric, a: np.ndarray, b: np.ndarray | None, n_boot: int, seed: int):
@@ -76,17 +83,16 @@ def summarize_seeds(policy: SeedTable, baseline: SeedTable, *, n_boot: int = 200
     overall and per task."""
     out: dict = {"seeds": len(policy.seeds), "tasks": policy.tasks, "note": NOTE,
                  "overall": {}, "per_task": {}}
-    for m in METRICS:
+    metrics = [m for m in policy.values if m in baseline.values]
+    for m in metrics:
         a, b = policy.values[m], baseline.values[m]
         entry = {}
         for label, x, y in (("policy", a, None), ("baseline", b, None), ("delta", a, b)):
             point = _aggregate(m, x) - (_aggregate(m, y) if y is not None else 0.0)
             lo, hi = _bootstrap(m, x, y, n_boot, seed)
-            per_seed = (np.exp(np.log(x).mean(axis=1)) if m == "best_speedup"
-                        else x.sum(axis=1))
+            per_seed = _per_seed(m, x)
             if y is not None:
-                per_seed = per_seed - (np.exp(np.log(y).mean(axis=1)) if m == "best_speedup"
-                                       else y.sum(axis=1))
+                per_seed = per_seed - _per_seed(m, y)
             entry[label] = {"mean": point, "median": float(np.median(per_seed)),
                             "lo": float(lo), "hi": float(hi)}
         entry["delta"]["includes_zero"] = entry["delta"]["lo"] <= 0 <= entry["delta"]["hi"]
@@ -96,5 +102,5 @@ def summarize_seeds(policy: SeedTable, baseline: SeedTable, *, n_boot: int = 200
             m: {"policy_mean": float(policy.values[m][:, j].mean()),
                 "baseline_mean": float(baseline.values[m][:, j].mean()),
                 "delta_mean": float((policy.values[m][:, j] - baseline.values[m][:, j]).mean())}
-            for m in METRICS}
+            for m in metrics}
     return out

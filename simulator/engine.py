@@ -25,6 +25,7 @@ from gfsim.cost_models.presets import Capacities, PresetCostModel
 from gfsim.cost_models.usage import STAGES, Cost
 from gfsim.policies.base import Batch, Policy, SearchState
 from gfsim.simulator.budget import Budget
+from gfsim.simulator.noise import MeasureNoise, confirm_best
 from gfsim.simulator.pipeline import COST_STAGE, DEFAULT_PIPELINE, Pipeline
 from gfsim.simulator.results import SearchResult
 from gfsim.simulator.slots import Countdown, Slots
@@ -70,8 +71,9 @@ class SearchSimulation:
 
     def __init__(self, trace: SearchTrace, policy: Policy, model: PresetCostModel,
                  capacities: Capacities, budget: Budget, seed: int, drop_orphans: bool = False,
-                 pipeline: Pipeline = DEFAULT_PIPELINE):
+                 pipeline: Pipeline = DEFAULT_PIPELINE, noise: MeasureNoise | None = None):
         self.trace = trace
+        self.noise = noise
         self.policy = policy
         self.model = model
         self.capacities = capacities
@@ -213,7 +215,7 @@ class SearchSimulation:
         self._t_end[i] = self.env.now
         self._outcome[i] = t.outcome[i]
         if t.outcome[i] == "success":
-            s = t.speedup[i]
+            s = t.speedup[i] * self._noise[i]
             self._measured_speedup[i] = s
             if s > self._best:
                 self._best = s
@@ -314,7 +316,9 @@ class SearchSimulation:
         self._extend(len(self.trace))
         self.env.process(self._driver())
         self.env.run()
-        return self._result()
+        result = self._result()
+        confirm_best(result, self.trace.candidate_ids, self.trace.speedup, self.noise, self.seed)
+        return result
 
     def _setup(self) -> None:
         """The environment, resources and run-wide accumulators."""
@@ -343,7 +347,8 @@ class SearchSimulation:
         self._secs: list[list[float]] = [[] for _ in STAGES]
         self._cold_start = self._secs[_K_COLD_START]
         for name in ("_cand_usd", "_state", "_outcome", "_reached", "_ready", "_orphan",
-                     "_action", "_score", "_reason", "_t_start", "_t_end", "_measured_speedup"):
+                     "_action", "_score", "_reason", "_t_start", "_t_end", "_measured_speedup",
+                     "_noise"):
             setattr(self, name, [])
         self._best = t.seed_speedup
         self._best_id = None
@@ -380,6 +385,8 @@ class SearchSimulation:
         self._t_start.extend([math.nan] * new)
         self._t_end.extend([math.nan] * new)
         self._measured_speedup.extend([math.nan] * new)
+        self._noise.extend([1.0] * new if self.noise is None else self.noise.factors(
+            self.seed, t.search_id, t.candidate_ids[lo:n]).tolist())
 
     def _result(self) -> SearchResult:
         t = self.trace

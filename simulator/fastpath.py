@@ -31,6 +31,7 @@ from gfsim.simulator.budget import Budget
 from gfsim.simulator.engine import segments
 from gfsim.simulator.pipeline import COST_STAGE, DEFAULT_PIPELINE, Pipeline
 from gfsim.simulator.results import SearchResult
+from gfsim.simulator.noise import MeasureNoise, confirm_best
 from gfsim.simulator.trace import SearchTrace, ancestor_speedup
 
 __all__ = ["fast_path_blocker", "run_fast", "FastPathUnsafe"]
@@ -197,7 +198,9 @@ class _FastRun:
     """One fast replay of a search."""
 
     def __init__(self, t: SearchTrace, policy: Policy, model: PresetCostModel, caps: Capacities,
-                 budget: Budget, seed: int, drop_orphans: bool, pipeline: Pipeline):
+                 budget: Budget, seed: int, drop_orphans: bool, pipeline: Pipeline,
+                 noise: MeasureNoise | None = None):
+        self.noise = noise
         self.t, self.policy, self.model, self.caps = t, policy, model, caps
         self.seed, self.drop = seed, drop_orphans
         n = len(t)
@@ -220,7 +223,10 @@ class _FastRun:
         self.pre_count, self.pre_gpu = _per_row(n, self.pre)
         self.post_count, self.post_gpu = _per_row(n, self.post)
         self.parent = t.arrays["parent"]
-        self.speedup = t.arrays["speedup"]
+        # What a measurement reports (noisy, if asked); the oracle reads the logged truth.
+        self.true_speedup = t.arrays["speedup"]
+        self.speedup = self.true_speedup if noise is None else (
+            self.true_speedup * noise.factors(seed, t.search_id, t.candidate_ids))
         self.has_eval = ~w.no_eval
         # Outcome columns (trace rows).
         self.state = np.full(n, "budget_stopped", dtype=object)
@@ -244,7 +250,7 @@ class _FastRun:
                 candidate_ids=np.array(t.candidate_ids, dtype=object), probs=t.probs,
                 has_forecast=t.has_forecast if reads else np.zeros(len(t), bool),
                 parse_failed=t.parse_failed, base_speedup=base, bin_edges=t.bin_edges,
-                true_speedup=self.speedup if self.policy.needs_truth else None)
+                true_speedup=self.true_speedup if self.policy.needs_truth else None)
         rows = self.lay.rows[pos]
         batch = self.batch_cache.take(rows)
         if t.forecast_frame == "parent":  # chunks are one step: parents are settled
@@ -511,7 +517,11 @@ class _FastRun:
 
 def run_fast(trace: SearchTrace, policy: Policy, model: PresetCostModel, caps: Capacities,
              budget: Budget, seed: int, drop_orphans: bool = False,
-             pipeline: Pipeline = DEFAULT_PIPELINE) -> SearchResult:
+             pipeline: Pipeline = DEFAULT_PIPELINE, noise: MeasureNoise | None = None
+             ) -> SearchResult:
     """Replay one search in closed form. Raises FastPathUnsafe on a tie the event order
     would settle; check ``fast_path_blocker`` first for the other conditions."""
-    return _FastRun(trace, policy, model, caps, budget, seed, drop_orphans, pipeline).run()
+    result = _FastRun(trace, policy, model, caps, budget, seed, drop_orphans, pipeline,
+                      noise).run()
+    confirm_best(result, trace.candidate_ids, trace.arrays["speedup"], noise, seed)
+    return result

@@ -22,6 +22,7 @@ from gfsim.policies.base import Policy, SearchState
 from gfsim.simulator.budget import Budget
 from gfsim.simulator.children import DRAW_SOURCES, Child, ChildSource
 from gfsim.simulator.engine import SearchSimulation
+from gfsim.simulator.noise import MeasureNoise
 from gfsim.simulator.pipeline import DEFAULT_PIPELINE, Pipeline
 from gfsim.simulator.puct import ArchiveNode, ChildResult, PuctArchive
 from gfsim.simulator.results import SearchResult
@@ -136,16 +137,20 @@ class PuctSimulation(SearchSimulation):
     def __init__(self, source: ChildSource, config: SearchConfig, policy: Policy,
                  model: PresetCostModel, capacities: Capacities, budget: Budget, seed: int, *,
                  search_id: str, task_id: str, forecast_frame: str = "reference",
-                 bin_edges: tuple = (), pipeline: Pipeline = DEFAULT_PIPELINE):
+                 bin_edges: tuple = (), pipeline: Pipeline = DEFAULT_PIPELINE,
+                 noise: MeasureNoise | None = None):
         root_id, seed_speedup = source.root()
         trace = _GrowingTrace(search_id, task_id, seed_speedup, forecast_frame, bin_edges)
-        super().__init__(trace, policy, model, capacities, budget, seed, False, pipeline)
+        super().__init__(trace, policy, model, capacities, budget, seed, False, pipeline, noise)
         self.source = source
         self.config = config
         self.archive = PuctArchive(ArchiveNode(root_id, seed_speedup, (), is_seed=True),
                                    k_per_parent=config.k_per_parent, capacity=config.capacity,
                                    c_puct=config.c_puct)
         self._expanded: dict[str, int] = {}
+        # Archive rewards are what the search measured (noisy); children are drawn around a
+        # node's noise-free speedup, so noise changes decisions, never the world.
+        self._true_speedup: dict[str, float] = {root_id: seed_speedup}
 
     def _parent_speedup(self, i: int) -> float:
         return self.trace.parent_reward[i]  # parents are archive nodes: always measured
@@ -179,17 +184,22 @@ class PuctSimulation(SearchSimulation):
             for p in parents:
                 e = self._expanded.get(p.node_id, 0)
                 self._expanded[p.node_id] = e + 1
-                kids = self.source.draw(p.node_id, p.reward, e, cfg.children_per_parent,
-                                        self.seed)
+                kids = self.source.draw(p.node_id, self._true_speedup[p.node_id], e,
+                                        cfg.children_per_parent, self.seed)
                 batches.append([t.append(kid, step, p) for kid in kids])
             self._extend(len(t))
             yield env.all_of([env.process(self._parent_batch(step, b)) for b in batches])
-            results = [
-                ChildResult(t.parent_node[i], t.candidate_ids[i],
-                            t.speedup[i] if t.outcome[i] == "success" else None,
-                            t.children[i].code)
-                for b in batches for i in b if self._state[i] == "measured"
-            ]
+            results = []
+            for b in batches:
+                for i in b:
+                    if self._state[i] != "measured":
+                        continue
+                    ok = t.outcome[i] == "success"
+                    if ok:
+                        self._true_speedup[t.candidate_ids[i]] = t.speedup[i]
+                    results.append(ChildResult(t.parent_node[i], t.candidate_ids[i],
+                                               self._measured_speedup[i] if ok else None,
+                                               t.children[i].code))
             self.archive.complete_step(parents, results)
             self._steps_done += 1
 

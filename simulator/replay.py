@@ -16,6 +16,7 @@ from gfsim.simulator.budget import Budget
 from gfsim.simulator.children import LogChildren
 from gfsim.simulator.engine import SearchSimulation
 from gfsim.simulator.fastpath import FastPathUnsafe, fast_path_blocker, run_fast
+from gfsim.simulator.noise import MeasureNoise
 from gfsim.simulator.pipeline import DEFAULT_PIPELINE, Pipeline
 from gfsim.simulator.puct_engine import (EXTRAPOLATED_SHARE, SEARCH_PRESETS, PuctSimulation,
                                          SearchConfig)
@@ -52,7 +53,8 @@ ENGINES = ("auto", "des", "fast")
 
 def simulate_search(trace: SearchTrace, policy: Policy, model: PresetCostModel,
                     caps: Capacities, budget: Budget, seed: int, drop_orphans: bool,
-                    pipeline: Pipeline = DEFAULT_PIPELINE, engine: str = "auto"):
+                    pipeline: Pipeline = DEFAULT_PIPELINE, engine: str = "auto",
+                    noise: MeasureNoise | None = None):
     """One search through the fast path where it applies (``auto``), else the event engine."""
     if engine not in ENGINES:
         raise GfsimError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
@@ -61,7 +63,7 @@ def simulate_search(trace: SearchTrace, policy: Policy, model: PresetCostModel,
         if blocker is None:
             try:
                 result = run_fast(trace, policy, model, caps, budget, seed, drop_orphans,
-                                  pipeline)
+                                  pipeline, noise)
                 result.engine = "fast"
                 return result
             except FastPathUnsafe as exc:
@@ -69,7 +71,7 @@ def simulate_search(trace: SearchTrace, policy: Policy, model: PresetCostModel,
         if engine == "fast":
             raise GfsimError(f"the fast path cannot replay search {trace.search_id!r}: {blocker}")
     return SearchSimulation(trace, policy, model, caps, budget, seed, drop_orphans,
-                            pipeline).run()
+                            pipeline, noise).run()
 
 
 DRIVERS = ("trace", "puct")
@@ -79,7 +81,8 @@ def replay(log: ReplayLog, policy: Policy, model: PresetCostModel, *, budget: Bu
            seed: int = 0, capacities: Capacities | None = None, forecaster: str | None = None,
            orphans_dropped: bool = True, pipeline: Pipeline = DEFAULT_PIPELINE,
            engine: str = "auto", driver: str = "trace",
-           search: SearchConfig | None = None) -> ReplayResult:
+           search: SearchConfig | None = None,
+           noise: MeasureNoise | None = None) -> ReplayResult:
     """Replay every search of ``log``.
 
     ``driver="trace"`` keeps the logged order (open loop): orphans are kept, and (if asked) the
@@ -87,6 +90,7 @@ def replay(log: ReplayLog, policy: Policy, model: PresetCostModel, *, budget: Bu
     closed-form fast path wherever no capacity binds, ``des`` always the SimPy engine, ``fast``
     insists on it. ``driver="puct"`` re-runs the reference search (closed loop) with ``search``
     (default paper-standard), drawing children from the log (``simulator.children``).
+    ``noise``: keyed log-normal noise on every measurement (``simulator.noise``).
     """
     if driver not in DRIVERS:
         raise GfsimError(f"unknown driver {driver!r}; valid: {', '.join(DRIVERS)}")
@@ -104,12 +108,12 @@ def replay(log: ReplayLog, policy: Policy, model: PresetCostModel, *, budget: Bu
         searches = [PuctSimulation(LogChildren(t), config, policy, model, caps, budget, seed,
                                    search_id=t.search_id, task_id=t.task_id,
                                    forecast_frame=t.forecast_frame, bin_edges=t.bin_edges,
-                                   pipeline=pipeline).run() for t in traces]
+                                   pipeline=pipeline, noise=noise).run() for t in traces]
         dropped = None
     else:
         def run_all(drop: bool):
-            return [simulate_search(t, policy, model, caps, budget, seed, drop, pipeline, engine)
-                    for t in traces]
+            return [simulate_search(t, policy, model, caps, budget, seed, drop, pipeline, engine,
+                                    noise) for t in traces]
 
         searches = run_all(False)
         dropped = run_all(True) if orphans_dropped else None
@@ -118,10 +122,16 @@ def replay(log: ReplayLog, policy: Policy, model: PresetCostModel, *, budget: Bu
     if prov.get("kind") != "measured":
         notes.append(f"log {log.name!r} is {prov.get('kind', '?')} (header provenance): "
                      f"{prov.get('note') or prov.get('description') or 'see its header'}")
+    if noise is not None:
+        notes.append(f"measurement noise (an assumption): keyed log-normal, cv {noise.cv:g} on "
+                     "runtimes; best_speedup is the raw best of noisy measurements, "
+                     "confirmed_speedup re-measures that candidate once (not charged), "
+                     "true_best_speedup is its noise-free logged speedup")
     return ReplayResult(
         policy=policy.spec(), log=log.name, cost_model=model.name, seed=seed,
         searches=searches, orphans_dropped=dropped,
         simulation_s=time.perf_counter() - started, notes=notes,
+        measure_noise=noise.as_dict() if noise is not None else None,
     )
 
 
@@ -146,6 +156,7 @@ def comparison_json(result: ReplayResult, base: ReplayResult, budget: Budget) ->
         "cost_model": result.cost_model,
         "seed": result.seed,
         "budget": budget.as_dict(),
+        "measure_noise": result.measure_noise,
         "driver": result.searches[0].extra.get("driver", "trace") if result.searches
         else "trace",
         "engines": sorted({r.engine for r in result.searches}),

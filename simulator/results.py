@@ -51,6 +51,10 @@ class SearchResult:
     table: dict[str, list]
     engine: str = "des"  # "des" (SimPy events) or "fast" (closed form, no capacity binds)
     extra: dict = field(default_factory=dict)  # driver-specific figures (puct: draw sources)
+    # The raw best re-measured, and its noise-free logged speedup (simulator.noise); both
+    # equal best_speedup when measurements are noise-free.
+    confirmed_speedup: float = math.nan
+    true_best_speedup: float = math.nan
 
     @property
     def trace_hash(self) -> str:
@@ -74,6 +78,8 @@ class SearchResult:
             "task_id": self.task_id,
             "best_speedup": self.best_speedup,
             "best_candidate_id": self.best_candidate_id,
+            "confirmed_speedup": self.confirmed_speedup,
+            "true_best_speedup": self.true_best_speedup,
             "gpu_evals": self.gpu_evals,
             "candidates": self.candidates,
             "forecasts": self.forecasts,
@@ -103,6 +109,7 @@ class ReplayResult:
     orphans_dropped: list[SearchResult] | None = None
     simulation_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+    measure_noise: dict | None = None  # MeasureNoise.as_dict() when measurements were noisy
 
     @property
     def stages(self) -> dict[str, Cost]:
@@ -125,6 +132,8 @@ class ReplayResult:
         reached = self._sum("reached")
         return {
             "best_speedup": self.best_speedup,
+            "confirmed_speedup": geometric_mean(r.confirmed_speedup for r in self.searches),
+            "true_best_speedup": geometric_mean(r.true_best_speedup for r in self.searches),
             "gpu_evals": self._sum("gpu_evals"),
             "candidates": self._sum("candidates"),
             "forecasts": self._sum("forecasts"),

@@ -8,6 +8,7 @@ from gfsim.errors import GfsimError
 from gfsim.policies import make_policy
 from gfsim.replay_logs import load_log, resolve_log
 from gfsim.simulator import Budget, replay
+from gfsim.simulator.noise import MeasureNoise
 from gfsim.simulator.pipeline import parse_pipeline
 from gfsim.testing import LogBuilder
 
@@ -55,7 +56,7 @@ def test_fast_path_agrees_with_the_event_engine(tmp_path, case):
     policy = str(rng.choice(POLICIES))
     kwargs = dict(seed=case, capacities=WIDE, pipeline=parse_pipeline(rng.choice(PIPELINES)),
                   budget=Budget(steps=int(rng.integers(1, 6))) if rng.random() < 0.3
-                  else Budget())
+                  else Budget(), noise=MeasureNoise(0.1) if case % 2 else None)
     fast = replay(log, make_policy(policy), model, engine="auto", **kwargs)
     slow = replay(log, make_policy(policy), model, engine="des", **kwargs)
     assert {r.engine for r in slow.searches} == {"des"}
@@ -66,6 +67,9 @@ def test_fast_path_agrees_with_the_event_engine(tmp_path, case):
         assert f.table["action"] == s.table["action"]
         assert f.table["state"] == s.table["state"]
         assert f.best_speedup == s.best_speedup and f.best_candidate_id == s.best_candidate_id
+        assert (f.confirmed_speedup, f.true_best_speedup) == (s.confirmed_speedup,
+                                                              s.true_best_speedup)
+        np.testing.assert_array_equal(f.table["speedup"], s.table["speedup"])
         assert (f.gpu_evals, f.forecasts, f.candidates, f.unmeasurable, f.orphans, f.steps) == (
             s.gpu_evals, s.forecasts, s.candidates, s.unmeasurable, s.orphans, s.steps)
         # Times agree to rounding: the fast path adds durations in a different order.

@@ -91,6 +91,11 @@ def replay(
     forecaster: Optional[str] = typer.Option(None, "--forecaster",
                                              help="Which logged forecaster the policy reads "
                                                   "(default: the first in the log)."),
+    measure_noise: Optional[str] = typer.Option(None, "--measure-noise",
+                                                help="cv=0.02: keyed log-normal noise on "
+                                                     "every measured runtime (an assumption); "
+                                                     "reports the confirmed (re-measured) best "
+                                                     "beside the raw best."),
     seeds: int = typer.Option(1, "--seeds",
                               help="Replay seeds --seed .. --seed+N-1 and report bootstrap 95% "
                                    "intervals (over tasks, then seeds; paired with the "
@@ -106,6 +111,7 @@ def replay(
     from gfsim.policies import make_policy
     from gfsim.replay_logs import open_log
     from gfsim.simulator import comparison_json, parse_budget, replay_with_baseline
+    from gfsim.simulator.noise import parse_noise
     from gfsim.simulator.pipeline import parse_pipeline
 
     the_policy = make_policy(policy)
@@ -116,6 +122,7 @@ def replay(
         model = with_gen_tokens(model, gen_tokens)
     caps = parse_capacity(capacity, model.capacities)
     the_pipeline = parse_pipeline(pipeline)
+    noise = parse_noise(measure_noise)
     config = _search_config(driver, search, steps=steps, parents_per_step=parents_per_step,
                             samples_per_parent=samples_per_parent, overgen=overgen,
                             k_per_parent=k_per_parent)
@@ -128,14 +135,15 @@ def replay(
     result, base = replay_with_baseline(
         the_log, the_policy, model, baseline=baseline, budget=the_budget, seed=seed,
         capacities=caps, forecaster=forecaster, pipeline=the_pipeline, engine=engine,
-        driver=driver, search=config,
+        driver=driver, search=config, noise=noise,
     )
     out = comparison_json(result, base, the_budget)
     if seeds > 1:
         out["intervals"] = _intervals(the_log, policy, baseline, model, seed, seeds, jobs,
                                       dict(budget=the_budget, capacities=caps,
                                            forecaster=forecaster, pipeline=the_pipeline,
-                                           engine=engine, driver=driver, search=config))
+                                           engine=engine, driver=driver, search=config,
+                                           noise=noise))
     out["pipeline"] = str(the_pipeline)
     out["calibration"] = calibrate
     out["gen_tokens_prior"] = {"input": model.priors.gen_input_tokens,
@@ -226,6 +234,9 @@ def _print_report(out: dict) -> None:
         table.add_column(col, justify="right" if col else "left")
     rows = [
         ("best speedup (geo-mean, measured)", "best_speedup", "{:.3f}x"),
+        *([("  confirmed (best re-measured)", "confirmed_speedup", "{:.3f}x"),
+           ("  true (noise-free, same kernel)", "true_best_speedup", "{:.3f}x")]
+          if out.get("measure_noise") else []),
         ("GPU evaluations", "gpu_evals", "{:,.0f}"),
         ("candidates generated", "candidates", "{:,.0f}"),
         ("forecasts", "forecasts", "{:,.0f}"),
