@@ -1,10 +1,12 @@
-"""Figures (matplotlib, headless): reliability diagrams and risk-coverage curves."""
+"""Figures (matplotlib, headless): reliability diagrams, risk-coverage and anytime curves."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["plot_scores"]
+import numpy as np
+
+__all__ = ["plot_scores", "plot_anytime", "anytime_panels", "anytime_on_grid"]
 
 
 def plot_scores(curves: list[dict], path: str | Path) -> Path:
@@ -32,6 +34,69 @@ def plot_scores(curves: list[dict], path: str | Path) -> Path:
     for ax in (ax_rel, ax_rc):
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+# Anytime curves: columns of SearchResult.anytime.
+_X_COLUMNS = {"usd": (1, 1.0, "USD spent per search"),
+              "wall_s": (0, 1 / 3600, "wall-clock hours per search")}
+
+
+def anytime_on_grid(results, x: str, grid) -> np.ndarray:
+    """(n_results, len(grid)): for each replay (one per seed), the geometric mean over its
+    searches of the best measured speedup once each search had spent ``grid[j]`` (USD or
+    seconds, per search). A search that finished before keeps its final best."""
+    col = _X_COLUMNS[x][0]
+    grid = np.asarray(grid, dtype=float)
+    out = np.empty((len(results), len(grid)))
+    for i, res in enumerate(results):
+        logs = []
+        for s in res.searches:
+            spent = np.maximum.accumulate(s.anytime[:, col])
+            k = np.maximum(np.searchsorted(spent, grid, "right") - 1, 0)
+            logs.append(np.log(s.anytime[k, 4]))
+        out[i] = np.exp(np.mean(logs, axis=0))
+    return out
+
+
+def anytime_panels(series: dict, axes, *, band: float = 95.0, points: int = 300) -> None:
+    """Draw ``series`` (label -> list of ReplayResult, one per seed) on two axes: best against
+    USD and against wall-clock. The line is the mean over seeds, the band the middle ``band``%
+    of seeds."""
+    for ax, x in zip(axes, ("usd", "wall_s")):
+        col, scale, label = _X_COLUMNS[x]
+        top = max(s.anytime[:, col].max() for runs in series.values() for r in runs
+                  for s in r.searches)
+        grid = np.linspace(0, top, points)
+        for name, runs in series.items():
+            y = anytime_on_grid(runs, x, grid)
+            line, = ax.plot(grid * scale, y.mean(axis=0), label=f"{name} ({len(runs)} seeds)",
+                            drawstyle="steps-post")
+            if len(runs) > 1:
+                lo, hi = np.percentile(y, [(100 - band) / 2, (100 + band) / 2], axis=0)
+                ax.fill_between(grid * scale, lo, hi, step="post", alpha=0.2,
+                                color=line.get_color(), linewidth=0)
+        ax.set(xlabel=label, ylabel="best measured speedup (geo-mean over tasks)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+
+
+def plot_anytime(series: dict, path: str | Path, title: str = "") -> Path:
+    """A two-panel PNG of anytime curves with bands over seeds (see ``anytime_panels``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    anytime_panels(series, axes)
+    n = max(len(v) for v in series.values())
+    fig.suptitle(f"{title}\nmean over seeds; band: middle 95% of seeds" if n > 1 else title,
+                 fontsize=9)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=120)

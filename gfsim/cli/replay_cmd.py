@@ -101,6 +101,10 @@ def replay(
                                    "intervals (over tasks, then seeds; paired with the "
                                    "baseline). Seeds resample one log."),
     jobs: int = typer.Option(1, "--jobs", help="Processes for --seeds."),
+    plot: Optional[Path] = typer.Option(None, "--plot",
+                                        help="Write anytime curves (best measured speedup "
+                                             "against USD and wall-clock, bands over --seeds) "
+                                             "of the policy and its baseline to a PNG."),
     candidates_out: Optional[Path] = typer.Option(None, "--candidates-out",
                                                   help="Write the per-candidate table "
                                                        "(.csv or .parquet)."),
@@ -138,12 +142,15 @@ def replay(
         driver=driver, search=config, noise=noise,
     )
     out = comparison_json(result, base, the_budget)
+    pairs = [(result, base)]
     if seeds > 1:
-        out["intervals"] = _intervals(the_log, policy, baseline, model, seed, seeds, jobs,
-                                      dict(budget=the_budget, capacities=caps,
-                                           forecaster=forecaster, pipeline=the_pipeline,
-                                           engine=engine, driver=driver, search=config,
-                                           noise=noise))
+        pairs = _seed_pairs(the_log, policy, baseline, model, seed, seeds, jobs,
+                            dict(budget=the_budget, capacities=caps, forecaster=forecaster,
+                                 pipeline=the_pipeline, engine=engine, driver=driver,
+                                 search=config, noise=noise))
+        out["intervals"] = _intervals(pairs, seed)
+    if plot is not None:
+        out["plot"] = str(_plot(pairs, out, plot))
     out["pipeline"] = str(the_pipeline)
     out["calibration"] = calibrate
     out["gen_tokens_prior"] = {"input": model.priors.gen_input_tokens,
@@ -156,17 +163,36 @@ def replay(
         _print_report(out)
 
 
-def _intervals(log, policy, baseline, model, seed, seeds, jobs, kwargs) -> dict:
+def _seed_pairs(log, policy, baseline, model, seed, seeds, jobs, kwargs) -> list:
     from gfsim.errors import GfsimError
     from gfsim.simulator.replay import replay_seeds
-    from gfsim.stats import SeedTable, summarize_seeds
 
     if jobs < 1:
         raise GfsimError(f"--jobs must be >= 1, got {jobs}")
-    seed_list = list(range(seed, seed + seeds))
-    pairs = replay_seeds(log, policy, model, seed_list, baseline=baseline, jobs=jobs, **kwargs)
+    return replay_seeds(log, policy, model, range(seed, seed + seeds), baseline=baseline,
+                        jobs=jobs, **kwargs)
+
+
+def _intervals(pairs, seed: int) -> dict:
+    from gfsim.stats import SeedTable, summarize_seeds
+
+    seed_list = [p[0].seed for p in pairs]
     return summarize_seeds(SeedTable.from_results(seed_list, [p[0] for p in pairs]),
                            SeedTable.from_results(seed_list, [p[1] for p in pairs]), seed=seed)
+
+
+def _plot(pairs, out: dict, path: Path) -> Path:
+    from gfsim.errors import GfsimError
+    from gfsim.plots import plot_anytime
+
+    if path.suffix.lower() != ".png":
+        raise GfsimError(f"{path}: --plot writes a .png")
+    if not path.parent.exists():
+        raise GfsimError(f"{path}: folder {path.parent} does not exist")
+    series = {f"policy {out['policy']}": [p[0] for p in pairs],
+              f"baseline {out['baseline']['policy']}": [p[1] for p in pairs]}
+    return plot_anytime(series, path, title=f"gfsim replay: log {out['log']}, cost "
+                                            f"{out['cost_model']}, driver {out['driver']}")
 
 
 def _search_config(driver: str, preset: str | None, **knobs):
@@ -275,5 +301,7 @@ def _print_report(out: dict) -> None:
         con.print(f"stopped by budget: {', '.join(out['stopped_by'])}")
     if "intervals" in out:
         _print_intervals(con, out["intervals"])
+    if "plot" in out:
+        con.print(f"anytime curves: {out['plot']}")
     for note in out["notes"]:
         con.print(f"[dim]note: {note}[/dim]")
