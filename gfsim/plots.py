@@ -63,10 +63,11 @@ def anytime_on_grid(results, x: str, grid) -> np.ndarray:
     return out
 
 
-def anytime_panels(series: dict, axes, *, band: float = 95.0, points: int = 300) -> None:
+def anytime_panels(series: dict, axes, *, band: float = 95.0, points: int = 300,
+                   styles: dict | None = None) -> None:
     """Draw ``series`` (label -> list of ReplayResult, one per seed) on two axes: best against
     USD and against wall-clock. The line is the mean over seeds, the band the middle ``band``%
-    of seeds."""
+    of seeds; ``styles`` maps a label to extra line options (e.g. dashed)."""
     for ax, x in zip(axes, ("usd", "wall_s")):
         col, scale, label = _X_COLUMNS[x]
         top = max(s.anytime[:, col].max() for runs in series.values() for r in runs
@@ -75,7 +76,7 @@ def anytime_panels(series: dict, axes, *, band: float = 95.0, points: int = 300)
         for name, runs in series.items():
             y = anytime_on_grid(runs, x, grid)
             line, = ax.plot(grid * scale, y.mean(axis=0), label=f"{name} ({len(runs)} seeds)",
-                            drawstyle="steps-post")
+                            drawstyle="steps-post", **(styles or {}).get(name, {}))
             if len(runs) > 1:
                 lo, hi = np.percentile(y, [(100 - band) / 2, (100 + band) / 2], axis=0)
                 ax.fill_between(grid * scale, lo, hi, step="post", alpha=0.2,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from gfsim.bins import PAPER_EDGES
 from gfsim.cost_models import Capacities, load_cost_model
 from gfsim.landscape import Landscape
-from gfsim.policies import make_policy
+from gfsim.policies import Policy, make_policy
 from gfsim.simulator.budget import Budget
 from gfsim.simulator.children import LandscapeChildren
 from gfsim.simulator.puct_engine import SEARCH_PRESETS, PuctSimulation, SearchConfig
@@ -23,12 +23,21 @@ PUCT_RULE = ("the reference PUCT search (REFERENCE.md section 4) as gfsim's puct
 _WIDE = Capacities(generator=1024, forecaster=1024, compile_workers=1024, gpus=1024)
 
 
-def run_on_landscape(land: Landscape, task_id: str, config: SearchConfig, policy: str, *,
-                     seed: int, cost: str = "serverless-a100", budget: Budget = Budget()):
-    """One search with children from the landscape; returns (result, its child source)."""
+def run_on_landscape(land: Landscape, task_id: str, config: SearchConfig, policy: str | Policy,
+                     *, seed: int, cost: str = "serverless-a100", budget: Budget = Budget(),
+                     capacities: Capacities = _WIDE):
+    """One search with children from the landscape; returns (result, its child source).
+
+    A policy given as a spec is made unfitted; one that must be fitted first (e.g.
+    ``threshold:coverage=..``) is passed as a Policy already fitted (``Policy.fit``).
+    ``capacities`` default to wide (nothing queues); pass the cost model's to compare with a
+    replay under reserved billing, where idle GPUs are paid for.
+    """
     model = load_cost_model(cost)
     source = LandscapeChildren(land, task_id, model)
-    sim = PuctSimulation(source, config, make_policy(policy), model, _WIDE, budget, seed,
+    if isinstance(policy, str):
+        policy = make_policy(policy)
+    sim = PuctSimulation(source, config, policy, model, capacities, budget, seed,
                          search_id=f"{task_id}-puct", task_id=task_id, bin_edges=PAPER_EDGES)
     return sim.run(), source
 

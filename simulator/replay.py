@@ -23,7 +23,7 @@ from gfsim.simulator.puct_engine import (EXTRAPOLATED_SHARE, SEARCH_PRESETS, Puc
 from gfsim.simulator.results import ReplayResult
 from gfsim.simulator.trace import SearchTrace, build_traces
 
-__all__ = ["ENGINES", "replay", "replay_with_baseline", "replay_seeds", "comparison_json",
+__all__ = ["ENGINES", "calibration_batch", "replay", "replay_with_baseline", "replay_seeds", "comparison_json",
            "simulate_search"]
 
 
@@ -37,7 +37,8 @@ def _check_shape(log: ReplayLog, policy: Policy, traces: list[SearchTrace]) -> N
                              "has none")
 
 
-def _calibration_batch(traces: list[SearchTrace]) -> Batch:
+def calibration_batch(traces: list[SearchTrace]) -> Batch:
+    """Every forecast of the log, the data a policy's ``fit`` calibrates on (e.g. coverage)."""
     return Batch(
         candidate_ids=tuple(c for t in traces for c in t.candidate_ids),
         probs=np.concatenate([t.probs for t in traces]),
@@ -98,7 +99,7 @@ def replay(log: ReplayLog, policy: Policy, model: PresetCostModel, *, budget: Bu
     caps = capacities or model.capacities
     traces = build_traces(log, model, forecaster)
     _check_shape(log, policy, traces)
-    policy.fit(_calibration_batch(traces), seed)
+    policy.fit(calibration_batch(traces), seed)
 
     if driver == "puct":
         if log.shape != "trajectory":

@@ -2,7 +2,6 @@
 are exercised on the H200 by experiments/measure_gpu.py and the gpu-marked tests)."""
 
 import hashlib
-import os
 import socket
 import threading
 from dataclasses import dataclass

@@ -1,8 +1,5 @@
 """Small exact traces through the SimPy engine (tests/data-style logs built in code)."""
 
-import dataclasses
-import json
-import math
 import subprocess
 import sys
 
