@@ -45,6 +45,8 @@ class ReplayLog:
     evaluations: pd.DataFrame
     counts: dict[str, int] = field(default_factory=dict)
     label: str | None = None  # the shipped name it was loaded by, if any
+    # Forecast records that carry ``error`` (no answer): kept apart, never used as forecasts.
+    forecast_errors: pd.DataFrame | None = None
 
     @property
     def name(self) -> str:
@@ -103,6 +105,7 @@ def load_log(path) -> ReplayLog:
     counts: Counter = Counter()
     task_ids: set[str] = set()
     first_forecast_line: int | None = None
+    fc_errors: list[dict] = []
 
     def fail(line, msg, fld=None):
         raise LogError(path, line, msg, fld)
@@ -172,7 +175,12 @@ def load_log(path) -> ReplayLog:
             if cid not in cand_index:
                 fail(line, f"unknown candidate {cid!r} (no candidate record before it)",
                      "candidate_id")
-            if kind == "forecast":
+            if kind == "forecast" and rec.get("error"):
+                # The forecaster gave no answer (server down, timeouts): the candidate stays
+                # unforecast; the record is kept so that nothing disappears silently.
+                fc_errors.append({"candidate_id": cid, "forecaster": rec["forecaster"],
+                                  "error": str(rec["error"]), "line": line})
+            elif kind == "forecast":
                 first_forecast_line = first_forecast_line or line
                 p = [float(x) for x in rec["probs"]]
                 raw_sum = math.fsum(p)
@@ -229,7 +237,8 @@ def load_log(path) -> ReplayLog:
 
     _derive_status(candidates, decisions, evaluations)
     return ReplayLog(path, header, runs, steps, candidates, forecasts, decisions, evaluations,
-                     dict(counts))
+                     dict(counts), forecast_errors=pd.DataFrame(
+                         fc_errors, columns=["candidate_id", "forecaster", "error", "line"]))
 
 
 def _derive_status(candidates: pd.DataFrame, decisions: pd.DataFrame,

@@ -180,6 +180,9 @@ FIELDS: dict[str, dict[str, tuple[bool, Check]]] = {
         "output_tokens": (OPT, nonneg_int),
         "latency_s": (OPT, nonneg),
         "repeat": (OPT, nonneg_int),
+        "attempts": (OPT, nonneg_int),  # requests it took, retries included
+        "parse_error": (OPT, string),  # why a parse failure failed
+        "error": (OPT, string),  # no answer at all: the candidate stays unforecast
     },
     "decision": {
         "candidate_id": (REQ, string),

@@ -29,6 +29,12 @@ SHIPPED_LOGS: dict[str, tuple[str, str]] = {
         "replay_logs/data/synthetic-puct-v1.jsonl.gz --seed 1 --tasks 6 --driver puct --steps "
         "40`; not measured on any GPU",
     ),
+    "h200-suite-v0": (
+        "h200-suite-v0.jsonl.gz",
+        "MEASURED on an NVIDIA H200: 24 hand-written Triton candidates (softmax, layernorm, "
+        "matmul) with their code, each against its task's PyTorch baseline; a pairs log for "
+        "`gfsim forecast` and `gfsim score`; made by experiments/make_h200_suite.py",
+    ),
 }
 DEFAULT_LOG = "synthetic-puct-v1"
 

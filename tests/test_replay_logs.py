@@ -375,3 +375,25 @@ def test_make_synthetic_mini_seed_changes_the_world(tmp_path):
          "--seed", "1"], capture_output=True, text=True, check=True, cwd=tmp_path)
     assert out.read_bytes() != SHIPPED.read_bytes()
     assert load_log(out).header["provenance"]["seed"] == 1
+
+
+def test_the_shipped_h200_log_holds_the_measured_code_and_reproduces(tmp_path):
+    import hashlib
+
+    from gfsim.replay_logs import open_log, resolve_log
+    from gfsim.replay_logs.io import iter_records
+
+    out = tmp_path / "h200.jsonl.gz"
+    subprocess.run([sys.executable, str(ROOT / "experiments" / "make_h200_suite.py"), "--out",
+                    str(out)], capture_output=True, text=True, check=True, cwd=tmp_path)
+    shipped = resolve_log("h200-suite-v0")
+    assert out.read_bytes() == shipped.read_bytes()
+    log = open_log("h200-suite-v0")
+    assert log.header["provenance"]["kind"] == "measured" and log.shape == "pairs"
+    assert len(log.candidates) == 24 and len(log.evaluations) == 24
+    assert all(t["reference_code"].startswith("# reference for task") for t in log.header["tasks"])
+    for _, rec in iter_records(shipped):
+        if rec["kind"] == "candidate":
+            # The id is the hash of the code that was timed; the code in the log is that code.
+            digest = hashlib.sha256(rec["code"].encode()).hexdigest()
+            assert rec["code_sha256"] == digest and rec["candidate_id"].endswith(digest[:12])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gfsim.cli import costs_cmd
+from gfsim.cli import costs_cmd, forecast_cmd
 from gfsim.cli import inspect_cmds, replay_cmd
 from gfsim.cli import score_cmd, synth_cmd
 
@@ -22,6 +22,7 @@ app.command("policies")(inspect_cmds.policies)
 app.command("synth")(synth_cmd.synth)
 app.command("costs")(costs_cmd.costs)
 app.command("score")(score_cmd.score)
+app.command("forecast")(forecast_cmd.forecast)
 
 
 def main() -> None:

@@ -113,6 +113,30 @@ class Task(ABC):
     def render(self, variant: str, params: dict) -> str:
         """The candidate source for a valid (variant, params)."""
 
+    def describe(self) -> str:
+        """One line for prompts and log headers: the module's first docstring line."""
+        import sys
+
+        doc = (sys.modules[type(self).__module__].__doc__ or self.name).strip()
+        return doc.splitlines()[0].strip()
+
+    def reference_code(self) -> str:
+        """The kernel a speedup is measured against, as standalone source for a forecaster's
+        prompt: the ``baseline`` method rewritten as a function ``run``, with the dtype and the
+        timed shapes."""
+        import inspect
+        import re
+        import textwrap
+
+        src = textwrap.dedent(inspect.getsource(type(self).baseline))
+        head, _, body = src.partition("\n")
+        args = head[head.index("(") + 1: head.rindex(")")].split(",")
+        args = ", ".join(a.strip() for a in args if a.strip() != "self")
+        body = re.sub(r"\bself\.(\w+)", lambda m: repr(getattr(self, m.group(1))), body)
+        return (f"# reference for task {self.name}: {self.describe()}\n"
+                f"# dtype {self.dtype}; timed shapes {self.bench_shapes}\n"
+                f"def run({args}):\n{body}")
+
     # -- the search space ---------------------------------------------------------------------
     def candidate(self, variant: str, **params) -> Candidate:
         """A candidate of ``variant``; parameters not given take the variant's defaults."""

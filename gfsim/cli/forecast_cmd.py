@@ -1,0 +1,72 @@
+"""``gfsim forecast``: add a live forecaster's forecasts to a log whose candidates carry code."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from gfsim.cli.common import console, handles_errors, print_json
+
+__all__ = ["forecast"]
+
+
+@handles_errors
+def forecast(
+    log: str = typer.Option(..., "--log", "-l", help="Log path or shipped log name whose "
+                                                      "candidates carry code (e.g. "
+                                                      "h200-suite-v0)."),
+    forecaster: str = typer.Option(..., "--forecaster", "-f",
+                                   help="vllm:URL,model=NAME,mode=logprobs|tool[,labels=digits|"
+                                        "words,concurrency=4,timeout=60,retries=3,backoff=0.5,"
+                                        "max_prompt_tokens=N,tool_transport=tools|json|regex,"
+                                        "api_key_env=VAR,...]"),
+    out: Path = typer.Option(..., "--out", "-o", help="Output log; an existing one is resumed."),
+    repeat: int = typer.Option(0, "--repeat", help="Repeat index written into each forecast."),
+    drop_existing: bool = typer.Option(False, "--drop-existing",
+                                       help="Leave the input's own forecasts out of the output."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Forecast at most N candidates "
+                                                               "this run."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Ask a live forecaster about every candidate with code; append its forecasts (resumable)."""
+    from gfsim.live.forecast_log import forecast_log
+    from gfsim.live.forecaster import parse_forecaster
+
+    the_forecaster = parse_forecaster(forecaster)
+    if as_json:
+        summary = forecast_log(log, the_forecaster, out, repeat=repeat,
+                               drop_existing=drop_existing, limit=limit)
+        print_json(summary)
+        return
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeRemainingColumn)
+
+    with Progress(TextColumn("forecast"), BarColumn(), MofNCompleteColumn(),
+                  TimeRemainingColumn(), console=Console(stderr=True), transient=True) as bar:
+        job = bar.add_task("forecast", total=None)
+
+        def progress(total, step):
+            if step is None:
+                bar.update(job, total=total)
+            else:
+                bar.advance(job, step)
+
+        summary = forecast_log(log, the_forecaster, out, repeat=repeat,
+                               drop_existing=drop_existing, limit=limit, progress=progress)
+    con = console()
+    fc = summary["forecaster"]
+    con.print(f"[bold]gfsim forecast[/bold]  {summary['log']} -> {summary['out']}  "
+              f"forecaster {fc['name']} ({fc['mode']})" + ("  [resumed]" if summary["resumed"]
+                                                          else ""))
+    con.print(f"candidates with code {summary['candidates_with_code']}, without "
+              f"{summary['without_code']}; already forecast {summary['already_forecast']}; "
+              f"now {summary['forecast_now']}: answered {summary['answered']}, parse failed "
+              f"{summary['parse_failed']}, no answer {summary['error']}")
+    lat = summary["mean_latency_s"]
+    con.print(f"tokens {summary['input_tokens']:,} in / {summary['output_tokens']:,} out; mean "
+              f"latency {lat:.3f} s" if lat is not None else "no answers this run")
+    if summary["error"]:
+        con.print(f"[yellow]note: {summary['note']}[/yellow]")

@@ -1,0 +1,184 @@
+"""``gfsim forecast``: add a live forecaster's forecasts to any log whose candidates carry code.
+
+The output log is the input's records (header first) followed by one ``forecast`` record per
+forecast candidate, appended and fsynced as answers arrive. It is written to a temporary file
+and renamed before any forecast is appended, so an output either holds the whole input or does
+not exist. Running the same command again resumes: candidates that already have an answer from
+this forecaster (same name and repeat) are skipped; ones whose last attempt got no answer at
+all (``error``) are asked again; a parse failure is an answer and is kept. The header records
+the forecaster (``forecasters``) and the log it came from (``derived_from``).
+
+A forecast compares a candidate with its task's *reference* kernel (``reference_code`` in the
+header's task entry), so the output's ``forecast_relative_to`` is ``reference`` and its bins are
+the paper's (the prompt's); a log whose own forecasts use another frame or other edges cannot
+hold both, and ``drop_existing`` leaves them out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+
+from gfsim.bins import PAPER_EDGES
+from gfsim.errors import GfsimError
+
+__all__ = ["forecast_log", "requests_from_log"]
+
+_FLUSH_EVERY = 16  # forecasts per appended batch (one gzip member each)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def requests_from_log(path) -> tuple[dict, list, list[str]]:
+    """(header, ForecastRequests for candidates with code, ids of candidates without code)."""
+    from gfsim.live.forecaster import ForecastRequest
+    from gfsim.replay_logs.io import iter_records
+
+    header = None
+    requests, no_code = [], []
+    for line, rec in iter_records(path):
+        if rec.get("kind") == "header":
+            header = rec
+            tasks = {}
+            for i, t in enumerate(header.get("tasks") or []):
+                tasks[t.get("task_id")] = t
+        elif rec.get("kind") == "candidate":
+            code = rec.get("code")
+            if not isinstance(code, str) or not code.strip():
+                no_code.append(rec["candidate_id"])
+                continue
+            task = tasks.get(rec.get("task_id")) or {}
+            ref = task.get("reference_code")
+            if not isinstance(ref, str) or not ref.strip():
+                i = list(tasks).index(rec.get("task_id")) if rec.get("task_id") in tasks else "?"
+                raise GfsimError(f"{path}:1: field 'tasks[{i}].reference_code': missing for task "
+                                 f"{rec.get('task_id')!r} (line {line} needs it): a forecaster "
+                                 "compares each candidate with its task's reference kernel")
+            requests.append(ForecastRequest(
+                candidate_id=rec["candidate_id"], candidate_code=code, reference_code=ref,
+                task=f"{rec.get('task_id')}: {task.get('description') or ''}".strip(": "),
+                hardware=header.get("hardware") or {}))
+    return header, requests, no_code
+
+
+def _output_header(header: dict, log, src: Path, forecaster, drop_existing: bool) -> dict:
+    has_forecasts = len(log.forecasts) > 0 and not drop_existing
+    if has_forecasts:
+        frame = header.get("forecast_relative_to")
+        edges = tuple(header.get("forecast_bin_edges") or ())
+        if frame != "reference" or edges != PAPER_EDGES:
+            raise GfsimError(
+                f"{src}: its forecasts are relative to {frame!r} with bin edges {list(edges)}; "
+                "a live forecaster's are relative to the reference with the paper's edges, and "
+                "one log cannot hold both: pass --drop-existing to leave its forecasts out")
+    out = dict(header)
+    out["forecast_relative_to"] = "reference"
+    out["forecast_bin_edges"] = list(PAPER_EDGES)
+    out["forecasters"] = [*(header.get("forecasters") or []), forecaster.describe()]
+    out["derived_from"] = {"log_id": header.get("log_id"), "path": str(src),
+                           "sha256": _sha256(src),
+                           "dropped_forecasts": bool(drop_existing and len(log.forecasts))}
+    return out
+
+
+def _write_copy(src: Path, out: Path, header: dict, drop_existing: bool) -> None:
+    from gfsim.replay_logs import LogWriter
+    from gfsim.replay_logs.io import iter_records
+
+    tmp = out.with_name(out.stem + ".partial" + out.suffix)  # keeps .gz: LogWriter compresses by suffix
+    if tmp.exists():
+        tmp.unlink()
+    batch = [header]
+    with LogWriter(tmp) as w:
+        for _, rec in iter_records(src):
+            kind = rec.get("kind")
+            if kind == "header" or (drop_existing and kind == "forecast"):
+                continue
+            batch.append(rec)
+            if len(batch) >= 5000:
+                w.append_many(batch)
+                batch = []
+        w.append_many(batch)
+    os.replace(tmp, out)
+
+
+def forecast_log(src, forecaster, out, *, repeat: int = 0, drop_existing: bool = False,
+                 limit: int | None = None, progress=None) -> dict:
+    """Forecast every candidate of ``src`` that has code and no answer yet in ``out``; returns a
+    summary. ``progress(total, done_now)`` is called once with the total (done_now = None),
+    then after each forecast."""
+    from gfsim.replay_logs import LogWriter, load_log, resolve_log
+
+    src = resolve_log(str(src))
+    out = Path(out)
+    if out.resolve() == src.resolve():
+        raise GfsimError(f"{out}: --out must differ from --log (logs are append-only copies)")
+    log = load_log(src)
+    header, requests, no_code = requests_from_log(src)
+    if not requests:
+        raise GfsimError(f"{src}: no candidate carries code, so there is nothing to show a "
+                         "forecaster (the synthetic logs have none; h200-suite-v0 does)")
+    resumed = out.exists()
+    if resumed:
+        prev = load_log(out)
+        origin = (prev.header.get("derived_from") or {}).get("log_id")
+        if origin != header.get("log_id"):
+            raise GfsimError(f"{out}: exists and was derived from log {origin!r}, not "
+                             f"{header.get('log_id')!r}; choose another --out")
+        fc = prev.forecasts
+        done = set(fc.loc[(fc["forecaster"] == forecaster.name) & (fc["repeat"] == repeat),
+                          "candidate_id"]) if len(fc) else set()
+    else:
+        _write_copy(src, out, _output_header(header, log, src, forecaster, drop_existing),
+                    drop_existing)
+        done = set()
+    pending = [r for r in requests if r.candidate_id not in done]
+    if limit is not None:
+        pending = pending[:limit]
+    counts = {"answered": 0, "parse_failed": 0, "error": 0}
+    tokens = {"input": 0, "output": 0}
+    latency = []
+    buffer: list[dict] = []
+    started = time.perf_counter()
+    if progress is not None:
+        progress(len(pending), None)
+    with LogWriter(out) as writer:
+        def on_result(f):
+            f.repeat = repeat
+            buffer.append(f.record())
+            key = "error" if f.error else "parse_failed" if f.parse_failed else "answered"
+            counts[key] += 1
+            tokens["input"] += f.input_tokens
+            tokens["output"] += f.output_tokens
+            if not f.error:
+                latency.append(f.latency_s)
+            if len(buffer) >= _FLUSH_EVERY:
+                writer.append_many(buffer)
+                buffer.clear()
+            if progress is not None:
+                progress(len(pending), 1)
+
+        try:
+            forecaster.forecast_many(pending, on_result=on_result)
+        finally:
+            writer.append_many(buffer)
+            forecaster.close()
+    return {
+        "log": str(src), "out": str(out), "forecaster": forecaster.describe(),
+        "repeat": repeat, "resumed": resumed, "candidates_with_code": len(requests),
+        "without_code": len(no_code), "already_forecast": len(done),
+        "forecast_now": len(pending), **counts, "input_tokens": tokens["input"],
+        "output_tokens": tokens["output"],
+        "mean_latency_s": sum(latency) / len(latency) if latency else None,
+        "seconds": time.perf_counter() - started,
+        "note": "candidates with error got no answer (server down or timed out after retries): "
+                "they stay unforecast, policies measure them, and a rerun asks again",
+    }

