@@ -16,7 +16,7 @@ import numpy as np
 
 from gfsim.rng import stream
 
-__all__ = ["SeedTable", "summarize_seeds", "NOTE"]
+__all__ = ["SeedTable", "summarize_seeds", "interval", "NOTE"]
 
 NOTE = ("seeds resample one log: intervals are bootstrap 95% intervals over tasks, then seeds, "
         "of this log's replay variability, not of a new search's spread")
@@ -104,3 +104,25 @@ def summarize_seeds(policy: SeedTable, baseline: SeedTable, *, n_boot: int = 200
                 "delta_mean": float((policy.values[m][:, j] - baseline.values[m][:, j]).mean())}
             for m in metrics}
     return out
+
+
+def interval(values: np.ndarray, *, key: str, seed: int = 0, n_boot: int = 2000,
+             log: bool = False) -> dict:
+    """Mean over every (seed, task) cell of ``values`` (rows seeds, columns tasks) with a
+    percentile-bootstrap 95% interval that resamples tasks, then seeds. ``log``: the geometric
+    mean of positive values. NaN cells (e.g. not applicable) are left out."""
+    x = np.log(values) if log else np.asarray(values, dtype=float)
+    rng = stream(seed, "interval", key)
+    n_seeds, n_tasks = x.shape
+    point = float(np.nanmean(x))
+    stats = np.empty(n_boot)
+    for k in range(n_boot):
+        cols = rng.integers(0, n_tasks, n_tasks)
+        rows = rng.integers(0, n_seeds, n_seeds)
+        stats[k] = np.nanmean(x[np.ix_(rows, cols)])
+    lo, hi = np.nanpercentile(stats, [2.5, 97.5])
+    if log:
+        point, lo, hi = float(np.exp(point)), float(np.exp(lo)), float(np.exp(hi))
+    zero = 1.0 if log else 0.0
+    return {"mean": point, "lo": float(lo), "hi": float(hi),
+            "includes_zero" if not log else "includes_one": bool(lo <= zero <= hi)}

@@ -6,7 +6,7 @@ import typer
 
 from gfsim.cli import costs_cmd, forecast_cmd
 from gfsim.cli import inspect_cmds, replay_cmd
-from gfsim.cli import score_cmd, synth_cmd
+from gfsim.cli import savings_cmd, score_cmd, synth_cmd, tune_cmd
 
 app = typer.Typer(
     name="gfsim",
@@ -23,6 +23,8 @@ app.command("synth")(synth_cmd.synth)
 app.command("costs")(costs_cmd.costs)
 app.command("score")(score_cmd.score)
 app.command("forecast")(forecast_cmd.forecast)
+app.command("tune")(tune_cmd.tune)
+app.command("savings")(savings_cmd.savings)
 
 
 def main() -> None:

@@ -1,0 +1,115 @@
+"""``gfsim savings``: the paired, censoring-aware saving of a policy against a baseline."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from gfsim.cli.common import console, handles_errors, print_json
+
+__all__ = ["savings"]
+
+
+@handles_errors
+def savings(
+    policy: str = typer.Option("threshold:0.7", "--policy", "-p", help="Policy spec."),
+    baseline: str = typer.Option("all", "--baseline", help="Baseline policy spec."),
+    log: Optional[str] = typer.Option(None, "--log", "-l", help="Log path or shipped name."),
+    cost: str = typer.Option("serverless-a100", "--cost", "-c", help="Cost preset or TOML."),
+    budget: Optional[str] = typer.Option(None, "--budget", "-b", help="Per-search limits."),
+    driver: str = typer.Option("trace", "--driver", help="trace or puct."),
+    search: Optional[str] = typer.Option(None, "--search",
+                                         help="puct: paper-standard or paper-filtered (the "
+                                              "baseline runs it without overgeneration)."),
+    overgen: Optional[int] = typer.Option(None, "--overgen",
+                                          help="puct: the policy's overgeneration factor F "
+                                               "(the baseline runs F 1)."),
+    seeds: int = typer.Option(32, "--seeds", help="Paired seeds."),
+    seed: int = typer.Option(0, "--seed", help="First seed."),
+    jobs: int = typer.Option(1, "--jobs", help="Processes for the seeds."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Dollars, seconds and joules a policy saves per search against a baseline, with
+    intervals; cost to reach targets; the speedup at equal cost; break-even prices."""
+    from gfsim.cost_models import load_cost_model
+    from gfsim.errors import GfsimError
+    from gfsim.policies import make_policy
+    from gfsim.replay_logs import open_log
+    from gfsim.savings import savings as compute
+    from gfsim.simulator import parse_budget
+    from gfsim.simulator.replay import replay_seeds
+
+    from gfsim.cli.replay_cmd import _search_config
+
+    if seeds < 2 or jobs < 1:
+        raise GfsimError("--seeds must be >= 2 and --jobs >= 1")
+    make_policy(policy)
+    make_policy(baseline)
+    the_log = open_log(log)
+    model = load_cost_model(cost)
+    config = _search_config(driver, search, overgen=overgen)
+    the_budget = parse_budget(budget)
+    pairs = replay_seeds(the_log, policy, model, range(seed, seed + seeds), baseline=baseline,
+                         jobs=jobs, budget=the_budget, driver=driver, search=config)
+    out = compute(pairs, seed=seed)
+    out["inputs"] = {"log": the_log.name, "synthetic_log": the_log.is_synthetic,
+                     "policy": pairs[0][0].policy, "baseline": pairs[0][1].policy,
+                     "cost_model": cost, "driver": driver, "budget": the_budget.as_dict(),
+                     "seeds": list(range(seed, seed + seeds)),
+                     "search": pairs[0][0].searches[0].extra.get("search")}
+    if as_json:
+        print_json(out)
+        return
+    _report(out)
+
+
+def _targets(per_task: dict) -> str:
+    v = list(per_task.values())
+    return f"{min(v):.2f}x-{max(v):.2f}x"
+
+
+def _report(out: dict) -> None:
+    from rich.table import Table
+
+    from gfsim.savings import usd_text
+
+    con = console()
+    i = out["inputs"]
+    con.print(f"[bold]gfsim savings[/bold]  {i['policy']} vs {i['baseline']}  log={i['log']}  "
+              f"cost={i['cost_model']}  driver={i['driver']}  {out['seeds']} paired seeds")
+    con.print(f"[bold]{out['verdict']}[/bold]")
+    t = Table(title="per search: baseline minus policy (positive = saved)", show_edge=False)
+    for col in ("", "policy", "baseline", "saved [95%]"):
+        t.add_column(col, justify="right" if col else "left")
+    for key, label, scale in (("usd", "USD", 1.0), ("seconds", "wall-clock h", 1 / 3600),
+                              ("joules", "kWh", 1 / 3.6e6)):
+        def fmt(x):
+            return usd_text(x) if key == "usd" else f"{x * scale:,.3f}"
+
+        per, sv = out[f"{key}_per_search"], out[f"{key}_saved_per_search"]
+        t.add_row(label, fmt(per["policy"]), fmt(per["baseline"]),
+                  f"{fmt(sv['mean'])} [{fmt(sv['lo'])}, {fmt(sv['hi'])}]"
+                  + (" (includes 0)" if sv["includes_zero"] else ""))
+    con.print(t)
+    r = Table(title="reaching a target (quantile of the baseline's final best, per task)",
+              show_edge=False)
+    for col in ("target", "P(reach) policy", "P(reach) baseline",
+                "restricted mean USD policy", "baseline", "saved [95%]"):
+        r.add_column(col, justify="right")
+    for name, c in out["cost_to_target"].items():
+        p = out["reach_probability"][name]
+        s = c["saved_usd"]
+        r.add_row(f"{name} ({_targets(out['targets'][name])})", f"{p['policy']:.0%}",
+                  f"{p['baseline']:.0%}", usd_text(c["policy_usd"]),
+                  usd_text(c["baseline_usd"]),
+                  f"{usd_text(s['mean'])} [{usd_text(s['lo'])}, {usd_text(s['hi'])}]")
+    con.print(r)
+    be = out["break_even"]
+    con.print(f"break-even: the policy {be['summary']}; "
+              f"{be['extra_mutations_per_search']:+.1f} mutations per search")
+    con.print("[dim]note: restricted mean: a search that never reaches the target counts what it "
+              "spent; " + out["note"] + "[/dim]")
+    if i["synthetic_log"]:
+        con.print("[dim]note: the log is SYNTHETIC: these dollars describe it, not a real "
+                  "search[/dim]")

@@ -1,0 +1,227 @@
+"""``gfsim tune``: tune a policy's parameters (and the overgeneration factor) with Optuna."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from gfsim.cli.common import console, handles_errors, print_json
+
+__all__ = ["tune"]
+
+
+@handles_errors
+def tune(
+    policy: str = typer.Option("threshold", "--policy", "-p", help="Policy name to tune."),
+    param: List[str] = typer.Option(..., "--param",
+                                    help="NAME=LOW:HIGH[:int][:log] or NAME=A|B|C; a policy "
+                                         "parameter or, with --driver puct, overgen, "
+                                         "samples_per_parent, k_per_parent, parents_per_step, "
+                                         "steps. Repeat for several."),
+    objective: str = typer.Option("best_speedup", "--objective",
+                                  help="best_speedup, score, cost_to_target, usd, wall_s, "
+                                       "joules, gpu_evals; NAME:max|min,... for several "
+                                       "(a Pareto front)."),
+    constraint: Optional[str] = typer.Option(None, "--constraint",
+                                             help="e.g. usd<=40: the mean per search must "
+                                                  "stay within it (the sampler's "
+                                                  "constraints)."),
+    target: float = typer.Option(1.5, "--target",
+                                 help="cost_to_target: reach this multiple of the task's seed "
+                                      "speedup."),
+    log: Optional[str] = typer.Option(None, "--log", "-l", help="Log path or shipped name."),
+    cost: str = typer.Option("serverless-a100", "--cost", "-c", help="Cost preset or TOML."),
+    budget: Optional[str] = typer.Option(None, "--budget", "-b",
+                                         help="Per-search limits that stop each replayed "
+                                              "search: usd=..,seconds=..,gpu_evals=..,steps=.."),
+    driver: str = typer.Option("trace", "--driver", help="trace or puct."),
+    search: Optional[str] = typer.Option(None, "--search",
+                                         help="puct: paper-standard (default) or "
+                                              "paper-filtered, the shape tuned around."),
+    seeds: int = typer.Option(8, "--seeds", help="Seeds per trial (the same for every "
+                                                 "trial: common random numbers)."),
+    seed: int = typer.Option(0, "--seed", help="First seed; the sampler's seed too."),
+    trials: int = typer.Option(50, "--trials", help="Finished trials the study should hold "
+                                                    "(a rerun resumes up to it)."),
+    sampler: str = typer.Option("tpe", "--sampler", help="tpe, nsga2, gp (needs torch), random."),
+    storage: Optional[str] = typer.Option(None, "--storage",
+                                          help="Optuna storage URL (default: sqlite:///"
+                                               "STUDY.db; with --workers > 1 a JournalStorage "
+                                               "file STUDY.journal)."),
+    study: str = typer.Option("gfsim-tune", "--study", help="Study name; an existing one "
+                                                            "resumes."),
+    workers: int = typer.Option(1, "--workers", help="Processes running trials on this host."),
+    jobs: int = typer.Option(1, "--jobs", help="Processes per trial for its seeds."),
+    top: int = typer.Option(3, "--top", help="Trials re-scored out of sample."),
+    validate_seeds: Optional[int] = typer.Option(None, "--validate-seeds",
+                                                 help="Fresh seeds for the out-of-sample "
+                                                      "check (default: as many as --seeds; 0 "
+                                                      "skips it)."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Folder for history and Pareto "
+                                                             "front PNGs."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Tune a policy (and the puct search's overgeneration) over replayed searches."""
+    from gfsim.cost_models import load_cost_model
+    from gfsim.errors import GfsimError
+    from gfsim.replay_logs import open_log
+    from gfsim.simulator import parse_budget
+    from gfsim.tune_study import (Objective, leave_one_task_out, make_sampler, open_study,
+                                  out_of_sample, run_study, storage_url, trial_rows)
+    from gfsim.tuning import TrialSetup, parse_constraint, parse_objectives, parse_param
+
+    from gfsim.cli.replay_cmd import _search_config
+
+    if seeds < 1 or trials < 1 or workers < 1 or jobs < 1:
+        raise GfsimError("--seeds, --trials, --workers and --jobs must be >= 1")
+    params = [parse_param(p, policy, driver) for p in param]
+    if len({p.name for p in params}) != len(params):
+        raise GfsimError("--param: a parameter is named twice")
+    objectives = parse_objectives(objective)
+    limit = parse_constraint(constraint)
+    the_log = open_log(log)
+    model = load_cost_model(cost)
+    config = _search_config(driver, search)
+    setup = TrialSetup(the_log, model, policy, driver, parse_budget(budget),
+                       list(range(seed, seed + seeds)), config, target)
+    the_sampler = make_sampler(sampler, seed, limit is not None)
+    the_storage = storage_url(storage, study, workers)
+    the_study = open_study(the_storage, study, [d for _, d in objectives], the_sampler)
+    the_study.set_user_attr("setup", {"log": the_log.name, "cost": cost, "policy": policy,
+                                      "driver": driver, "budget": budget, "seeds": seeds,
+                                      "seed": seed, "params": [p.spec() for p in params]})
+    obj = Objective(setup, params, objectives, limit, jobs)
+    if as_json:
+        ran = run_study(the_study, obj, trials=trials, workers=workers, storage=the_storage,
+                        sampler_name=sampler, seed=seed)
+    else:
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)
+
+        with Progress(TextColumn("tune"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True),
+                      transient=True) as bar:
+            job = bar.add_task("tune", total=trials)
+            ran = run_study(the_study, obj, trials=trials, workers=workers,
+                            storage=the_storage, sampler_name=sampler, seed=seed,
+                            progress=lambda done, total: bar.update(job, completed=done))
+    rows = trial_rows(the_study, objectives)
+    if not rows:
+        raise GfsimError(f"study {study!r} has no finished trial")
+    n_fresh = seeds if validate_seeds is None else validate_seeds
+    fresh = list(range(seed + seeds, seed + seeds + n_fresh))
+    oos = out_of_sample(setup, rows[:top], objectives, fresh) if n_fresh else []
+    loto = leave_one_task_out(the_study, objectives)
+    out = {
+        "study": study, "storage": storage or (f"{study}.journal" if workers > 1
+                                                 else f"sqlite:///{study}.db"),
+        "log": the_log.name, "synthetic_log": the_log.is_synthetic, "cost_model": cost,
+        "policy": policy, "driver": driver, "objectives": [list(o) for o in objectives],
+        "constraint": constraint, "params": [p.spec() for p in params], "seeds": seeds,
+        "trials": len(rows), "ran_now": ran, "best": rows[0] if len(objectives) == 1 else None,
+        "pareto_front": [r for r in rows if r["pareto"]] if len(objectives) > 1 else None,
+        "top": rows[:max(top, 5)], "out_of_sample": oos, "fresh_seeds": fresh,
+        "leave_one_task_out": loto,
+        "notes": [
+            "every trial replays the same seeds (common random numbers); seeds resample one "
+            "log, so a tuned value is as good as the log is representative",
+            "out_of_sample re-scores the top trials on seeds no trial saw; leave_one_task_out "
+            "chooses the best trial on the other tasks and scores it on the held-out one",
+        ] + (["the log is SYNTHETIC: a tau tuned on it is a demonstration, not a "
+              "recommendation"] if the_log.is_synthetic else []),
+    }
+    if plot is not None:
+        out["plots"] = _plots(the_study, objectives, plot)
+    if as_json:
+        print_json(out)
+    else:
+        _report(out)
+
+
+def _plots(study, objectives, folder: Path) -> list[str]:
+    import warnings
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import optuna.visualization.matplotlib as ovm
+
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Optuna's matplotlib plots are marked experimental
+        for i, (name, _) in enumerate(objectives):
+            ax = ovm.plot_optimization_history(
+                study, target=(lambda t, i=i: t.values[i]) if len(objectives) > 1 else None,
+                target_name=name)
+            p = folder / f"history-{name}.png"
+            ax.figure.savefig(p, dpi=110, bbox_inches="tight")
+            plt.close(ax.figure)
+            paths.append(str(p))
+        if len(objectives) > 1:
+            ax = ovm.plot_pareto_front(study, target_names=[n for n, _ in objectives])
+            p = folder / "pareto-front.png"
+            ax.figure.savefig(p, dpi=110, bbox_inches="tight")
+            plt.close(ax.figure)
+            paths.append(str(p))
+    return paths
+
+
+def _report(out: dict) -> None:
+    from rich.table import Table
+
+    con = console()
+    names = [n for n, _ in out["objectives"]]
+    con.print(f"[bold]gfsim tune[/bold]  study={out['study']} ({out['storage']})  "
+              f"log={out['log']}  policy={out['policy']}  driver={out['driver']}  "
+              f"cost={out['cost_model']}")
+    con.print(f"{out['trials']} finished trials ({out['ran_now']} now), {out['seeds']} seeds "
+              f"each; objectives {', '.join(f'{n} ({d})' for n, d in out['objectives'])}"
+              + (f"; constraint {out['constraint']}" if out["constraint"] else ""))
+    title = "Pareto front" if out["pareto_front"] else "best trials"
+    table = Table(title=title, show_edge=False)
+    for col in ("#", "policy (search)", "best", "score", "USD", "evals", "clipped", "ok"):
+        table.add_column(col, justify="left" if col.startswith("policy") else "right")
+    rows = out["pareto_front"] or out["top"]
+    for r in rows:
+        m = r["metrics"]
+        s = r["search"] or {}
+        shape = f" (F {s['overgen']}, spp {s['samples_per_parent']}, k {s['k_per_parent']})" \
+            if s else ""
+        table.add_row(str(r["number"]), r["spec"] + shape, f"{m['best_speedup']:.3f}x",
+                      f"{m['score']:.3f}", f"${m['usd']:.2f}", f"{m['gpu_evals']:.0f}",
+                      str(r["clipped"]), "yes" if r["feasible"] else "no")
+    con.print(table)
+    con.print("[dim]best: best measured speedup (geo-mean over tasks, mean over seeds); score: "
+              "standardised (0 = random order, 1 = the log's best; clipped: denominators "
+              "clipped); USD and evals: per search; ok: meets the constraint[/dim]")
+    if out["out_of_sample"]:
+        oos = Table(title=f"out of sample: {len(out['fresh_seeds'])} fresh seeds", show_edge=False)
+        oos.add_column("#", justify="right")
+        oos.add_column("spec")
+        for n in names:
+            oos.add_column(f"{n} in-sample", justify="right")
+            oos.add_column(f"{n} fresh", justify="right")
+        for r in out["out_of_sample"]:
+            cells = []
+            for n in names:
+                cells += [f"{r['in_sample'][n]:.4g}", f"{r['fresh_seeds'][n]:.4g}"]
+            oos.add_row(str(r["number"]), r["spec"], *cells)
+        con.print(oos)
+    if out["leave_one_task_out"]:
+        lo = Table(title=f"leave one task out ({names[0]})", show_edge=False)
+        for col in ("held-out task", "chosen on others", "its value there",
+                    "chosen on all", "its value there"):
+            lo.add_column(col, justify="right")
+        for r in out["leave_one_task_out"]:
+            lo.add_row(r["task"], f"#{r['chosen_on_others']}", f"{r['held_out']:.4g}",
+                       f"#{r['chosen_on_all']}", f"{r['in_sample']:.4g}")
+        con.print(lo)
+    for note in out["notes"]:
+        con.print(f"[dim]note: {note}[/dim]")
+    for p in out.get("plots", []):
+        con.print(f"plot: {p}")

@@ -1,0 +1,181 @@
+"""gfsim tune: the search space, the standardised score, resumable studies, several workers."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from gfsim.cli.main import app
+from gfsim.cost_models import load_cost_model
+from gfsim.errors import SpecError
+from gfsim.replay_logs import open_log
+from gfsim.simulator import Budget
+from gfsim.tuning import (TrialSetup, aggregate, evaluate, expected_random_best,
+                          parse_constraint, parse_objectives, parse_param)
+
+runner = CliRunner()
+
+
+def test_parameters_of_the_policy_and_of_the_search():
+    p = parse_param("tau=0.3:0.99", "threshold", "trace")
+    assert (p.kind, p.low, p.high, p.target) == ("float", 0.3, 0.99, "policy")
+    p = parse_param("overgen=1:8:int", "threshold", "puct")
+    assert (p.kind, p.target) == ("int", "search")
+    assert parse_param("k=1:4", "topk", "trace").kind == "int"  # an int parameter stays int
+    p = parse_param("usd_per_log2_speedup=0.1:100:log", "ev", "trace")
+    assert p.log and p.kind == "float"
+    p = parse_param("score=maxprob|margin", "threshold", "trace")
+    assert p.choices == ("maxprob", "margin") and p.kind == "categorical"
+    for text, policy, driver, msg in (
+        ("overgen=1:4", "threshold", "trace", "only with --driver puct"),
+        ("color=1:2", "threshold", "puct", "valid: tau, score, rho"),
+        ("tau=0.9:0.3", "threshold", "trace", "LOW must be below HIGH"),
+        ("tau=0:1:log", "threshold", "trace", "LOW > 0"),
+        ("rho=0.5:2", "threshold", "trace", "above its maximum"),
+        ("score=maxprob|vibes", "threshold", "trace", "'vibes' is not one of"),
+        ("tau", "threshold", "trace", "expected NAME="),
+        ("k=1.5:3", "topk", "trace", "whole numbers"),
+        ("tau=0.1:0.9", "nope", "trace", "unknown policy"),
+    ):
+        with pytest.raises(SpecError, match=msg):
+            parse_param(text, policy, driver)
+    assert parse_objectives("best_speedup:max,usd:min") == [("best_speedup", "maximize"),
+                                                           ("usd", "minimize")]
+    assert parse_objectives("score") == [("score", "maximize")]
+    for bad in ("speed", "usd:up", "usd,usd"):
+        with pytest.raises(SpecError):
+            parse_objectives(bad)
+    assert parse_constraint("usd<=40") == ("usd", 40.0)
+    with pytest.raises(SpecError):
+        parse_constraint("usd>=40")
+
+
+def test_the_expected_best_of_random_order_is_exact():
+    rng = np.random.default_rng(0)
+    values = rng.lognormal(0, 0.5, 9)
+    for k in range(0, 11):
+        draws = itertools.combinations(values, min(k, 9))
+        brute = np.mean([max([1.0, *d]) for d in draws]) if k else 1.0
+        assert expected_random_best(values, k, floor=1.0) == pytest.approx(brute, rel=1e-12)
+
+
+def setup(log="synthetic-mini", seeds=(0, 1), **kw):
+    return TrialSetup(open_log(log), load_cost_model("serverless-a100"), "threshold",
+                      kw.pop("driver", "trace"), Budget(), list(seeds), **kw)
+
+
+def test_evaluation_is_common_random_numbers_and_matches_replay():
+    from gfsim.policies import make_policy
+    from gfsim.simulator import replay
+
+    s = setup()
+    a, b = evaluate(s, "threshold:tau=0.8", None), evaluate(s, "threshold:tau=0.8", None)
+    for m in a["values"]:
+        np.testing.assert_array_equal(a["values"][m], b["values"][m])
+    r = replay(s.log, make_policy("threshold:tau=0.8"), s.model, seed=1,
+               orphans_dropped=False)
+    assert list(a["values"]["best_speedup"][1]) == [x.best_speedup for x in r.searches]
+    assert aggregate("best_speedup", a["values"]["best_speedup"]) == pytest.approx(
+        np.mean([np.exp(np.mean(np.log(row))) for row in a["values"]["best_speedup"]]))
+    # The score is 0 at the random-order expectation and 1 at the log's best: measuring
+    # everything in a measure-all log finds the log's best.
+    full = evaluate(s, "threshold:tau=1.0,rho=0.0", None)
+    assert np.all(full["values"]["score"] == pytest.approx(1.0)) or full["clipped"] > 0
+
+
+def tune(tmp_path, *args):
+    res = runner.invoke(app, ["tune", "--log", "synthetic-mini", "--seeds", "2",
+                              "--storage", f"sqlite:///{tmp_path}/s.db", "--json", *args])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.output)
+
+
+def test_a_study_resumes_and_reports_out_of_sample(tmp_path):
+    out = tune(tmp_path, "--param", "tau=0.3:0.99", "--trials", "5", "--study", "a",
+               "--plot", str(tmp_path / "plots"))
+    assert (out["trials"], out["ran_now"]) == (5, 5)
+    assert out["synthetic_log"] and any("demonstration" in n for n in out["notes"])
+    best = out["best"]
+    assert out["top"][0]["number"] == best["number"]
+    assert best["values"][0] == max(t["values"][0] for t in out["top"])
+    oos = out["out_of_sample"]
+    assert len(oos) == 3 and out["fresh_seeds"] == [2, 3]
+    assert oos[0]["in_sample"]["best_speedup"] == best["metrics"]["best_speedup"]
+    # Re-scoring the best trial's spec on the same seeds gives its stored figures back.
+    again = evaluate(setup(), best["spec"], None)
+    assert aggregate("best_speedup", again["values"]["best_speedup"]) == pytest.approx(
+        best["metrics"]["best_speedup"])
+    assert {p.split("/")[-1] for p in out["plots"]} == {"history-best_speedup.png"}
+    assert len(out["leave_one_task_out"]) == 3
+    # The same command with more trials resumes the study: only the rest run.
+    more = tune(tmp_path, "--param", "tau=0.3:0.99", "--trials", "8", "--study", "a",
+                "--validate-seeds", "0")
+    assert (more["trials"], more["ran_now"]) == (8, 3) and more["out_of_sample"] == []
+    done = tune(tmp_path, "--param", "tau=0.3:0.99", "--trials", "8", "--study", "a",
+                "--validate-seeds", "0")
+    assert done["ran_now"] == 0
+    res = runner.invoke(app, ["tune", "--log", "synthetic-mini", "--param", "tau=0.3:0.99",
+                              "--objective", "best_speedup,usd", "--storage",
+                              f"sqlite:///{tmp_path}/s.db", "--study", "a"])
+    assert res.exit_code == 2 and "exists with directions" in res.output
+
+
+def test_pareto_front_and_constraints(tmp_path):
+    out = tune(tmp_path, "--param", "tau=0.2:0.99", "--objective", "best_speedup:max,usd:min",
+               "--sampler", "nsga2", "--trials", "8", "--study", "mo", "--validate-seeds", "0",
+               "--plot", str(tmp_path / "p"))
+    front = out["pareto_front"]
+    assert front and all(r["pareto"] for r in front)
+    everyone = out["top"]
+    for f in front:  # no finished trial dominates a front member
+        for o in everyone:
+            assert not (o["values"][0] >= f["values"][0] and o["values"][1] <= f["values"][1]
+                        and o["values"] != f["values"])
+    assert any(p.endswith("pareto-front.png") for p in out["plots"])
+    limit = min(t["metrics"]["usd"] for t in everyone) + 0.01
+    con = tune(tmp_path, "--param", "tau=0.2:0.99", "--constraint", f"usd<={limit}",
+               "--trials", "6", "--study", "c", "--validate-seeds", "0")
+    rows = con["top"]
+    assert any(not r["feasible"] for r in rows) or all(r["metrics"]["usd"] <= limit
+                                                       for r in rows)
+    feasible = [r for r in rows if r["feasible"]]
+    if feasible:
+        assert con["best"]["feasible"] and con["best"]["metrics"]["usd"] <= limit
+
+
+def test_the_puct_search_shape_is_tuned_with_the_policy(tmp_path):
+    out = tune(tmp_path, "--driver", "puct", "--log", "synthetic-puct-v1", "--param",
+               "tau=0.5:0.9", "--param", "overgen=1:3", "--param", "steps=3:4", "--trials",
+               "3", "--study", "p", "--validate-seeds", "0")
+    for r in out["top"]:
+        assert r["search"]["overgen"] == r["params"]["overgen"]
+        assert r["search"]["steps"] == r["params"]["steps"]
+        assert r["spec"].startswith("threshold:tau=")
+
+
+def test_several_workers_share_one_journal_study(tmp_path):
+    """Two worker processes on one JournalStorage file: every trial finishes exactly once."""
+    code = ("from gfsim.cli.main import app; app(['tune', '--log', 'synthetic-mini', "
+            "'--param', 'tau=0.3:0.99', '--seeds', '2', '--trials', '10', '--workers', '2', "
+            "'--study', 'w', '--validate-seeds', '0', '--json'])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["trials"] == 10 and out["storage"] == "w.journal"
+    import optuna
+    from optuna.storages.journal import JournalFileBackend
+
+    study = optuna.load_study(study_name="w", storage=optuna.storages.JournalStorage(
+        JournalFileBackend(str(tmp_path / "w.journal"))))
+    states = [t.state for t in study.trials]
+    numbers = [t.number for t in study.trials]
+    assert states.count(optuna.trial.TrialState.COMPLETE) == 10
+    assert len(numbers) == len(set(numbers))
+    assert all(s == optuna.trial.TrialState.COMPLETE for s in states)
