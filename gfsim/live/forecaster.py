@@ -118,6 +118,29 @@ def renormalise(values) -> tuple[list[float], float, str | None]:
     return [v / total for v in p], total, None
 
 
+def fit_prompt(build, count, limit: int | None):
+    """``build(code_share, system_share, user_share)`` -> messages; ``count(messages)`` -> prompt
+    tokens. Until the prompt fits ``limit``, the code blocks are cut first, then the system
+    message, then the user message (only a context far smaller than the prompt needs the last
+    two, as with the tiny test model). Returns (messages, whether anything was cut)."""
+    shares = [1.0, 1.0, 1.0]
+    messages = build(*shares)
+    if limit is None:
+        return messages, False
+    for _ in range(60):
+        n = count(messages)
+        if n <= limit:
+            return messages, shares != [1.0, 1.0, 1.0]
+        k = next((j for j, v in enumerate(shares) if v > 0.02), None)
+        if k is None:
+            break
+        shares[k] *= 0.95 * limit / n
+        if shares[k] <= 0.02:
+            shares[k] = 0.0
+        messages = build(*shares)
+    raise ForecasterError(f"the prompt does not fit in {limit} tokens")
+
+
 class Forecaster(ABC):
     """Turns ``ForecastRequest``s into ``Forecast``s. ``name`` goes into every record."""
 
@@ -391,27 +414,7 @@ class VllmForecaster(Forecaster):
         return None
 
     def _fit(self, build, tools: bool = False):
-        """``build(code_share, system_share, user_share)`` -> messages. Until the prompt fits
-        ``max_prompt_tokens`` (counted by the server's /tokenize), the code blocks are cut
-        first, then the system message, then the user message (only a context far smaller than
-        the prompt needs the last two, as with the tiny test model). Returns (messages, whether
-        anything was cut)."""
-        shares = [1.0, 1.0, 1.0]
-        messages = build(*shares)
-        if self.max_prompt_tokens is None:
-            return messages, False
-        for _ in range(60):
-            count = self._count_tokens(messages, tools)
-            if count <= self.max_prompt_tokens:
-                return messages, shares != [1.0, 1.0, 1.0]
-            k = next((j for j, v in enumerate(shares) if v > 0.02), None)
-            if k is None:
-                break
-            shares[k] *= 0.95 * self.max_prompt_tokens / count
-            if shares[k] <= 0.02:
-                shares[k] = 0.0
-            messages = build(*shares)
-        raise ForecasterError(f"the prompt does not fit in {self.max_prompt_tokens} tokens")
+        return fit_prompt(build, lambda m: self._count_tokens(m, tools), self.max_prompt_tokens)
 
     def _count_tokens(self, messages, tools: bool) -> int:
         from gfsim.live import prompt as P
@@ -523,23 +526,13 @@ class VllmLocalForecaster(Forecaster):
     def _messages(self, request):
         from gfsim.live import prompt as P
 
-        shares = [1.0, 1.0, 1.0]
-        messages = P.label_messages(request, self.labels, *shares)
-        if self.max_prompt_tokens is None:
-            return messages, False
-        for _ in range(60):
+        def count(messages) -> int:
             text = self._tok.apply_chat_template(messages, tokenize=False,
                                                  add_generation_prompt=True)
-            n = len(self._tok.encode(text, add_special_tokens=False))
-            if n <= self.max_prompt_tokens:
-                return messages, shares != [1.0, 1.0, 1.0]
-            k = next((j for j, v in enumerate(shares) if v > 0.02), None)
-            if k is None:
-                break
-            shares[k] = 0.0 if shares[k] * 0.95 * self.max_prompt_tokens / n <= 0.02 else (
-                shares[k] * 0.95 * self.max_prompt_tokens / n)
-            messages = P.label_messages(request, self.labels, *shares)
-        raise ForecasterError(f"the prompt does not fit in {self.max_prompt_tokens} tokens")
+            return len(self._tok.encode(text, add_special_tokens=False))
+
+        return fit_prompt(lambda *shares: P.label_messages(request, self.labels, *shares),
+                          count, self.max_prompt_tokens)
 
     def forecast_many(self, requests, on_result=None) -> list[Forecast]:
         from vllm import SamplingParams
