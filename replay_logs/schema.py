@@ -240,10 +240,10 @@ def _check_fields(rec: dict, spec: dict[str, tuple[bool, Check]], prefix: str = 
 def check_record(rec: dict) -> tuple[str, str] | None:
     """First (field, message) problem of one record, or None. Checks types only, not links."""
     kind = rec.get("kind")
-    if kind not in FIELDS:
+    if not isinstance(kind, str) or kind not in FIELDS:
         if kind is None:
             return "kind", "missing"
-        return "kind", f"unknown kind {kind!r}; valid: {', '.join(KINDS)}"
+        return "kind", f"unknown kind {kind!r:.60}; valid: {', '.join(KINDS)}"
     problem = _check_fields(rec, FIELDS[kind])
     if problem:
         return problem

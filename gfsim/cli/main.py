@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gfsim.cli import costs_cmd, forecast_cmd
+from gfsim.cli import costs_cmd, forecast_cmd, import_cmd
 from gfsim.cli import inspect_cmds, replay_cmd
 from gfsim.cli import savings_cmd, score_cmd, synth_cmd, tune_cmd
 
@@ -25,6 +25,7 @@ app.command("score")(score_cmd.score)
 app.command("forecast")(forecast_cmd.forecast)
 app.command("tune")(tune_cmd.tune)
 app.command("savings")(savings_cmd.savings)
+app.add_typer(import_cmd.app, name="import")
 
 
 def main() -> None:

@@ -1,0 +1,92 @@
+"""Replay throughput on a real Kernel Tuner cache, beside Kernel Tuner's own simulation mode.
+
+    python experiments/bench_kernel_tuner.py [--cache ../shared/data/benchmark_hub/dedispersion_milo_A100.json.gz] [--repeats 3]
+
+Both replay the same configurations (brute force over the cached ones): Kernel Tuner with
+``tune_kernel(..., cache=..., simulation_mode=True)``, gfsim with a measure-everything replay of
+the imported ``config_space`` log on one GPU (its closed-form fast path, then the SimPy engine).
+Prints configurations per second (best of ``--repeats``) and the ratios, all from this run, and
+the booked compile + verification + benchmark totals of both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cache", type=Path, default=ROOT.parent / "shared/data/benchmark_hub/"
+                    "dedispersion_milo_A100.json.gz")
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    import kernel_tuner
+
+    from gfsim.cost_models import Capacities, load_cost_model
+    from gfsim.importers.kernel_tuner import import_kernel_tuner
+    from gfsim.policies import make_policy
+    from gfsim.replay_logs import load_log
+    from gfsim.simulator import replay
+
+    doc = json.loads(gzip.decompress(args.cache.read_bytes()))
+    keys, tp = set(doc["cache"]), doc["tune_params"]
+
+    def cached(p):
+        return ",".join(str(p[k]) for k in tp) in keys
+
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = Path(tmp) / "cache.json"
+        plain.write_text(json.dumps(doc))
+        kt_best, kt_total = float("inf"), None
+        for _ in range(args.repeats):
+            t = time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                _, env = kernel_tuner.tune_kernel(
+                    doc["kernel_name"], "__global__ void k() {}", doc["problem_size"], [], tp,
+                    cache=str(plain), simulation_mode=True, strategy="brute_force",
+                    quiet=True, restrictions=cached)
+            kt_best = min(kt_best, time.perf_counter() - t)
+            kt_total = env["simulated_time"] / 1e3
+        log_path = Path(tmp) / "log.jsonl.gz"
+        t = time.perf_counter()
+        import_kernel_tuner(args.cache, log_path)
+        import_s = time.perf_counter() - t
+        log = load_log(log_path)
+        model = load_cost_model("reserved-a100")
+        one = Capacities(generator=1, forecaster=1, compile_workers=1, gpus=1)
+        rows = []
+        for engine in ("auto", "des"):
+            best = float("inf")
+            for _ in range(args.repeats):
+                t = time.perf_counter()
+                r = replay(log, make_policy("all"), model, capacities=one, engine=engine,
+                           orphans_dropped=False)
+                best = min(best, time.perf_counter() - t)
+            st = r.stages
+            rows.append((f"gfsim replay ({r.searches[0].engine})", best,
+                         st["compilation"].seconds + st["check"].seconds + st["timing"].seconds))
+    n = len(keys)
+    print(f"{args.cache.name}: {n:,} configurations; best of {args.repeats}; import "
+          f"{import_s:.2f} s (once)\n")
+    print("| runner | seconds | configurations/s | vs Kernel Tuner | booked compile+verify+"
+          "benchmark s |")
+    print("|---|---|---|---|---|")
+    print(f"| Kernel Tuner simulation mode | {kt_best:.3f} | {n / kt_best:,.0f} | 1.00x | "
+          f"{kt_total:,.3f} |")
+    for name, secs, total in rows:
+        print(f"| {name} | {secs:.3f} | {n / secs:,.0f} | {kt_best / secs:.2f}x | "
+              f"{total:,.3f} |")
+
+
+if __name__ == "__main__":
+    main()

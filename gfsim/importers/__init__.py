@@ -1,0 +1,1 @@
+"""Importers: logs and data sets of other tools as gfsim replay logs."""
