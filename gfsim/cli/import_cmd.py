@@ -43,3 +43,73 @@ def kernel_tuner(
     from gfsim.importers.kernel_tuner import import_kernel_tuner
 
     _done(import_kernel_tuner(cache, out, reference=reference), as_json)
+
+
+def _capacities(text: str | None) -> dict | None:
+    from gfsim.errors import SpecError
+    from gfsim.specs import parse_kv
+
+    if not text:
+        return None
+    out = {}
+    for key, raw in parse_kv(text, "--capacity"):
+        if key not in ("gen", "forecast", "eval"):
+            raise SpecError(f"--capacity: unknown key {key!r}; valid: gen, forecast, eval")
+        try:
+            out[key] = int(raw)
+        except ValueError:
+            raise SpecError(f"--capacity: {key}={raw!r} is not a whole number") from None
+        if out[key] < 1:
+            raise SpecError(f"--capacity: {key} must be >= 1")
+    return out
+
+
+@app.command("gpu-forecasters-events")
+@handles_errors
+def gpu_forecasters_events(
+    events: Path = typer.Argument(..., help="A reference search's events.jsonl (raw lines, or "
+                                            "data-set rows wrapping them)."),
+    out: Path = typer.Option(..., "--out", "-o", help="The trajectory log to write."),
+    capacity: Optional[str] = typer.Option(None, "--capacity",
+                                           help="The run's concurrency, gen=..,forecast=..,"
+                                                "eval=..: service times are then recovered by "
+                                                "replaying the log's own FIFO queue (else they "
+                                                "stay queue-inclusive)."),
+    task: Optional[str] = typer.Option(None, "--task", help="Task id (default: the log's "
+                                                             "kernel_task, or the file name)."),
+    device: Optional[str] = typer.Option(None, "--device", help="GPU name, where the events "
+                                                                 "do not say."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """The reference's search events (standard or filtered) as a trajectory log."""
+    from gfsim.importers.gpu_forecasters import import_events
+
+    _done(import_events(events, out, task=task, device=device,
+                        capacities=_capacities(capacity)), as_json)
+
+
+@app.command("gpu-forecasters-eval-set")
+@handles_errors
+def gpu_forecasters_eval_set(
+    out: Path = typer.Option(..., "--out", "-o", help="The pairs log to write."),
+    rows: Optional[Path] = typer.Option(None, "--rows", help="Eval-set rows (.jsonl[.gz] or "
+                                                             ".parquet)."),
+    predictions: Optional[Path] = typer.Option(None, "--predictions",
+                                               help="Predictions (.jsonl[.gz] or .parquet)."),
+    hf: bool = typer.Option(False, "--hf", help="Download both from the HuggingFace hub with "
+                                                "`datasets` (needs the network)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """The paper's evaluation pairs and predictions as a pairs log for `gfsim score`."""
+    from gfsim.errors import GfsimError
+    from gfsim.importers.gpu_forecasters import fetch_hf, import_eval_set
+
+    if hf:
+        if rows or predictions:
+            raise GfsimError("--hf downloads the files: give it without --rows/--predictions")
+        rows, predictions = fetch_hf(out.parent / (out.name + ".hf"))
+    elif rows is None or predictions is None:
+        raise GfsimError("give --rows and --predictions (or --hf)")
+    summary = import_eval_set(rows, predictions, out)
+    summary["source"] = f"{summary['rows']} + {summary['predictions']}"
+    _done(summary, as_json)

@@ -56,7 +56,7 @@ def requests_from_log(path) -> tuple[dict, list, list[str]]:
                 no_code.append(rec["candidate_id"])
                 continue
             task = tasks.get(rec.get("task_id")) or {}
-            ref = task.get("reference_code")
+            ref = rec.get("anchor_code") or task.get("reference_code")  # a pair's own anchor
             if not isinstance(ref, str) or not ref.strip():
                 i = list(tasks).index(rec.get("task_id")) if rec.get("task_id") in tasks else "?"
                 raise GfsimError(f"{path}:1: field 'tasks[{i}].reference_code': missing for task "
