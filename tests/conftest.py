@@ -167,3 +167,17 @@ def proxy(vllm_server):
     yield start
     for p in made:
         p.close()
+
+
+@pytest.fixture(scope="session")
+def json_values():
+    """A hypothesis strategy for any JSON value (huge integers, odd text, nesting), for tests
+    that throw bad input at readers: draw from it with ``data.draw(json_values)``."""
+    from hypothesis import strategies as st
+
+    return st.recursive(
+        st.none() | st.booleans() | st.integers(min_value=-10**30, max_value=10**30)
+        | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
+                                                                   max_size=3),
+        max_leaves=8)

@@ -54,7 +54,7 @@ def test_the_standard_dialect(tmp_path):
 
 
 def test_published_rows_wrapping_the_lines_give_the_same_log(tmp_path):
-    a = import_events(DATA / "standard_events.jsonl", tmp_path / "a.jsonl")
+    import_events(DATA / "standard_events.jsonl", tmp_path / "a.jsonl")
     b = import_events(DATA / "standard_rows.jsonl", tmp_path / "b.jsonl")
     assert b["task"] == "toy"  # from the row's source_search
     la, lb = load_log(tmp_path / "a.jsonl"), load_log(tmp_path / "b.jsonl")
@@ -158,18 +158,13 @@ def test_eval_set_errors_name_the_line(tmp_path):
 
 SETTINGS = settings(max_examples=int(__import__("os").environ.get("GFSIM_HYPOTHESIS_EXAMPLES", "40")), deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-10**30, max_value=10**30)
-    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=10),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
-                                                               max_size=3), max_leaves=6)
 
 
 @SETTINGS
 @given(data=st.data(), fname=st.sampled_from(["standard_events.jsonl", "filtered_events.jsonl",
                                                "standard_rows.jsonl", "eval_rows.jsonl",
                                                "eval_predictions.jsonl"]))
-def test_importers_never_crash_on_mangled_lines(tmp_path_factory, data, fname):
+def test_importers_never_crash_on_mangled_lines(tmp_path_factory, json_values, data, fname):
     tmp = tmp_path_factory.mktemp("gf")
     lines = (DATA / fname).read_text().splitlines()
     i = data.draw(st.integers(min_value=0, max_value=len(lines) - 1))

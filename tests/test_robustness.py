@@ -19,12 +19,6 @@ DATA = Path(__file__).parent / "data" / "kernel_tuner"
 SETTINGS = settings(max_examples=int(__import__("os").environ.get("GFSIM_HYPOTHESIS_EXAMPLES", "60")), deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-10**30, max_value=10**30)
-    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
-                                                               max_size=3),
-    max_leaves=8)
 
 
 def one_line_error(exc: GfsimError, path: Path) -> None:
@@ -59,7 +53,7 @@ def _mutate(doc, path, action, value):
 
 @SETTINGS
 @given(data=st.data(), fname=st.sampled_from(["tiny_cache.json", "tiny_t4.json"]))
-def test_kernel_tuner_importer_never_crashes(tmp_path_factory, data, fname):
+def test_kernel_tuner_importer_never_crashes(tmp_path_factory, json_values, data, fname):
     tmp = tmp_path_factory.mktemp("kt")
     doc = json.loads((DATA / fname).read_text())
     paths = _paths(doc)
@@ -92,7 +86,7 @@ def _small_log(tmp: Path) -> Path:
 
 @SETTINGS
 @given(data=st.data())
-def test_the_log_reader_names_the_line_of_any_bad_record(tmp_path_factory, data):
+def test_the_log_reader_names_the_line_of_any_bad_record(tmp_path_factory, json_values, data):
     tmp = tmp_path_factory.mktemp("log")
     path = _small_log(tmp)
     lines = path.read_bytes().splitlines()

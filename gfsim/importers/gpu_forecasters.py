@@ -32,6 +32,7 @@ from pathlib import Path
 
 from gfsim.bins import PAPER_EDGES
 from gfsim.errors import GfsimError
+from gfsim.importers.common import write_validated
 
 __all__ = ["import_events", "import_eval_set", "fetch_hf", "recover_service"]
 
@@ -260,7 +261,7 @@ def _feedback(evaluation: dict, path: Path) -> tuple[str, float | None, dict]:
 
 
 def _write(path, out, init, cands, steps, filtered, t0, task, device, capacities, log_id):
-    from gfsim.replay_logs import SCHEMA_VERSION, LogWriter, load_log
+    from gfsim.replay_logs import SCHEMA_VERSION
 
     root = init["root"]
     root_id = root.get("ulid")
@@ -375,17 +376,7 @@ def _write(path, out, init, cands, steps, filtered, t0, task, device, capacities
         if c.evaluation is not None or c.ev_failed is not None:
             records.append(_evaluation_record(c, path, service.get("eval", {})))
             counts["evaluations"] += 1
-    tmp = out.with_name(out.stem + ".partial" + out.suffix)
-    if tmp.exists():
-        tmp.unlink()
-    with LogWriter(tmp) as w:
-        w.append_many([{k: v for k, v in r.items() if v is not None} for r in records])
-    try:
-        load_log(tmp)
-    except GfsimError as exc:
-        tmp.unlink()
-        raise GfsimError(f"{path}: the imported records do not validate ({exc})") from None
-    tmp.replace(out)
+    write_validated(records, out, path)
     return {"source": str(path), "out": str(out), "dialect": "filtered" if filtered
             else "standard", "task": task_id, "steps": len(by_step), **counts,
             "duration_basis": basis}
@@ -487,7 +478,7 @@ def import_eval_set(rows_path, predictions_path, out, *, log_id: str | None = No
     """The paper's evaluation set and its predictions as a ``pairs`` log for ``gfsim score``:
     one candidate per comparison (against its own anchor kernel), one forecaster per
     surrogate label, one forecast per repeat."""
-    from gfsim.replay_logs import SCHEMA_VERSION, LogWriter, load_log
+    from gfsim.replay_logs import SCHEMA_VERSION
 
     rows_path, predictions_path, out = Path(rows_path), Path(predictions_path), Path(out)
     for p in (rows_path, predictions_path):
@@ -571,18 +562,7 @@ def import_eval_set(rows_path, predictions_path, out, *, log_id: str | None = No
                    "seed_speedup": 1.0} for p in packs],
         "duration_basis": "service", "generator": {"model": "unknown"},
     }
-    tmp = out.with_name(out.stem + ".partial" + out.suffix)
-    if tmp.exists():
-        tmp.unlink()
-    with LogWriter(tmp) as w:
-        w.append_many([{k: v for k, v in r.items() if v is not None}
-                       for r in [header, *cands, *fcs, *evals]])
-    try:
-        load_log(tmp)
-    except GfsimError as exc:
-        tmp.unlink()
-        raise GfsimError(f"{rows_path}: the imported records do not validate ({exc})") from None
-    tmp.replace(out)
+    write_validated([header, *cands, *fcs, *evals], out, rows_path)
     return {"rows": str(rows_path), "predictions": str(predictions_path), "out": str(out),
             "pairs": len(cands), "packs": packs, "forecasts_per_forecaster": labels}
 

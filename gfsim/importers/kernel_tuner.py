@@ -25,6 +25,7 @@ import math
 from pathlib import Path
 
 from gfsim.errors import GfsimError
+from gfsim.importers.common import write_validated
 
 __all__ = ["import_kernel_tuner", "read_json_document"]
 
@@ -194,7 +195,7 @@ def import_kernel_tuner(path, out, *, reference: str | None = None,
 
 
 def _import(path: Path, out: Path, reference, log_id) -> dict:
-    from gfsim.replay_logs import SCHEMA_VERSION, LogWriter, load_log
+    from gfsim.replay_logs import SCHEMA_VERSION
 
     doc = read_json_document(path)
     if not isinstance(doc, dict):
@@ -252,17 +253,7 @@ def _import(path: Path, out: Path, reference, log_id) -> dict:
             ev.update(runtime_ns=ms * 1e6, ref_runtime_ns=ref_ns, speedup=ref_ns / (ms * 1e6))
         records.append(ev)
         counts[outcome] = counts.get(outcome, 0) + 1
-    tmp = out.with_name(out.stem + ".partial" + out.suffix)
-    if tmp.exists():
-        tmp.unlink()
-    with LogWriter(tmp) as w:
-        w.append_many(records)
-    try:
-        load_log(tmp)  # never leave a log that does not validate
-    except GfsimError as exc:
-        tmp.unlink()
-        raise GfsimError(f"{path}: the imported records do not validate ({exc})") from None
-    tmp.replace(out)
+    write_validated(records, out, path)
     return {"source": str(path), "out": str(out), "format": meta["format"],
             "configurations": len(configs), "outcomes": counts,
             "reference_configuration": ref[1], "reference_ms": ref[3],

@@ -1,0 +1,28 @@
+"""What the importers share: writing an imported log all or nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gfsim.errors import GfsimError
+
+__all__ = ["write_validated"]
+
+
+def write_validated(records: list[dict], out: Path, source: Path) -> None:
+    """Write ``records`` to a temporary file beside ``out``, check it as a log, then rename it
+    to ``out``: an import leaves a complete, valid log or nothing. A problem is reported
+    against ``source``, the file that was imported. ``None`` fields are left out."""
+    from gfsim.replay_logs import LogWriter, load_log
+
+    tmp = out.with_name(out.stem + ".partial" + out.suffix)  # keeps .gz: compressed by suffix
+    if tmp.exists():
+        tmp.unlink()
+    with LogWriter(tmp) as w:
+        w.append_many([{k: v for k, v in r.items() if v is not None} for r in records])
+    try:
+        load_log(tmp)
+    except GfsimError as exc:
+        tmp.unlink()
+        raise GfsimError(f"{source}: the imported records do not validate ({exc})") from None
+    tmp.replace(out)
