@@ -193,6 +193,7 @@ class TrialSetup:
     seeds: list[int]
     search: object | None = None
     target: float = 1.5
+    forecaster: str | None = None  # the logged forecaster policies read (None: the first)
     pools: dict | None = None  # task -> (logged speedups, seed speedup), for the score
 
     def __post_init__(self):
@@ -269,7 +270,8 @@ def _seed_job(args):
 
     setup, spec, search, seed = args
     res = replay(setup.log, make_policy(spec), setup.model, budget=setup.budget, seed=seed,
-                 driver=setup.driver, search=search, orphans_dropped=False)
+                 driver=setup.driver, search=search, orphans_dropped=False,
+                 forecaster=setup.forecaster)
     clipped: list = []
     per = [_search_metrics(s, setup, clipped) for s in res.searches]
     return [s.task_id for s in res.searches], per, len(clipped)

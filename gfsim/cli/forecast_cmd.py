@@ -21,7 +21,10 @@ def forecast(
                                    help="vllm:URL,model=NAME,mode=logprobs|tool[,labels=digits|"
                                         "words,concurrency=4,timeout=60,retries=3,backoff=0.5,"
                                         "max_prompt_tokens=N,tool_transport=tools|json|regex,"
-                                        "api_key_env=VAR,...]"),
+                                        "api_key_env=VAR,...]; or a what-if forecaster, "
+                                        "paper:gemini3-flash (gpt-oss-120b, gpt-oss-20b, "
+                                        "deepseek-v4, gpt-oss-20b-brier) or synthetic:sigma=..,"
+                                        "beta=..,temp=..,parse_fail=.."),
     out: Path = typer.Option(..., "--out", "-o", help="Output log; an existing one is resumed."),
     repeat: int = typer.Option(0, "--repeat", help="Repeat index written into each forecast."),
     drop_existing: bool = typer.Option(False, "--drop-existing",
@@ -30,11 +33,14 @@ def forecast(
                                                                "this run."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
-    """Ask a live forecaster about every candidate with code; append its forecasts (resumable)."""
+    """Add a forecaster's forecasts to a log (resumable): a live one for candidates with code,
+    or a what-if one for candidates with a measured speedup."""
     from gfsim.live.forecast_log import forecast_log
     from gfsim.live.forecaster import parse_forecaster
+    from gfsim.whatif import is_whatif, parse_whatif
 
-    the_forecaster = parse_forecaster(forecaster)
+    the_forecaster = parse_whatif(forecaster) if is_whatif(forecaster) else \
+        parse_forecaster(forecaster)
     if as_json:
         summary = forecast_log(log, the_forecaster, out, repeat=repeat,
                                drop_existing=drop_existing, limit=limit)

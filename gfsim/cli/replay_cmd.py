@@ -90,7 +90,10 @@ def replay(
                                        "task)."),
     forecaster: Optional[str] = typer.Option(None, "--forecaster",
                                              help="Which logged forecaster the policy reads "
-                                                  "(default: the first in the log)."),
+                                                  "(default: the first in the log), or a "
+                                                  "what-if one drawn from the log's measured "
+                                                  "speedups: paper:gemini3-flash, "
+                                                  "synthetic:sigma=..,beta=..,temp=.."),
     measure_noise: Optional[str] = typer.Option(None, "--measure-noise",
                                                 help="cv=0.02: keyed log-normal noise on "
                                                      "every measured runtime (an assumption); "
@@ -130,7 +133,9 @@ def replay(
     config = _search_config(driver, search, steps=steps, parents_per_step=parents_per_step,
                             samples_per_parent=samples_per_parent, overgen=overgen,
                             k_per_parent=k_per_parent)
-    the_log = open_log(log)
+    from gfsim.whatif import resolve
+
+    the_log, forecaster = resolve(open_log(log), forecaster)
     if calibrate != "none":
         from gfsim.calibration import recalibrate_log
         from gfsim.scoring import true_bins

@@ -25,6 +25,9 @@ def savings(
     overgen: Optional[int] = typer.Option(None, "--overgen",
                                           help="puct: the policy's overgeneration factor F "
                                                "(the baseline runs F 1)."),
+    forecaster: Optional[str] = typer.Option(None, "--forecaster",
+                                             help="A logged forecaster's name, or a what-if "
+                                                  "one (paper:gemini3-flash, synthetic:...)."),
     seeds: int = typer.Option(32, "--seeds", help="Paired seeds."),
     seed: int = typer.Option(0, "--seed", help="First seed."),
     jobs: int = typer.Option(1, "--jobs", help="Processes for the seeds."),
@@ -46,16 +49,20 @@ def savings(
         raise GfsimError("--seeds must be >= 2 and --jobs >= 1")
     make_policy(policy)
     make_policy(baseline)
-    the_log = open_log(log)
+    from gfsim.whatif import resolve
+
+    the_log, forecaster = resolve(open_log(log), forecaster)
     model = load_cost_model(cost)
     config = _search_config(driver, search, overgen=overgen)
     the_budget = parse_budget(budget)
     pairs = replay_seeds(the_log, policy, model, range(seed, seed + seeds), baseline=baseline,
-                         jobs=jobs, budget=the_budget, driver=driver, search=config)
+                         jobs=jobs, budget=the_budget, driver=driver, search=config,
+                         forecaster=forecaster)
     out = compute(pairs, seed=seed)
     out["inputs"] = {"log": the_log.name, "synthetic_log": the_log.is_synthetic,
                      "policy": pairs[0][0].policy, "baseline": pairs[0][1].policy,
                      "cost_model": cost, "driver": driver, "budget": the_budget.as_dict(),
+                     "forecaster": forecaster,
                      "seeds": list(range(seed, seed + seeds)),
                      "search": pairs[0][0].searches[0].extra.get("search")}
     if as_json:

@@ -32,6 +32,9 @@ def tune(
                                  help="cost_to_target: reach this multiple of the task's seed "
                                       "speedup."),
     log: Optional[str] = typer.Option(None, "--log", "-l", help="Log path or shipped name."),
+    forecaster: Optional[str] = typer.Option(None, "--forecaster",
+                                             help="A logged forecaster's name, or a what-if "
+                                                  "one (paper:gemini3-flash, synthetic:...)."),
     cost: str = typer.Option("serverless-a100", "--cost", "-c", help="Cost preset or TOML."),
     budget: Optional[str] = typer.Option(None, "--budget", "-b",
                                          help="Per-search limits that stop each replayed "
@@ -81,15 +84,18 @@ def tune(
         raise GfsimError("--param: a parameter is named twice")
     objectives = parse_objectives(objective)
     limit = parse_constraint(constraint)
-    the_log = open_log(log)
+    from gfsim.whatif import resolve
+
+    the_log, forecaster = resolve(open_log(log), forecaster)
     model = load_cost_model(cost)
     config = _search_config(driver, search)
     setup = TrialSetup(the_log, model, policy, driver, parse_budget(budget),
-                       list(range(seed, seed + seeds)), config, target)
+                       list(range(seed, seed + seeds)), config, target, forecaster)
     the_sampler = make_sampler(sampler, seed, limit is not None)
     the_storage = storage_url(storage, study, workers)
     the_study = open_study(the_storage, study, [d for _, d in objectives], the_sampler)
     the_study.set_user_attr("setup", {"log": the_log.name, "cost": cost, "policy": policy,
+                                      "forecaster": forecaster,
                                       "driver": driver, "budget": budget, "seeds": seeds,
                                       "seed": seed, "params": [p.spec() for p in params]})
     obj = Objective(setup, params, objectives, limit, jobs)
