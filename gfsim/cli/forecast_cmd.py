@@ -67,12 +67,17 @@ def forecast(
     con.print(f"[bold]gfsim forecast[/bold]  {summary['log']} -> {summary['out']}  "
               f"forecaster {fc['name']} ({fc['mode']})" + ("  [resumed]" if summary["resumed"]
                                                           else ""))
-    con.print(f"candidates with code {summary['candidates_with_code']}, without "
-              f"{summary['without_code']}; already forecast {summary['already_forecast']}; "
-              f"now {summary['forecast_now']}: answered {summary['answered']}, parse failed "
-              f"{summary['parse_failed']}, no answer {summary['error']}")
-    lat = summary["mean_latency_s"]
-    con.print(f"tokens {summary['input_tokens']:,} in / {summary['output_tokens']:,} out; mean "
-              f"latency {lat:.3f} s" if lat is not None else "no answers this run")
+    if fc["mode"] == "whatif":
+        con.print(f"what-if forecasts for candidates with a measured speedup: "
+                  f"{summary['forecast_now']} now ({summary['parse_failed']} parse failures), "
+                  f"{summary['already_forecast']} already there")
+    else:
+        con.print(f"candidates with code {summary['candidates_with_code']}, without "
+                  f"{summary['without_code']}; already forecast {summary['already_forecast']}; "
+                  f"now {summary['forecast_now']}: answered {summary['answered']}, parse "
+                  f"failed {summary['parse_failed']}, no answer {summary['error']}")
+        lat = summary["mean_latency_s"]
+        con.print(f"tokens {summary['input_tokens']:,} in / {summary['output_tokens']:,} out; "
+                  f"mean latency {lat:.3f} s" if lat is not None else "no answers this run")
     if summary["error"]:
         con.print(f"[yellow]note: {summary['note']}[/yellow]")
