@@ -4,7 +4,8 @@
 
 On a shipped log (default: the SYNTHETIC ``synthetic-puct-v1``), the policy (default
 ``threshold:0.7``) reads a what-if forecaster (``gfsim.whatif``) instead of the logged one, for a
-grid of spreads sigma and temperatures (beta 0.7), two parse-failure rates, and the five
+grid of spreads sigma and temperatures (beta 0.7), two other slopes beta, two parse-failure
+rates, and the five
 ``paper:`` presets; under serverless A100 and reserved H100 prices. For each: the forecaster's
 accuracy and ECE on the log's measured candidates, and ``gfsim savings`` against measuring
 everything: USD saved per search and the best speedup at equal spend (baseline = 1), with
@@ -41,6 +42,8 @@ TEMPS = [0.3, 1.0]
 def forecasters() -> list[tuple[str, dict]]:
     grid = [(f"synthetic:sigma={s:g},beta=0.7,temp={t:g}", dict(sigma=s, beta=0.7, temp=t))
             for t in TEMPS for s in SIGMAS]
+    grid += [(f"synthetic:sigma=1,beta={b:g},temp={t:g}", dict(sigma=1.0, beta=b, temp=t))
+             for t in TEMPS for b in (0.4, 1.0)]
     grid += [(f"synthetic:sigma=1,beta=0.7,temp=1,parse_fail={pf:g}",
               dict(sigma=1.0, beta=0.7, temp=1.0, parse_fail=pf)) for pf in (0.2, 0.5)]
     grid += [(f"paper:{p}", None) for p in PRESETS]
