@@ -17,8 +17,8 @@ import numpy as np
 from gfsim.errors import GfsimError
 from gfsim.tuning import OBJECTIVES, aggregate, evaluate
 
-__all__ = ["SAMPLERS", "make_sampler", "open_study", "run_study", "out_of_sample",
-           "leave_one_task_out", "trial_rows"]
+__all__ = ["SAMPLERS", "make_sampler", "make_storage", "storage_url", "open_study",
+           "run_study", "out_of_sample", "leave_one_task_out", "trial_rows", "retry_of"]
 
 SAMPLERS = ("tpe", "nsga2", "gp", "random")
 
@@ -56,18 +56,51 @@ def make_sampler(name: str, seed: int, constrained: bool):
     raise GfsimError(f"--sampler: unknown {name!r}; valid: {', '.join(SAMPLERS)}")
 
 
-def storage_url(storage: str | None, study: str, workers: int):
-    """The storage to use: ``storage`` if given; else a JournalStorage file for several workers,
-    else an SQLite file; both named after the study."""
-    import optuna
-
+def storage_url(storage: str | None, study: str, workers: int) -> str:
+    """Where the study lives: ``storage`` if given; else a JournalStorage file for several
+    workers on this host, else an SQLite file; both named after the study."""
     if storage:
         return storage
-    if workers > 1:
+    return f"{study}.journal" if workers > 1 else f"sqlite:///{study}.db"
+
+
+def make_storage(url: str, heartbeat: int | None = None, retries: int = 1):
+    """An Optuna storage for ``url``: an RDB URL (sqlite, postgresql, mysql) with Optuna's own
+    heartbeat and retry of failed trials; a path ending in ``.journal`` as a JournalStorage
+    file (its heartbeat is gfsim's, see ``Objective``); anything else as Optuna resolves it."""
+    import optuna
+
+    if url.endswith(".journal"):
         from optuna.storages.journal import JournalFileBackend
 
-        return optuna.storages.JournalStorage(JournalFileBackend(f"{study}.journal"))
-    return f"sqlite:///{study}.db"
+        return optuna.storages.JournalStorage(JournalFileBackend(url))
+    if url.split(":", 1)[0].split("+", 1)[0] in ("sqlite", "postgresql", "mysql"):
+        import warnings
+
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        kw = {}
+        if heartbeat:
+            kw = dict(heartbeat_interval=int(heartbeat), grace_period=3 * int(heartbeat))
+            stale = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None)
+            if stale is not None:  # Optuna >= 4.9
+                kw["heartbeat_stale_trial_callback"] = stale(max_retry=retries)
+            else:
+                kw["failed_trial_callback"] = optuna.storages.RetryFailedTrialCallback(
+                    max_retry=retries)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # heartbeat options are marked experimental
+                return optuna.storages.RDBStorage(url, **kw)
+        except Exception as exc:  # a bad URL, an unreachable server, a missing driver
+            raise GfsimError(f"--storage {url}: cannot open ({type(exc).__name__}: "
+                             f"{str(exc)[:200]})") from None
+    return url
+
+
+def native_heartbeat(storage) -> bool:
+    from optuna.storages._heartbeat import is_heartbeat_enabled
+
+    return not isinstance(storage, str) and is_heartbeat_enabled(storage)
 
 
 def open_study(storage, study: str, directions: list[str], sampler):
@@ -87,14 +120,33 @@ def open_study(storage, study: str, directions: list[str], sampler):
 
 
 class Objective:
-    """Picklable: a trial's values -> replays for every seed -> the objective values."""
+    """Picklable: a trial's values -> replays for every seed -> the objective values.
 
-    def __init__(self, setup, params, objectives, constraint, jobs: int = 1):
+    ``heartbeat`` (seconds), for storages without Optuna's own (JournalStorage): while a trial
+    runs, a thread stamps it every ``heartbeat`` seconds; before each trial, RUNNING trials
+    whose last stamp is older than three beats (a killed worker's) are failed and, up to
+    ``retries`` times, enqueued again with the same parameters."""
+
+    def __init__(self, setup, params, objectives, constraint, jobs: int = 1,
+                 heartbeat: int | None = None, retries: int = 1):
         self.setup, self.params, self.objectives = setup, params, objectives
         self.constraint, self.jobs = constraint, jobs
+        self.heartbeat, self.retries = heartbeat, retries
         self._pool = None
 
     def __call__(self, trial):
+        if self.heartbeat and not native_heartbeat(trial.storage):
+            _fail_stale(trial, 3 * self.heartbeat, self.retries)
+            stop = _beat(trial, self.heartbeat)
+        else:
+            stop = None
+        try:
+            return self._evaluate(trial)
+        finally:
+            if stop is not None:
+                stop.set()
+
+    def _evaluate(self, trial):
         values = {p.name: p.suggest(trial) for p in self.params}
         spec, search = self.setup.spec(values, self.params)
         if self.jobs > 1 and self._pool is None:
@@ -122,6 +174,56 @@ class Objective:
             self._pool = None
 
 
+def _beat(trial, every: float):
+    """Stamp ``trial`` every ``every`` seconds until the returned event is set."""
+    import threading
+
+    stop = threading.Event()
+
+    def run():
+        while True:
+            try:
+                trial.storage.set_trial_user_attr(trial._trial_id, "gfsim_heartbeat", time.time())
+            except Exception:  # the trial finished meanwhile
+                return
+            if stop.wait(every):
+                return
+
+    threading.Thread(target=run, daemon=True).start()
+    return stop
+
+
+def _fail_stale(trial, grace: float, retries: int) -> None:
+    """Fail RUNNING trials of ``trial``'s study with no stamp for ``grace`` seconds; enqueue
+    each again (same parameters) while it has retries left."""
+    import optuna
+
+    study, now = trial.study, time.time()
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        if t.number == trial.number:
+            continue
+        last = t.user_attrs.get("gfsim_heartbeat") or (
+            t.datetime_start.timestamp() if t.datetime_start else now)
+        if now - last <= grace:
+            continue
+        try:
+            if not trial.storage.set_trial_state_values(t._trial_id,
+                                                        optuna.trial.TrialState.FAIL):
+                continue
+        except Exception:  # another worker failed it first
+            continue
+        done = int(t.user_attrs.get("gfsim_retries", 0))
+        if done < retries and t.params:
+            study.enqueue_trial(t.params, user_attrs={"gfsim_retry_of": t.number,
+                                                      "gfsim_retries": done + 1})
+
+
+def retry_of(trial) -> int | None:
+    """The number of the failed trial this one retries (gfsim's or Optuna's bookkeeping)."""
+    n = trial.user_attrs.get("gfsim_retry_of")
+    return n if n is not None else trial.system_attrs.get("failed_trial")
+
+
 def _finished(study) -> int:
     import optuna
 
@@ -130,11 +232,12 @@ def _finished(study) -> int:
 
 
 def _worker(args):
-    storage, study_name, sampler_name, seed, constrained, objective, share = args
+    url, study_name, sampler_name, seed, constrained, objective, share = args
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    s = optuna.load_study(study_name=study_name, storage=storage,
+    s = optuna.load_study(study_name=study_name,
+                          storage=make_storage(url, objective.heartbeat, objective.retries),
                           sampler=make_sampler(sampler_name, seed, constrained))
     try:
         s.optimize(objective, n_trials=share)
@@ -154,8 +257,11 @@ def run_study(study, objective, *, trials: int, workers: int = 1, storage=None,
         return 0
     if workers <= 1:
         def cb(s, t):
+            done = _finished(s)
             if progress is not None:
-                progress(_finished(s), trials)
+                progress(done, trials)
+            if done >= trials:  # other processes (other hosts) share the study: stop at total
+                s.stop()
 
         try:
             study.optimize(objective, n_trials=todo, callbacks=[cb],

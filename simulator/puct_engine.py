@@ -26,7 +26,6 @@ from gfsim.simulator.noise import MeasureNoise
 from gfsim.simulator.pipeline import DEFAULT_PIPELINE, Pipeline
 from gfsim.simulator.puct import ArchiveNode, ChildResult, PuctArchive
 from gfsim.simulator.results import SearchResult
-from gfsim.simulator.trace import mean_measure_usd
 
 __all__ = ["SearchConfig", "SEARCH_PRESETS", "PuctSimulation", "EXTRAPOLATED_SHARE"]
 
@@ -69,6 +68,9 @@ SEARCH_PRESETS = {
     # 4x the mutations, each forecast, the top 4 per parent measured: the same <= 316.
     "paper-filtered": SearchConfig(samples_per_parent=4, overgen=4, k_per_parent=4),
 }
+
+
+_MEASURE_STAGES = ("cold_start", "compilation", "check", "timing")
 
 
 class _GrowingTrace:
@@ -148,12 +150,29 @@ class PuctSimulation(SearchSimulation):
                                    k_per_parent=config.k_per_parent, capacity=config.capacity,
                                    c_puct=config.c_puct)
         self._expanded: dict[str, int] = {}
+        self._musd_seen, self._musd_values = 0, []
         # Archive rewards are what the search measured (noisy); children are drawn around a
         # node's noise-free speedup, so noise changes decisions, never the world.
         self._true_speedup: dict[str, float] = {root_id: seed_speedup}
 
     def _parent_speedup(self, i: int) -> float:
         return self.trace.parent_reward[i]  # parents are archive nodes: always measured
+
+    def _measure_usd(self) -> float:
+        """The mean USD of measuring one drawn child so far: ``mean_measure_usd`` of the growing
+        trace, bit for bit (the same per-candidate sums, the same ``np.mean``), with each
+        candidate's sum computed once instead of rebuilding every column every step."""
+        t = self.trace
+        while self._musd_seen < len(t):
+            i = self._musd_seen
+            if t.outcome[i] is not None:
+                total = 0.0
+                for k in _MEASURE_STAGES:
+                    if k in t.price:
+                        total = total + t.price[k][0][i]
+                self._musd_values.append(total)
+            self._musd_seen += 1
+        return float(np.mean(self._musd_values)) if self._musd_values else math.nan
 
     def _cap(self, batch, decisions) -> np.ndarray:
         """At most k per parent: the policy's choices by expected bin index (the reference's
@@ -179,7 +198,7 @@ class PuctSimulation(SearchSimulation):
             self._step_state = SearchState(
                 search_id=t.search_id, task_id=t.task_id, step=step, best_speedup=self._best,
                 gpu_evals=self._evals, seed=self.seed, budget_left=self._budget_left(),
-                measure_usd=mean_measure_usd(t.price, t.outcome) if len(t) else math.nan)
+                measure_usd=self._measure_usd())
             batches = []
             for p in parents:
                 e = self._expanded.get(p.node_id, 0)

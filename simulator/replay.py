@@ -23,7 +23,7 @@ from gfsim.simulator.puct_engine import (EXTRAPOLATED_SHARE, SEARCH_PRESETS, Puc
 from gfsim.simulator.results import ReplayResult
 from gfsim.simulator.trace import SearchTrace, build_traces
 
-__all__ = ["ENGINES", "calibration_batch", "replay", "replay_with_baseline", "replay_seeds", "comparison_json",
+__all__ = ["ENGINES", "cached_traces", "calibration_batch", "replay", "replay_with_baseline", "replay_seeds", "comparison_json",
            "simulate_search"]
 
 
@@ -50,6 +50,41 @@ def calibration_batch(traces: list[SearchTrace]) -> Batch:
 
 
 ENGINES = ("auto", "des", "fast")
+_TRACES: dict = {}  # content key -> traces; a few entries per process
+_TRACES_MAX = 8
+_CACHE_ON = [True]  # experiments/bench_tune.py turns it off to time the uncached path
+
+
+def trace_cache(enabled: bool) -> None:
+    """Turn the trace cache on or off in this process (a benchmark's baseline)."""
+    _CACHE_ON[0] = bool(enabled)
+    _TRACES.clear()
+
+
+def cached_traces(log: ReplayLog, model: PresetCostModel, forecaster: str | None):
+    """``build_traces`` once per (log content, cost model, forecaster) in this process: many
+    seeds and policies replay the same log (tuning: thousands of replays), and traces depend
+    on none of them. The key hashes what traces are built from (the log's identity and its
+    forecasts' probabilities, which a what-if or recalibrated copy changes), so a changed log
+    is never served stale traces. Engines only read traces."""
+    import hashlib
+
+    fc = log.forecasts
+    digest = hashlib.blake2b(digest_size=16)
+    if len(fc):
+        from gfsim.replay_logs.log import PROB_COLUMNS
+
+        digest.update(fc[PROB_COLUMNS].to_numpy(dtype=float).tobytes())
+        digest.update("\x1f".join(map(str, fc["forecaster"])).encode())
+    key = (str(log.path), log.header.get("log_id"), len(log.candidates), len(fc),
+           digest.hexdigest(), repr(model), forecaster)
+    traces = _TRACES.get(key) if _CACHE_ON[0] else None
+    if traces is None:
+        traces = build_traces(log, model, forecaster)
+        if len(_TRACES) >= _TRACES_MAX:
+            _TRACES.pop(next(iter(_TRACES)))
+        _TRACES[key] = traces
+    return traces
 
 
 def simulate_search(trace: SearchTrace, policy: Policy, model: PresetCostModel,
@@ -97,7 +132,7 @@ def replay(log: ReplayLog, policy: Policy, model: PresetCostModel, *, budget: Bu
         raise GfsimError(f"unknown driver {driver!r}; valid: {', '.join(DRIVERS)}")
     started = time.perf_counter()
     caps = capacities or model.capacities
-    traces = build_traces(log, model, forecaster)
+    traces = cached_traces(log, model, forecaster)
     _check_shape(log, policy, traces)
     policy.fit(calibration_batch(traces), seed)
 

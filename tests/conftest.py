@@ -181,3 +181,23 @@ def json_values():
         lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
                                                                    max_size=3),
         max_leaves=8)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """A PostgreSQL database for distributed-tuning tests (``.ci/run`` starts a server on
+    loopback and sets ``GFSIM_POSTGRES_URL``); skipped where there is none, unless
+    ``GFSIM_REQUIRE_POSTGRES=1``."""
+    url = os.environ.get("GFSIM_POSTGRES_URL")
+    why = "GFSIM_POSTGRES_URL is not set"
+    if url:
+        try:
+            import sqlalchemy
+
+            with sqlalchemy.create_engine(url).connect():
+                return url
+        except Exception as exc:  # noqa: BLE001 - any failure means: no database here
+            why = f"{type(exc).__name__}: {str(exc)[:200]}"
+    if os.environ.get("GFSIM_REQUIRE_POSTGRES") == "1":
+        pytest.fail(f"no PostgreSQL for the tuning tests ({why})")
+    pytest.skip(f"no PostgreSQL ({why})")

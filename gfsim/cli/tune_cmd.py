@@ -56,6 +56,11 @@ def tune(
     study: str = typer.Option("gfsim-tune", "--study", help="Study name; an existing one "
                                                             "resumes."),
     workers: int = typer.Option(1, "--workers", help="Processes running trials on this host."),
+    heartbeat: int = typer.Option(30, "--heartbeat",
+                                  help="Seconds between a running trial's heartbeats; a trial "
+                                       "silent for three is a killed worker's: failed and "
+                                       "retried (0: off)."),
+    retries: int = typer.Option(1, "--retries", help="Retries of a killed worker's trial."),
     jobs: int = typer.Option(1, "--jobs", help="Processes per trial for its seeds."),
     top: int = typer.Option(3, "--top", help="Trials re-scored out of sample."),
     validate_seeds: Optional[int] = typer.Option(None, "--validate-seeds",
@@ -71,8 +76,9 @@ def tune(
     from gfsim.errors import GfsimError
     from gfsim.replay_logs import open_log
     from gfsim.simulator import parse_budget
-    from gfsim.tune_study import (Objective, leave_one_task_out, make_sampler, open_study,
-                                  out_of_sample, run_study, storage_url, trial_rows)
+    from gfsim.tune_study import (Objective, leave_one_task_out, make_sampler, make_storage,
+                                  open_study, out_of_sample, run_study, storage_url,
+                                  trial_rows)
     from gfsim.tuning import TrialSetup, parse_constraint, parse_objectives, parse_param
 
     from gfsim.cli.replay_cmd import _search_config
@@ -92,15 +98,16 @@ def tune(
     setup = TrialSetup(the_log, model, policy, driver, parse_budget(budget),
                        list(range(seed, seed + seeds)), config, target, forecaster)
     the_sampler = make_sampler(sampler, seed, limit is not None)
-    the_storage = storage_url(storage, study, workers)
-    the_study = open_study(the_storage, study, [d for _, d in objectives], the_sampler)
+    url = storage_url(storage, study, workers)
+    the_study = open_study(make_storage(url, heartbeat or None, retries), study,
+                           [d for _, d in objectives], the_sampler)
     the_study.set_user_attr("setup", {"log": the_log.name, "cost": cost, "policy": policy,
                                       "forecaster": forecaster,
                                       "driver": driver, "budget": budget, "seeds": seeds,
                                       "seed": seed, "params": [p.spec() for p in params]})
-    obj = Objective(setup, params, objectives, limit, jobs)
+    obj = Objective(setup, params, objectives, limit, jobs, heartbeat or None, retries)
     if as_json:
-        ran = run_study(the_study, obj, trials=trials, workers=workers, storage=the_storage,
+        ran = run_study(the_study, obj, trials=trials, workers=workers, storage=url,
                         sampler_name=sampler, seed=seed)
     else:
         from rich.console import Console
@@ -112,7 +119,7 @@ def tune(
                       transient=True) as bar:
             job = bar.add_task("tune", total=trials)
             ran = run_study(the_study, obj, trials=trials, workers=workers,
-                            storage=the_storage, sampler_name=sampler, seed=seed,
+                            storage=url, sampler_name=sampler, seed=seed,
                             progress=lambda done, total: bar.update(job, completed=done))
     rows = trial_rows(the_study, objectives)
     if not rows:
@@ -122,8 +129,7 @@ def tune(
     oos = out_of_sample(setup, rows[:top], objectives, fresh) if n_fresh else []
     loto = leave_one_task_out(the_study, objectives)
     out = {
-        "study": study, "storage": storage or (f"{study}.journal" if workers > 1
-                                                 else f"sqlite:///{study}.db"),
+        "study": study, "storage": url,
         "log": the_log.name, "synthetic_log": the_log.is_synthetic, "cost_model": cost,
         "policy": policy, "driver": driver, "objectives": [list(o) for o in objectives],
         "constraint": constraint, "params": [p.spec() for p in params], "seeds": seeds,
