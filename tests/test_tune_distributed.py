@@ -55,7 +55,7 @@ def test_two_workers_on_one_postgresql_study(postgres_url, tmp_path):
 def _kill_mid_trial(storage, name, tmp_path, heartbeat_args):
     import optuna
 
-    slow = TUNE + ["--storage", storage, "--study", name, "--trials", "3", "--seeds", "40",
+    slow = TUNE + ["--storage", storage, "--study", name, "--trials", "3", "--seeds", "400",
                    *heartbeat_args]
     a = gfsim(slow, tmp_path)
     deadline = time.time() + 120
