@@ -12,7 +12,7 @@ import typer
 
 from gfsim.errors import GfsimError
 
-__all__ = ["handles_errors", "print_json", "console"]
+__all__ = ["handles_errors", "print_json", "console", "search_config"]
 
 EXIT_INPUT_ERROR = 2
 
@@ -63,3 +63,22 @@ def _finite(o: Any):
 
 def print_json(obj: Any) -> None:
     sys.stdout.write(json.dumps(_finite(obj), default=_default, indent=2) + "\n")
+
+
+def search_config(driver: str, preset: str | None, **knobs):
+    """The puct search shape from --search and the knobs; an error if given to the trace
+    driver, where they mean nothing."""
+    from gfsim.errors import GfsimError
+    from gfsim.simulator.puct_engine import SEARCH_PRESETS, replace_config
+
+    given = {k: v for k, v in knobs.items() if v is not None}
+    if driver != "puct":
+        if preset is not None or given:
+            flags = ", ".join(["--search"] * (preset is not None)
+                              + [f"--{k.replace('_', '-')}" for k in given])
+            raise GfsimError(f"{flags}: only with --driver puct")
+        return None
+    if preset is not None and preset not in SEARCH_PRESETS:
+        raise GfsimError(f"--search: unknown preset {preset!r}; valid: "
+                         f"{', '.join(SEARCH_PRESETS)}")
+    return replace_config(SEARCH_PRESETS[preset or "paper-standard"], **given)

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from gfsim.cli.common import console, handles_errors, print_json
+from gfsim.cli.common import console, handles_errors, print_json, search_config
 
 __all__ = ["replay", "parse_capacity"]
 
@@ -130,7 +130,7 @@ def replay(
     caps = parse_capacity(capacity, model.capacities)
     the_pipeline = parse_pipeline(pipeline)
     noise = parse_noise(measure_noise)
-    config = _search_config(driver, search, steps=steps, parents_per_step=parents_per_step,
+    config = search_config(driver, search, steps=steps, parents_per_step=parents_per_step,
                             samples_per_parent=samples_per_parent, overgen=overgen,
                             k_per_parent=k_per_parent)
     from gfsim.whatif import resolve
@@ -198,25 +198,6 @@ def _plot(pairs, out: dict, path: Path) -> Path:
               f"baseline {out['baseline']['policy']}": [p[1] for p in pairs]}
     return plot_anytime(series, path, title=f"gfsim replay: log {out['log']}, cost "
                                             f"{out['cost_model']}, driver {out['driver']}")
-
-
-def _search_config(driver: str, preset: str | None, **knobs):
-    """The puct search shape from --search and the knobs; an error if given to the trace
-    driver, where they mean nothing."""
-    from gfsim.errors import GfsimError
-    from gfsim.simulator.puct_engine import SEARCH_PRESETS, replace_config
-
-    given = {k: v for k, v in knobs.items() if v is not None}
-    if driver != "puct":
-        if preset is not None or given:
-            flags = ", ".join(["--search"] * (preset is not None)
-                              + [f"--{k.replace('_', '-')}" for k in given])
-            raise GfsimError(f"{flags}: only with --driver puct")
-        return None
-    if preset is not None and preset not in SEARCH_PRESETS:
-        raise GfsimError(f"--search: unknown preset {preset!r}; valid: "
-                         f"{', '.join(SEARCH_PRESETS)}")
-    return replace_config(SEARCH_PRESETS[preset or "paper-standard"], **given)
 
 
 def _print_intervals(con, iv: dict) -> None:

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from gfsim.cli.common import console, handles_errors, print_json
+from gfsim.cli.common import console, handles_errors, print_json, search_config
 
 __all__ = ["savings"]
 
@@ -43,7 +43,6 @@ def savings(
     from gfsim.simulator import parse_budget
     from gfsim.simulator.replay import replay_seeds
 
-    from gfsim.cli.replay_cmd import _search_config
 
     if seeds < 2 or jobs < 1:
         raise GfsimError("--seeds must be >= 2 and --jobs >= 1")
@@ -53,7 +52,7 @@ def savings(
 
     the_log, forecaster = resolve(open_log(log), forecaster)
     model = load_cost_model(cost)
-    config = _search_config(driver, search, overgen=overgen)
+    config = search_config(driver, search, overgen=overgen)
     the_budget = parse_budget(budget)
     pairs = replay_seeds(the_log, policy, model, range(seed, seed + seeds), baseline=baseline,
                          jobs=jobs, budget=the_budget, driver=driver, search=config,

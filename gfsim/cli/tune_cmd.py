@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from gfsim.cli.common import console, handles_errors, print_json
+from gfsim.cli.common import console, handles_errors, print_json, search_config
 
 __all__ = ["tune"]
 
@@ -81,7 +81,6 @@ def tune(
                                   trial_rows)
     from gfsim.tuning import TrialSetup, parse_constraint, parse_objectives, parse_param
 
-    from gfsim.cli.replay_cmd import _search_config
 
     if seeds < 1 or trials < 1 or workers < 1 or jobs < 1:
         raise GfsimError("--seeds, --trials, --workers and --jobs must be >= 1")
@@ -94,7 +93,7 @@ def tune(
 
     the_log, forecaster = resolve(open_log(log), forecaster)
     model = load_cost_model(cost)
-    config = _search_config(driver, search)
+    config = search_config(driver, search)
     setup = TrialSetup(the_log, model, policy, driver, parse_budget(budget),
                        list(range(seed, seed + seeds)), config, target, forecaster)
     the_sampler = make_sampler(sampler, seed, limit is not None)
