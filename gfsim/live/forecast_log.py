@@ -47,9 +47,7 @@ def requests_from_log(path) -> tuple[dict, list, list[str]]:
     for line, rec in iter_records(path):
         if rec.get("kind") == "header":
             header = rec
-            tasks = {}
-            for i, t in enumerate(header.get("tasks") or []):
-                tasks[t.get("task_id")] = t
+            tasks = {t.get("task_id"): t for t in header.get("tasks") or []}
         elif rec.get("kind") == "candidate":
             code = rec.get("code")
             if not isinstance(code, str) or not code.strip():
