@@ -66,7 +66,10 @@ def _kill_mid_trial(storage, name, tmp_path, heartbeat_args):
             trials = load(storage, name).trials
         except Exception:  # the study is not created yet
             continue
-        running = next((t for t in trials if t.state == optuna.trial.TrialState.RUNNING), None)
+        # A trial that is running and has drawn its parameters (they are set a moment after
+        # the trial starts).
+        running = next((t for t in trials if t.state == optuna.trial.TrialState.RUNNING
+                        and t.params), None)
     assert running is not None, "worker A never started a trial"
     time.sleep(1.5)
     os.killpg(a.pid, signal.SIGKILL)  # mid-trial: no chance to tidy up
@@ -94,7 +97,7 @@ def test_a_killed_workers_trial_is_failed_and_retried(postgres_url, tmp_path, ki
     assert by_number[killed].state == optuna.trial.TrialState.FAIL
     retries = [t for t in study.trials if retry_of(t) == killed]
     assert len(retries) == 1 and retries[0].state == optuna.trial.TrialState.COMPLETE
-    assert retries[0].params == params
+    assert params and retries[0].params == params == by_number[killed].params
     assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
 
 
