@@ -50,15 +50,15 @@ def anytime_on_grid(results, x: str, grid) -> np.ndarray:
     """(n_results, len(grid)): for each replay (one per seed), the geometric mean over its
     searches of the best measured speedup once each search had spent ``grid[j]`` (USD or
     seconds, per search). A search that finished before keeps its final best."""
+    from gfsim.simulator.results import best_at
+
     col = _X_COLUMNS[x][0]
     grid = np.asarray(grid, dtype=float)
     out = np.empty((len(results), len(grid)))
     for i, res in enumerate(results):
         logs = []
         for s in res.searches:
-            spent = np.maximum.accumulate(s.anytime[:, col])
-            k = np.maximum(np.searchsorted(spent, grid, "right") - 1, 0)
-            logs.append(np.log(s.anytime[k, 4]))
+            logs.append(np.log(best_at(s.anytime, col, grid)))
         out[i] = np.exp(np.mean(logs, axis=0))
     return out
 

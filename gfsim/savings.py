@@ -18,24 +18,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from gfsim.simulator.results import best_at, first_reaching
 from gfsim.stats import NOTE, interval
 
 __all__ = ["savings", "usd_text", "QUANTILES"]
 
 QUANTILES = (0.5, 0.75, 0.9)
-
-
-def _first(anytime: np.ndarray, col: int, target: float) -> tuple[float, bool]:
-    """(spend at which the best first reached ``target``, reached?); the final spend if not."""
-    hit = np.flatnonzero(anytime[:, 4] >= target)
-    return (float(anytime[hit[0], col]), True) if len(hit) else (float(anytime[-1, col]),
-                                                                 False)
-
-
-def _best_at(anytime: np.ndarray, col: int, spend: float) -> float:
-    spent = np.maximum.accumulate(anytime[:, col])
-    k = max(int(np.searchsorted(spent, spend, "right")) - 1, 0)
-    return float(anytime[k, 4])
 
 
 def savings(pairs, *, seed: int = 0, n_boot: int = 2000) -> dict:
@@ -61,7 +49,7 @@ def savings(pairs, *, seed: int = 0, n_boot: int = 2000) -> dict:
             base_gen_n[i, j] = b.candidates
             final_base[i, j] = b.best_speedup
             c = min(pt.usd, bt.usd)
-            gain[i, j] = _best_at(p.anytime, 1, c) / _best_at(b.anytime, 1, c)
+            gain[i, j] = float(best_at(p.anytime, 1, c)) / float(best_at(b.anytime, 1, c))
 
     def iv(x, key, log=False):
         return interval(x, key=key, seed=seed, n_boot=n_boot, log=log)
@@ -80,8 +68,8 @@ def savings(pairs, *, seed: int = 0, n_boot: int = 2000) -> dict:
         rp, rb = np.zeros(shape, bool), np.zeros(shape, bool)
         for i, (pol, base) in enumerate(pairs):
             for j, (p, b) in enumerate(zip(pol.searches, base.searches)):
-                cp[i, j], rp[i, j] = _first(p.anytime, 1, t[j])
-                cb[i, j], rb[i, j] = _first(b.anytime, 1, t[j])
+                cp[i, j], rp[i, j] = first_reaching(p.anytime, 1, t[j])
+                cb[i, j], rb[i, j] = first_reaching(b.anytime, 1, t[j])
         reach[name] = {"policy": float(rp.mean()), "baseline": float(rb.mean())}
         cost[name] = {"policy_usd": float(cp.mean()), "baseline_usd": float(cb.mean()),
                       "saved_usd": iv(cb - cp, f"reach-{name}")}

@@ -8,7 +8,6 @@ should hold: running the same command again after an interruption runs only the 
 
 from __future__ import annotations
 
-import math
 import time
 from concurrent.futures import ProcessPoolExecutor
 
@@ -356,6 +355,3 @@ def leave_one_task_out(study, objectives) -> list[dict]:
                      "in_sample": score(mats[best_all.number], [j])})
     return rows
 
-
-def finite(x) -> float | None:
-    return x if isinstance(x, (int, float)) and math.isfinite(x) else None

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from gfsim.errors import SpecError
+from gfsim.simulator.results import first_reaching
 
 __all__ = ["TunedParam", "parse_param", "parse_objectives", "parse_constraint", "TrialSetup",
            "evaluate", "expected_random_best", "OBJECTIVES", "SEARCH_PARAMS"]
@@ -226,13 +227,6 @@ def _pools(log) -> dict:
     return out
 
 
-def _time_to(anytime: np.ndarray, col: int, target: float) -> float:
-    """The first spend (column ``col``) at which the best reached ``target``; the search's final
-    spend if it never did (censored)."""
-    hit = np.flatnonzero(anytime[:, 4] >= target)
-    return float(anytime[hit[0], col] if len(hit) else anytime[-1, col])
-
-
 def _search_metrics(s, setup: TrialSetup, clipped: list) -> dict:
     tot = s.total
     values, seed = setup.pools.get(s.task_id, (np.array([]), s.seed_speedup))
@@ -242,13 +236,13 @@ def _search_metrics(s, setup: TrialSetup, clipped: list) -> dict:
     if denom < _CLIP * top:
         clipped.append(1)
         denom = _CLIP * top
-    anytime = s.anytime
-    # Costs-to-target count the idle of a reserved GPU only up to the last measurement row.
+    # USD to first reach the target, censored at what the search spent in all (a reserved
+    # GPU's idle after the last measurement included).
+    reach_usd, _ = first_reaching(s.anytime, 1, setup.target * s.seed_speedup)
     return {"best_speedup": s.best_speedup, "usd": tot.usd, "wall_s": s.wall_s,
             "joules": tot.joules, "gpu_evals": s.gpu_evals,
             "score": (s.best_speedup - e_rand) / denom,
-            "cost_to_target": min(_time_to(anytime, 1, setup.target * s.seed_speedup),
-                                  tot.usd)}
+            "cost_to_target": min(reach_usd, tot.usd)}
 
 
 def evaluate(setup: TrialSetup, spec: str, search, seeds=None, pool=None) -> dict:

@@ -11,7 +11,7 @@ import pandas as pd
 
 from gfsim.cost_models.usage import STAGES, Cost
 
-__all__ = ["SearchResult", "ReplayResult", "geometric_mean"]
+__all__ = ["SearchResult", "ReplayResult", "geometric_mean", "best_at", "first_reaching"]
 
 
 def sum_costs(costs) -> Cost:
@@ -24,6 +24,23 @@ def sum_costs(costs) -> Cost:
 def geometric_mean(values) -> float:
     v = np.asarray(list(values), dtype=float)
     return float(np.exp(np.log(v).mean())) if len(v) else math.nan
+
+
+def best_at(anytime: np.ndarray, col: int, spend):
+    """The best speedup a search had found once it had spent ``spend`` (column ``col`` of its
+    anytime rows: 0 seconds, 1 USD, 2 joules); a scalar or an array of spends. A search that
+    finished before keeps its final best."""
+    spent = np.maximum.accumulate(anytime[:, col])
+    k = np.maximum(np.searchsorted(spent, spend, "right") - 1, 0)
+    return anytime[k, 4]
+
+
+def first_reaching(anytime: np.ndarray, col: int, target: float) -> tuple[float, bool]:
+    """(spend at which the best first reached ``target``, whether it did); the search's final
+    spend when it never did (censored there)."""
+    hit = np.flatnonzero(anytime[:, 4] >= target)
+    return (float(anytime[hit[0], col]), True) if len(hit) else (float(anytime[-1, col]),
+                                                                 False)
 
 
 @dataclass

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 from gfsim.cli.main import app
 from gfsim.cost_models import load_cost_model
 from gfsim.replay_logs import open_log
-from gfsim.savings import _best_at, _first, savings
+from gfsim.savings import savings
+from gfsim.simulator.results import best_at, first_reaching
 from gfsim.simulator.replay import replay_seeds
 
 runner = CliRunner()
@@ -24,10 +25,10 @@ def pairs(policy, baseline="all", seeds=range(4), log="synthetic-mini"):
 
 def test_reaching_a_target_is_censored_at_what_was_spent():
     anytime = np.array([[0, 0, 0, 0, 1.0], [10, 2.0, 0, 1, 1.5], [20, 5.0, 0, 2, 3.0]])
-    assert _first(anytime, 1, 1.4) == (2.0, True)
-    assert _first(anytime, 1, 3.0) == (5.0, True)
-    assert _first(anytime, 1, 9.0) == (5.0, False)  # never: the whole spend, censored
-    assert _best_at(anytime, 1, 4.99) == 1.5 and _best_at(anytime, 1, 100) == 3.0
+    assert first_reaching(anytime, 1, 1.4) == (2.0, True)
+    assert first_reaching(anytime, 1, 3.0) == (5.0, True)
+    assert first_reaching(anytime, 1, 9.0) == (5.0, False)  # never: the whole spend, censored
+    assert best_at(anytime, 1, 4.99) == 1.5 and best_at(anytime, 1, 100) == 3.0
 
 
 def test_a_policy_against_itself_saves_nothing():
