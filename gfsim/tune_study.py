@@ -86,13 +86,20 @@ def make_storage(url: str, heartbeat: int | None = None, retries: int = 1):
             else:
                 kw["failed_trial_callback"] = optuna.storages.RetryFailedTrialCallback(
                     max_retry=retries)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # heartbeat options are marked experimental
-                return optuna.storages.RDBStorage(url, **kw)
-        except Exception as exc:  # a bad URL, an unreachable server, a missing driver
-            raise GfsimError(f"--storage {url}: cannot open ({type(exc).__name__}: "
-                             f"{str(exc)[:200]})") from None
+        for attempt in range(5):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # heartbeat options are experimental
+                    return optuna.storages.RDBStorage(url, **kw)
+            except Exception as exc:  # a bad URL, an unreachable server, a missing driver
+                # Workers started together on a fresh database race to create Optuna's
+                # tables; the loser sees a duplicate type or table, and a second try finds
+                # them made.
+                racing = type(exc).__name__ in ("IntegrityError", "ProgrammingError")
+                if not racing or attempt == 4:
+                    raise GfsimError(f"--storage {url}: cannot open ({type(exc).__name__}: "
+                                     f"{str(exc)[:200]})") from None
+                time.sleep(0.2 * (attempt + 1))
     return url
 
 
