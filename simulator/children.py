@@ -138,11 +138,18 @@ class LogChildren(ChildSource):
         used.update(order[:n])
         return order[:n]
 
+    def _identity(self, c: int) -> str:
+        """What the archive's duplicate-code check compares: the code's hash where the log
+        records it (two logged candidates with the same code are one kernel, as the live
+        search saw them), else the logged candidate."""
+        sha = self.t.code_sha256[c] if self.t.code_sha256 else None
+        return sha or self.t.candidate_ids[c]
+
     def _child(self, c: int, cid: str, source: str, speedup: float) -> Child:
         t = self.t
         return Child(
             candidate_id=cid, draw_source=source, template=t.candidate_ids[c],
-            code=None if source == "fallback" else t.candidate_ids[c],
+            code=None if source == "fallback" else self._identity(c),
             gen_s=t.gen_s[c], gen_in=t.gen_in[c], gen_out=t.gen_out[c],
             gen_imputed=t.gen_imputed[c], gen_failed=t.gen_failed[c],
             has_forecast=bool(t.has_forecast[c]), probs=t.probs[c],

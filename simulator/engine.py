@@ -47,6 +47,7 @@ CANDIDATE_STATES = (
 _ENDS_AFTER = {"compile": {"compile_failed"}, "check": {"runtime_error", "incorrect"}}
 _K = {s: k for k, s in enumerate(STAGES)}
 _K_GENERATION, _K_FORECASTING, _K_COLD_START = _K["generation"], _K["forecasting"], _K["cold_start"]
+_K_TIMING = _K["timing"]
 
 
 def _as_list(values) -> list:
@@ -140,8 +141,9 @@ class SearchSimulation:
                     return plan, "unmeasurable"
                 k = _K[COST_STAGE[s]]
                 plan.append((k, self._secs[k][i]))
-                if outcome in _ENDS_AFTER.get(s, ()):
-                    return plan, outcome
+                if outcome in _ENDS_AFTER.get(s, ()) and not (
+                        s == "check" and self._secs[_K_TIMING][i] > 0):
+                    return plan, outcome  # (a failure found after timing: timing ran)
         return plan, None
 
     def _run(self, i: int, segs):

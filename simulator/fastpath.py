@@ -88,7 +88,8 @@ class _World:
         self.no_eval = np.equal(outcome, None)
         self.success = outcome == "success"
         self.ends_after = {"compile": outcome == "compile_failed",
-                           "check": (outcome == "runtime_error") | (outcome == "incorrect")}
+                           "check": ((outcome == "runtime_error") | (outcome == "incorrect"))
+                           & ~(a["timing"] > 0)}  # failed after timing: timing ran
         self.secs = {k: a[k] for k in ("generation", "forecasting", *t.stage_s)}
         self.price = t.price
         # How many times each candidate ran each stage (a second GPU acquisition under

@@ -27,7 +27,8 @@ from gfsim.simulator.pipeline import DEFAULT_PIPELINE, Pipeline
 from gfsim.simulator.puct import ArchiveNode, ChildResult, PuctArchive
 from gfsim.simulator.results import SearchResult
 
-__all__ = ["SearchConfig", "SEARCH_PRESETS", "PuctSimulation", "EXTRAPOLATED_SHARE"]
+__all__ = ["SearchConfig", "SEARCH_PRESETS", "PuctSimulation", "EXTRAPOLATED_SHARE",
+           "cap_per_parent"]
 
 EXTRAPOLATED_SHARE = 0.25  # a replay with more fallback draws than this is labelled extrapolated
 _EVAL = ("cold_start", "compilation", "check", "timing")
@@ -71,6 +72,19 @@ SEARCH_PRESETS = {
 
 
 _MEASURE_STAGES = ("cold_start", "compilation", "check", "timing")
+
+
+def cap_per_parent(batch, measure, k: int) -> np.ndarray:
+    """At most k of one parent's batch: the policy's choices by expected bin index (the
+    reference's ranking), unforecast ones last, ties by request order."""
+    measure = np.asarray(measure, dtype=bool)
+    if measure.sum() <= k:
+        return measure
+    rank = np.where(batch.usable, batch.probs @ np.arange(1, 9), -np.inf)
+    order = [i for i in np.argsort(-rank, kind="stable") if measure[i]]
+    capped = np.zeros(len(measure), bool)
+    capped[order[:k]] = True
+    return capped
 
 
 class _GrowingTrace:
@@ -175,17 +189,7 @@ class PuctSimulation(SearchSimulation):
         return float(np.mean(self._musd_values)) if self._musd_values else math.nan
 
     def _cap(self, batch, decisions) -> np.ndarray:
-        """At most k per parent: the policy's choices by expected bin index (the reference's
-        ranking), unforecast ones last, ties by request order."""
-        measure = np.asarray(decisions.measure, dtype=bool)
-        k = self.config.k_per_parent
-        if measure.sum() <= k:
-            return measure
-        rank = np.where(batch.usable, batch.probs @ np.arange(1, 9), -np.inf)
-        order = [i for i in np.argsort(-rank, kind="stable") if measure[i]]
-        capped = np.zeros(len(measure), bool)
-        capped[order[:k]] = True
-        return capped
+        return cap_per_parent(batch, decisions.measure, self.config.k_per_parent)
 
     def _driver(self):
         env, cfg, t = self.env, self.config, self.trace

@@ -63,6 +63,7 @@ class SearchTrace:
     # Per cost stage: (usd, joules, usd_imputed) of each candidate *if* that stage runs for it.
     # Pricing is linear and does not depend on the simulation, so it is done once, vectorised.
     price: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
+    code_sha256: list[str | None] | None = None  # the code's identity, where the log has it
 
     def __len__(self) -> int:
         return len(self.candidate_ids)
@@ -150,6 +151,7 @@ def build_traces(
     edges = tuple(log.header.get("forecast_bin_edges") or ())
     frame = log.header.get("forecast_relative_to") or "reference"
     tasks = log.tasks
+    run_seed = {r["search_id"]: r.get("seed_speedup") for r in log.runs}
 
     traces = []
     for search_id, rows in cands.groupby("search_id", sort=False):
@@ -160,7 +162,10 @@ def build_traces(
         task_id = rows["task_id"].iloc[0]
         if rows["task_id"].nunique() > 1:
             raise GfsimError(f"{log.path}: search {search_id!r} mixes tasks; one task per search")
-        seed_speedup = float(tasks[task_id].get("seed_speedup") or 1.0)
+        # A live run measures its seed kernel itself and records it on its run record (merged
+        # runs may have measured the same task's seed apart); otherwise the header's.
+        seed_speedup = float(run_seed.get(str(search_id)) or tasks[task_id].get("seed_speedup")
+                             or 1.0)
 
         gen_s = rows["gen_service_s"].astype(float)
         if log.header.get("duration_basis", "service") == "service":
@@ -191,9 +196,11 @@ def build_traces(
         check, check_imp = _fill(e["check_s"], pri.check_s)
         timing, timing_imp = _fill(e["timing_s"], pri.timing_s)
         for i, o in enumerate(outcome):
-            if o in _STOPS_BEFORE_CHECK:
+            # A stage after the failure did not run, so no imputed time for it; a logged time
+            # is kept (a live measurement that failed its re-check after timing did time).
+            if o in _STOPS_BEFORE_CHECK and check_imp[i]:
                 check[i], check_imp[i] = 0.0, False
-            if o in _STOPS_BEFORE_TIMING:
+            if o in _STOPS_BEFORE_TIMING and timing_imp[i]:
                 timing[i], timing_imp[i] = 0.0, False
         energy = pd.to_numeric(e["energy_j"], errors="coerce").to_numpy(float)
         energy_j = [None if (not same_gpu or np.isnan(x)) else float(x) for x in energy]
@@ -227,6 +234,7 @@ def build_traces(
                            "timing": timing_imp},
             energy_j=energy_j,
             logged_status=rows["status"].tolist(),
+            code_sha256=[c if isinstance(c, str) else None for c in rows["code_sha256"]],
         ))
     for t in traces:
         t.price = _price(t, model)
