@@ -183,7 +183,82 @@ class _NoAnswer(Exception):
     """A request that got no usable HTTP answer (retryable)."""
 
 
-class VllmForecaster(Forecaster):
+class _HttpTransport:
+    """The HTTP side of the live clients (``VllmForecaster``, ``gfsim.live.mutator.LlmMutator``):
+    one thread-safe ``httpx.Client`` and POST with retries and exponential backoff. A subclass
+    sets ``base_url``, ``api_key``, ``concurrency``, ``keepalive``, ``timeout_s``, ``retries`` and
+    ``backoff_s``; ``_rejected`` makes the exception raised for an HTTP 4xx answer other than 429
+    (a request the server refuses, not one it failed to answer)."""
+
+    _client = None
+    _client_lock = threading.Lock()
+
+    def _rejected(self, url: str, resp) -> Exception:
+        return GfsimError(f"{url}: HTTP {resp.status_code}: {resp.text[:300]}")
+
+    @property
+    def root_url(self) -> str:
+        """The server root (``/tokenize`` lives there, not under ``/v1``)."""
+        return self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
+
+    def _http(self):
+        if self._client is None:
+            import httpx
+
+            with self._client_lock:  # one client, however many threads ask first
+                if self._client is None:
+                    headers = ({"Authorization": f"Bearer {self.api_key}"} if self.api_key
+                               else {})
+                    limits = httpx.Limits(max_connections=self.concurrency,
+                                          max_keepalive_connections=None if self.keepalive
+                                          else 0)
+                    self._client = httpx.Client(timeout=self.timeout_s, headers=headers,
+                                                limits=limits)
+        return self._client
+
+    def _post_once(self, url: str, payload: dict) -> tuple[dict, float]:
+        import httpx
+
+        started = time.perf_counter()
+        try:
+            resp = self._http().post(url, json=payload)
+        except httpx.HTTPError as exc:  # connect, read timeout, broken or garbage HTTP
+            raise _NoAnswer(f"{type(exc).__name__}: {exc}".strip()) from None
+        took = time.perf_counter() - started
+        if resp.status_code == 429 or resp.status_code >= 500:
+            raise _NoAnswer(f"HTTP {resp.status_code}")
+        if resp.status_code >= 400:
+            raise self._rejected(url, resp)
+        try:
+            body = resp.json()
+        except ValueError:
+            raise _NoAnswer(f"HTTP {resp.status_code} with a body that is not JSON: "
+                            f"{resp.text[:80]!r}") from None
+        if not isinstance(body, dict):
+            raise _NoAnswer("a JSON answer that is not an object")
+        return body, took
+
+    def _post(self, url: str, payload: dict, tally: dict) -> dict:
+        """POST with retries and exponential backoff; raises _NoAnswer when they run out."""
+        last = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            tally["attempts"] += 1
+            try:
+                body, took = self._post_once(url, payload)
+            except _NoAnswer as exc:
+                last = exc
+                continue
+            tally["latency_s"] += took
+            usage = body.get("usage") or {}
+            tally["input_tokens"] += int(usage.get("prompt_tokens") or 0)
+            tally["output_tokens"] += int(usage.get("completion_tokens") or 0)
+            return body
+        raise _NoAnswer(f"no answer after {self.retries + 1} attempts: {last}")
+
+
+class VllmForecaster(Forecaster, _HttpTransport):
     """Forecasts from a vLLM (or other OpenAI-compatible) server; see the module doc."""
 
     def __init__(self, base_url: str, model: str, *, mode: str = "logprobs",
@@ -242,65 +317,12 @@ class VllmForecaster(Forecaster):
         self._setup_lock = threading.Lock()
 
     # -- transport -----------------------------------------------------------------------------
-    @property
-    def root_url(self) -> str:
-        """The server root (``/tokenize`` lives there, not under ``/v1``)."""
-        return self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
-
-    def _http(self):
-        if self._client is None:
-            import httpx
-
-            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-            limits = httpx.Limits(max_connections=self.concurrency,
-                                  max_keepalive_connections=None if self.keepalive else 0)
-            self._client = httpx.Client(timeout=self.timeout_s, headers=headers, limits=limits)
-        return self._client
-
-    def _post_once(self, url: str, payload: dict) -> tuple[dict, float]:
-        import httpx
-
-        started = time.perf_counter()
-        try:
-            resp = self._http().post(url, json=payload)
-        except httpx.HTTPError as exc:  # connect, read timeout, broken or garbage HTTP
-            raise _NoAnswer(f"{type(exc).__name__}: {exc}".strip()) from None
-        took = time.perf_counter() - started
-        if resp.status_code == 429 or resp.status_code >= 500:
-            raise _NoAnswer(f"HTTP {resp.status_code}")
-        if resp.status_code >= 400:
-            hint = ""
-            if "tool-call-parser" in resp.text:
-                hint = (" (start vLLM with --enable-auto-tool-choice --tool-call-parser NAME, or "
-                        "use tool_transport=json or tool_transport=regex)")
-            raise ForecasterError(f"{url}: HTTP {resp.status_code}: {resp.text[:300]}{hint}")
-        try:
-            body = resp.json()
-        except ValueError:
-            raise _NoAnswer(f"HTTP {resp.status_code} with a body that is not JSON: "
-                            f"{resp.text[:80]!r}") from None
-        if not isinstance(body, dict):
-            raise _NoAnswer("a JSON answer that is not an object")
-        return body, took
-
-    def _post(self, url: str, payload: dict, tally: dict) -> dict:
-        """POST with retries and exponential backoff; raises _NoAnswer when they run out."""
-        last = None
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self.backoff_s * 2 ** (attempt - 1))
-            tally["attempts"] += 1
-            try:
-                body, took = self._post_once(url, payload)
-            except _NoAnswer as exc:
-                last = exc
-                continue
-            tally["latency_s"] += took
-            usage = body.get("usage") or {}
-            tally["input_tokens"] += int(usage.get("prompt_tokens") or 0)
-            tally["output_tokens"] += int(usage.get("completion_tokens") or 0)
-            return body
-        raise _NoAnswer(f"no answer after {self.retries + 1} attempts: {last}")
+    def _rejected(self, url: str, resp) -> Exception:
+        hint = ""
+        if "tool-call-parser" in resp.text:
+            hint = (" (start vLLM with --enable-auto-tool-choice --tool-call-parser NAME, or "
+                    "use tool_transport=json or tool_transport=regex)")
+        return ForecasterError(f"{url}: HTTP {resp.status_code}: {resp.text[:300]}{hint}")
 
     # -- labels ----------------------------------------------------------------------------------
     def _ensure_labels(self) -> dict[int, int]:
@@ -455,40 +477,45 @@ def parse_forecaster(spec: str) -> Forecaster:
     labels=digits|words,top_logprobs=20,max_tokens=2048,temperature=0,max_prompt_tokens=N,
     server=vllm|openai,tool_transport=tools|json|regex,name=NAME,api_key_env=VAR]``. The API key is read from the environment
     variable ``api_key_env`` names, never from the command line."""
+    kind, sep, rest = (spec or "").partition(":")
+    if kind != "vllm" or not sep:
+        raise SpecError(f"--forecaster: expected vllm:URL,model=NAME,...; got {spec!r}")
+    url, kw = server_spec(rest, "--forecaster", "vllm", _VLLM_KEYS)
+    return VllmForecaster(url, kw.pop("model"), **kw)
+
+
+def server_spec(rest: str, what: str, kind: str, keys: dict) -> tuple[str, dict]:
+    """``URL,model=NAME,key=value,...`` (the part after ``kind:``) -> (URL, keyword arguments):
+    values converted by ``keys`` (key -> type), ``timeout``/``backoff`` renamed ``timeout_s``/
+    ``backoff_s``, ``api_key_env`` replaced by ``api_key`` read from that environment variable."""
     import os
 
     from gfsim.specs import parse_kv
 
-    kind, sep, rest = (spec or "").partition(":")
-    if kind != "vllm" or not sep:
-        raise SpecError(f"--forecaster: expected vllm:URL,model=NAME,...; got {spec!r}")
-    items = parse_kv(rest, "--forecaster")
+    items = parse_kv(rest, what)
     if not items or items[0][0] is not None:
-        raise SpecError("--forecaster: the first item after vllm: is the server URL, e.g. "
-                        "vllm:http://127.0.0.1:8000/v1,model=NAME")
+        raise SpecError(f"{what}: the first item after {kind}: is the server URL, e.g. "
+                        f"{kind}:http://127.0.0.1:8000/v1,model=NAME")
     url = items[0][1]
     if not url.startswith(("http://", "https://")):
-        raise SpecError(f"--forecaster: {url!r} is not an http(s) URL")
+        raise SpecError(f"{what}: {url!r} is not an http(s) URL")
     kw: dict = {}
     for key, raw in items[1:]:
-        if key not in _VLLM_KEYS:
-            raise SpecError(f"--forecaster: unknown key {key!r}; valid: {', '.join(_VLLM_KEYS)}")
+        if key not in keys:
+            raise SpecError(f"{what}: unknown key {key!r}; valid: {', '.join(keys)}")
         try:
-            kw[key] = _VLLM_KEYS[key](raw)
+            kw[key] = keys[key](raw)
         except ValueError:
-            raise SpecError(f"--forecaster: {key}={raw!r} is not a "
-                            f"{_VLLM_KEYS[key].__name__}") from None
+            raise SpecError(f"{what}: {key}={raw!r} is not a {keys[key].__name__}") from None
     if "model" not in kw:
-        raise SpecError("--forecaster: model=NAME is required")
-    api_key = None
+        raise SpecError(f"{what}: model=NAME is required")
     if "api_key_env" in kw:
         var = kw.pop("api_key_env")
-        api_key = os.environ.get(var)
-        if not api_key:
-            raise SpecError(f"--forecaster: environment variable {var} is not set")
+        kw["api_key"] = os.environ.get(var)
+        if not kw["api_key"]:
+            raise SpecError(f"{what}: environment variable {var} is not set")
     renames = {"timeout": "timeout_s", "backoff": "backoff_s"}
-    kw = {renames.get(k, k): v for k, v in kw.items()}
-    return VllmForecaster(url, kw.pop("model"), api_key=api_key, **kw)
+    return url, {renames.get(k, k): v for k, v in kw.items()}
 
 
 
