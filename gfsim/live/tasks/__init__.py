@@ -20,6 +20,8 @@ _ENTRIES = {
     "softmax": "gfsim.live.tasks.softmax:SoftmaxTask",
     "layernorm": "gfsim.live.tasks.layernorm:LayerNormTask",
     "matmul": "gfsim.live.tasks.matmul:MatmulTask",
+    "cross_entropy": "gfsim.live.tasks.cross_entropy:CrossEntropyTask",
+    "fp8_quant": "gfsim.live.tasks.fp8_quant:Fp8GroupQuantTask",
 }
 
 

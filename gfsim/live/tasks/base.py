@@ -6,7 +6,8 @@ tolerances and a hand-written family of ``Candidate`` kernels with a search spac
 Python rendered from the task's templates: it imports torch/triton itself and defines
 
 - ``run(*inputs)``: launches the Triton kernel(s) on ``make_inputs``' tensors and returns the
-  output tensor;
+  output tensor, or a tuple of output tensors in the order ``Task.reference`` returns them (a
+  quantiser's values and scales, say);
 - ``aot_specs(dims)``: the kernels ``run`` would launch for a shape, as a list of
   ``(kernel_name, signature, constexprs, options)`` tuples, so that ``gfsim.live.tasks.aot`` can
   compile them ahead of time (for sm_90 without a GPU: Triton's JIT needs a driver to learn a
@@ -26,7 +27,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from functools import cached_property
 
-__all__ = ["Candidate", "Task", "load_code", "render_header"]
+__all__ = ["Candidate", "Task", "load_code", "output_arrays", "render_header", "worst_excess"]
 
 
 @dataclass(frozen=True)
@@ -75,9 +76,10 @@ class Task(ABC):
     - ``make_inputs(dims, seed, device)`` is a pure function of its arguments: the same call in
       any process gives bitwise identical tensors (drawn on that device with a seeded
       ``torch.Generator``); never all zeros.
-    - ``reference(*inputs)`` is the trusted result, in float32 (the comparison is
-      ``numpy.allclose(got, ref, atol, rtol)`` in float32 on the parent side); it calls only the
-      entry points in ``blocked`` plus elementwise ops and casts.
+    - ``reference(*inputs)`` is the trusted result: one tensor, or a tuple of tensors for a task
+      with several outputs; it calls only the entry points in ``blocked`` plus elementwise ops
+      and casts. The parent compares a candidate's outputs with it as float32 NumPy arrays
+      through ``compare`` (by default ``numpy.allclose(got, ref, atol, rtol)`` per output).
     - ``baseline(*inputs)`` is what a speedup is measured against: the native-dtype PyTorch op
       (for fp16 tasks the float32 reference would be an unfairly slow baseline).
     - ``space[variant][param]`` lists the valid values of each tunable parameter in order (so
@@ -105,6 +107,29 @@ class Task(ABC):
 
     def baseline(self, *inputs):
         return self.reference(*inputs)
+
+    def compare(self, got: list, ref: list) -> str | None:
+        """None if a candidate's outputs match the reference's, else why not.
+
+        ``got`` and ``ref`` are lists of float32 NumPy arrays (``output_arrays`` of what ``run``
+        and ``reference`` returned), in order. The default wants as many outputs, each of the
+        reference's shape, finite, and ``numpy.allclose(got, ref, atol, rtol)``; a task whose
+        outputs need another notion of "equal" (quantised values, say) overrides it.
+        """
+        import numpy as np
+
+        if len(got) != len(ref):
+            return f"{len(got)} outputs where the reference has {len(ref)}"
+        for k, (g, r) in enumerate(zip(got, ref, strict=True)):
+            what = "output" if len(ref) == 1 else f"output {k}"
+            if g.shape != r.shape:
+                return f"{what} shape {tuple(g.shape)} != reference {tuple(r.shape)}"
+            if not np.all(np.isfinite(g)):
+                return f"{what} has NaN or inf"
+            if not np.allclose(g, r, atol=self.atol, rtol=self.rtol):
+                worst = worst_excess([g], [r], self.atol, self.rtol)
+                return f"{what} differs from the reference (worst excess {worst:.3g})"
+        return None
 
     @abstractmethod
     def candidates(self) -> list[Candidate]: ...
@@ -191,6 +216,31 @@ class Task(ABC):
             params = {**parent.params, key: values[i + step]}
         self.validate(variant, params)
         return Candidate(self.name, variant, params, parent=parent.candidate_id)
+
+
+def output_arrays(out, what: str = "run()") -> list:
+    """The outputs of ``run`` or ``reference`` as float32 NumPy arrays on the host, in order:
+    ``out`` is one tensor or a tuple (or list) of tensors. ``.float()`` widens every dtype used
+    here exactly, float8 included (NumPy has no float8)."""
+    outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    if not outs or not all(hasattr(o, "detach") for o in outs):
+        raise TypeError(f"{what} returned {type(out).__name__}, not a tensor or a tuple of "
+                        "tensors")
+    return [o.detach().float().cpu().numpy() for o in outs]
+
+
+def worst_excess(got: list, ref: list, atol: float, rtol: float) -> float | None:
+    """max(|got - ref| - atol - rtol * |ref|) over the pairs of outputs of equal, non-empty
+    shape (positive: outside ``numpy.allclose``); None where no pair compares. Diagnostic only:
+    ``Task.compare`` gives the verdict."""
+    import numpy as np
+
+    worst = None
+    for g, r in zip(got, ref):
+        if g.shape == r.shape and g.size:
+            e = float(np.max(np.abs(g.astype(np.float64) - r) - atol - rtol * np.abs(r)))
+            worst = e if worst is None else max(worst, e)
+    return worst
 
 
 def render_header(task: Task, variant: str, params: dict, constants: dict) -> str:

@@ -70,29 +70,24 @@ def interpreter_problem() -> str | None:
 
 
 def check(task, run, dims: dict, seed: int, device: str) -> dict:
-    """Compare ``run(*inputs)`` with ``task.reference`` the way the measurer does."""
-    import numpy as np
+    """Compare ``run(*inputs)`` with ``task.reference`` the way the measurer does: every output
+    (one tensor or a tuple) as float32 NumPy, judged by ``task.compare``. ``excess`` is the
+    worst ``|got - ref| - atol - rtol |ref|`` over the outputs (diagnostic; None if none
+    compares)."""
+    from gfsim.live.tasks.base import output_arrays, worst_excess
 
     t0 = time.perf_counter()
     try:
         inputs = task.make_inputs(dims, seed, device)
-        got = run(*inputs)
-        got = got.detach().float().cpu().numpy()
-        ref = task.reference(*inputs).detach().float().cpu().numpy()
+        got = output_arrays(run(*inputs))
+        ref = output_arrays(task.reference(*inputs), "reference()")
     except Exception as exc:  # noqa: BLE001 - report, do not stop the batch
         return {"ok": False, "error": f"{type(exc).__name__}: {str(exc)[:1000]}",
                 "excess": None, "seconds": time.perf_counter() - t0}
     seconds = time.perf_counter() - t0
-    if got.shape != ref.shape:
-        return {"ok": False, "error": f"shape {got.shape} != {ref.shape}", "excess": None,
-                "seconds": seconds}
-    if not np.all(np.isfinite(got)):
-        return {"ok": False, "error": "NaN or inf in the output", "excess": None,
-                "seconds": seconds}
-    excess = float(np.max(np.abs(got - ref) - task.atol - task.rtol * np.abs(ref)))
-    ok = bool(np.allclose(got, ref, atol=task.atol, rtol=task.rtol))
-    return {"ok": ok, "error": None if ok else f"outside tolerance by {excess:.3g}",
-            "excess": excess, "seconds": seconds}
+    why = task.compare(got, ref)
+    return {"ok": why is None, "error": why, "seconds": seconds,
+            "excess": worst_excess(got, ref, task.atol, task.rtol)}
 
 
 def run_jobs(jobs: list[dict]) -> list[dict]:
