@@ -172,6 +172,10 @@ class Forecaster(ABC):
     def describe(self) -> dict:
         return {"name": self.name, "mode": self.mode}
 
+    def prepare(self) -> None:  # noqa: B027 - optional
+        """One-time set-up before the first forecast (a live run calls it before its clock
+        starts, so that no candidate's forecast carries it)."""
+
     def close(self) -> None:  # noqa: B027 - optional
         pass
 
@@ -350,6 +354,10 @@ class VllmForecaster(Forecaster, _HttpTransport):
             return ids
 
     # -- forecasting -----------------------------------------------------------------------------
+    def prepare(self) -> None:
+        if self.mode == "logprobs":
+            self._ensure_labels()
+
     def forecast(self, request: ForecastRequest) -> Forecast:
         from gfsim.live import prompt as P
 

@@ -92,6 +92,15 @@ class MeasurerConfig:
     energy_window_s: float = 1.0
     isolate_network: bool = True
     seed: int = 0
+    # Without a GPU (TRITON_INTERPRET=1): time candidates by wall clock on the CPU (protocol
+    # "cpu-wallclock", on ``cpu_shapes`` or the task's first two check shapes) instead of
+    # stopping at "correct_untimed". Interpreter times, not GPU times: logs say so.
+    cpu_timing: bool = False
+    cpu_shapes: tuple = ()
+    interpret: bool = False  # run the worker with TRITON_INTERPRET=1 (kernels on the CPU)
+    # The baseline's timing is cached per (task, shape) and re-timed after this many timed
+    # candidates (clocks and thermals drift over a long run); 0 never re-times.
+    ref_retime_every: int = 50
 
 
 class WorkerFailure(Exception):
@@ -109,6 +118,8 @@ class _Worker:
         env.update(HOME=str(self.dir), TMPDIR=str(self.dir), PYTHONNOUSERSITE="1",
                    TRITON_CACHE_DIR=str(root / "triton-cache"), PYTHONDONTWRITEBYTECODE="1",
                    PYTHONPATH=_package_root())
+        if config.interpret:
+            env["TRITON_INTERPRET"] = "1"
         cmd = [sys.executable, "-m", "gfsim.live.worker", task]
         self.network_isolated = False
         if config.isolate_network and _can_unshare_net():
@@ -254,6 +265,8 @@ class TritonMeasurer(Measurer):
         self._ref_cache: dict = {}
         self.restarts = 0
         self._nvml = None
+        self._timed_since_ref = 0
+        self.reference_log: list[dict] = []  # every (re-)timing of the baseline, in order
 
     # -- plumbing ----------------------------------------------------------------------------
     @property
@@ -298,11 +311,14 @@ class TritonMeasurer(Measurer):
     def _device(self) -> str:
         import torch
 
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        return "cuda" if torch.cuda.is_available() and not self.config.interpret else "cpu"
 
-    def _reference_output(self, dims: dict, seed: int):
+    def _reference_output(self, dims: dict, seed: int) -> list:
+        """The reference's outputs (one or a tuple) as float32 NumPy arrays, in order."""
+        from gfsim.live.tasks.base import output_arrays
+
         inputs = self.task.make_inputs(dims, seed, self._device())
-        return self.task.reference(*inputs).detach().float().cpu().numpy()
+        return output_arrays(self.task.reference(*inputs), "reference()")
 
     def reference_times(self, dims: dict) -> dict:
         """The baseline's timing on a benchmark shape (cached per shape and protocol): the
@@ -310,12 +326,24 @@ class TritonMeasurer(Measurer):
         what a speedup is against; the upcast ``Task.reference`` only checks correctness."""
         key = (json.dumps(dims, sort_keys=True), self.config.protocol)
         if key not in self._ref_cache:
-            from gfsim.live.timing import time_callable
+            from gfsim.live.timing import time_callable, time_callable_cpu
 
-            inputs = self.task.make_inputs(dims, self.config.seed, "cuda")
-            self._ref_cache[key] = dict(time_callable(self.task.baseline, inputs,
-                                                      **self._timing_options()))
+            device = self._device()
+            timer = time_callable if device == "cuda" else time_callable_cpu
+            inputs = self.task.make_inputs(dims, self.config.seed, device)
+            t0 = time.perf_counter()
+            self._ref_cache[key] = dict(timer(self.task.baseline, inputs,
+                                              **self._timing_options()))
+            self.reference_log.append({"dims": dims, "value_ms": self._ref_cache[key]["value_ms"],
+                                       "seconds": time.perf_counter() - t0})
         return self._ref_cache[key]
+
+    def timing_shapes(self, device: str) -> list[dict]:
+        """The shapes a candidate is timed on: the task's benchmark shapes on a GPU; on the CPU
+        (interpreter) ``cpu_shapes`` or the first two check shapes, which it can afford."""
+        if device == "cuda":
+            return list(self.task.bench_shapes)
+        return [dict(d) for d in self.config.cpu_shapes] or list(self.task.check_shapes[:2])
 
     def _timing_options(self) -> dict:
         c = self.config
@@ -325,81 +353,110 @@ class TritonMeasurer(Measurer):
 
     # -- the stages -----------------------------------------------------------------------------
     def _check(self, worker: _Worker, dims: dict, seed: int) -> str | None:
-        """None if the candidate's output matches the reference, else why not."""
+        """None if the candidate's outputs match the reference's (``Task.compare``), else why
+        not. The worker saves output k at ``output_path(out.npy, k)``."""
         import numpy as np
 
+        from gfsim.live.worker import output_path
+
         path = worker.dir / "out.npy"
-        path.unlink(missing_ok=True)
+        for stale in worker.dir.glob("out*.npy"):
+            stale.unlink(missing_ok=True)
         ans = worker.call({"op": "output", "dims": dims, "seed": seed, "path": str(path)},
                           self.config.check_timeout_s)
         if not ans["ok"]:
             raise _StageError(ans)
-        got = np.load(path, allow_pickle=False)
         ref = self._reference_output(dims, seed)
-        if got.shape != ref.shape:
-            return f"output shape {tuple(got.shape)} != reference {tuple(ref.shape)}"
-        if not np.all(np.isfinite(got)):
-            return "output has NaN or inf"
-        t = self.task
-        if not np.allclose(got, ref, atol=t.atol, rtol=t.rtol):
-            worst = float(np.max(np.abs(got - ref) - t.rtol * np.abs(ref)))
-            return f"output differs from the reference (worst excess {worst:.3g})"
-        return None
+        n = ans.get("n_outputs", 1)
+        if type(n) is not int or n != len(ref):  # the worker's word: checked before use
+            return f"{n} outputs where the reference has {len(ref)}"
+        try:
+            got = [np.load(output_path(path, k), allow_pickle=False) for k in range(n)]
+        except (OSError, ValueError) as exc:
+            return f"output unreadable ({type(exc).__name__}: {str(exc)[:200]})"
+        return self.task.compare(got, ref)
 
     def measure(self, candidate) -> dict:
-        """One evaluation. Never raises for a candidate's own failure: that is an outcome."""
+        """One evaluation. Never raises for a candidate's own failure: that is an outcome.
+
+        The stage seconds partition ``wall_s``: ``compile_s`` runs from the start (a worker
+        started for this candidate included) to the first call's end, ``check_s`` covers the
+        checks, ``timing_s`` everything after (the timing, a re-timing of the baseline when it
+        is due, the energy window and the re-check on fresh inputs). A replay that books these
+        stages therefore holds the GPU exactly as long as the live run did."""
         c = self.config
         task = self.task
         rec: dict = {"candidate_id": candidate.candidate_id, "compile_s": 0.0, "check_s": 0.0,
                      "timing_s": 0.0, "timing_protocol": c.protocol}
-        t_start = time.perf_counter()
+        t_start = mark = time.perf_counter()
         stage = "compile"
+        stage_key = {"compile": "compile_s", "check": "check_s", "timing": "timing_s"}
+
+        def close_stage(next_stage: str | None) -> None:
+            nonlocal mark, stage
+            now = time.perf_counter()
+            rec[stage_key[stage]] += now - mark
+            mark = now
+            stage = next_stage or stage
+
         try:
             worker = self._ensure_worker()
             rec["network_isolated"] = worker.network_isolated
-            t0 = time.perf_counter()
+            shapes = self.timing_shapes(worker.device)
             for req in ({"op": "load", "code": candidate.code},
-                        {"op": "compile", "dims": task.bench_shapes[0], "seed": c.seed}):
+                        {"op": "compile", "dims": shapes[0], "seed": c.seed}):
                 ans = worker.call(req, c.compile_timeout_s)
                 if not ans["ok"]:
                     raise _StageError(ans)
-            rec["compile_s"] = time.perf_counter() - t0
-            stage = "check"
-            t0 = time.perf_counter()
+            close_stage("check")
             for k, dims in enumerate(task.check_shapes):
                 why = self._check(worker, dims, c.seed + 1 + k)
                 if why:
-                    rec["check_s"] = time.perf_counter() - t0
+                    close_stage(None)
                     return self._finish(rec, "incorrect", t_start, reason=why)
-            rec["check_s"] = time.perf_counter() - t0
-            if worker.device != "cuda":
+            close_stage("timing")
+            if worker.device != "cuda" and not c.cpu_timing:
                 # No GPU (TRITON_INTERPRET=1 on CPU): correctness only, no timing. Not a log
                 # outcome: such a result is never written as an evaluation.
                 return self._finish(rec, CORRECT_UNTIMED, t_start)
-            stage = "timing"
-            rec.update(self._time(worker, candidate))
+            if worker.device != "cuda":
+                rec["timing_protocol"] = "cpu-wallclock"
+            rec.update(self._time(worker, candidate, shapes))
+            rec["timing_s"] = 0.0  # _time's own figure is replaced by the stage's whole span
             why = self._check(worker, task.check_shapes[0], c.seed + 10_000)  # fresh inputs
+            close_stage(None)
             if why:
                 return self._finish(rec, "incorrect", t_start, reason=f"after timing: {why}")
             return self._finish(rec, "success", t_start)
         except _StageError as exc:
+            close_stage(None)
             kind = exc.answer.get("kind")
             if kind == "cuda":
                 self._replace_worker()  # a sticky CUDA error poisons the process
             outcome = "compile_failed" if stage == "compile" and kind == "compile" else \
                 "runtime_error"
-            return self._finish(rec, outcome, t_start, reason=exc.answer.get("error"))
+            return self._finish(rec, outcome, t_start, reason=exc.answer.get("error"),
+                                failed_stage=stage)
         except WorkerFailure as exc:
             self._replace_worker()
+            close_stage(None)
             outcome = "timeout" if exc.kind == "timeout" else "runtime_error"
-            return self._finish(rec, outcome, t_start, reason=f"{stage}: {exc}")
+            return self._finish(rec, outcome, t_start, reason=f"{stage}: {exc}",
+                                failed_stage=stage)
 
-    def _time(self, worker: _Worker, candidate) -> dict:
+    def _time(self, worker: _Worker, candidate, shapes: list[dict]) -> dict:
         c = self.config
         t0 = time.perf_counter()
+        retimed = False
+        if c.ref_retime_every and self._timed_since_ref >= c.ref_retime_every:
+            self._ref_cache.clear()  # due: the baseline is timed again below
+            self._timed_since_ref = 0
+        if not self._ref_cache:
+            retimed = True
+        self._timed_since_ref += 1
         e0 = self._energy_mj()
         cand, ref = [], []
-        for dims in self.task.bench_shapes:
+        for dims in shapes:
             w0 = time.perf_counter()
             ans = worker.call({"op": "time", "dims": dims, "seed": c.seed,
                                "options": self._timing_options()}, c.timing_timeout_s)
@@ -421,6 +478,8 @@ class TritonMeasurer(Measurer):
                "timing_reps": [a["reps"] for a in cand],
                "timing_rse": [a["rse"] for a in cand]}
         out["speedup"] = out["ref_runtime_ns"] / out["runtime_ns"]
+        if retimed:
+            out["ref_retimed"] = True
         if e0 is not None and e1 is not None:
             out["energy_j"] = (e1 - e0) / 1e3  # the timing stage (may be under a second)
             out["energy_window_s"] = timing_s
@@ -465,12 +524,18 @@ class TritonMeasurer(Measurer):
         e1 = self._energy_mj()
         return None if e0 is None or e1 is None else (e1 - e0) / 1e3 / seconds
 
-    def _finish(self, rec: dict, outcome: str, t_start: float, reason: str | None = None):
+    def _finish(self, rec: dict, outcome: str, t_start: float, reason: str | None = None,
+                failed_stage: str | None = None):
         rec["outcome"] = outcome
-        rec["wall_s"] = time.perf_counter() - t_start
+        # The stages partition the call (see measure), so their sum is its wall time up to
+        # the microseconds between the last stage's end and this line.
+        staged = rec["compile_s"] + rec["check_s"] + rec["timing_s"]
+        rec["wall_s"] = staged if staged > 0 else time.perf_counter() - t_start
         rec["service_s"] = rec["wall_s"]
         if reason:
             rec["reason"] = str(reason)[:500]
+        if failed_stage:
+            rec["failed_stage"] = failed_stage
         return rec
 
 

@@ -26,7 +26,8 @@ import math
 import statistics
 import time
 
-__all__ = ["PROTOCOLS", "STATISTIC", "TimingResult", "time_callable", "bind"]
+__all__ = ["PROTOCOLS", "STATISTIC", "TimingResult", "time_callable", "time_callable_cpu", "bind",
+           "CPU_PROTOCOL"]
 
 PROTOCOLS = ("gfsim", "reference")
 STATISTIC = {"gfsim": "median", "reference": "mean"}
@@ -109,6 +110,39 @@ def time_callable(fn, inputs, *, protocol: str = "gfsim", warmup: int = 3,
                         value_ms=median if protocol == "gfsim" else mean,
                         statistic=STATISTIC[protocol], rse=_rse(times), reps=len(times),
                         warmup=calls, protocol=protocol, kernel_s=kernel_ms / 1e3,
+                        wall_s=time.perf_counter() - started)
+
+
+CPU_PROTOCOL = "cpu-wallclock"
+
+
+def time_callable_cpu(fn, inputs, *, rse_target: float = 0.02, min_reps: int = 3,
+                      max_reps: int = 20, max_wall_s: float = 30.0, warmup: int = 3,
+                      warmup_s: float = 0.05, **_ignored) -> TimingResult:
+    """Wall-clock timing on the CPU (``time.perf_counter`` around each call; the median): for
+    a live run without a GPU, where Triton kernels run under ``TRITON_INTERPRET=1``. Such times
+    say how fast the interpreter is, not how fast a kernel would be on a GPU; a log made with
+    them says so in its header (protocol ``cpu-wallclock``). Warm-up: at least ``warmup``
+    calls and ``warmup_s`` seconds (a thread pool's first calls are slow)."""
+    started = time.perf_counter()
+    calls = 0
+    while calls < warmup or (time.perf_counter() - started < warmup_s and calls < 1000):
+        fn(*inputs)
+        calls += 1
+    times: list[float] = []
+    while True:
+        t0 = time.perf_counter()
+        fn(*inputs)
+        times.append((time.perf_counter() - t0) * 1e3)
+        n = len(times)
+        if n >= min_reps and _rse(times) < rse_target:
+            break
+        if n >= max_reps or time.perf_counter() - started >= max_wall_s:
+            break
+    mean, median = statistics.fmean(times), statistics.median(times)
+    return TimingResult(times_ms=times, mean_ms=mean, median_ms=median, value_ms=median,
+                        statistic="median", rse=_rse(times), reps=len(times), warmup=calls,
+                        protocol=CPU_PROTOCOL, kernel_s=sum(times) / 1e3,
                         wall_s=time.perf_counter() - started)
 
 

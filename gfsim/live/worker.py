@@ -18,7 +18,7 @@ import sys
 import time
 import traceback
 
-__all__ = ["main", "guard", "resolve"]
+__all__ = ["guard", "main", "output_path", "resolve"]
 
 
 class BlockedCall(RuntimeError):
@@ -65,6 +65,15 @@ def guard(blocked):
             setattr(owner, attr, original)
 
 
+def output_path(path: str, k: int) -> str:
+    """Where ``op_output`` saves output ``k``: ``path`` itself for the first (so a one-output
+    task is as before), ``path`` with ``.k`` before its suffix for the others."""
+    if k == 0:
+        return str(path)
+    root, ext = os.path.splitext(str(path))
+    return f"{root}.{k}{ext}"
+
+
 def _error_kind(exc: BaseException) -> str:
     name = type(exc).__name__
     text = f"{name}: {exc}"
@@ -82,11 +91,14 @@ class Worker:
 
         import torch
 
-        timing.bind() if torch.cuda.is_available() else None
+        # Under TRITON_INTERPRET=1 kernels run on the CPU, and so does everything else here.
+        interpreted = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+        gpu = torch.cuda.is_available() and not interpreted
+        timing.bind() if gpu else None
         self.timing = timing
         self.torch = torch
         self.task = get_task(task_name)
-        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = "cuda" if gpu else "cpu"
         self.run = None
 
     def _sync(self):
@@ -129,22 +141,27 @@ class Worker:
         return {"seconds": time.perf_counter() - t0}
 
     def op_output(self, req):
+        """Run once and save each output as float32 .npy: the k-th at ``output_path(path, k)``
+        (one tensor or a tuple; float8 widened by ``.float()``)."""
         import numpy as np
+
+        from gfsim.live.tasks.base import output_arrays
 
         inputs = self.task.make_inputs(req["dims"], req["seed"], self.device)
         t0 = time.perf_counter()
         out = self._call(inputs)
         seconds = time.perf_counter() - t0
-        if not hasattr(out, "detach"):
-            raise TypeError(f"run() returned {type(out).__name__}, not a tensor")
-        arr = out.detach().float().cpu().numpy()
-        np.save(req["path"], arr, allow_pickle=False)
-        return {"seconds": seconds, "shape": list(arr.shape)}
+        arrays = output_arrays(out)
+        for k, arr in enumerate(arrays):
+            np.save(output_path(req["path"], k), arr, allow_pickle=False)
+        return {"seconds": seconds, "shape": list(arrays[0].shape), "n_outputs": len(arrays)}
 
     def op_time(self, req):
         inputs = self.task.make_inputs(req["dims"], req["seed"], self.device)
+        timer = self.timing.time_callable if self.device == "cuda" else \
+            self.timing.time_callable_cpu  # interpreter mode: wall-clock, labelled as such
         with guard(self.task.blocked):
-            result = self.timing.time_callable(self.run, inputs, **req["options"])
+            result = timer(self.run, inputs, **req["options"])
         return dict(result)
 
     def op_loop(self, req):

@@ -1,0 +1,304 @@
+"""``gfsim live``: a real search (real forecasts, real measurements) that writes a replay log as it
+goes; ``gfsim merge``: several logs into one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from gfsim.cli.common import console, handles_errors, print_json, search_config
+
+__all__ = ["live", "merge", "fidelity"]
+
+
+def _environment(interpret: bool) -> dict:
+    """The header's hardware block: the GPU, its driver, and the software versions."""
+    import platform
+
+    import torch
+
+    import gfsim
+
+    hw: dict = {"python": platform.python_version(), "torch": torch.__version__,
+                "gfsim": gfsim.__version__}
+    try:
+        import triton
+
+        hw["triton"] = triton.__version__
+    except ImportError:
+        pass
+    if interpret or not torch.cuda.is_available():
+        hw["device_name"] = "cpu (Triton interpreter)"
+        hw["cpu"] = platform.processor() or platform.machine()
+        return hw
+    hw["device_name"] = torch.cuda.get_device_name(0)
+    hw["cuda"] = torch.version.cuda
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        hw["driver"] = pynvml.nvmlSystemGetDriverVersion()
+        if isinstance(hw["driver"], bytes):
+            hw["driver"] = hw["driver"].decode()
+    except Exception:  # noqa: BLE001 - no NVML: the driver version stays unknown
+        pass
+    return hw
+
+
+@handles_errors
+def live(
+    tasks: str = typer.Option("softmax,layernorm,matmul", "--tasks",
+                              help="Comma-separated task names (see gfsim.live.tasks)."),
+    out: Path = typer.Option(..., "--out", "-o", help="The log to write (.jsonl or .jsonl.gz)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out: nothing it "
+                                                        "recorded is done again."),
+    driver: str = typer.Option("puct", "--driver", help="puct (the only live driver)."),
+    policy: str = typer.Option("all", "--policy", "-p", help="Policy spec (gfsim policies)."),
+    forecaster: Optional[str] = typer.Option(
+        None, "--forecaster", "-f",
+        help="vllm:URL,model=NAME,mode=logprobs|tool[,...] (a real server); or a what-if one, "
+             "paper:NAME / synthetic:..., which draws its forecast from the measured speedup "
+             "and so only annotates a run whose policy does not read forecasts."),
+    source: str = typer.Option("mutate", "--source",
+                               help="mutate (the task's mutation operator), log:PATH (code "
+                                    "stored in a log) or llm:URL,model=NAME[,...]."),
+    measurer: str = typer.Option("triton", "--measurer",
+                                 help="triton (on the GPU) or interpret (TRITON_INTERPRET=1 "
+                                      "on the CPU, timed by wall clock: interpreter times)."),
+    preset: Optional[str] = typer.Option(None, "--search",
+                                         help="Search preset: paper-standard (default) or "
+                                              "paper-filtered."),
+    steps: Optional[int] = typer.Option(None, "--steps"),
+    parents_per_step: Optional[int] = typer.Option(None, "--parents-per-step"),
+    samples_per_parent: Optional[int] = typer.Option(None, "--samples-per-parent"),
+    overgen: Optional[int] = typer.Option(None, "--overgen"),
+    k_per_parent: Optional[int] = typer.Option(None, "--k-per-parent"),
+    budget: Optional[str] = typer.Option(None, "--budget",
+                                         help="Per search: gpu_evals=N,seconds=S,steps=N."),
+    seed: int = typer.Option(0, "--seed"),
+    capacity: str = typer.Option("generator=4,forecaster=4", "--capacity",
+                                 help="Generations and forecasts in flight at once."),
+    protocol: str = typer.Option("gfsim", "--protocol", help="Timing protocol: gfsim (L2 "
+                                                             "flush, median) or reference."),
+    rse: float = typer.Option(0.001, "--rse", help="Stop timing at this relative std error."),
+    max_reps: int = typer.Option(100, "--max-reps"),
+    energy_window: float = typer.Option(1.0, "--energy-window",
+                                        help="Seconds of back-to-back calls for NVML energy "
+                                             "per call (0: off)."),
+    max_minutes: Optional[float] = typer.Option(None, "--max-minutes",
+                                                help="Stop this session at a step boundary "
+                                                     "after this long (resume later)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Run a live search with real parts and write its replay log as it goes; it ends with the
+    replay of that log (the simulator checked against the run)."""
+    import math
+
+    from gfsim.errors import GfsimError
+    from gfsim.live.driver import LiveOptions, LiveRun
+    from gfsim.live.sources import parse_source
+    from gfsim.live.tasks import get_task
+    from gfsim.simulator.budget import parse_budget
+    from gfsim.specs import parse_kv
+    from gfsim.whatif import is_whatif, parse_whatif
+
+    if driver != "puct":
+        raise GfsimError(f"--driver {driver}: a live run re-runs the closed-loop search; only "
+                         "puct is live (replay a log with --driver trace)")
+    if measurer not in ("triton", "interpret"):
+        raise GfsimError(f"--measurer {measurer!r}: valid: triton, interpret")
+    names = [t.strip() for t in tasks.split(",") if t.strip()]
+    for name in names:
+        get_task(name)  # unknown names: an error listing the valid ones
+    if len(set(names)) != len(names):
+        raise GfsimError(f"--tasks {tasks}: a task is named twice")
+    caps = {"generator": 4, "forecaster": 4}
+    for key, raw in parse_kv(capacity, "--capacity"):
+        if key not in caps:
+            raise GfsimError(f"--capacity: unknown key {key!r}; valid: generator, forecaster")
+        try:
+            caps[key] = int(raw)
+        except ValueError:
+            raise GfsimError(f"--capacity: {key}={raw!r} is not a whole number") from None
+        if caps[key] < 1:
+            raise GfsimError(f"--capacity: {key} must be >= 1")
+    search = search_config("puct", preset, steps=steps, parents_per_step=parents_per_step,
+                           samples_per_parent=samples_per_parent, overgen=overgen,
+                           k_per_parent=k_per_parent)
+    options = LiveOptions(tasks=names, search=search, policy=policy, seed=seed,
+                          budget=parse_budget(budget), generator_slots=caps["generator"],
+                          forecaster_slots=caps["forecaster"],
+                          max_session_s=max_minutes * 60 if max_minutes else math.inf)
+    the_forecaster = None
+    if forecaster and forecaster != "none":
+        if is_whatif(forecaster):
+            the_forecaster = parse_whatif(forecaster)
+        else:
+            from gfsim.live.forecaster import parse_forecaster
+
+            the_forecaster = parse_forecaster(forecaster)
+    the_source = parse_source(source)
+
+    try:
+        import torch  # noqa: F401
+        import triton  # noqa: F401
+    except ImportError as exc:
+        raise GfsimError(f"gfsim live needs the live extra (pip install 'gfsim[live]'): "
+                         f"{exc}") from None
+    from gfsim.live.measurer import MeasurerConfig, TritonMeasurer
+
+    interpret = measurer == "interpret"
+    if not interpret and not torch.cuda.is_available():
+        raise GfsimError("--measurer triton needs a CUDA GPU, and torch sees none; use "
+                         "--measurer interpret to run the kernels under the Triton "
+                         "interpreter on the CPU (interpreter times, not GPU times)")
+    # Under the interpreter a call takes milliseconds to seconds: time it less tightly.
+    mconfig = MeasurerConfig(protocol=protocol, rse_target=0.05 if interpret else rse,
+                             max_reps=min(max_reps, 10) if interpret else max_reps,
+                             energy_window_s=0.0 if interpret else energy_window,
+                             interpret=interpret, cpu_timing=interpret)
+    hardware = _environment(interpret)
+    timing = {"protocol": "cpu-wallclock" if interpret else protocol,
+              "l2_flush": protocol == "gfsim" and not interpret,
+              "input_clone_timed": protocol == "reference" and not interpret,
+              "statistic": "median" if protocol == "gfsim" or interpret else "mean",
+              "rse_target": mconfig.rse_target, "max_reps": mconfig.max_reps,
+              "ref_retime_every": mconfig.ref_retime_every}
+    note = ("a live gfsim search: every evaluation was measured by gfsim's TritonMeasurer" +
+            (" under the Triton interpreter on a CPU, timed by wall clock: the speedups are "
+             "interpreter speedups and say nothing about a GPU" if interpret else
+             f" on a {hardware['device_name']}"))
+    import sys
+
+    provenance = {"kind": "measured", "source": "gfsim live", "note": note,
+                  "command": " ".join(["gfsim", *sys.argv[1:]]),
+                  "date": __import__("datetime").date.today().isoformat(),
+                  "candidates_from": the_source.describe()}
+    if the_forecaster is not None and is_whatif(forecaster):
+        provenance["forecasts"] = (
+            f"what-if forecasts ({the_forecaster.name}): synthetic, drawn after each "
+            "measurement from the measured speedup (gfsim.whatif; every parameter an "
+            "assumption); no LLM forecaster ran")
+    elif the_forecaster is not None:
+        provenance["forecasts"] = f"live forecaster {the_forecaster.describe()}"
+
+    def measurer_for(task_name: str):
+        return TritonMeasurer(task_name, mconfig)
+
+    run = LiveRun(out, options, the_source, measurer_for, the_forecaster, resume=resume,
+                  hardware=hardware, provenance=provenance, timing_protocol=timing)
+    if as_json:
+        summary = run.run()
+    else:
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn)
+
+        with Progress(TextColumn("live {task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=Console(stderr=True)) as bar:
+            job = bar.add_task("steps", total=search.steps * len(names))
+
+            def on_step(s, step):
+                bar.update(job, advance=1, description=f"{s.task.name} step {step}: best "
+                           f"{s.best:.3f}x, {s.evals} measured")
+
+            run.on_step = on_step
+            summary = run.run()
+    from gfsim.live.fidelity import fidelity
+
+    try:
+        summary["fidelity"] = fidelity(out)
+    except GfsimError as exc:
+        summary["fidelity"] = {"error": str(exc)}
+    if as_json:
+        print_json(summary)
+        return
+    _print(summary)
+
+
+@handles_errors
+def fidelity(
+    log: str = typer.Option(..., "--log", "-l", help="A live log (path or shipped name)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+) -> None:
+    """Replay a live log with the live run's own capacities and compare wall-clock and
+    GPU-busy time with what the run recorded, search by search."""
+    from gfsim.live.fidelity import fidelity as compare
+    from gfsim.replay_logs.shipped import open_log
+
+    result = compare(open_log(log))
+    if as_json:
+        print_json(result)
+        return
+    _print_fidelity(result)
+
+
+def _print_fidelity(fid: dict) -> None:
+    from rich.table import Table
+
+    con = console()
+    t = Table("search", "steps", "measured", "live wall s", "replay wall s", "error",
+              "live GPU s", "replay GPU s", "error",
+              title=f"{fid['log']}: replayed with the run's capacities")
+    for r in fid["searches"]:
+        t.add_row(r["search_id"], str(r["steps"]), str(r["gpu_evals"]),
+                  f"{r['live_wall_s']:.2f}", f"{r['replay_wall_s']:.2f}",
+                  f"{r['wall_error']:+.2%}", f"{r['live_gpu_busy_s']:.2f}",
+                  f"{r['replay_gpu_busy_s']:.2f}", f"{r['gpu_busy_error']:+.2%}")
+    tot = fid["total"]
+    t.add_row("all", "", str(tot["gpu_evals"]), f"{tot['live_wall_s']:.2f}",
+              f"{tot['replay_wall_s']:.2f}", f"{tot['wall_error']:+.2%}",
+              f"{tot['live_gpu_busy_s']:.2f}", f"{tot['replay_gpu_busy_s']:.2f}",
+              f"{tot['gpu_busy_error']:+.2%}")
+    con.print(t)
+    verdict = "within" if fid["within_tolerance"] else "OUTSIDE"
+    con.print(f"{verdict} tolerance (every search: wall {fid['tolerance']['wall']:.0%}, GPU "
+              f"busy {fid['tolerance']['gpu_busy']:.0%}); capacities {fid['capacities']}")
+    for n in fid["notes"]:
+        con.print(f"note: {n}")
+
+
+def _print(summary: dict) -> None:
+    from rich.table import Table
+
+    con = console()
+    con.print(f"[bold]gfsim live[/bold]  {summary['log']}  session {summary['session']} "
+              f"({summary['session_s']:.0f} s)" + (f"  stopped: {summary['stopped']}"
+                                                   if summary["stopped"] else ""))
+    if summary["dropped_tail"]:
+        con.print("the log's last write had been cut by a crash; it was dropped before "
+                  "resuming")
+    t = Table("search", "steps", "candidates", "measured", "seed", "best", "live s",
+              "GPU busy s", "stopped by")
+    for s in summary["searches"]:
+        t.add_row(s["search_id"], str(s["steps"]), str(s["candidates"]), str(s["gpu_evals"]),
+                  f"{s['seed_speedup']:.3f}x", f"{s['best_speedup']:.3f}x",
+                  f"{s['live_wall_s']:.1f}", f"{s['live_gpu_busy_s']:.1f}",
+                  str(s["stopped_by"] or "-"))
+    con.print(t)
+    fid = summary.get("fidelity") or {}
+    if "error" in fid:
+        con.print(f"fidelity: not compared ({fid['error']})")
+        return
+    _print_fidelity(fid)
+
+
+@handles_errors
+def merge(
+    logs: list[str] = typer.Argument(..., help="Logs to merge (their searches must differ)."),
+    out: Path = typer.Option(..., "--out", "-o", help="The merged log (must not exist)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Merge logs of the same hardware and timing protocol (e.g. live runs with different seeds
+    or tasks) into one; every input is validated first, and the output written atomically."""
+    from gfsim.replay_logs.merge import merge_logs
+
+    summary = merge_logs(logs, out)
+    if as_json:
+        print_json(summary)
+        return
+    console().print(f"[bold]gfsim merge[/bold]  {len(logs)} logs -> {summary['out']}: "
+                    f"{summary['searches']} searches, {summary['candidates']} candidates, "
+                    f"{summary['records']} records")

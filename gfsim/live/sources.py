@@ -1,0 +1,209 @@
+"""Where a live search's candidate kernels come from.
+
+A ``CandidateSource`` turns a parent kernel (its code and what its measurement said) into child
+kernels. Three sources ship:
+
+- ``mutate`` (``MutationSource``): the task suite's own mutation operator (``Task.mutate``): one
+  parameter moved to a neighbouring value, or another algorithmic variant. No LLM; generation
+  takes microseconds and costs no tokens.
+- ``log:PATH`` (``LogCodeSource``): kernels whose code a replay log stores (e.g. the shipped
+  ``h200-suite-v0``), drawn per task without replacement in a keyed order: re-measuring, or
+  re-forecasting, what another search generated.
+- ``llm:URL,model=NAME`` (``gfsim.live.mutator.LlmMutator``): an LLM behind an OpenAI-compatible
+  server is shown the parent's code and its measured feedback and answers with one Python block.
+
+Every source is keyed: the same (seed, task, node, expansion) asks for the same children (an
+LLM at temperature > 0 may still answer differently; its answers are recorded, and a resumed run
+reuses them rather than asking again).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+from gfsim.errors import GfsimError, SpecError
+
+__all__ = ["Generated", "ParentInfo", "CandidateSource", "MutationSource", "LogCodeSource",
+           "CodeCandidate", "parse_source", "code_sha256"]
+
+
+def code_sha256(code: str) -> str:
+    return hashlib.sha256(code.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class CodeCandidate:
+    """A kernel as the measurer sees it: the task's name and standalone code."""
+
+    task: str
+    code: str
+
+    @property
+    def candidate_id(self) -> str:
+        return f"{self.task}-{code_sha256(self.code)[:12]}"
+
+
+@dataclass
+class ParentInfo:
+    """What a source is told about the kernel it mutates."""
+
+    node_id: str
+    code: str
+    meta: dict = field(default_factory=dict)  # source-specific, e.g. variant and params
+    outcome: str | None = None  # of its measurement (None for a seed not yet measured)
+    speedup: float | None = None  # measured, against the task's baseline
+    reason: str | None = None  # why it failed, when it did
+
+
+@dataclass
+class Generated:
+    """One generated child. ``code`` is None when generation failed (``failed_reason`` says
+    why); token counts are None where no LLM was asked (the log then leaves them out)."""
+
+    code: str | None
+    meta: dict = field(default_factory=dict)
+    failed_reason: str | None = None
+    service_s: float = 0.0
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
+class CandidateSource(ABC):
+    """Children of a parent kernel. ``name`` and ``describe()`` go into the log's header."""
+
+    name: str
+    concurrency: int = 1  # generations that may run at once (an LLM server: several)
+
+    @abstractmethod
+    def seed(self, task) -> ParentInfo:
+        """The search's root kernel for ``task`` (a ``gfsim.live.tasks.Task``), unmeasured."""
+
+    @abstractmethod
+    def generate(self, task, parent: ParentInfo, key: tuple, slot: int) -> Generated:
+        """Child number ``slot`` of the expansion ``key`` = (seed, task, node id, expansion)
+        of ``parent``. Called from worker threads, up to ``concurrency`` at once."""
+
+    def describe(self) -> dict:
+        return {"name": self.name}
+
+    def close(self) -> None:  # noqa: B027 - optional
+        pass
+
+
+def _task_seed(task) -> ParentInfo:
+    first = task.candidates()[0]
+    return ParentInfo("seed", first.code, {"variant": first.variant, "params": first.params})
+
+
+class MutationSource(CandidateSource):
+    """``Task.mutate``: deterministic given the key. A child whose code the search has already
+    generated is drawn again (up to ``retries`` times) so that the search does not spend a
+    slot on a duplicate; one that stays a duplicate is kept (and its measurement reused)."""
+
+    name = "mutate"
+
+    def __init__(self, retries: int = 8):
+        self.retries = retries
+
+    def seed(self, task) -> ParentInfo:
+        return _task_seed(task)
+
+    def generate(self, task, parent, key, slot):
+        from gfsim.live.tasks import Candidate
+        from gfsim.rng import stream
+
+        t0 = time.perf_counter()
+        meta = parent.meta
+        if "variant" not in meta:
+            raise GfsimError(f"mutate: parent {parent.node_id} has no variant/params (was it "
+                             "made by another source?)")
+        base = Candidate(task.name, meta["variant"], dict(meta["params"]))
+        rng = stream(*key, "mutate", slot)
+        child = task.mutate(base, rng)
+        tries = 0
+        seen = self._seen(key)
+        while child.code in seen and tries < self.retries:
+            child = task.mutate(base, rng)
+            tries += 1
+        seen.add(child.code)
+        return Generated(child.code, {"variant": child.variant, "params": child.params},
+                         service_s=time.perf_counter() - t0)
+
+    def _seen(self, key) -> set:
+        # Codes generated per (seed, task): a duplicate costs a measurement slot for nothing.
+        if not hasattr(self, "_codes"):
+            self._codes: dict = {}
+        return self._codes.setdefault((key[0], key[1]), set())
+
+    def remember(self, seed: int, task_name: str, code: str) -> None:
+        """A resumed run tells the source what the search already generated."""
+        self._seen((seed, task_name)).add(code)
+
+
+class LogCodeSource(CandidateSource):
+    """Kernels stored in a replay log, per task, in a keyed order without replacement."""
+
+    name = "log"
+
+    def __init__(self, path: str):
+        from gfsim.replay_logs.io import iter_records
+        from gfsim.replay_logs.shipped import resolve_log
+
+        path = str(resolve_log(path))  # a shipped log's name, or a path
+        self.path = path
+        by_sha: dict[str, str] = {}
+        order: dict[str, list[str]] = {}
+        for _, rec in iter_records(path):
+            if rec.get("kind") != "candidate" or not rec.get("code"):
+                continue
+            sha = code_sha256(rec["code"])
+            if sha not in by_sha:
+                by_sha[sha] = rec["code"]
+                order.setdefault(rec["task_id"], []).append(sha)
+        if not by_sha:
+            raise GfsimError(f"{path}: no candidate in this log stores its code (a log source "
+                             "needs the code field)")
+        self._code = by_sha
+        self._order = order
+        self._taken: dict = {}
+
+    def seed(self, task) -> ParentInfo:
+        return _task_seed(task)
+
+    def generate(self, task, parent, key, slot):
+        from gfsim.rng import stream
+
+        shas = self._order.get(task.name)
+        if not shas:
+            return Generated(None, failed_reason=f"{self.path} stores no code for task "
+                             f"{task.name!r} (it has: {', '.join(self._order)})")
+        taken = self._taken.setdefault((key[0], task.name), set())
+        free = [s for s in shas if s not in taken]
+        if not free:
+            return Generated(None, failed_reason=f"every stored kernel of {task.name} was used")
+        pick = free[int(stream(*key, "log", slot).integers(len(free)))]
+        taken.add(pick)
+        return Generated(self._code[pick], {"log_code_sha256": pick})
+
+    def remember(self, seed: int, task_name: str, code: str) -> None:
+        self._taken.setdefault((seed, task_name), set()).add(code_sha256(code))
+
+    def describe(self) -> dict:
+        return {"name": self.name, "path": str(self.path)}
+
+
+def parse_source(spec: str) -> CandidateSource:
+    """``mutate`` | ``log:PATH`` | ``llm:URL,model=NAME[,...]`` (see the module doc)."""
+    kind, sep, rest = (spec or "").partition(":")
+    if kind == "mutate" and not rest:
+        return MutationSource()
+    if kind == "log" and rest:
+        return LogCodeSource(rest)
+    if kind == "llm" and rest:
+        from gfsim.live.mutator import parse_mutator
+
+        return parse_mutator(spec)
+    raise SpecError(f"--source: expected mutate, log:PATH or llm:URL,model=NAME; got {spec!r}")

@@ -1,0 +1,228 @@
+"""``gfsim live`` on the CPU: the real search loop with real parts where they can run here (the
+vLLM server, the Triton interpreter in the isolated measurement worker), killed and resumed;
+merging runs; what a live run refuses. The GPU run itself is on the H200 (see the shipped
+``h200-live-v1`` log and its fidelity test in test_fidelity.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from collections import Counter
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from gfsim.cli.main import app  # noqa: E402
+from gfsim.replay_logs import load_log  # noqa: E402
+from gfsim.replay_logs.io import iter_records  # noqa: E402
+
+runner = CliRunner()
+TINY_CONTEXT = 512
+SMALL = ["--measurer", "interpret", "--steps", "3", "--parents-per-step", "2",
+         "--samples-per-parent", "2", "--k-per-parent", "2"]
+
+
+def _records(path) -> list[dict]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return [rec for _, rec in iter_records(path)]
+        except Exception:  # noqa: BLE001 - a file being written: try again later
+            return []
+
+
+def _key(rec: dict):
+    return (rec["kind"], rec.get("candidate_id") or rec.get("search_id"), rec.get("step"))
+
+
+def _live(tmp_path, *args) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "gfsim.cli.main", "live", *args],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
+def test_a_live_run_against_vllm_killed_and_resumed_loses_nothing(vllm_server, tmp_path):
+    """Real forecasts from the vLLM server decide (topk:1: the best forecast of each batch), real Triton kernels run
+    under the interpreter in the measurement worker; the run is killed with SIGKILL mid-search,
+    then resumed: every record written before the kill is still there, nothing is asked,
+    decided or measured twice, and the replay of the final log follows the logged search."""
+    out = tmp_path / "run.jsonl.gz"
+    spec = (f"vllm:{vllm_server.url},model={vllm_server.model},mode=logprobs,labels=words,"
+            f"max_prompt_tokens={TINY_CONTEXT - 16}")
+    args = ["--tasks", "softmax,layernorm", *SMALL, "--steps", "4", "--policy",
+            "topk:1", "--forecaster", spec, "--out", str(out), "--seed", "3"]
+    proc = _live(tmp_path, *args)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        recs = _records(out)
+        if sum(r["kind"] == "evaluation" for r in recs) >= 4:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, f"the run ended before it could be killed:\n{proc.stdout.read()}"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = _records(out)
+    assert sum(r["kind"] == "evaluation" for r in before) >= 4
+    assert sum(r["kind"] == "step" for r in before) < 8, "killed too late to test a resume"
+
+    res = subprocess.run([sys.executable, "-m", "gfsim.cli.main", "live", *args, "--resume",
+                          "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    summary = json.loads(res.stdout)
+    after = [rec for _, rec in iter_records(out)]
+    # Nothing lost: every record from before the kill is in the final log, unchanged.
+    final = {(_key(r), json.dumps(r, sort_keys=True)) for r in after}
+    for rec in before:
+        assert (_key(rec), json.dumps(rec, sort_keys=True)) in final, rec
+    # Nothing twice: one candidate, decision and evaluation record per candidate, one answered
+    # forecast each (the resumed session asked only the candidates that had none).
+    counts = Counter(_key(r) for r in after if r["kind"] != "header")
+    assert max(counts.values()) == 1, [k for k, n in counts.items() if n > 1]
+    log = load_log(out)  # a valid log (a second evaluation would be an error)
+    with_code = log.candidates["has_code"].sum() + \
+        log.candidates["code_sha256"].notna().sum() - log.candidates["has_code"].sum()
+    assert len(log.forecasts) == with_code
+    assert {s["steps"] for s in summary["searches"]} == {4}
+    sessions = {r["live"]["session"] for r in after if r["kind"] == "step"}
+    assert sessions == {1, 2} or sessions == {2}
+    # The policy read the forecasts: some candidates skipped, some measured.
+    assert set(log.decisions["action"]) == {"measure", "skip"}
+    # The replay re-runs exactly the logged search: no child from outside the log, the same
+    # evaluations, and the GPU held for exactly the logged service seconds.
+    fid = summary["fidelity"]
+    assert all(r["fallback_draws"] == 0 for r in fid["searches"]), fid
+    assert fid["total"]["gpu_evals"] == len(log.evaluations)
+    logged_busy = float(log.evaluations["wall_s"].sum())
+    assert fid["total"]["replay_gpu_busy_s"] == pytest.approx(logged_busy, rel=1e-9)
+    # Interpreter speedups are labelled as such in the header.
+    assert log.header["timing_protocol"]["protocol"] == "cpu-wallclock"
+    assert "interpreter" in log.header["provenance"]["note"]
+
+
+def _run(tmp_path, out, *extra):
+    res = runner.invoke(app, ["live", "--tasks", "softmax", *SMALL, "--out", str(out),
+                              "--json", *extra])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.output)
+
+
+def test_runs_merge_and_the_merged_log_replays_both(tmp_path):
+    a, b, merged = tmp_path / "a.jsonl", tmp_path / "b.jsonl.gz", tmp_path / "ab.jsonl.gz"
+    _run(tmp_path, a, "--seed", "1")
+    _run(tmp_path, b, "--seed", "2")
+    res = runner.invoke(app, ["merge", str(a), str(b), "--out", str(merged), "--json"])
+    assert res.exit_code == 0, res.output
+    log = load_log(merged)
+    assert set(log.candidates["search_id"]) == {"live-softmax-seed1", "live-softmax-seed2"}
+    assert [m["path"] for m in log.header["merged_from"]] == [str(a), str(b)]
+    # Each search keeps the seed speedup its own run measured.
+    runs = {r["search_id"]: r["seed_speedup"] for r in log.runs}
+    from gfsim.live.fidelity import fidelity
+
+    fid = fidelity(log)
+    assert len(fid["searches"]) == 2 and all(r["fallback_draws"] == 0 for r in fid["searches"])
+    assert runs["live-softmax-seed1"] > 0 and runs["live-softmax-seed2"] > 0
+    # The same run twice does not merge: its searches would appear twice.
+    res = runner.invoke(app, ["merge", str(a), str(a), "--out", str(tmp_path / "aa.jsonl")])
+    assert res.exit_code == 2 and "is also in" in res.output
+    res = runner.invoke(app, ["merge", str(a), "synthetic-mini", "--out",
+                              str(tmp_path / "x.jsonl")])
+    assert res.exit_code == 2 and "do not merge" in res.output
+
+
+def test_a_duplicate_kernel_is_measured_once_and_its_code_stored_once(tmp_path):
+    """With no retries the mutation operator repeats kernels; a repeat reuses the first
+    measurement (zero seconds, reused_from) and the log stores each code once."""
+    from gfsim.live.driver import LiveOptions, LiveRun
+    from gfsim.live.measurer import MeasurerConfig, TritonMeasurer
+    from gfsim.live.sources import MutationSource
+    from gfsim.simulator.puct_engine import SearchConfig
+
+    out = tmp_path / "dup.jsonl"
+    opts = LiveOptions(tasks=["softmax"], search=SearchConfig(steps=4, parents_per_step=1,
+                                                              samples_per_parent=4),
+                       seed=5)
+    cfg = MeasurerConfig(interpret=True, cpu_timing=True, rse_target=0.2, max_reps=3)
+    run = LiveRun(out, opts, MutationSource(retries=0),
+                  lambda t: TritonMeasurer(t, cfg, workdir=tmp_path), None,
+                  hardware={"device_name": "cpu (Triton interpreter)"},
+                  provenance={"kind": "measured", "note": "test"})
+    run.run()
+    recs = [r for _, r in iter_records(out)]
+    evals = {r["candidate_id"]: r for r in recs if r["kind"] == "evaluation"}
+    reused = [r for r in evals.values() if r.get("reused_from")]
+    assert reused, "no duplicate in 16 mutations of one parent line: pick another seed"
+    for r in reused:
+        first = evals[r["reused_from"]]
+        assert r["wall_s"] == r["compile_s"] == r["timing_s"] == 0.0
+        assert r["outcome"] == first["outcome"] and r.get("speedup") == first.get("speedup")
+    cands = [r for r in recs if r["kind"] == "candidate"]
+    stored = [r for r in cands if "code" in r]
+    assert len(stored) == len({r["code_sha256"] for r in cands}) < len(cands)
+    load_log(out)
+
+
+def test_the_reference_is_retimed_every_n_candidates(tmp_path):
+    from gfsim.live.measurer import MeasurerConfig, TritonMeasurer
+    from gfsim.live.tasks import get_task
+
+    task = get_task("softmax")
+    cands = task.candidates()[:5]
+    cfg = MeasurerConfig(interpret=True, cpu_timing=True, rse_target=0.5, max_reps=3,
+                         ref_retime_every=2)
+    with TritonMeasurer("softmax", cfg, workdir=tmp_path) as m:
+        marks = [bool(m.measure(c).get("ref_retimed")) for c in cands]
+        assert marks == [True, False, True, False, True]
+        assert len(m.reference_log) == 3 * len(m.timing_shapes("cpu"))
+
+
+def test_what_a_live_run_refuses(tmp_path):
+    out = tmp_path / "r.jsonl"
+    cases = [
+        (["--driver", "trace"], "only puct is live"),
+        (["--policy", "threshold:0.7", "--forecaster", "paper:gemini3-flash"],
+         "what-if forecaster"),
+        (["--policy", "threshold:0.7"], "give --forecaster"),
+        (["--policy", "oracle:0.5"], "oracle"),
+        (["--tasks", "softmax,nope"], "unknown task"),
+        (["--source", "log:synthetic-mini"], "stores its code"),
+        (["--capacity", "gpus=2"], "unknown key"),
+    ]
+    for extra, needle in cases:
+        res = runner.invoke(app, ["live", "--measurer", "interpret", "--out", str(out),
+                                  *extra])
+        assert res.exit_code == 2 and needle in res.output, (extra, res.output)
+    if not torch.cuda.is_available():
+        res = runner.invoke(app, ["live", "--out", str(out)])
+        assert res.exit_code == 2 and "--measurer interpret" in res.output
+    # An existing log is continued only when asked, and only with its own configuration.
+    _run(tmp_path, out, "--steps", "1")
+    res = runner.invoke(app, ["live", "--tasks", "softmax", *SMALL, "--out", str(out)])
+    assert res.exit_code == 2 and "--resume" in res.output
+    res = runner.invoke(app, ["live", "--tasks", "softmax", *SMALL, "--steps", "1", "--out",
+                              str(out), "--resume", "--policy", "random:0.5"])
+    assert res.exit_code == 2 and "keeps its configuration" in res.output
+
+
+def test_code_from_a_log_is_a_candidate_source(tmp_path):
+    """``--source log:h200-suite-v0``: the shipped kernels, re-measured here (interpreter)."""
+    out = tmp_path / "fromlog.jsonl"
+    summary = _run(tmp_path, out, "--source", "log:h200-suite-v0", "--steps", "2")
+    log = load_log(out)
+    shipped = load_log("h200-suite-v0") if False else None  # noqa: F841 - name check below
+    from gfsim.replay_logs.shipped import resolve_log
+
+    codes = {r["code"] for _, r in iter_records(resolve_log("h200-suite-v0"))
+             if r["kind"] == "candidate" and r.get("code")}
+    mine = [r for _, r in iter_records(out) if r["kind"] == "candidate"]
+    assert mine and all(r["code"] in codes for r in mine if "code" in r)
+    assert summary["searches"][0]["candidates"] == len(log.candidates)
