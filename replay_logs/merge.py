@@ -60,7 +60,7 @@ def merge_logs(paths, out) -> dict:
               "merged_from": [{"path": p, "log_id": log.header["log_id"],
                                "created_at": log.header["created_at"]}
                               for p, log in zip(paths, logs)]}
-    tmp = out.with_name(out.name + ".partial")
+    tmp = out.with_name(".partial-" + out.name)  # same suffix: gzipped iff the output is
     tmp.unlink(missing_ok=True)
     n = 1
     try:

@@ -35,6 +35,14 @@ SHIPPED_LOGS: dict[str, tuple[str, str]] = {
         "matmul) with their code, each against its task's PyTorch baseline; a pairs log for "
         "`gfsim forecast` and `gfsim score`; made by experiments/make_h200_suite.py",
     ),
+    "h200-live-v1": (
+        "h200-live-v1.jsonl.gz",
+        "MEASURED on an NVIDIA H200 by `gfsim live`: PUCT searches (paper-standard, policy all) "
+        "over the 5-task suite, seed 0 complete (40 steps, two sessions, the second resumed) "
+        "and seed 1 for 4 steps, merged; candidates from the tasks' mutation operator; "
+        "forecasts are SYNTHETIC what-if ones (paper:gemini3-flash), drawn after measurement; "
+        "made by experiments/live_h200.sh",
+    ),
 }
 DEFAULT_LOG = "synthetic-puct-v1"
 

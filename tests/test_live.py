@@ -121,6 +121,7 @@ def test_runs_merge_and_the_merged_log_replays_both(tmp_path):
     _run(tmp_path, b, "--seed", "2")
     res = runner.invoke(app, ["merge", str(a), str(b), "--out", str(merged), "--json"])
     assert res.exit_code == 0, res.output
+    assert merged.read_bytes()[:2] == b"\x1f\x8b"  # a .gz output is gzipped
     log = load_log(merged)
     assert set(log.candidates["search_id"]) == {"live-softmax-seed1", "live-softmax-seed2"}
     assert [m["path"] for m in log.header["merged_from"]] == [str(a), str(b)]
@@ -183,6 +184,12 @@ def test_the_reference_is_retimed_every_n_candidates(tmp_path):
         marks = [bool(m.measure(c).get("ref_retimed")) for c in cands]
         assert marks == [True, False, True, False, True]
         assert len(m.reference_log) == 3 * len(m.timing_shapes("cpu"))
+        # The baseline is timed in a process of its own, not by the candidates' worker (which
+        # could patch it) and not here (where other threads stall the launches).
+        assert m._ref_worker.proc.pid != m._worker.proc.pid
+        ans = m._worker.call({"op": "time_baseline", "dims": task.check_shapes[0], "seed": 0,
+                              "options": {}}, 60)
+        assert not ans["ok"] and "has run candidate code" in ans["error"]
 
 
 def test_what_a_live_run_refuses(tmp_path):
@@ -218,7 +225,6 @@ def test_code_from_a_log_is_a_candidate_source(tmp_path):
     out = tmp_path / "fromlog.jsonl"
     summary = _run(tmp_path, out, "--source", "log:h200-suite-v0", "--steps", "2")
     log = load_log(out)
-    shipped = load_log("h200-suite-v0") if False else None  # noqa: F841 - name check below
     from gfsim.replay_logs.shipped import resolve_log
 
     codes = {r["code"] for _, r in iter_records(resolve_log("h200-suite-v0"))
@@ -226,3 +232,38 @@ def test_code_from_a_log_is_a_candidate_source(tmp_path):
     mine = [r for _, r in iter_records(out) if r["kind"] == "candidate"]
     assert mine and all(r["code"] in codes for r in mine if "code" in r)
     assert summary["searches"][0]["candidates"] == len(log.candidates)
+
+
+def test_a_write_cut_by_a_crash_is_dropped_before_resuming(tmp_path):
+    """The last gzip member cut short (a crash mid-write): resuming rewrites the log without
+    it (still gzipped), redoes only what it held, and measures nothing again."""
+    from gfsim.live.driver import LiveOptions, LiveRun
+    from gfsim.live.measurer import MeasurerConfig, TritonMeasurer
+    from gfsim.live.sources import MutationSource
+    from gfsim.simulator.puct_engine import SearchConfig
+
+    out = tmp_path / "cut.jsonl.gz"
+    opts = LiveOptions(tasks=["softmax"], search=SearchConfig(steps=3, samples_per_parent=2),
+                       seed=2)
+    cfg = MeasurerConfig(interpret=True, cpu_timing=True, rse_target=0.2, max_reps=3)
+
+    def make():
+        return LiveRun(out, opts, MutationSource(), lambda t: TritonMeasurer(t, cfg,
+                                                                             workdir=tmp_path),
+                       None, resume=out.exists(),
+                       hardware={"device_name": "cpu (Triton interpreter)"},
+                       provenance={"kind": "measured", "note": "test"})
+
+    make().run()
+    full = [r for _, r in iter_records(out)]
+    assert full[-1]["kind"] == "step" and full[-1]["step"] == 2
+    out.write_bytes(out.read_bytes()[:-12])  # the step record's member, cut
+    summary = make().run()
+    assert summary["dropped_tail"]
+    assert out.read_bytes()[:2] == b"\x1f\x8b"  # rewritten as gzip, not as plain text
+    after = [r for _, r in iter_records(out)]
+    assert [r for r in after if r["kind"] == "evaluation"] == \
+        [r for r in full if r["kind"] == "evaluation"]
+    redone = [r for r in after if r["kind"] == "step" and r["step"] == 2]
+    assert len(redone) == 1 and redone[0]["live"]["resumed"] and redone[0]["live"]["session"] == 2
+    load_log(out)

@@ -137,7 +137,7 @@ class RecordedLog:
 
         from gfsim.replay_logs.io import LogWriter
 
-        tmp = self.path.with_name(self.path.name + ".repair")
+        tmp = self.path.with_name(".repair-" + self.path.name)  # keeps the .gz suffix
         tmp.unlink(missing_ok=True)
         with LogWriter(tmp) as w:
             w.append_many(records)
@@ -353,6 +353,8 @@ class LiveRun:
             prepare = getattr(self.forecaster, "prepare", None)
             if prepare is not None:
                 prepare()
+            if self.whatif:  # its first draw imports scipy (~1 s): not inside a step's clock
+                self.forecaster.distribution(np.zeros(1), ["warm-up"])
             # Steps an earlier session began but did not finish: this session redoes only
             # what they lack, so their live wall-clock is partial (flagged ``resumed``).
             self._partial_steps = {(rec["search_id"], rec["step"])

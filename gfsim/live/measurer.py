@@ -261,6 +261,7 @@ class TritonMeasurer(Measurer):
         self.workdir = workdir
         self._task = None
         self._worker: _Worker | None = None
+        self._ref_worker: _Worker | None = None  # times the baseline; never runs candidates
         self._root: Path | None = None
         self._ref_cache: dict = {}
         self.restarts = 0
@@ -277,15 +278,22 @@ class TritonMeasurer(Measurer):
             self._task = get_task(self.task_name)
         return self._task
 
+    def _running(self, worker: _Worker | None) -> _Worker:
+        """``worker`` if its process still runs, else a fresh one (the dead one closed)."""
+        if worker is not None and worker.proc.poll() is None:
+            return worker
+        if self._root is None:
+            self._root = Path(tempfile.mkdtemp(prefix="gfsim-measure-", dir=self.workdir))
+        if worker is not None:
+            worker.close()
+        return _Worker(self.task_name, self.config, self._root)
+
     def _ensure_worker(self) -> _Worker:
-        if self._worker is None or self._worker.proc.poll() is not None:
-            if self._root is None:
-                self._root = Path(tempfile.mkdtemp(prefix="gfsim-measure-", dir=self.workdir))
-            if self._worker is not None:
-                self._worker.close()
-                self.restarts += 1
-            self._worker = _Worker(self.task_name, self.config, self._root)
-        return self._worker
+        worker = self._running(self._worker)
+        if self._worker is not None and worker is not self._worker:
+            self.restarts += 1
+        self._worker = worker
+        return worker
 
     def _replace_worker(self) -> None:
         if self._worker is not None:
@@ -294,9 +302,11 @@ class TritonMeasurer(Measurer):
             self.restarts += 1
 
     def close(self) -> None:
-        if self._worker is not None:
-            self._worker.close()
-            self._worker = None
+        for name in ("_worker", "_ref_worker"):
+            worker = getattr(self, name)
+            if worker is not None:
+                worker.close()
+                setattr(self, name, None)
         if self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None
@@ -326,17 +336,27 @@ class TritonMeasurer(Measurer):
         what a speedup is against; the upcast ``Task.reference`` only checks correctness."""
         key = (json.dumps(dims, sort_keys=True), self.config.protocol)
         if key not in self._ref_cache:
-            from gfsim.live.timing import time_callable, time_callable_cpu
-
-            device = self._device()
-            timer = time_callable if device == "cuda" else time_callable_cpu
-            inputs = self.task.make_inputs(dims, self.config.seed, device)
+            # Timed in a worker process of its own that never loads candidate code (so no
+            # candidate can patch the baseline), single-threaded like the candidates' worker.
+            # Timed here in the parent, every other thread of this process that wants the GIL
+            # (a worker's memory watchdog, a live run's other batches) stalls the launches
+            # between the CUDA events: on the H200 a busy thread turned fp8_quant's 0.58 ms
+            # baseline into several ms (experiments/ref_drift.py).
             t0 = time.perf_counter()
-            self._ref_cache[key] = dict(timer(self.task.baseline, inputs,
-                                              **self._timing_options()))
+            ans = self._baseline_worker().call(
+                {"op": "time_baseline", "dims": dims, "seed": self.config.seed,
+                 "options": self._timing_options()}, self.config.timing_timeout_s)
+            if not ans["ok"]:
+                raise GfsimError(f"task {self.task_name}: timing the baseline failed: "
+                                 f"{ans.get('error')}")
+            self._ref_cache[key] = {k: v for k, v in ans.items() if k != "ok"}
             self.reference_log.append({"dims": dims, "value_ms": self._ref_cache[key]["value_ms"],
                                        "seconds": time.perf_counter() - t0})
         return self._ref_cache[key]
+
+    def _baseline_worker(self) -> _Worker:
+        self._ref_worker = self._running(self._ref_worker)
+        return self._ref_worker
 
     def timing_shapes(self, device: str) -> list[dict]:
         """The shapes a candidate is timed on: the task's benchmark shapes on a GPU; on the CPU

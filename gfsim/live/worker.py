@@ -164,6 +164,17 @@ class Worker:
             result = timer(self.run, inputs, **req["options"])
         return dict(result)
 
+    def op_time_baseline(self, req):
+        """The task's own baseline (what a speedup is against), timed like a candidate. The
+        measurer sends this only to a worker that never loaded candidate code."""
+        if self.run is not None:
+            raise RuntimeError("this worker has run candidate code: it does not time the "
+                               "baseline")
+        timer = self.timing.time_callable if self.device == "cuda" else \
+            self.timing.time_callable_cpu
+        inputs = self.task.make_inputs(req["dims"], req["seed"], self.device)
+        return dict(timer(self.task.baseline, inputs, **req["options"]))
+
     def op_loop(self, req):
         """Call the candidate until ``seconds`` have passed (an energy window)."""
         inputs = self.task.make_inputs(req["dims"], req["seed"], self.device)
