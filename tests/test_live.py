@@ -267,3 +267,20 @@ def test_a_write_cut_by_a_crash_is_dropped_before_resuming(tmp_path):
     redone = [r for r in after if r["kind"] == "step" and r["step"] == 2]
     assert len(redone) == 1 and redone[0]["live"]["resumed"] and redone[0]["live"]["session"] == 2
     load_log(out)
+
+
+def test_an_llm_mutator_drives_a_live_run(vllm_server, tmp_path):
+    """``--source llm:...`` through the live loop against the real server: the tiny model's
+    answers hold no python block, so every child is a recorded generation failure (with its
+    tokens and time), nothing is measured, and the log is valid."""
+    out = tmp_path / "llm.jsonl"
+    summary = _run(tmp_path, out, "--steps", "2", "--source",
+                   f"llm:{vllm_server.url},model={vllm_server.model},max_tokens=64,"
+                   f"max_prompt_tokens=300,temperature=0.8")
+    log = load_log(out)
+    assert len(log.candidates) == summary["searches"][0]["candidates"] == 4
+    assert log.candidates["gen_failed_reason"].notna().all()
+    assert (log.candidates["gen_input_tokens"] > 0).all()
+    assert (log.candidates["gen_service_s"] > 0).all()
+    assert len(log.evaluations) == 0 and summary["searches"][0]["gpu_evals"] == 0
+    assert log.header["generator"]["name"] == "llm"
