@@ -94,7 +94,9 @@ def live(
 ) -> None:
     """Run a live search with real parts and write its replay log as it goes; it ends with the
     replay of that log (the simulator checked against the run)."""
+    import datetime
     import math
+    import sys
 
     from gfsim.errors import GfsimError
     from gfsim.live.driver import LiveOptions, LiveRun
@@ -170,11 +172,9 @@ def live(
             (" under the Triton interpreter on a CPU, timed by wall clock: the speedups are "
              "interpreter speedups and say nothing about a GPU" if interpret else
              f" on a {hardware['device_name']}"))
-    import sys
-
     provenance = {"kind": "measured", "source": "gfsim live", "note": note,
                   "command": " ".join(["gfsim", *sys.argv[1:]]),
-                  "date": __import__("datetime").date.today().isoformat(),
+                  "date": datetime.date.today().isoformat(),
                   "candidates_from": the_source.describe()}
     if the_forecaster is not None and is_whatif(forecaster):
         provenance["forecasts"] = (

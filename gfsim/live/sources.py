@@ -107,6 +107,7 @@ class MutationSource(CandidateSource):
 
     def __init__(self, retries: int = 8):
         self.retries = retries
+        self._codes: dict[tuple, set] = {}  # (seed, task) -> codes this search generated
 
     def seed(self, task) -> ParentInfo:
         return _task_seed(task)
@@ -134,8 +135,6 @@ class MutationSource(CandidateSource):
 
     def _seen(self, key) -> set:
         # Codes generated per (seed, task): a duplicate costs a measurement slot for nothing.
-        if not hasattr(self, "_codes"):
-            self._codes: dict = {}
         return self._codes.setdefault((key[0], key[1]), set())
 
     def remember(self, seed: int, task_name: str, code: str) -> None:
