@@ -1,4 +1,8 @@
-"""Cost models: a stage's Usage -> (seconds, USD, joules), with sourced presets."""
+"""Cost models: a stage's ``Usage`` (tokens, seconds of service) -> (seconds, USD, joules), with
+sourced presets for the LLMs and GPUs (``presets``, ``catalog``) and token priors for logs that
+lack them (``gen_tokens``). It imports only ``gfsim.core``: nothing of logs, the simulator or
+above.
+"""
 
 from gfsim.cost_models.base import CostModel
 from gfsim.cost_models.gen_tokens import parse_gen_tokens, with_gen_tokens

@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from gfsim.core.errors import GfsimError
 from gfsim.cost_models.model import PresetCostModel, Priors
-from gfsim.errors import GfsimError
 
 __all__ = ["with_gen_tokens", "parse_gen_tokens"]
 

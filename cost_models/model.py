@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gfsim.core.errors import GfsimError
 from gfsim.cost_models.base import CostModel
 from gfsim.cost_models.usage import ZERO_COST, Cost, Usage
-from gfsim.errors import GfsimError
 
 __all__ = [
     "GpuSpec",

@@ -18,6 +18,8 @@ import math
 import tomllib
 from pathlib import Path
 
+from gfsim.core.errors import GfsimError, SpecError
+from gfsim.core.specs import Param, bind_params, format_spec, parse_spec
 from gfsim.cost_models import catalog
 from gfsim.cost_models.catalog import GPUS, SOURCES
 from gfsim.cost_models.model import (
@@ -28,8 +30,6 @@ from gfsim.cost_models.model import (
     PresetCostModel,
     Priors,
 )
-from gfsim.errors import GfsimError, SpecError
-from gfsim.specs import Param, bind_params, format_spec, parse_spec
 
 __all__ = [
     "GpuSpec",

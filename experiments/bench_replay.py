@@ -28,7 +28,7 @@ from gfsim.replay_logs import load_log
 from gfsim.simulator import Budget, build_traces
 from gfsim.simulator.engine import SearchSimulation
 from gfsim.simulator.fastpath import run_fast
-from gfsim.synth import synthesize
+from gfsim.worlds.synth import synthesize
 
 CONTENDED = Capacities(generator=4, forecaster=4, compile_workers=2, gpus=2)
 WIDE = Capacities(generator=1024, forecaster=1024, compile_workers=1024, gpus=1024)

@@ -24,8 +24,8 @@ def run(trials: int, seeds: int, jobs: int, cache: bool, folder: Path, name: str
     from gfsim.simulator import Budget
     from gfsim.simulator.puct_engine import SEARCH_PRESETS
     from gfsim.simulator.replay import trace_cache
-    from gfsim.tune_study import Objective, make_sampler, make_storage, open_study, run_study
-    from gfsim.tuning import TrialSetup, parse_objectives, parse_param
+    from gfsim.tuning.study import Objective, make_sampler, make_storage, open_study, run_study
+    from gfsim.tuning.trials import TrialSetup, parse_objectives, parse_param
 
     trace_cache(cache)
     params = [parse_param("tau=0.3:0.99", "threshold", "puct"),

@@ -32,17 +32,17 @@ from dataclasses import replace
 
 import numpy as np
 
+from gfsim.analysis.stats import NOTE, SeedTable, summarize_seeds
 from gfsim.cost_models import load_cost_model
-from gfsim.landscape import Landscape, LandscapeParams
 from gfsim.policies import make_policy
 from gfsim.replay_logs import open_log
 from gfsim.simulator import Budget, replay
-from gfsim.simulator.replay import calibration_batch
-from gfsim.simulator.trace import build_traces
 from gfsim.simulator.puct_engine import EXTRAPOLATED_SHARE, SEARCH_PRESETS
+from gfsim.simulator.replay import calibration_batch
 from gfsim.simulator.results import ReplayResult, geometric_mean
-from gfsim.stats import NOTE, SeedTable, summarize_seeds
-from gfsim.synth_puct import run_on_landscape
+from gfsim.simulator.trace import build_traces
+from gfsim.worlds.landscape import Landscape, LandscapeParams
+from gfsim.worlds.synth_puct import run_on_landscape
 
 # (label, policy spec, overgeneration factor F); paper-standard comes first (the reference).
 ROWS = [
@@ -230,7 +230,7 @@ def _plot(path, log, series_by_preset, extrapolated) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from gfsim.plots import anytime_panels
+    from gfsim.analysis.plots import anytime_panels
 
     fig, axes = plt.subplots(len(series_by_preset), 2, figsize=(12, 4.6 * len(series_by_preset)),
                              squeeze=False)

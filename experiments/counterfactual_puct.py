@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from gfsim.counterfactual import compare, summarize
+from gfsim.worlds.counterfactual import compare, summarize
 
 POLICIES = ["all", "topk:4", "threshold:0.7"]
 OVERGENS = [1, 2, 4, 8]

@@ -2,12 +2,12 @@
 
     python experiments/fit_paper_forecasters.py
 
-On ``gfsim.whatif.replica_log(0)`` (424 bin-balanced pairs x 3 repeats, six tasks), for each
+On ``gfsim.worlds.replica.replica_log(0)`` (424 bin-balanced pairs x 3 repeats, six tasks), for each
 preset: sigma by bisection until gfsim's speedup recovered meets the published figure (it
 falls as sigma grows), then the temperature by bisection until the ECE meets its figure (it falls
 as temp grows), alternating four times since a low temperature coarsens the ranking; temp stays
 1 where the paper gives no ECE. beta (0.7) and parse_fail (0.01) are fixed assumptions. Prints the fitted values
-(pasted into gfsim/whatif.py PRESETS) and the scores they reach.
+(pasted into gfsim/forecasts/whatif.py PRESETS) and the scores they reach.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from gfsim.forecasts.whatif import PAPER_TARGETS, PRESET_BETA, PRESET_PARSE_FAIL, WhatIfForecaster
 from gfsim.replay_logs import load_log
-from gfsim.whatif import (PAPER_TARGETS, PRESET_BETA, PRESET_PARSE_FAIL, WhatIfForecaster,
-                          replica_log, replica_scores)
+from gfsim.worlds.replica import replica_log, replica_scores
 
 
 def bisect(f, lo: float, hi: float, iters: int = 40) -> float:

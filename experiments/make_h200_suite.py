@@ -22,8 +22,8 @@ import json
 import statistics
 from pathlib import Path
 
-from gfsim.bins import PAPER_EDGES
-from gfsim.errors import GfsimError
+from gfsim.core.errors import GfsimError
+from gfsim.forecasts.bins import PAPER_EDGES
 from gfsim.live.tasks import Candidate, get_task
 from gfsim.replay_logs import SCHEMA_VERSION, LogWriter
 

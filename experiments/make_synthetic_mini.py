@@ -5,7 +5,7 @@ children, later steps pick 2 parents among the measured successes and ask for 4 
 (4 + 15 * 8 = 124 candidates per task). Every candidate that was generated gets one forecast
 and one evaluation, so the log supports counterfactual policy comparisons.
 
-Every draw comes from ``gfsim.rng.stream(seed, <what the draw is about>)``, and the output is
+Every draw comes from ``gfsim.core.rng.stream(seed, <what the draw is about>)``, and the output is
 written in one gzip member with mtime 0, so the same seed gives the same bytes.
 
     python experiments/make_synthetic_mini.py [--out PATH] [--seed N]
@@ -20,9 +20,9 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from gfsim.bins import PAPER_EDGES, speedup_to_bin
+from gfsim.core.rng import stream
+from gfsim.forecasts.bins import PAPER_EDGES, speedup_to_bin
 from gfsim.replay_logs import SCHEMA_VERSION, LogWriter
-from gfsim.rng import stream
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "replay_logs/data/synthetic-mini.jsonl.gz"
 LOG_ID = "synthetic-mini"

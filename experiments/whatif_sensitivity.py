@@ -3,7 +3,7 @@
     python experiments/whatif_sensitivity.py --seeds 8 --jobs 2 --plot docs/whatif_sensitivity.png
 
 On a shipped log (default: the SYNTHETIC ``synthetic-puct-v1``), the policy (default
-``threshold:0.7``) reads a what-if forecaster (``gfsim.whatif``) instead of the logged one, for a
+``threshold:0.7``) reads a what-if forecaster (``gfsim.forecasts.whatif``) instead of the logged one, for a
 grid of spreads sigma and temperatures (beta 0.7), two other slopes beta, two parse-failure
 rates, and the five
 ``paper:`` presets; under serverless A100 and reserved H100 prices. For each: the forecaster's
@@ -25,14 +25,14 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
+from gfsim.analysis.savings import savings
+from gfsim.analysis.stats import interval
 from gfsim.cost_models import load_cost_model
+from gfsim.forecasts.scoring import forecaster_rows, score_rows
+from gfsim.forecasts.whatif import PRESETS, WhatIfForecaster, attach, parse_whatif
 from gfsim.policies import make_policy
 from gfsim.replay_logs import open_log
-from gfsim.savings import savings
-from gfsim.stats import interval
-from gfsim.scoring import forecaster_rows, score_rows
 from gfsim.simulator.replay import replay_with_baseline
-from gfsim.whatif import PRESETS, WhatIfForecaster, attach, parse_whatif
 
 PRESET_COSTS = ["serverless-a100", "reserved-h100"]
 SIGMAS = [0.25, 0.5, 1.0, 1.5, 2.0, 3.0]

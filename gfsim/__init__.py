@@ -1,8 +1,22 @@
 """gfsim: a cost-aware budget simulator and policy optimizer for LLM-driven GPU-kernel searches.
 
-The package is one namespace assembled from the repository's top-level folders:
-``gfsim.replay_logs`` (schema, reader, writer), ``gfsim.cost_models``, ``gfsim.policies``,
-``gfsim.simulator`` and the application layer here (CLI, bins, keyed randomness).
+The package is layered; a layer imports only the layers below it (``tests/test_layers.py``
+checks the contracts in ``pyproject.toml``'s ``[tool.importlinter]``), from the bottom up:
+
+- ``gfsim.core``: errors, keyed randomness, the spec grammar;
+- ``gfsim.replay_logs`` (schema, reader, writer) and ``gfsim.cost_models`` (seconds, USD and
+  joules of each stage), independent of each other;
+- ``gfsim.forecasts``: speedup bins, forecast quality, what-if forecasters;
+- ``gfsim.policies`` (which candidates go to the GPU), ``gfsim.importers`` (other tools' logs)
+  and ``gfsim.testing`` (building small logs in code);
+- ``gfsim.simulator``: traces, the SimPy engine, the fast paths, the PUCT search, budgets;
+- ``gfsim.worlds`` (synthetic landscapes and ground truth), ``gfsim.tuning`` (Optuna) and
+  ``gfsim.analysis`` (intervals, savings, plots);
+- ``gfsim.live``: real forecasts from vLLM and real Triton measurements;
+- ``gfsim.cli``: the ``gfsim`` command.
+
+``replay_logs``, ``cost_models``, ``policies`` and ``simulator`` live in top-level folders of
+the repository of the same names; they are mapped into this one namespace at install.
 """
 
 __version__ = "0.1.0"

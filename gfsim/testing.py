@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gfsim.bins import PAPER_EDGES
+from gfsim.forecasts.bins import PAPER_EDGES
 from gfsim.replay_logs.io import LogWriter
 
 __all__ = ["LogBuilder"]

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from gfsim.specs import Param, bind_params, format_spec, parse_spec
+from gfsim.core.specs import Param, bind_params, format_spec, parse_spec
 
 __all__ = ["Batch", "SearchState", "Decisions", "Policy", "GroupPolicy", "group_bounds",
            "rank_within_groups"]
@@ -114,7 +114,7 @@ class Policy(ABC):
     - the constructor stores its parameters unchanged and does no work;
     - ``decide`` is pure: it reads the batch and the state, never mutates them, does no I/O, and
       returns one decision per row; the same inputs give the same decisions;
-    - randomness comes only from ``gfsim.rng`` keyed by (state.seed, candidate id, ...);
+    - randomness comes only from ``gfsim.core.rng`` keyed by (state.seed, candidate id, ...);
     - a candidate with no usable forecast is measured unless a parameter says otherwise;
     - learned state (``fit``) ends in ``_``.
     """

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from gfsim.errors import SpecError
+from gfsim.core.errors import SpecError
+from gfsim.core.specs import parse_spec
 from gfsim.policies.base import Policy
 from gfsim.policies.simple import AllPolicy, OraclePolicy, RandomPolicy
 from gfsim.policies.surrogate import ExpectedValuePolicy, ThresholdPolicy, TopKPolicy
-from gfsim.specs import parse_spec
 
 __all__ = ["POLICIES", "make_policy"]
 

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from gfsim.policies.base import (Batch, Decisions, GroupPolicy, Policy, SearchState,
-                                 group_bounds, rank_within_groups)
-from gfsim.rng import keyed_uniforms
-from gfsim.specs import Param
+from gfsim.core.rng import keyed_uniforms
+from gfsim.core.specs import Param
+from gfsim.policies.base import (
+    Batch,
+    Decisions,
+    GroupPolicy,
+    Policy,
+    SearchState,
+    group_bounds,
+    rank_within_groups,
+)
 
 __all__ = ["AllPolicy", "RandomPolicy", "OraclePolicy"]
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from gfsim.bins import bin_cdf_above, expected_log2_gain
-from gfsim.confidence import SCORES, expected_bin_index
-from gfsim.errors import SpecError
+from gfsim.core.errors import SpecError
+from gfsim.core.rng import keyed_uniforms
+from gfsim.core.specs import Param, bind_params, parse_spec
+from gfsim.forecasts.bins import bin_cdf_above, expected_log2_gain
+from gfsim.forecasts.confidence import SCORES, expected_bin_index
 from gfsim.policies.base import Batch, Decisions, GroupPolicy, rank_within_groups
-from gfsim.rng import keyed_uniforms
-from gfsim.specs import Param, bind_params, parse_spec
 
 __all__ = ["TopKPolicy", "ThresholdPolicy", "ExpectedValuePolicy"]
 

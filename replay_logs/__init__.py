@@ -1,4 +1,7 @@
-"""Replay logs: schema v1, crash-safe reader/writer, validation and the columnar in-memory form."""
+"""Replay logs: schema v1 (``schema``), the crash-safe append-only reader and writer (``io``),
+validation and the columnar in-memory form (``log``), the shipped logs (``shipped``) and merging
+runs (``merge``). It imports only ``gfsim.core``: nothing of forecasts, the simulator or above.
+"""
 
 from gfsim.replay_logs.io import LogWriter, TruncatedTailWarning, iter_records
 from gfsim.replay_logs.log import CANDIDATE_STATUSES, PROB_COLUMNS, ReplayLog, load_log

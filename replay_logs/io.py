@@ -17,7 +17,7 @@ import zlib
 from pathlib import Path
 from typing import Iterator
 
-from gfsim.errors import LogError
+from gfsim.core.errors import LogError
 
 __all__ = ["TruncatedTailWarning", "iter_lines", "iter_records", "LogWriter"]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gfsim.errors import LogError
+from gfsim.core.errors import LogError
 from gfsim.replay_logs.io import iter_records
 from gfsim.replay_logs.schema import FIELDS, check_record
 

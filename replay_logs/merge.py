@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gfsim.errors import GfsimError
+from gfsim.core.errors import GfsimError
 
 __all__ = ["merge_logs", "MUST_AGREE"]
 
@@ -21,7 +21,6 @@ def merge_logs(paths, out) -> dict:
     every input's records in order. Written to a temporary file, fsynced, then renamed."""
     from gfsim.replay_logs.io import LogWriter, iter_records
     from gfsim.replay_logs.log import load_log
-
     from gfsim.replay_logs.shipped import resolve_log
 
     paths = [str(resolve_log(str(p))) for p in paths]  # shipped names or paths

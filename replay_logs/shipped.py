@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from gfsim.errors import GfsimError
+from gfsim.core.errors import GfsimError
 
 __all__ = ["SHIPPED_LOGS", "DEFAULT_LOG", "resolve_log", "open_log"]
 

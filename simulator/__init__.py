@@ -1,4 +1,9 @@
-"""The SimPy discrete-event simulator: traces, the engine, budgets and results."""
+"""The discrete-event simulator: a log's searches as traces (``trace``), the SimPy engine and
+its fast path for the trace driver (``engine``, ``fastpath``), the closed-loop PUCT search and the
+children it draws (``puct``, ``puct_engine``, ``children``), budgets, measurement noise, and the
+results a replay returns. It reads logs, cost models, forecasts and policies; it must not import
+worlds, tuning, analysis, live mode or the CLI.
+"""
 
 from gfsim.simulator.budget import Budget, parse_budget
 from gfsim.simulator.engine import CANDIDATE_STATES, SearchSimulation

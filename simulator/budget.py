@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-from gfsim.errors import SpecError
-from gfsim.specs import parse_kv
+from gfsim.core.errors import SpecError
+from gfsim.core.specs import parse_kv
 
 __all__ = ["Budget", "parse_budget"]
 

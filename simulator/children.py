@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gfsim.bins import speedup_to_bin
+from gfsim.core.rng import stream
 from gfsim.cost_models.presets import PresetCostModel
-from gfsim.rng import stream
+from gfsim.forecasts.bins import speedup_to_bin
 from gfsim.simulator.trace import SearchTrace
 
 __all__ = ["Child", "ChildSource", "LogChildren", "LandscapeChildren", "DRAW_SOURCES"]

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gfsim.errors import SpecError
-from gfsim.rng import keyed_uniforms
+from gfsim.core.errors import SpecError
+from gfsim.core.rng import keyed_uniforms
 
 __all__ = ["MeasureNoise", "parse_noise", "confirm_best"]
 
@@ -66,7 +66,7 @@ def parse_noise(text: str | None) -> MeasureNoise | None:
     """``cv=0.02`` (or a bare ``0.02``) -> MeasureNoise; None or empty -> no noise."""
     if text is None or not text.strip():
         return None
-    from gfsim.specs import parse_kv
+    from gfsim.core.specs import parse_kv
 
     items = parse_kv(text, "--measure-noise")
     if len(items) == 1 and items[0][0] in ("cv", None):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gfsim.errors import SpecError
+from gfsim.core.errors import SpecError
 
 __all__ = ["Pipeline", "DEFAULT_PIPELINE", "parse_pipeline", "PIPELINE_STAGES"]
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from gfsim.core.errors import GfsimError
 from gfsim.cost_models.presets import Capacities, PresetCostModel
-from gfsim.errors import GfsimError
 from gfsim.policies.base import Policy, SearchState
 from gfsim.simulator.budget import Budget
 from gfsim.simulator.children import DRAW_SOURCES, Child, ChildSource

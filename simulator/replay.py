@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import numpy as np
 
+from gfsim.core.errors import GfsimError
 from gfsim.cost_models.presets import Capacities, PresetCostModel
-from gfsim.errors import GfsimError
 from gfsim.policies.base import Batch, Policy
 from gfsim.policies.registry import make_policy
 from gfsim.replay_logs.log import ReplayLog
@@ -18,8 +18,12 @@ from gfsim.simulator.engine import SearchSimulation
 from gfsim.simulator.fastpath import FastPathUnsafe, fast_path_blocker, run_fast
 from gfsim.simulator.noise import MeasureNoise
 from gfsim.simulator.pipeline import DEFAULT_PIPELINE, Pipeline
-from gfsim.simulator.puct_engine import (EXTRAPOLATED_SHARE, SEARCH_PRESETS, PuctSimulation,
-                                         SearchConfig)
+from gfsim.simulator.puct_engine import (
+    EXTRAPOLATED_SHARE,
+    SEARCH_PRESETS,
+    PuctSimulation,
+    SearchConfig,
+)
 from gfsim.simulator.results import ReplayResult
 from gfsim.simulator.trace import SearchTrace, build_traces
 

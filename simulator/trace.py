@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from gfsim.core.errors import GfsimError
 from gfsim.cost_models.presets import PresetCostModel
-from gfsim.errors import GfsimError
 from gfsim.replay_logs.log import PROB_COLUMNS, ReplayLog
 
 __all__ = ["SearchTrace", "build_traces", "pick_forecaster", "ancestor_speedup",

@@ -7,9 +7,9 @@ import sys
 import numpy as np
 import pytest
 
-from gfsim.bins import PAPER_EDGES, REFERENCE_CODE_EDGES, bin_cdf_above, speedup_to_bin
-from gfsim.confidence import expected_bin_index, maxprob, negentropy, top2_margin
-from gfsim.rng import keyed_uniforms, stream, uniform
+from gfsim.core.rng import keyed_uniforms, stream, uniform
+from gfsim.forecasts.bins import PAPER_EDGES, REFERENCE_CODE_EDGES, bin_cdf_above, speedup_to_bin
+from gfsim.forecasts.confidence import expected_bin_index, maxprob, negentropy, top2_margin
 
 
 def test_reference_code_bins_match_the_published_vector():
@@ -83,7 +83,7 @@ def test_keyed_streams_depend_only_on_their_key():
 def test_keyed_draws_are_the_same_in_a_fresh_process(tmp_path):
     # cwd away from the checkout: `python -c` puts cwd first on sys.path, and the source
     # tree's gfsim/ folder would shadow the installed package.
-    code = ("from gfsim.rng import keyed_uniforms, uniform;"
+    code = ("from gfsim.core.rng import keyed_uniforms, uniform;"
             "print(repr(uniform(5, 'a', 1)), repr(keyed_uniforms(5, ['c1'], 'r')[0]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=tmp_path)
@@ -92,7 +92,7 @@ def test_keyed_draws_are_the_same_in_a_fresh_process(tmp_path):
 
 
 def test_expected_log2_gain_matches_monte_carlo_and_its_limits():
-    from gfsim.bins import _log_bounds, expected_log2_gain
+    from gfsim.forecasts.bins import _log_bounds, expected_log2_gain
 
     rng = np.random.default_rng(3)
     p = rng.dirichlet(np.ones(8), size=4)

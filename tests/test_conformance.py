@@ -5,9 +5,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from gfsim.bins import PAPER_EDGES
+from gfsim.core.errors import SpecError
 from gfsim.cost_models import PRESETS, STAGES, Usage, load_cost_model
-from gfsim.errors import SpecError
+from gfsim.forecasts.bins import PAPER_EDGES
 from gfsim.policies import POLICIES, Batch, SearchState, make_policy
 
 SPECS = {

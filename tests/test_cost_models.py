@@ -3,6 +3,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from gfsim.core.errors import GfsimError, SpecError
 from gfsim.cost_models import (
     LLMS,
     PRESETS,
@@ -12,7 +13,6 @@ from gfsim.cost_models import (
     parse_gen_tokens,
     with_gen_tokens,
 )
-from gfsim.errors import GfsimError, SpecError
 
 
 def test_paper_preset_bills_a100_per_second_with_compile_on_the_gpu():

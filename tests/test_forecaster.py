@@ -12,10 +12,16 @@ import pytest
 from typer.testing import CliRunner
 
 from gfsim.cli.main import app
-from gfsim.errors import SpecError
+from gfsim.core.errors import SpecError
 from gfsim.live import prompt as P
-from gfsim.live.forecaster import (Forecast, ForecasterError, ForecastRequest, VllmForecaster,
-                                   parse_forecaster, renormalise)
+from gfsim.live.forecaster import (
+    Forecast,
+    ForecasterError,
+    ForecastRequest,
+    VllmForecaster,
+    parse_forecaster,
+    renormalise,
+)
 from gfsim.live.tasks import get_task
 
 runner = CliRunner()

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from gfsim.cli.main import app
+from gfsim.core.errors import GfsimError
 from gfsim.cost_models import load_cost_model
-from gfsim.errors import GfsimError
 from gfsim.importers.gpu_forecasters import import_eval_set, import_events, recover_service
 from gfsim.policies import make_policy
 from gfsim.replay_logs import load_log

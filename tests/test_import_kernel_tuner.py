@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from gfsim.cli.main import app
+from gfsim.core.errors import GfsimError
 from gfsim.cost_models import Capacities, load_cost_model
-from gfsim.errors import GfsimError
 from gfsim.importers.kernel_tuner import import_kernel_tuner
 from gfsim.policies import make_policy
 from gfsim.replay_logs import load_log

@@ -7,10 +7,16 @@ import statistics
 import numpy as np
 import pytest
 
-from gfsim.bins import PAPER_EDGES, speedup_to_bin
-from gfsim.errors import GfsimError
-from gfsim.landscape import (FAILURES, GENERATION_FAILED, KERNEL_FAILURES, Landscape,
-                             LandscapeParams, bin_probabilities)
+from gfsim.core.errors import GfsimError
+from gfsim.forecasts.bins import PAPER_EDGES, speedup_to_bin
+from gfsim.worlds.landscape import (
+    FAILURES,
+    GENERATION_FAILED,
+    KERNEL_FAILURES,
+    Landscape,
+    LandscapeParams,
+    bin_probabilities,
+)
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from gfsim.errors import GfsimError
+from gfsim.core.errors import GfsimError
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")

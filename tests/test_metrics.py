@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from gfsim import metrics as M
+from gfsim.forecasts import metrics as M
 
 UNIFORM = np.full((1, 8), 1 / 8)
 

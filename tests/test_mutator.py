@@ -9,10 +9,19 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from gfsim.errors import SpecError
+from gfsim.core.errors import SpecError
 from gfsim.live.forecaster import fit_prompt
-from gfsim.live.mutator import (NO_BLOCK, NO_RUN, SYSTEM, LlmMutator, MutatorError,
-                                mutation_messages, parse_mutator, read_answer, request_seed)
+from gfsim.live.mutator import (
+    NO_BLOCK,
+    NO_RUN,
+    SYSTEM,
+    LlmMutator,
+    MutatorError,
+    mutation_messages,
+    parse_mutator,
+    read_answer,
+    request_seed,
+)
 from gfsim.live.sources import ParentInfo, parse_source
 from gfsim.live.tasks import get_task
 

@@ -8,8 +8,8 @@ import pytest
 from typer.testing import CliRunner
 
 from gfsim.cli.main import app
+from gfsim.core.errors import SpecError
 from gfsim.cost_models import load_cost_model
-from gfsim.errors import SpecError
 from gfsim.policies import make_policy
 from gfsim.replay_logs import open_log
 from gfsim.simulator import replay

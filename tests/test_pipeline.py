@@ -2,8 +2,8 @@
 
 import pytest
 
+from gfsim.core.errors import SpecError
 from gfsim.cost_models import Capacities, Usage, load_cost_model
-from gfsim.errors import SpecError
 from gfsim.policies import make_policy
 from gfsim.replay_logs import load_log
 from gfsim.simulator import replay

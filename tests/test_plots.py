@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from gfsim.analysis.plots import anytime_on_grid
 from gfsim.cli.main import app
-from gfsim.plots import anytime_on_grid
 
 runner = CliRunner()
 

@@ -10,15 +10,15 @@ from typer.testing import CliRunner
 
 from gfsim.cli.main import app
 from gfsim.cost_models import load_cost_model
-from gfsim.counterfactual import compare
 from gfsim.policies import make_policy
 from gfsim.replay_logs import LogWriter, load_log, open_log
 from gfsim.simulator import build_traces, replay
 from gfsim.simulator.children import LogChildren
 from gfsim.simulator.puct import ArchiveNode, ChildResult, PuctArchive
 from gfsim.simulator.puct_engine import EXTRAPOLATED_SHARE, SEARCH_PRESETS, SearchConfig
-from gfsim.synth import build_records
 from gfsim.testing import LogBuilder
+from gfsim.worlds.counterfactual import compare
+from gfsim.worlds.synth import build_records
 
 runner = CliRunner()
 MODEL = load_cost_model("serverless-a100")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gfsim.errors import LogError
+from gfsim.core.errors import LogError
 from gfsim.replay_logs import (
     OUTCOMES,
     PROB_COLUMNS,

@@ -10,7 +10,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gfsim.errors import GfsimError
+from gfsim.core.errors import GfsimError
 from gfsim.importers.kernel_tuner import import_kernel_tuner
 from gfsim.replay_logs import load_log
 from gfsim.testing import LogBuilder

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from gfsim.analysis.savings import savings
 from gfsim.cli.main import app
 from gfsim.cost_models import load_cost_model
 from gfsim.replay_logs import open_log
-from gfsim.savings import savings
-from gfsim.simulator.results import best_at, first_reaching
 from gfsim.simulator.replay import replay_seeds
+from gfsim.simulator.results import best_at, first_reaching
 
 runner = CliRunner()
 MODEL = load_cost_model("serverless-a100")

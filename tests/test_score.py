@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from gfsim import metrics as M
-from gfsim.calibration import recalibrate
 from gfsim.cli.main import app
-from gfsim.errors import GfsimError
+from gfsim.core.errors import GfsimError
+from gfsim.forecasts import metrics as M
+from gfsim.forecasts.calibration import recalibrate
+from gfsim.forecasts.scoring import forecaster_rows, score_log, true_speedups
 from gfsim.replay_logs import load_log, open_log
-from gfsim.scoring import forecaster_rows, score_log, true_speedups
-from gfsim.synth import synthesize
 from gfsim.testing import LogBuilder
+from gfsim.worlds.synth import synthesize
 
 runner = CliRunner()
 KEYS = {"forecaster", "n", "n_parsed", "accuracy", "off_by_one", "ece", "brier", "crps", "nll",

@@ -6,8 +6,8 @@ import sys
 import numpy as np
 import pytest
 
+from gfsim.core.errors import GfsimError
 from gfsim.cost_models import Capacities, Usage, load_cost_model
-from gfsim.errors import GfsimError
 from gfsim.policies import Decisions, Policy, make_policy
 from gfsim.replay_logs import load_log, resolve_log
 from gfsim.simulator import Budget, replay

@@ -1,6 +1,6 @@
 import pytest
 
-from gfsim.errors import SpecError
+from gfsim.core.errors import SpecError
 from gfsim.policies import POLICIES, make_policy
 from gfsim.simulator import parse_budget
 

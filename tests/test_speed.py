@@ -7,13 +7,13 @@ import math
 import numpy as np
 
 from gfsim.cost_models import load_cost_model
+from gfsim.forecasts.whatif import attach, parse_whatif
 from gfsim.policies import make_policy
 from gfsim.replay_logs import open_log
 from gfsim.simulator import replay
 from gfsim.simulator.puct_engine import PuctSimulation
 from gfsim.simulator.replay import trace_cache
 from gfsim.simulator.trace import mean_measure_usd
-from gfsim.whatif import attach, parse_whatif
 
 MODEL = load_cost_model("serverless-a100")
 

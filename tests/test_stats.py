@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from gfsim.analysis.stats import NOTE, SeedTable, summarize_seeds
 from gfsim.cli.main import app
-from gfsim.stats import NOTE, SeedTable, summarize_seeds
 
 runner = CliRunner()
 

@@ -10,11 +10,11 @@ from collections import Counter, defaultdict
 import pytest
 from typer.testing import CliRunner
 
-from gfsim.bins import PAPER_EDGES
 from gfsim.cli.main import app
-from gfsim.landscape import LandscapeParams
+from gfsim.forecasts.bins import PAPER_EDGES
 from gfsim.replay_logs import SHIPPED_LOGS, load_log, resolve_log
-from gfsim.synth import MAX_EXPANSIONS, build_records, synthesize
+from gfsim.worlds.landscape import LandscapeParams
+from gfsim.worlds.synth import MAX_EXPANSIONS, build_records, synthesize
 
 runner = CliRunner()
 SHIPPED_ARGS = ["--seed", "1", "--candidates", "3000", "--tasks", "6"]

@@ -12,12 +12,19 @@ import pytest
 from typer.testing import CliRunner
 
 from gfsim.cli.main import app
+from gfsim.core.errors import SpecError
 from gfsim.cost_models import load_cost_model
-from gfsim.errors import SpecError
 from gfsim.replay_logs import open_log
 from gfsim.simulator import Budget
-from gfsim.tuning import (TrialSetup, aggregate, evaluate, expected_random_best,
-                          parse_constraint, parse_objectives, parse_param)
+from gfsim.tuning.trials import (
+    TrialSetup,
+    aggregate,
+    evaluate,
+    expected_random_best,
+    parse_constraint,
+    parse_objectives,
+    parse_param,
+)
 
 runner = CliRunner()
 

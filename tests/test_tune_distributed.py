@@ -28,7 +28,7 @@ def gfsim(args, cwd, **kw):
 def load(storage, name):
     import optuna
 
-    from gfsim.tune_study import make_storage
+    from gfsim.tuning.study import make_storage
 
     return optuna.load_study(study_name=name, storage=make_storage(storage))
 
@@ -87,7 +87,7 @@ def _kill_mid_trial(storage, name, tmp_path, heartbeat_args):
 def test_a_killed_workers_trial_is_failed_and_retried(postgres_url, tmp_path, kind):
     import optuna
 
-    from gfsim.tune_study import retry_of
+    from gfsim.tuning.study import retry_of
 
     name = f"kill-{kind}-{uuid.uuid4().hex[:8]}"
     storage = postgres_url if kind == "postgresql" else str(tmp_path / f"{name}.journal")

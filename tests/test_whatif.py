@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 from gfsim.cli.main import app
-from gfsim.errors import SpecError
-from gfsim.whatif import (ANCHOR, PAPER_TARGETS, PRESETS, WhatIfForecaster, parse_whatif,
-                          replica_log)
+from gfsim.core.errors import SpecError
+from gfsim.forecasts.whatif import ANCHOR, PAPER_TARGETS, PRESETS, WhatIfForecaster, parse_whatif
+from gfsim.worlds.replica import replica_log
 
 runner = CliRunner()
 
@@ -66,8 +66,8 @@ def replica(tmp_path_factory):
 
 
 def test_the_replica_is_shaped_like_the_eval_set(replica):
+    from gfsim.forecasts.scoring import true_bins
     from gfsim.replay_logs import load_log
-    from gfsim.scoring import true_bins
 
     log = load_log(replica)
     assert log.shape == "pairs" and len(log.candidates) == 424 and len(log.tasks) == 6

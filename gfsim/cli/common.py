@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import typer
 
-from gfsim.errors import GfsimError
+from gfsim.core.errors import GfsimError
 
 __all__ = ["handles_errors", "print_json", "console", "search_config"]
 
@@ -68,7 +68,7 @@ def print_json(obj: Any) -> None:
 def search_config(driver: str, preset: str | None, **knobs):
     """The puct search shape from --search and the knobs; an error if given to the trace
     driver, where they mean nothing."""
-    from gfsim.errors import GfsimError
+    from gfsim.core.errors import GfsimError
     from gfsim.simulator.puct_engine import SEARCH_PRESETS, replace_config
 
     given = {k: v for k, v in knobs.items() if v is not None}

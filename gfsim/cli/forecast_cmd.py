@@ -35,9 +35,9 @@ def forecast(
 ) -> None:
     """Add a forecaster's forecasts to a log (resumable): a live one for candidates with code,
     or a what-if one for candidates with a measured speedup."""
+    from gfsim.forecasts.whatif import is_whatif, parse_whatif
     from gfsim.live.forecast_log import forecast_log
     from gfsim.live.forecaster import parse_forecaster
-    from gfsim.whatif import is_whatif, parse_whatif
 
     the_forecaster = parse_whatif(forecaster) if is_whatif(forecaster) else \
         parse_forecaster(forecaster)
@@ -47,8 +47,13 @@ def forecast(
         print_json(summary)
         return
     from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeRemainingColumn)
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
 
     with Progress(TextColumn("forecast"), BarColumn(), MofNCompleteColumn(),
                   TimeRemainingColumn(), console=Console(stderr=True), transient=True) as bar:

@@ -46,8 +46,8 @@ def kernel_tuner(
 
 
 def _capacities(text: str | None) -> dict | None:
-    from gfsim.errors import SpecError
-    from gfsim.specs import parse_kv
+    from gfsim.core.errors import SpecError
+    from gfsim.core.specs import parse_kv
 
     if not text:
         return None
@@ -101,7 +101,7 @@ def gpu_forecasters_eval_set(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """The paper's evaluation pairs and predictions as a pairs log for `gfsim score`."""
-    from gfsim.errors import GfsimError
+    from gfsim.core.errors import GfsimError
     from gfsim.importers.gpu_forecasters import fetch_hf, import_eval_set
 
     if hf:

@@ -98,13 +98,13 @@ def live(
     import math
     import sys
 
-    from gfsim.errors import GfsimError
+    from gfsim.core.errors import GfsimError
+    from gfsim.core.specs import parse_kv
+    from gfsim.forecasts.whatif import is_whatif, parse_whatif
     from gfsim.live.driver import LiveOptions, LiveRun
     from gfsim.live.sources import parse_source
     from gfsim.live.tasks import get_task
     from gfsim.simulator.budget import parse_budget
-    from gfsim.specs import parse_kv
-    from gfsim.whatif import is_whatif, parse_whatif
 
     if driver != "puct":
         raise GfsimError(f"--driver {driver}: a live run re-runs the closed-loop search; only "
@@ -179,7 +179,7 @@ def live(
     if the_forecaster is not None and is_whatif(forecaster):
         provenance["forecasts"] = (
             f"what-if forecasts ({the_forecaster.name}): synthetic, drawn after each "
-            "measurement from the measured speedup (gfsim.whatif; every parameter an "
+            "measurement from the measured speedup (gfsim.forecasts.whatif; every parameter an "
             "assumption); no LLM forecaster ran")
     elif the_forecaster is not None:
         provenance["forecasts"] = f"live forecaster {the_forecaster.describe()}"
@@ -193,8 +193,13 @@ def live(
         summary = run.run()
     else:
         from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeElapsedColumn)
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         with Progress(TextColumn("live {task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=Console(stderr=True)) as bar:

@@ -20,8 +20,8 @@ def parse_capacity(text: str | None, base):
     """``gpus=2,gen=8`` over a preset's capacities."""
     import dataclasses
 
-    from gfsim.errors import SpecError
-    from gfsim.specs import parse_kv
+    from gfsim.core.errors import SpecError
+    from gfsim.core.specs import parse_kv
 
     if not text:
         return base
@@ -133,12 +133,12 @@ def replay(
     config = search_config(driver, search, steps=steps, parents_per_step=parents_per_step,
                             samples_per_parent=samples_per_parent, overgen=overgen,
                             k_per_parent=k_per_parent)
-    from gfsim.whatif import resolve
+    from gfsim.forecasts.whatif import resolve
 
     the_log, forecaster = resolve(open_log(log), forecaster)
     if calibrate != "none":
-        from gfsim.calibration import recalibrate_log
-        from gfsim.scoring import true_bins
+        from gfsim.forecasts.calibration import recalibrate_log
+        from gfsim.forecasts.scoring import true_bins
 
         the_log = recalibrate_log(the_log, calibrate, true_bins(the_log))
     result, base = replay_with_baseline(
@@ -169,7 +169,7 @@ def replay(
 
 
 def _seed_pairs(log, policy, baseline, model, seed, seeds, jobs, kwargs) -> list:
-    from gfsim.errors import GfsimError
+    from gfsim.core.errors import GfsimError
     from gfsim.simulator.replay import replay_seeds
 
     if jobs < 1:
@@ -179,7 +179,7 @@ def _seed_pairs(log, policy, baseline, model, seed, seeds, jobs, kwargs) -> list
 
 
 def _intervals(pairs, seed: int) -> dict:
-    from gfsim.stats import SeedTable, summarize_seeds
+    from gfsim.analysis.stats import SeedTable, summarize_seeds
 
     seed_list = [p[0].seed for p in pairs]
     return summarize_seeds(SeedTable.from_results(seed_list, [p[0] for p in pairs]),
@@ -187,8 +187,8 @@ def _intervals(pairs, seed: int) -> dict:
 
 
 def _plot(pairs, out: dict, path: Path) -> Path:
-    from gfsim.errors import GfsimError
-    from gfsim.plots import plot_anytime
+    from gfsim.analysis.plots import plot_anytime
+    from gfsim.core.errors import GfsimError
 
     if path.suffix.lower() != ".png":
         raise GfsimError(f"{path}: --plot writes a .png")
@@ -215,7 +215,7 @@ def _print_intervals(con, iv: dict) -> None:
 
 
 def _write_table(df, path: Path) -> None:
-    from gfsim.errors import GfsimError
+    from gfsim.core.errors import GfsimError
 
     if path.suffix == ".parquet":
         df.to_parquet(path, index=False)

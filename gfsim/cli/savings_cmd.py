@@ -35,11 +35,11 @@ def savings(
 ) -> None:
     """Dollars, seconds and joules a policy saves per search against a baseline, with
     intervals; cost to reach targets; the speedup at equal cost; break-even prices."""
+    from gfsim.analysis.savings import savings as compute
+    from gfsim.core.errors import GfsimError
     from gfsim.cost_models import load_cost_model
-    from gfsim.errors import GfsimError
     from gfsim.policies import make_policy
     from gfsim.replay_logs import open_log
-    from gfsim.savings import savings as compute
     from gfsim.simulator import parse_budget
     from gfsim.simulator.replay import replay_seeds
 
@@ -48,7 +48,7 @@ def savings(
         raise GfsimError("--seeds must be >= 2 and --jobs >= 1")
     make_policy(policy)
     make_policy(baseline)
-    from gfsim.whatif import resolve
+    from gfsim.forecasts.whatif import resolve
 
     the_log, forecaster = resolve(open_log(log), forecaster)
     model = load_cost_model(cost)
@@ -78,7 +78,7 @@ def _targets(per_task: dict) -> str:
 def _report(out: dict) -> None:
     from rich.table import Table
 
-    from gfsim.savings import usd_text
+    from gfsim.analysis.savings import usd_text
 
     con = console()
     i = out["inputs"]

@@ -38,14 +38,14 @@ def score(
                                                        "(a list when several)."),
 ) -> None:
     """Score the forecasts in a log: accuracy, ECE, Brier, CRPS, NLL, recovery, AURC."""
+    from gfsim.forecasts.scoring import score_log
     from gfsim.replay_logs import open_log
-    from gfsim.scoring import score_log
 
     the_log = open_log(log)
     results = score_log(the_log, forecaster=forecaster, task=task, by_task=by_task,
                         score=selective, calibrate=calibrate)
     if plot is not None:
-        from gfsim.plots import plot_scores
+        from gfsim.analysis.plots import plot_scores
 
         plot_scores([{"name": r["forecaster"], "ece": r["ece"], "aurc": r["aurc"], **r["_curves"]}
                      for r in results], plot)

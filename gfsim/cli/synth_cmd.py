@@ -37,16 +37,21 @@ def synth(
 
     Every distribution parameter is a stated assumption, recorded in the log's header.
     """
-    from gfsim.synth import SHAPES, summary_lines, synthesize
+    from gfsim.worlds.synth import SHAPES, summary_lines, synthesize
 
     if shape not in SHAPES:
-        from gfsim.errors import GfsimError
+        from gfsim.core.errors import GfsimError
 
         raise GfsimError(f"--shape: unknown shape {shape!r}; valid: {', '.join(SHAPES)}")
     if candidates is not None and candidates >= _PROGRESS_FROM and not as_json:
         from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeRemainingColumn)
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
 
         with Progress(TextColumn("synth"), BarColumn(), MofNCompleteColumn(),
                       TimeRemainingColumn(), console=Console(stderr=True),

@@ -72,14 +72,22 @@ def tune(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Tune a policy (and the puct search's overgeneration) over replayed searches."""
+    from gfsim.core.errors import GfsimError
     from gfsim.cost_models import load_cost_model
-    from gfsim.errors import GfsimError
     from gfsim.replay_logs import open_log
     from gfsim.simulator import parse_budget
-    from gfsim.tune_study import (Objective, leave_one_task_out, make_sampler, make_storage,
-                                  open_study, out_of_sample, run_study, storage_url,
-                                  trial_rows)
-    from gfsim.tuning import TrialSetup, parse_constraint, parse_objectives, parse_param
+    from gfsim.tuning.study import (
+        Objective,
+        leave_one_task_out,
+        make_sampler,
+        make_storage,
+        open_study,
+        out_of_sample,
+        run_study,
+        storage_url,
+        trial_rows,
+    )
+    from gfsim.tuning.trials import TrialSetup, parse_constraint, parse_objectives, parse_param
 
 
     if seeds < 1 or trials < 1 or workers < 1 or jobs < 1:
@@ -89,7 +97,7 @@ def tune(
         raise GfsimError("--param: a parameter is named twice")
     objectives = parse_objectives(objective)
     limit = parse_constraint(constraint)
-    from gfsim.whatif import resolve
+    from gfsim.forecasts.whatif import resolve
 
     the_log, forecaster = resolve(open_log(log), forecaster)
     model = load_cost_model(cost)
@@ -110,8 +118,14 @@ def tune(
                         sampler_name=sampler, seed=seed)
     else:
         from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeElapsedColumn, TimeRemainingColumn)
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         with Progress(TextColumn("tune"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True),

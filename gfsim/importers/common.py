@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gfsim.errors import GfsimError
+from gfsim.core.errors import GfsimError
 
 __all__ = ["write_validated"]
 

@@ -30,8 +30,8 @@ import math
 from datetime import datetime
 from pathlib import Path
 
-from gfsim.bins import PAPER_EDGES
-from gfsim.errors import GfsimError
+from gfsim.core.errors import GfsimError
+from gfsim.forecasts.bins import PAPER_EDGES
 from gfsim.importers.common import write_validated
 
 __all__ = ["import_events", "import_eval_set", "fetch_hf", "recover_service"]

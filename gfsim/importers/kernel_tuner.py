@@ -24,7 +24,7 @@ import json
 import math
 from pathlib import Path
 
-from gfsim.errors import GfsimError
+from gfsim.core.errors import GfsimError
 from gfsim.importers.common import write_validated
 
 __all__ = ["import_kernel_tuner", "read_json_document"]

@@ -37,8 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gfsim.errors import GfsimError
-from gfsim.live.sources import CandidateSource, CodeCandidate, ParentInfo, code_sha256
+from gfsim.core.errors import GfsimError
+from gfsim.live.candidates import CandidateSource, CodeCandidate, ParentInfo, code_sha256
 from gfsim.simulator.budget import Budget
 from gfsim.simulator.puct import ArchiveNode, ChildResult, PuctArchive
 from gfsim.simulator.puct_engine import SearchConfig, cap_per_parent
@@ -189,7 +189,7 @@ class LiveRun:
     """Run (or resume) a live search over ``options.tasks``; see the module doc.
 
     ``measurer_for(task_name)`` makes a ``Measurer`` (a ``TritonMeasurer`` in practice); the
-    forecaster is a ``gfsim.live.forecaster.Forecaster``, a ``gfsim.whatif.WhatIfForecaster``
+    forecaster is a ``gfsim.live.forecaster.Forecaster``, a ``gfsim.forecasts.whatif.WhatIfForecaster``
     (its forecasts read the measured speedup, so they are drawn after the measurement and only
     a policy that does not read forecasts may run on them), or None.
     """
@@ -198,8 +198,8 @@ class LiveRun:
                  forecaster=None, *, resume: bool = False, hardware: dict | None = None,
                  provenance: dict | None = None, timing_protocol: dict | None = None,
                  on_step=None):
+        from gfsim.forecasts.whatif import WhatIfForecaster
         from gfsim.policies import make_policy
-        from gfsim.whatif import WhatIfForecaster
 
         self.out = Path(out)
         self.options = options
@@ -259,7 +259,7 @@ class LiveRun:
         return f"live-{task_name}-seed{self.options.seed}"
 
     def _start(self) -> None:
-        from gfsim.bins import PAPER_EDGES
+        from gfsim.forecasts.bins import PAPER_EDGES
         from gfsim.live.tasks import get_task
 
         opts = self.options
@@ -554,7 +554,7 @@ class LiveRun:
             failed[r] = bool(rec.get("parse_failed")) or p.sum() <= 0
             if not failed[r]:
                 probs[r] = p / p.sum()
-        from gfsim.bins import PAPER_EDGES
+        from gfsim.forecasts.bins import PAPER_EDGES
 
         batch = Batch(tuple(ids), probs, has, failed, np.ones(len(ids)), tuple(PAPER_EDGES))
         with s.lock:

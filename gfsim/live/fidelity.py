@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from gfsim.errors import GfsimError
+from gfsim.core.errors import GfsimError
 
 __all__ = ["fidelity", "WALL_TOLERANCE", "GPU_BUSY_TOLERANCE"]
 

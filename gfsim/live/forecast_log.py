@@ -21,8 +21,8 @@ import os
 import time
 from pathlib import Path
 
-from gfsim.bins import PAPER_EDGES
-from gfsim.errors import GfsimError
+from gfsim.core.errors import GfsimError
+from gfsim.forecasts.bins import PAPER_EDGES
 
 __all__ = ["forecast_log", "requests_from_log"]
 
@@ -113,9 +113,8 @@ def forecast_log(src, forecaster, out, *, repeat: int = 0, drop_existing: bool =
     """Forecast every candidate of ``src`` that has code and no answer yet in ``out``; returns a
     summary. ``progress(total, done_now)`` is called once with the total (done_now = None),
     then after each forecast."""
+    from gfsim.forecasts.whatif import WhatIfForecaster
     from gfsim.replay_logs import LogWriter, load_log, resolve_log
-
-    from gfsim.whatif import WhatIfForecaster
 
     src = resolve_log(str(src))
     out = Path(out)
@@ -188,10 +187,10 @@ def forecast_log(src, forecaster, out, *, repeat: int = 0, drop_existing: bool =
 
 def _whatif(src: Path, log, forecaster, out: Path, repeat: int, drop_existing: bool) -> dict:
     """What-if forecasts need no code and no server: they are drawn from each candidate's
-    measured speedup (``gfsim.whatif``), so every candidate with one gets a forecast."""
+    measured speedup (``gfsim.forecasts.whatif``), so every candidate with one gets a forecast."""
+    from gfsim.forecasts.whatif import whatif_records
     from gfsim.replay_logs import LogWriter, load_log
     from gfsim.replay_logs.io import iter_records
-    from gfsim.whatif import whatif_records
 
     header = next(rec for _, rec in iter_records(src) if rec.get("kind") == "header")
     resumed = out.exists()

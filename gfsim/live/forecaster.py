@@ -31,7 +31,10 @@ from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from gfsim.errors import GfsimError, SpecError
+from gfsim.core.errors import GfsimError, SpecError
+from gfsim.live import prompt as P
+from gfsim.live.client import HttpTransport, NoAnswer, new_tally, server_spec
+from gfsim.live.prompt import PromptTooLong, fit_prompt, renormalise
 
 __all__ = ["Forecaster", "ForecastRequest", "Forecast", "VllmForecaster", "VllmLocalForecaster",
            "ForecasterError",
@@ -101,44 +104,12 @@ class Forecast:
         return {k: v for k, v in rec.items() if v is not None}
 
 
-def renormalise(values) -> tuple[list[float], float, str | None]:
-    """8 non-negative numbers -> (probabilities summing to 1, raw sum, parse error or None).
-    Negative, missing or non-finite values are parse failures, as is an all-zero answer."""
-    if values is None or len(values) != N_BINS:
-        return [0.0] * N_BINS, 0.0, f"expected {N_BINS} probabilities"
+def _fitted(build, count, limit: int | None):
+    """``fit_prompt``, a prompt that cannot fit raised as the forecaster's own error."""
     try:
-        p = [float(v) for v in values]
-    except (TypeError, ValueError):
-        return [0.0] * N_BINS, 0.0, "a probability is not a number"
-    if any(not math.isfinite(v) or v < 0 for v in p):
-        return [0.0] * N_BINS, 0.0, "a probability is negative or not finite"
-    total = math.fsum(p)
-    if total <= 0:
-        return [0.0] * N_BINS, 0.0, "all probabilities are zero"
-    return [v / total for v in p], total, None
-
-
-def fit_prompt(build, count, limit: int | None):
-    """``build(code_share, system_share, user_share)`` -> messages; ``count(messages)`` -> prompt
-    tokens. Until the prompt fits ``limit``, the code blocks are cut first, then the system
-    message, then the user message (only a context far smaller than the prompt needs the last
-    two, as with the tiny test model). Returns (messages, whether anything was cut)."""
-    shares = [1.0, 1.0, 1.0]
-    messages = build(*shares)
-    if limit is None:
-        return messages, False
-    for _ in range(60):
-        n = count(messages)
-        if n <= limit:
-            return messages, shares != [1.0, 1.0, 1.0]
-        k = next((j for j, v in enumerate(shares) if v > 0.02), None)
-        if k is None:
-            break
-        shares[k] *= 0.95 * limit / n
-        if shares[k] <= 0.02:
-            shares[k] = 0.0
-        messages = build(*shares)
-    raise ForecasterError(f"the prompt does not fit in {limit} tokens")
+        return fit_prompt(build, count, limit)
+    except PromptTooLong as exc:
+        raise ForecasterError(str(exc)) from None
 
 
 class Forecaster(ABC):
@@ -180,89 +151,7 @@ class Forecaster(ABC):
         pass
 
 
-_TALLY = {"attempts": 0, "latency_s": 0.0, "input_tokens": 0, "output_tokens": 0}
-
-
-class _NoAnswer(Exception):
-    """A request that got no usable HTTP answer (retryable)."""
-
-
-class _HttpTransport:
-    """The HTTP side of the live clients (``VllmForecaster``, ``gfsim.live.mutator.LlmMutator``):
-    one thread-safe ``httpx.Client`` and POST with retries and exponential backoff. A subclass
-    sets ``base_url``, ``api_key``, ``concurrency``, ``keepalive``, ``timeout_s``, ``retries`` and
-    ``backoff_s``; ``_rejected`` makes the exception raised for an HTTP 4xx answer other than 429
-    (a request the server refuses, not one it failed to answer)."""
-
-    _client = None
-    _client_lock = threading.Lock()
-
-    def _rejected(self, url: str, resp) -> Exception:
-        return GfsimError(f"{url}: HTTP {resp.status_code}: {resp.text[:300]}")
-
-    @property
-    def root_url(self) -> str:
-        """The server root (``/tokenize`` lives there, not under ``/v1``)."""
-        return self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
-
-    def _http(self):
-        if self._client is None:
-            import httpx
-
-            with self._client_lock:  # one client, however many threads ask first
-                if self._client is None:
-                    headers = ({"Authorization": f"Bearer {self.api_key}"} if self.api_key
-                               else {})
-                    limits = httpx.Limits(max_connections=self.concurrency,
-                                          max_keepalive_connections=None if self.keepalive
-                                          else 0)
-                    self._client = httpx.Client(timeout=self.timeout_s, headers=headers,
-                                                limits=limits)
-        return self._client
-
-    def _post_once(self, url: str, payload: dict) -> tuple[dict, float]:
-        import httpx
-
-        started = time.perf_counter()
-        try:
-            resp = self._http().post(url, json=payload)
-        except httpx.HTTPError as exc:  # connect, read timeout, broken or garbage HTTP
-            raise _NoAnswer(f"{type(exc).__name__}: {exc}".strip()) from None
-        took = time.perf_counter() - started
-        if resp.status_code == 429 or resp.status_code >= 500:
-            raise _NoAnswer(f"HTTP {resp.status_code}")
-        if resp.status_code >= 400:
-            raise self._rejected(url, resp)
-        try:
-            body = resp.json()
-        except ValueError:
-            raise _NoAnswer(f"HTTP {resp.status_code} with a body that is not JSON: "
-                            f"{resp.text[:80]!r}") from None
-        if not isinstance(body, dict):
-            raise _NoAnswer("a JSON answer that is not an object")
-        return body, took
-
-    def _post(self, url: str, payload: dict, tally: dict) -> dict:
-        """POST with retries and exponential backoff; raises _NoAnswer when they run out."""
-        last = None
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self.backoff_s * 2 ** (attempt - 1))
-            tally["attempts"] += 1
-            try:
-                body, took = self._post_once(url, payload)
-            except _NoAnswer as exc:
-                last = exc
-                continue
-            tally["latency_s"] += took
-            usage = body.get("usage") or {}
-            tally["input_tokens"] += int(usage.get("prompt_tokens") or 0)
-            tally["output_tokens"] += int(usage.get("completion_tokens") or 0)
-            return body
-        raise _NoAnswer(f"no answer after {self.retries + 1} attempts: {last}")
-
-
-class VllmForecaster(Forecaster, _HttpTransport):
+class VllmForecaster(Forecaster, HttpTransport):
     """Forecasts from a vLLM (or other OpenAI-compatible) server; see the module doc."""
 
     def __init__(self, base_url: str, model: str, *, mode: str = "logprobs",
@@ -272,8 +161,6 @@ class VllmForecaster(Forecaster, _HttpTransport):
                  max_prompt_tokens: int | None = None, server: str = "vllm",
                  tool_transport: str = "tools", name: str | None = None,
                  keepalive: bool = True):
-        from gfsim.live.prompt import TRANSPORTS
-
         if mode not in MODES:
             raise SpecError(f"vllm forecaster: unknown mode {mode!r}; valid: {', '.join(MODES)}")
         if isinstance(labels, (tuple, list)):  # a custom set, in bin order
@@ -285,9 +172,9 @@ class VllmForecaster(Forecaster, _HttpTransport):
         else:
             raise SpecError(f"vllm forecaster: unknown labels {labels!r}; valid: "
                             f"{', '.join(LABEL_SETS)}")
-        if tool_transport not in TRANSPORTS:
+        if tool_transport not in P.TRANSPORTS:
             raise SpecError(f"vllm forecaster: unknown tool_transport {tool_transport!r}; "
-                            f"valid: {', '.join(TRANSPORTS)}")
+                            f"valid: {', '.join(P.TRANSPORTS)}")
         if server not in ("vllm", "openai"):
             raise SpecError(f"vllm forecaster: server must be vllm or openai, got {server!r}")
         for key, value, low in (("concurrency", concurrency, 1), ("retries", retries, 0),
@@ -335,13 +222,13 @@ class VllmForecaster(Forecaster, _HttpTransport):
             if self._label_ids is not None:
                 return self._label_ids
             ids: dict[int, int] = {}
-            tally = dict(_TALLY)
+            tally = new_tally()
             for i, label in enumerate(self.labels):
                 try:
                     body = self._post(f"{self.root_url}/tokenize",
                                       {"model": self.model, "prompt": label,
                                        "add_special_tokens": False}, tally)
-                except _NoAnswer as exc:
+                except NoAnswer as exc:
                     raise ForecasterError(f"{self.root_url}/tokenize: {exc}") from None
                 tokens = body.get("tokens")
                 if not isinstance(tokens, list) or len(tokens) != 1:
@@ -359,9 +246,7 @@ class VllmForecaster(Forecaster, _HttpTransport):
             self._ensure_labels()
 
     def forecast(self, request: ForecastRequest) -> Forecast:
-        from gfsim.live import prompt as P
-
-        tally = dict(_TALLY)
+        tally = new_tally()
         out = Forecast(request.candidate_id, self.name, self.mode, [0.0] * N_BINS)
         try:
             if self.mode == "logprobs":
@@ -382,7 +267,7 @@ class VllmForecaster(Forecaster, _HttpTransport):
                     P.read_tool_answer(body, out, self.tool_transport)
                     if not out.parse_failed:
                         break
-        except _NoAnswer as exc:
+        except NoAnswer as exc:
             out.error = str(exc)
             out.parse_failed = False
             out.probs = [0.0] * N_BINS
@@ -405,8 +290,6 @@ class VllmForecaster(Forecaster, _HttpTransport):
         return payload
 
     def _tool_payload(self, messages) -> dict:
-        from gfsim.live import prompt as P
-
         return {"model": self.model, "messages": messages, "max_tokens": self.max_tokens,
                 "temperature": self.temperature, **P.tool_request(self.tool_transport)}
 
@@ -444,17 +327,15 @@ class VllmForecaster(Forecaster, _HttpTransport):
         return None
 
     def _fit(self, build, tools: bool = False):
-        return fit_prompt(build, lambda m: self._count_tokens(m, tools), self.max_prompt_tokens)
+        return _fitted(build, lambda m: self._count_tokens(m, tools), self.max_prompt_tokens)
 
     def _count_tokens(self, messages, tools: bool) -> int:
-        from gfsim.live import prompt as P
-
         payload = {"model": self.model, "messages": messages, "add_generation_prompt": True}
         if tools:
             payload["tools"] = [P.TOOL]
         try:  # counting is not forecasting: its requests are not charged to the forecast
-            body = self._post(f"{self.root_url}/tokenize", payload, dict(_TALLY))
-        except _NoAnswer as exc:
+            body = self._post(f"{self.root_url}/tokenize", payload, new_tally())
+        except NoAnswer as exc:
             raise ForecasterError(f"{self.root_url}/tokenize: {exc}") from None
         count = body.get("count")
         if not isinstance(count, int):
@@ -492,41 +373,6 @@ def parse_forecaster(spec: str) -> Forecaster:
     return VllmForecaster(url, kw.pop("model"), **kw)
 
 
-def server_spec(rest: str, what: str, kind: str, keys: dict) -> tuple[str, dict]:
-    """``URL,model=NAME,key=value,...`` (the part after ``kind:``) -> (URL, keyword arguments):
-    values converted by ``keys`` (key -> type), ``timeout``/``backoff`` renamed ``timeout_s``/
-    ``backoff_s``, ``api_key_env`` replaced by ``api_key`` read from that environment variable."""
-    import os
-
-    from gfsim.specs import parse_kv
-
-    items = parse_kv(rest, what)
-    if not items or items[0][0] is not None:
-        raise SpecError(f"{what}: the first item after {kind}: is the server URL, e.g. "
-                        f"{kind}:http://127.0.0.1:8000/v1,model=NAME")
-    url = items[0][1]
-    if not url.startswith(("http://", "https://")):
-        raise SpecError(f"{what}: {url!r} is not an http(s) URL")
-    kw: dict = {}
-    for key, raw in items[1:]:
-        if key not in keys:
-            raise SpecError(f"{what}: unknown key {key!r}; valid: {', '.join(keys)}")
-        try:
-            kw[key] = keys[key](raw)
-        except ValueError:
-            raise SpecError(f"{what}: {key}={raw!r} is not a {keys[key].__name__}") from None
-    if "model" not in kw:
-        raise SpecError(f"{what}: model=NAME is required")
-    if "api_key_env" in kw:
-        var = kw.pop("api_key_env")
-        kw["api_key"] = os.environ.get(var)
-        if not kw["api_key"]:
-            raise SpecError(f"{what}: environment variable {var} is not set")
-    renames = {"timeout": "timeout_s", "backoff": "backoff_s"}
-    return url, {renames.get(k, k): v for k, v in kw.items()}
-
-
-
 class VllmLocalForecaster(Forecaster):
     """``logprobs``-mode forecasts from vLLM in this process (``vllm.LLM``), no server: the same
     prompt and labels as ``VllmForecaster``, the label log-probabilities asked for directly
@@ -559,15 +405,13 @@ class VllmLocalForecaster(Forecaster):
             self._ids.append(int(ids[0]))
 
     def _messages(self, request):
-        from gfsim.live import prompt as P
-
         def count(messages) -> int:
             text = self._tok.apply_chat_template(messages, tokenize=False,
                                                  add_generation_prompt=True)
             return len(self._tok.encode(text, add_special_tokens=False))
 
-        return fit_prompt(lambda *shares: P.label_messages(request, self.labels, *shares),
-                          count, self.max_prompt_tokens)
+        return _fitted(lambda *shares: P.label_messages(request, self.labels, *shares),
+                       count, self.max_prompt_tokens)
 
     def forecast_many(self, requests, on_result=None) -> list[Forecast]:
         from vllm import SamplingParams

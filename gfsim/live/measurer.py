@@ -30,7 +30,7 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from gfsim.errors import GfsimError
+from gfsim.core.errors import GfsimError
 
 __all__ = ["Measurer", "LogMeasurer", "TritonMeasurer", "MeasurerConfig", "ENV_ALLOWLIST",
            "CORRECT_UNTIMED"]

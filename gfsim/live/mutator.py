@@ -13,7 +13,7 @@ why). A block that does not parse is *not* a generation failure: its code is ret
 measurer records a compile failure, as it would for any kernel that does not compile.
 
 Failures are kept apart as in the forecaster (and through the same HTTP code,
-``gfsim.live.forecaster._HttpTransport``): no answer at all (server down, timeouts, HTTP 5xx or
+``gfsim.live.client.HttpTransport``): no answer at all (server down, timeouts, HTTP 5xx or
 429, a body that is not JSON), after ``retries`` retries with exponential backoff, is a failed
 child whose reason starts with "no answer"; a prompt longer than the model's context is a failed
 child too. What makes every request fail (an unknown model, a refused API key, an option the
@@ -33,10 +33,10 @@ import textwrap
 import threading
 import time
 
-from gfsim.errors import GfsimError, SpecError
-from gfsim.live.forecaster import (_TALLY, ForecasterError, _HttpTransport, _NoAnswer,
-                                   fit_prompt, server_spec)
-from gfsim.live.sources import CandidateSource, Generated, ParentInfo, _task_seed
+from gfsim.core.errors import GfsimError, SpecError
+from gfsim.live.candidates import CandidateSource, Generated, ParentInfo, task_seed
+from gfsim.live.client import HttpTransport, NoAnswer, new_tally, server_spec
+from gfsim.live.prompt import PromptTooLong, cut_text, fit_prompt
 
 __all__ = ["LlmMutator", "MutatorError", "parse_mutator", "read_answer", "mutation_messages",
            "request_seed"]
@@ -95,9 +95,7 @@ def mutation_messages(task, parent: ParentInfo, code_share: float = 1.0,
                       system_share: float = 1.0, user_share: float = 1.0) -> list[dict]:
     """The conversation for one child of ``parent``. To fit a small context, ``code_share`` < 1
     keeps that share of the parent's code, ``system_share`` and ``user_share`` that share of each
-    message (``gfsim.live.forecaster.fit_prompt`` lowers them in that order)."""
-    from gfsim.live.prompt import _cut
-
+    message (``gfsim.live.prompt.fit_prompt`` lowers them in that order)."""
     shapes = "; ".join(", ".join(f"{k}={v}" for k, v in dims.items())
                        for dims in task.bench_shapes)
     blocked = ", ".join(task.blocked[:3]) + (" and more" if len(task.blocked) > 3 else "")
@@ -107,12 +105,12 @@ def mutation_messages(task, parent: ParentInfo, code_share: float = 1.0,
         f"a float32 reference with atol={task.atol:g}, rtol={task.rtol:g}. Blocked (calling "
         f"them raises): {blocked}.",
         f"## PyTorch baseline\n```python\n{task.reference_code().rstrip()}\n```",
-        f"## Parent kernel\n```python\n{_cut(parent.code.rstrip(), code_share)}\n```",
+        f"## Parent kernel\n```python\n{cut_text(parent.code.rstrip(), code_share)}\n```",
         f"## Measured feedback on the parent\n{_feedback(parent)}",
         "Write the improved kernel now, as exactly one ```python block.",
     ])
-    return [{"role": "system", "content": _cut(SYSTEM, system_share)},
-            {"role": "user", "content": _cut(user, user_share)}]
+    return [{"role": "system", "content": cut_text(SYSTEM, system_share)},
+            {"role": "user", "content": cut_text(user, user_share)}]
 
 
 # -- the answer -----------------------------------------------------------------------------------
@@ -190,13 +188,13 @@ def read_answer(content: str | None, finish_reason: str | None = None):
 
 def request_seed(key: tuple, slot: int) -> int:
     """The sampling seed of child ``slot`` of expansion ``key`` (fits a signed 32-bit int)."""
-    from gfsim.rng import stream
+    from gfsim.core.rng import stream
 
     return int(stream(*key, "llm", slot).integers(2**31 - 1))
 
 
 # -- the source -----------------------------------------------------------------------------------
-class LlmMutator(CandidateSource, _HttpTransport):
+class LlmMutator(CandidateSource, HttpTransport):
     """Children from an LLM behind an OpenAI-compatible chat-completions server; see the module
     doc. Thread-safe: ``generate`` may run ``concurrency`` at a time."""
 
@@ -238,7 +236,7 @@ class LlmMutator(CandidateSource, _HttpTransport):
 
     # -- CandidateSource -------------------------------------------------------------------------
     def seed(self, task) -> ParentInfo:
-        return _task_seed(task)
+        return task_seed(task)
 
     def generate(self, task, parent, key, slot) -> Generated:
         started = time.perf_counter()
@@ -246,7 +244,7 @@ class LlmMutator(CandidateSource, _HttpTransport):
         meta: dict = {"model": self.model, "seed": seed}
         try:
             messages, truncated = self._prompt(task, parent)
-        except _NoAnswer as exc:
+        except NoAnswer as exc:
             meta["wall_s"] = time.perf_counter() - started
             return Generated(None, meta, failed_reason=f"no answer from /tokenize: {exc}")
         except _Refused as exc:
@@ -254,11 +252,11 @@ class LlmMutator(CandidateSource, _HttpTransport):
             return Generated(None, meta, failed_reason=str(exc))
         if truncated:
             meta["prompt_truncated"] = True
-        tally = dict(_TALLY)
+        tally = new_tally()
         try:
             body = self._post(f"{self.base_url}/chat/completions",
                               self._payload(messages, seed), tally)
-        except (_NoAnswer, _Refused) as exc:
+        except (NoAnswer, _Refused) as exc:
             meta["attempts"] = tally["attempts"]
             meta["wall_s"] = time.perf_counter() - started
             return Generated(None, meta, failed_reason=str(exc))
@@ -317,7 +315,7 @@ class LlmMutator(CandidateSource, _HttpTransport):
         try:
             fitted = fit_prompt(lambda *shares: mutation_messages(task, parent, *shares),
                                 self._count_tokens, self.max_prompt_tokens)
-        except ForecasterError as exc:  # fit_prompt's "does not fit": every prompt is too big
+        except PromptTooLong as exc:  # fit_prompt's "does not fit": every prompt is too big
             raise MutatorError(f"llm source: {exc} (max_prompt_tokens="
                                f"{self.max_prompt_tokens})") from None
         with self._fitted_lock:
@@ -329,7 +327,7 @@ class LlmMutator(CandidateSource, _HttpTransport):
     def _count_tokens(self, messages: list[dict]) -> int:
         body = self._post(f"{self.root_url}/tokenize",
                           {"model": self.model, "messages": messages,
-                           "add_generation_prompt": True}, dict(_TALLY))
+                           "add_generation_prompt": True}, new_tally())
         count = body.get("count")
         if not isinstance(count, int):
             raise MutatorError(f"{self.root_url}/tokenize gave no token count (max_prompt_tokens "

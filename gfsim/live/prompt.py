@@ -19,10 +19,14 @@ label each and asks for just the label.
 from __future__ import annotations
 
 import json
+import math
+
+from gfsim.core.errors import GfsimError
+from gfsim.forecasts.bins import N_BINS
 
 __all__ = ["SYSTEM", "TOOL", "TOOL_NAME", "PROB_FIELDS", "BINS", "HARDWARE", "TRANSPORTS",
            "ARGUMENTS_REGEX", "tool_messages", "label_messages", "hardware_rows", "tool_request",
-           "read_tool_answer"]
+           "read_tool_answer", "renormalise", "fit_prompt", "PromptTooLong", "cut_text"]
 
 # (name, range as the prompt states it, plain words); edges are the paper's (REFERENCE.md 2).
 BINS = (
@@ -168,10 +172,11 @@ def _user(request, tail: str, fraction: float = 1.0) -> str:
 
 
 def _code(code: str, fraction: float) -> str:
-    return f"```python\n{_cut(code, fraction)}\n```"
+    return f"```python\n{cut_text(code, fraction)}\n```"
 
 
-def _cut(text: str, fraction: float) -> str:
+def cut_text(text: str, fraction: float) -> str:
+    """The first ``fraction`` of ``text``, ending with a note of how much was cut."""
     if fraction >= 1.0:
         return text
     keep = max(0, int(len(text) * fraction))
@@ -183,8 +188,8 @@ def tool_messages(request, fraction: float = 1.0, system_fraction: float = 1.0,
     """The ``tool``-mode conversation. To fit a small context, ``fraction`` < 1 keeps that share
     of each code block, ``system_fraction`` and ``user_fraction`` that share of each message."""
     tail = f"Answer with exactly one call of `{TOOL_NAME}`."
-    return [{"role": "system", "content": _cut(SYSTEM, system_fraction)},
-            {"role": "user", "content": _cut(_user(request, tail, fraction), user_fraction)}]
+    return [{"role": "system", "content": cut_text(SYSTEM, system_fraction)},
+            {"role": "user", "content": cut_text(_user(request, tail, fraction), user_fraction)}]
 
 
 def label_messages(request, labels, fraction: float = 1.0, system_fraction: float = 1.0,
@@ -193,8 +198,8 @@ def label_messages(request, labels, fraction: float = 1.0, system_fraction: floa
     system = _system("Answer with the label of the most likely bin and nothing else: one of "
                      + ", ".join(labels) + ".", labels)
     tail = "Answer with one label: " + ", ".join(labels) + "."
-    return [{"role": "system", "content": _cut(system, system_fraction)},
-            {"role": "user", "content": _cut(_user(request, tail, fraction), user_fraction)}]
+    return [{"role": "system", "content": cut_text(system, system_fraction)},
+            {"role": "user", "content": cut_text(_user(request, tail, fraction), user_fraction)}]
 
 
 _NUMBER = r"(0(\.[0-9]{1,4})?|1(\.0{1,4})?)"
@@ -225,8 +230,6 @@ def tool_request(transport: str) -> dict:
 def read_tool_answer(body: dict, out, transport: str = "tools") -> None:
     """Fill ``out`` (a Forecast) from a chat-completions answer, or mark a parse failure. With
     the ``json`` and ``regex`` transports the message content holds the tool's arguments."""
-    from gfsim.live.forecaster import renormalise
-
     out.parse_failed, out.parse_error = False, None
 
     def fail(msg: str) -> None:
@@ -274,3 +277,47 @@ def read_tool_answer(body: dict, out, transport: str = "tools") -> None:
         return fail(err)
     out.probs, out.raw_probability_sum, out.predicted_bin = probs, total, b
     out.reasoning = reasoning
+
+
+class PromptTooLong(GfsimError):
+    """No cut of the prompt fits the token limit (the caller says whose prompt it was)."""
+
+
+def fit_prompt(build, count, limit: int | None):
+    """``build(code_share, system_share, user_share)`` -> messages; ``count(messages)`` -> prompt
+    tokens. Until the prompt fits ``limit``, the code blocks are cut first, then the system
+    message, then the user message (only a context far smaller than the prompt needs the last
+    two, as with the tiny test model). Returns (messages, whether anything was cut)."""
+    shares = [1.0, 1.0, 1.0]
+    messages = build(*shares)
+    if limit is None:
+        return messages, False
+    for _ in range(60):
+        n = count(messages)
+        if n <= limit:
+            return messages, shares != [1.0, 1.0, 1.0]
+        k = next((j for j, v in enumerate(shares) if v > 0.02), None)
+        if k is None:
+            break
+        shares[k] *= 0.95 * limit / n
+        if shares[k] <= 0.02:
+            shares[k] = 0.0
+        messages = build(*shares)
+    raise PromptTooLong(f"the prompt does not fit in {limit} tokens")
+
+
+def renormalise(values) -> tuple[list[float], float, str | None]:
+    """8 non-negative numbers -> (probabilities summing to 1, raw sum, parse error or None).
+    Negative, missing or non-finite values are parse failures, as is an all-zero answer."""
+    if values is None or len(values) != N_BINS:
+        return [0.0] * N_BINS, 0.0, f"expected {N_BINS} probabilities"
+    try:
+        p = [float(v) for v in values]
+    except (TypeError, ValueError):
+        return [0.0] * N_BINS, 0.0, "a probability is not a number"
+    if any(not math.isfinite(v) or v < 0 for v in p):
+        return [0.0] * N_BINS, 0.0, "a probability is negative or not finite"
+    total = math.fsum(p)
+    if total <= 0:
+        return [0.0] * N_BINS, 0.0, "all probabilities are zero"
+    return [v / total for v in p], total, None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 
-from gfsim.errors import GfsimError
+from gfsim.core.errors import GfsimError
 from gfsim.live.tasks.base import Candidate, Task
 
 __all__ = ["TASKS", "Candidate", "Task", "UnknownTaskError", "get_task"]

@@ -170,7 +170,7 @@ class Task(ABC):
         return Candidate(self.name, variant, full)
 
     def validate(self, variant: str, params: dict) -> None:
-        from gfsim.errors import GfsimError
+        from gfsim.core.errors import GfsimError
 
         if variant not in self.space:
             raise GfsimError(f"task {self.name}: unknown variant {variant!r}; valid: "

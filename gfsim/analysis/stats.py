@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gfsim.rng import stream
+from gfsim.core.rng import stream
 
 __all__ = ["SeedTable", "summarize_seeds", "interval", "NOTE"]
 

@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 
 from gfsim.cost_models import load_cost_model
-from gfsim.landscape import Landscape, LandscapeParams
 from gfsim.policies import make_policy
 from gfsim.replay_logs import LogWriter, load_log
 from gfsim.simulator.puct_engine import SEARCH_PRESETS
 from gfsim.simulator.replay import replay
-from gfsim.synth import build_records
-from gfsim.synth_puct import run_on_landscape
+from gfsim.worlds.landscape import Landscape, LandscapeParams
+from gfsim.worlds.synth import build_records
+from gfsim.worlds.synth_puct import run_on_landscape
 
 __all__ = ["Comparison", "compare", "summarize"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gfsim.errors import SpecError
+from gfsim.core.errors import SpecError
 
 __all__ = ["Param", "parse_spec", "parse_kv", "bind_params", "format_spec"]
 

@@ -36,9 +36,9 @@ from typing import Any
 
 import numpy as np
 
-from gfsim.bins import PAPER_EDGES
-from gfsim.errors import GfsimError
-from gfsim.rng import stream
+from gfsim.core.errors import GfsimError
+from gfsim.core.rng import stream
+from gfsim.forecasts.bins import PAPER_EDGES
 
 __all__ = [
     "FAILURES",

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from gfsim.bins import REPRESENTATIVE_SPEEDUP
+from gfsim.forecasts.bins import REPRESENTATIVE_SPEEDUP
 
 __all__ = [
     "BUDGETS",

@@ -8,13 +8,13 @@ replay can be checked against the landscape it came from.
 
 from __future__ import annotations
 
-from gfsim.bins import PAPER_EDGES
 from gfsim.cost_models import Capacities, load_cost_model
-from gfsim.landscape import Landscape
+from gfsim.forecasts.bins import PAPER_EDGES
 from gfsim.policies import Policy, make_policy
 from gfsim.simulator.budget import Budget
 from gfsim.simulator.children import LandscapeChildren
 from gfsim.simulator.puct_engine import SEARCH_PRESETS, PuctSimulation, SearchConfig
+from gfsim.worlds.landscape import Landscape
 
 __all__ = ["run_on_landscape", "puct_search_records", "PUCT_RULE"]
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from gfsim.analysis.stats import NOTE, interval
 from gfsim.simulator.results import best_at, first_reaching
-from gfsim.stats import NOTE, interval
 
 __all__ = ["savings", "usd_text", "QUANTILES"]
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from gfsim.errors import SpecError
+from gfsim.core.errors import SpecError
 from gfsim.simulator.results import first_reaching
 
 __all__ = ["TunedParam", "parse_param", "parse_objectives", "parse_constraint", "TrialSetup",

@@ -1,4 +1,4 @@
-"""Write SYNTHETIC replay logs (schema v1) from the landscape in :mod:`gfsim.landscape`.
+"""Write SYNTHETIC replay logs (schema v1) from the landscape in :mod:`gfsim.worlds.landscape`.
 
 Two shapes:
 
@@ -26,11 +26,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable
 
-from gfsim.bins import PAPER_EDGES
-from gfsim.errors import GfsimError
-from gfsim.landscape import GENERATION_FAILED, Landscape, LandscapeParams, Node
+from gfsim.core.errors import GfsimError
+from gfsim.forecasts.bins import PAPER_EDGES
 from gfsim.replay_logs.io import LogWriter
 from gfsim.replay_logs.schema import OUTCOMES, SCHEMA_VERSION
+from gfsim.worlds.landscape import GENERATION_FAILED, Landscape, LandscapeParams, Node
 
 __all__ = ["PAIRS_RULE", "PARENT_RULE", "SHAPES", "build_records", "summarize", "synthesize"]
 
@@ -281,7 +281,7 @@ def build_records(*, seed: int, candidates: int | None, tasks: int, shape: str =
 
 
 def _puct_records(seed, tasks, params, progress, steps, shape, candidates) -> list[dict]:
-    from gfsim.synth_puct import PUCT_RULE, paper_standard, puct_search_records
+    from gfsim.worlds.synth_puct import PUCT_RULE, paper_standard, puct_search_records
 
     if shape != "trajectory":
         raise GfsimError("--driver puct writes trajectory logs only")

@@ -13,8 +13,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from gfsim.errors import GfsimError
-from gfsim.tuning import OBJECTIVES, aggregate, evaluate
+from gfsim.core.errors import GfsimError
+from gfsim.tuning.trials import OBJECTIVES, aggregate, evaluate
 
 __all__ = ["SAMPLERS", "make_sampler", "make_storage", "storage_url", "open_study",
            "run_study", "out_of_sample", "leave_one_task_out", "trial_rows", "retry_of"]

@@ -13,8 +13,8 @@ import dataclasses
 import numpy as np
 from scipy.optimize import isotonic_regression, minimize_scalar
 
-from gfsim.errors import GfsimError
-from gfsim.metrics import confidence_on_declared, declared_bins
+from gfsim.core.errors import GfsimError
+from gfsim.forecasts.metrics import confidence_on_declared, declared_bins
 
 __all__ = ["METHODS", "temperature_scale", "fit_temperature", "fit_isotonic", "apply_isotonic",
            "recalibrate", "recalibrate_log"]
@@ -118,7 +118,7 @@ def recalibrate(method: str, probs, parsed, predicted_bin, fold, true_bin, has_t
 def recalibrate_log(log, method: str, truth):
     """A copy of ``log`` whose forecast probabilities are recalibrated out of fold by task
     (by search when the log has a single task). ``truth`` maps candidate_id -> true bin in each
-    forecast's frame (see gfsim.scoring.true_bins)."""
+    forecast's frame (see gfsim.forecasts.scoring.true_bins)."""
     if method not in METHODS:
         raise GfsimError(f"unknown calibration {method!r}; valid: {', '.join(METHODS)}")
     if method == "none":

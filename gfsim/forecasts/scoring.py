@@ -1,5 +1,5 @@
 """``gfsim score``: forecast quality of the forecasters in a log, by the metrics of
-``gfsim.metrics``. Only candidates with a successful evaluation have a true bin.
+``gfsim.forecasts.metrics``. Only candidates with a successful evaluation have a true bin.
 
 The true speedup is taken in each forecast's frame (header ``forecast_relative_to``: the
 reference, the seed kernel, or the parent, whose own logged speedup must then exist) and binned
@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gfsim import metrics as M
-from gfsim.bins import speedup_to_bin
-from gfsim.calibration import recalibrate_log
-from gfsim.confidence import SCORES
-from gfsim.errors import GfsimError
+from gfsim.core.errors import GfsimError
+from gfsim.forecasts import metrics as M
+from gfsim.forecasts.bins import speedup_to_bin
+from gfsim.forecasts.calibration import recalibrate_log
+from gfsim.forecasts.confidence import SCORES
 from gfsim.replay_logs.log import PROB_COLUMNS, ReplayLog
 
 __all__ = ["true_speedups", "Rows", "forecaster_rows", "score_rows", "score_log"]

@@ -16,7 +16,7 @@ outputs of (sigma, beta, temp), not inputs.
 
 Presets ``paper:NAME`` are this model with (sigma, temp) fitted so that, on a synthetic replica of
 the paper's evaluation set (424 pairs x 3 repeats, bin-balanced, correct kernels only, six tasks:
-``replica_log``), gfsim's speedup-recovered and ECE land on the published figures
+``gfsim.worlds.replica``), gfsim's speedup-recovered and ECE land on the published figures
 (REFERENCE.md section 1; ``experiments/fit_paper_forecasters.py`` redoes the fit). This is a
 calibration to a population, not a reproduction: the figures depend on what is forecast, and
 "recovered" is gfsim's definition.
@@ -29,12 +29,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from gfsim.bins import PAPER_EDGES
-from gfsim.errors import SpecError
-from gfsim.rng import keyed_uniforms
+from gfsim.core.errors import SpecError
+from gfsim.core.rng import keyed_uniforms
+from gfsim.forecasts.bins import PAPER_EDGES
 
 __all__ = ["WhatIfForecaster", "PRESETS", "PAPER_TARGETS", "parse_whatif", "is_whatif",
-           "attach", "resolve", "whatif_records", "replica_log", "replica_scores"]
+           "attach", "resolve", "whatif_records"]
 
 ANCHOR = math.log2(1.19)  # ASSUMPTION: where a biased forecaster's estimates are pulled to
 WIDTH = 0.5  # ASSUMPTION: log2 width of the forecaster's stated distribution
@@ -114,7 +114,7 @@ def is_whatif(spec: str | None) -> bool:
 def parse_whatif(spec: str) -> WhatIfForecaster:
     """``paper:gemini3-flash[,seed=N]`` or ``synthetic:sigma=..,beta=..,temp=..,parse_fail=..
     [,seed=N]``."""
-    from gfsim.specs import parse_kv
+    from gfsim.core.specs import parse_kv
 
     kind, _, rest = spec.partition(":")
     items = parse_kv(rest, "--forecaster")
@@ -147,7 +147,7 @@ def parse_whatif(spec: str) -> WhatIfForecaster:
 
 def _truth(log):
     """(candidate ids, their true log2 speedups in the log's forecast frame)."""
-    from gfsim.scoring import true_speedups
+    from gfsim.forecasts.scoring import true_speedups
 
     truth = true_speedups(log)
     ids = [c for c in log.candidates["candidate_id"] if c in truth]
@@ -199,42 +199,6 @@ def attach(log, forecaster: WhatIfForecaster, repeats: int = 1):
         out.header.setdefault("forecast_relative_to", "reference")
         out.header.setdefault("forecast_bin_edges", list(PAPER_EDGES))
     return out
-
-
-# -- the replica of the paper's evaluation set -----------------------------------------------------
-REPLICA_PAIRS, REPLICA_REPEATS, REPLICA_TASKS = 424, 3, 6
-# log2 speedup range of each reference-code bin (the open ones closed at 1/8x and 8x).
-_BIN_LOG2 = [(-3.0, -1.5)] + [((b - 4) / 2, (b - 3) / 2) for b in range(2, 8)] + [(2.0, 3.0)]
-
-
-def replica_log(seed: int = 0):
-    """A SYNTHETIC ``pairs`` log shaped like the paper's evaluation set: 424 correct pairs,
-    53 per (reference-code) bin, log-uniform within a bin, spread over six tasks."""
-    from gfsim.testing import LogBuilder
-
-    per_bin = REPLICA_PAIRS // 8
-    u = keyed_uniforms(seed, [f"pair{i}" for i in range(REPLICA_PAIRS)], "replica")
-    tasks = [f"task{t}" for t in range(REPLICA_TASKS)]
-    b = LogBuilder({t: 1.0 for t in tasks}, shape="pairs")
-    b.header["label_bin_convention"] = "reference-code"
-    b.header["log_id"] = f"paper-eval-replica-seed{seed}"
-    b.header["provenance"]["note"] = ("SYNTHETIC replica of the paper's evaluation set: 424 "
-                                      "correct pairs, 53 per bin, six tasks")
-    for i in range(REPLICA_PAIRS):
-        lo, hi = _BIN_LOG2[min(i // per_bin, 7)]
-        s = 2.0 ** (lo + (hi - lo) * u[i])
-        b.candidate(tasks[i % REPLICA_TASKS], 0, speedup=float(s), probs=None)
-    return b
-
-
-def replica_scores(forecaster: WhatIfForecaster, log) -> dict:
-    """gfsim's scores of ``forecaster`` on a loaded replica log (all its repeats)."""
-    from gfsim.scoring import forecaster_rows, score_rows
-
-    scored = score_rows(forecaster_rows(attach(log, forecaster, REPLICA_REPEATS),
-                                        forecaster.name))
-    return {"recovered": 100 * scored["recovered_mean"], "ece": scored["ece"],
-            "accuracy": scored["accuracy"], "n": scored["n"]}
 
 
 def resolve(log, forecaster: str | None):
