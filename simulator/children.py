@@ -67,27 +67,78 @@ class ChildSource(ABC):
              seed: int) -> list[Child]:
         """``n`` children for expansion ``expansion`` of ``node_id``."""
 
+    def template_cache(self) -> dict | None:
+        """A dict that lives as long as the data children are copied from, for engines to keep
+        what they derive from a child with a given ``template`` (None: children share
+        nothing, so nothing is kept)."""
+        return None
+
+
+class _LogPool:
+    """What ``LogChildren`` needs of a trace, worked out once per trace (``pool_of``): the
+    logged expansions of every node, the fallback pool by parent speedup bin, and each logged
+    candidate's fields as a child copies them (the stage and price dicts are shared, read-only,
+    by every child drawn from the same candidate)."""
+
+    def __init__(self, t: SearchTrace):
+        speedup = np.asarray(t.speedup, dtype=float)
+        self.speedup = speedup.tolist()
+        # Logged expansions per node: parent index (-1: the seed kernel) -> children by step.
+        groups: dict[int, dict[int, list[int]]] = {}
+        for i, (p, s) in enumerate(zip(t.parent, t.step)):
+            groups.setdefault(p, {}).setdefault(s, []).append(i)
+        self.expansions = {p: [g[s] for s in sorted(g)] for p, g in groups.items()}
+        # Fallback pool: children whose parent (or the seed) has a measured speedup, by bin.
+        parent = np.asarray(t.parent, dtype=int)
+        ps = np.where(parent < 0, t.seed_speedup, speedup[np.maximum(parent, 0)]) \
+            if len(parent) else np.zeros(0)
+        valid = np.flatnonzero(ps > 0)
+        bins = speedup_to_bin(ps[valid]).tolist() if len(valid) else []
+        self.pool: dict[int, list[int]] = {}
+        self.pool_parent_speedup: dict[int, float] = {}
+        for i, b in zip(valid.tolist(), bins):
+            self.pool_parent_speedup[i] = float(ps[i])
+            self.pool.setdefault(b, []).append(i)
+        self.pool_bins = sorted(self.pool)
+        # Each logged candidate as a child copies it: the fields before the speedup, then its
+        # stage seconds and prices.
+        self.head = [(t.gen_s[c], t.gen_in[c], t.gen_out[c], t.gen_imputed[c], t.gen_failed[c],
+                      bool(t.has_forecast[c]), t.probs[c], bool(t.parse_failed[c]), t.fc_s[c],
+                      t.fc_in[c], t.fc_out[c], t.fc_imputed[c], t.outcome[c])
+                     for c in range(len(t))]
+        self.stage_s = [{k: t.stage_s[k][c] for k in _EVAL_STAGES} for c in range(len(t))]
+        price = {k: [tuple(map(float, col)) for col in cols] for k, cols in t.price.items()}
+        self.price = [{k: (u[c], j[c], imp[c]) for k, (u, j, imp) in price.items()}
+                      for c in range(len(t))]
+        # What the archive's duplicate-code check compares: the code's hash where the log
+        # records it (two logged candidates with the same code are one kernel, as the live
+        # search saw them), else the logged candidate.
+        sha = t.code_sha256 or [None] * len(t)
+        self.identity = [sha[c] or t.candidate_ids[c] for c in range(len(t))]
+        self.derived: dict = {}  # engines' per-candidate derivations (ChildSource.template_cache)
+
+
+def pool_of(trace: SearchTrace) -> _LogPool:
+    """The trace's ``_LogPool``, built on first use and kept on the trace (which engines never
+    change): every replay of a log, and every seed and trial of a tuning run, shares it."""
+    pool = trace.__dict__.get("_log_pool")
+    if pool is None:
+        pool = trace.__dict__["_log_pool"] = _LogPool(trace)
+    return pool
+
+
+def _bin_of(speedup: float) -> int:
+    """``speedup_to_bin`` of one speedup (the same log2, without building arrays)."""
+    if not speedup > 0:
+        raise ValueError("speedup must be > 0 to have a bin")
+    return int(min(max(np.floor(2.0 * np.log2(speedup)) + 4, 1), 8))
+
 
 class LogChildren(ChildSource):
     """Children of a logged search (one ``SearchTrace``)."""
 
     def __init__(self, trace: SearchTrace):
         self.t = trace
-        self._speedup = np.asarray(trace.speedup, dtype=float)
-        # Logged expansions per node: parent index (-1: the seed kernel) -> children by step.
-        groups: dict[int, dict[int, list[int]]] = {}
-        for i, (p, s) in enumerate(zip(trace.parent, trace.step)):
-            groups.setdefault(p, {}).setdefault(s, []).append(i)
-        self._expansions = {p: [g[s] for s in sorted(g)] for p, g in groups.items()}
-        # Fallback pool: children whose parent (or the seed) has a measured speedup, by bin.
-        self._pool: dict[int, list[int]] = {}
-        self._pool_parent_speedup: dict[int, float] = {}
-        for i, p in enumerate(trace.parent):
-            ps = trace.seed_speedup if p < 0 else self._speedup[p]
-            if not ps > 0:
-                continue
-            self._pool_parent_speedup[i] = float(ps)
-            self._pool.setdefault(int(speedup_to_bin([ps])[0]), []).append(i)
         self._logged: dict[str, int] = {}  # replay node id -> logged index (exact draws)
         self._used: dict[str, set[int]] = {}
 
@@ -95,69 +146,70 @@ class LogChildren(ChildSource):
         self._logged["seed"] = -1
         return "seed", self.t.seed_speedup
 
-    def draw(self, node_id, node_speedup, expansion, n, seed):
+    def picks(self, node_id, node_speedup, expansion, n, seed) -> list[tuple[int, str, str, float]]:
+        """The ``n`` draws of one expansion as (logged index, child id, draw source, speedup)."""
+        pool = pool_of(self.t)
         used = self._used.setdefault(node_id, set())
-        rng = stream(seed, self.t.task_id, node_id, expansion)
+        rng = None  # made only when a draw needs it: own children are taken in logged order
         picks: list[tuple[int, str]] = []
         j = self._logged.get(node_id)
-        exps = self._expansions.get(j, []) if j is not None else []
+        exps = pool.expansions.get(j, []) if j is not None else []
         own = exps[expansion] if expansion < len(exps) else []
-        other = [c for e, g in enumerate(exps) if e != expansion for c in g]
-        for tier, source in ((own, "own"), (other, "other_expansion")):
-            free = [c for c in tier if c not in used]
-            for c in (free if source == "own" else rng.permutation(free).tolist()):
-                if len(picks) < n:
-                    picks.append((c, source))
-                    used.add(c)
+        for c in own:
+            if len(picks) < n and c not in used:
+                picks.append((c, "own"))
+                used.add(c)
         if len(picks) < n:
-            picks += [(c, "fallback") for c in self._fallback(node_speedup, n - len(picks),
-                                                              used, rng)]
+            other = [c for e, g in enumerate(exps) if e != expansion for c in g if c not in used]
+            if other:
+                rng = stream(seed, self.t.task_id, node_id, expansion)
+                for c in rng.permutation(other).tolist():
+                    if len(picks) < n:
+                        picks.append((c, "other_expansion"))
+                        used.add(c)
+        if len(picks) < n and pool.pool:
+            if rng is None:
+                rng = stream(seed, self.t.task_id, node_id, expansion)
+            picks += [(c, "fallback") for c in self._fallback(pool, node_speedup,
+                                                              n - len(picks), used, rng)]
         out = []
         for slot, (c, source) in enumerate(picks):
             cid = f"{node_id}/{expansion}.{slot}"
-            s = self._speedup[c]
+            s = pool.speedup[c]
             if source == "fallback" and s == s:
-                s = node_speedup * s / self._pool_parent_speedup[c]
+                s = node_speedup * s / pool.pool_parent_speedup[c]
             else:
                 self._logged[cid] = c
-            out.append(self._child(c, cid, source, float(s)))
+            out.append((c, cid, source, float(s)))
         return out
 
-    def _fallback(self, node_speedup, n, used, rng) -> list[int]:
+    def template_cache(self) -> dict:
+        return pool_of(self.t).derived
+
+    def draw(self, node_id, node_speedup, expansion, n, seed):
+        pool = pool_of(self.t)
+        return [self._child(pool, c, cid, source, s)
+                for c, cid, source, s in self.picks(node_id, node_speedup, expansion, n, seed)]
+
+    @staticmethod
+    def _fallback(pool: _LogPool, node_speedup, n, used, rng) -> list[int]:
         """Pool entries of the node's speedup bin (the nearest non-empty bin if it has none);
         without replacement per node while they last."""
-        if not self._pool:
-            return []
-        b = int(speedup_to_bin([node_speedup])[0])
-        nearest = min(self._pool, key=lambda k: (abs(k - b), k))
-        pool = self._pool.get(b) or self._pool[nearest]
-        free = [c for c in pool if c not in used]
+        b = _bin_of(node_speedup)
+        entries = pool.pool.get(b)
+        if not entries:
+            entries = pool.pool[min(pool.pool_bins, key=lambda k: (abs(k - b), k))]
+        free = [c for c in entries if c not in used]
         order = rng.permutation(free).tolist()
         while len(order) < n:  # exhausted: draw again, with replacement
-            order += rng.permutation(pool).tolist()
+            order += rng.permutation(entries).tolist()
         used.update(order[:n])
         return order[:n]
 
-    def _identity(self, c: int) -> str:
-        """What the archive's duplicate-code check compares: the code's hash where the log
-        records it (two logged candidates with the same code are one kernel, as the live
-        search saw them), else the logged candidate."""
-        sha = self.t.code_sha256[c] if self.t.code_sha256 else None
-        return sha or self.t.candidate_ids[c]
-
-    def _child(self, c: int, cid: str, source: str, speedup: float) -> Child:
-        t = self.t
-        return Child(
-            candidate_id=cid, draw_source=source, template=t.candidate_ids[c],
-            code=None if source == "fallback" else self._identity(c),
-            gen_s=t.gen_s[c], gen_in=t.gen_in[c], gen_out=t.gen_out[c],
-            gen_imputed=t.gen_imputed[c], gen_failed=t.gen_failed[c],
-            has_forecast=bool(t.has_forecast[c]), probs=t.probs[c],
-            parse_failed=bool(t.parse_failed[c]), fc_s=t.fc_s[c], fc_in=t.fc_in[c],
-            fc_out=t.fc_out[c], fc_imputed=t.fc_imputed[c], outcome=t.outcome[c],
-            speedup=speedup, stage_s={k: t.stage_s[k][c] for k in _EVAL_STAGES},
-            price={k: tuple(float(x[c]) for x in t.price[k]) for k in t.price},
-        )
+    def _child(self, pool: _LogPool, c: int, cid: str, source: str, speedup: float) -> Child:
+        return Child(cid, source, self.t.candidate_ids[c],
+                     None if source == "fallback" else pool.identity[c], *pool.head[c],
+                     speedup, pool.stage_s[c], pool.price[c])
 
 
 class LandscapeChildren(ChildSource):

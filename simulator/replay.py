@@ -24,11 +24,12 @@ from gfsim.simulator.puct_engine import (
     PuctSimulation,
     SearchConfig,
 )
+from gfsim.simulator.puct_fast import run_puct_fast
 from gfsim.simulator.results import ReplayResult
 from gfsim.simulator.trace import SearchTrace, build_traces
 
-__all__ = ["ENGINES", "cached_traces", "calibration_batch", "replay", "replay_with_baseline", "replay_seeds", "comparison_json",
-           "simulate_search"]
+__all__ = ["ENGINES", "cached_traces", "calibration_batch", "replay", "replay_with_baseline",
+           "replay_seeds", "comparison_json", "simulate_search", "simulate_puct"]
 
 
 def _check_shape(log: ReplayLog, policy: Policy, traces: list[SearchTrace]) -> None:
@@ -114,6 +115,18 @@ def simulate_search(trace: SearchTrace, policy: Policy, model: PresetCostModel,
                             pipeline, noise).run()
 
 
+def simulate_puct(source, config: SearchConfig, policy: Policy, model: PresetCostModel,
+                  caps: Capacities, budget: Budget, seed: int, *, engine: str = "auto",
+                  **kwargs):
+    """One closed-loop search: the fast path (``auto`` or ``fast``; it covers every setting)
+    or the SimPy engine (``des``), which it reproduces."""
+    if engine not in ENGINES:
+        raise GfsimError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+    if engine == "des":
+        return PuctSimulation(source, config, policy, model, caps, budget, seed, **kwargs).run()
+    return run_puct_fast(source, config, policy, model, caps, budget, seed, **kwargs)
+
+
 DRIVERS = ("trace", "puct")
 
 
@@ -129,7 +142,9 @@ def replay(log: ReplayLog, policy: Policy, model: PresetCostModel, *, budget: Bu
     run is repeated with orphans dropped so both can be reported; ``engine``: ``auto`` uses the
     closed-form fast path wherever no capacity binds, ``des`` always the SimPy engine, ``fast``
     insists on it. ``driver="puct"`` re-runs the reference search (closed loop) with ``search``
-    (default paper-standard), drawing children from the log (``simulator.children``).
+    (default paper-standard), drawing children from the log (``simulator.children``); its
+    ``engine`` is the SimPy one (``des``) or the event loop without SimPy that reproduces it
+    (``auto`` or ``fast``: ``simulator.puct_fast``, for any capacity or budget).
     ``noise``: keyed log-normal noise on every measurement (``simulator.noise``).
     """
     if driver not in DRIVERS:
@@ -145,10 +160,10 @@ def replay(log: ReplayLog, policy: Policy, model: PresetCostModel, *, budget: Bu
             raise GfsimError(f"{log.path}: the puct driver needs a trajectory log (parents and "
                              f"children); this one is {log.shape!r}")
         config = search or SEARCH_PRESETS["paper-standard"]
-        searches = [PuctSimulation(LogChildren(t), config, policy, model, caps, budget, seed,
-                                   search_id=t.search_id, task_id=t.task_id,
-                                   forecast_frame=t.forecast_frame, bin_edges=t.bin_edges,
-                                   pipeline=pipeline, noise=noise).run() for t in traces]
+        searches = [simulate_puct(LogChildren(t), config, policy, model, caps, budget, seed,
+                                  engine=engine, search_id=t.search_id, task_id=t.task_id,
+                                  forecast_frame=t.forecast_frame, bin_edges=t.bin_edges,
+                                  pipeline=pipeline, noise=noise) for t in traces]
         dropped = None
     else:
         def run_all(drop: bool):

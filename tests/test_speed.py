@@ -62,7 +62,8 @@ def test_the_running_measurement_cost_is_the_growing_traces_mean(monkeypatch):
         return got
 
     monkeypatch.setattr(PuctSimulation, "_measure_usd", checked)
-    replay(open_log("synthetic-mini"), make_policy("ev:10"), MODEL, driver="puct", seed=3)
+    replay(open_log("synthetic-mini"), make_policy("ev:10"), MODEL, driver="puct", seed=3,
+           engine="des")
     assert len(seen) > 50
     got, want = np.array(seen).T
     assert np.array_equal(np.isnan(got), np.isnan(want))

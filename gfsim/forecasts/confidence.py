@@ -33,9 +33,14 @@ def top2_margin(p: np.ndarray) -> np.ndarray:
     return top2[:, 1] - top2[:, 0]
 
 
+_BIN_NUMBERS = np.arange(1, 9, dtype=float)
+
+
 def expected_bin_index(p: np.ndarray) -> np.ndarray:
-    """sum_b b * p_b with bins numbered 1..8: the reference's top-k ranking score."""
-    return np.asarray(p, dtype=float) @ np.arange(1, 9, dtype=float)
+    """sum_b b * p_b with bins numbered 1..8: the reference's top-k ranking score. Summed row by
+    row (not a matrix product, whose rounding depends on how many rows it is given), so a
+    forecast scores the same whichever batch it is in."""
+    return (np.asarray(p, dtype=float) * _BIN_NUMBERS).sum(axis=1)
 
 
 SCORES = {"maxprob": maxprob, "negentropy": negentropy, "margin": top2_margin}

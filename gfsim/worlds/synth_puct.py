@@ -13,7 +13,8 @@ from gfsim.forecasts.bins import PAPER_EDGES
 from gfsim.policies import Policy, make_policy
 from gfsim.simulator.budget import Budget
 from gfsim.simulator.children import LandscapeChildren
-from gfsim.simulator.puct_engine import SEARCH_PRESETS, PuctSimulation, SearchConfig
+from gfsim.simulator.puct_engine import SEARCH_PRESETS, SearchConfig
+from gfsim.simulator.replay import simulate_puct
 from gfsim.worlds.landscape import Landscape
 
 __all__ = ["run_on_landscape", "puct_search_records", "PUCT_RULE"]
@@ -25,21 +26,23 @@ _WIDE = Capacities(generator=1024, forecaster=1024, compile_workers=1024, gpus=1
 
 def run_on_landscape(land: Landscape, task_id: str, config: SearchConfig, policy: str | Policy,
                      *, seed: int, cost: str = "serverless-a100", budget: Budget = Budget(),
-                     capacities: Capacities = _WIDE):
+                     capacities: Capacities = _WIDE, engine: str = "auto"):
     """One search with children from the landscape; returns (result, its child source).
 
     A policy given as a spec is made unfitted; one that must be fitted first (e.g.
     ``threshold:coverage=..``) is passed as a Policy already fitted (``Policy.fit``).
     ``capacities`` default to wide (nothing queues); pass the cost model's to compare with a
-    replay under reserved billing, where idle GPUs are paid for.
+    replay under reserved billing, where idle GPUs are paid for. ``engine``: the fast path
+    (``auto``) or the SimPy engine (``des``), which give the same result.
     """
     model = load_cost_model(cost)
     source = LandscapeChildren(land, task_id, model)
     if isinstance(policy, str):
         policy = make_policy(policy)
-    sim = PuctSimulation(source, config, policy, model, capacities, budget, seed,
-                         search_id=f"{task_id}-puct", task_id=task_id, bin_edges=PAPER_EDGES)
-    return sim.run(), source
+    result = simulate_puct(source, config, policy, model, capacities, budget, seed,
+                           engine=engine, search_id=f"{task_id}-puct", task_id=task_id,
+                           bin_edges=PAPER_EDGES)
+    return result, source
 
 
 def puct_search_records(land: Landscape, task_id: str, config: SearchConfig, seed: int,
