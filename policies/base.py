@@ -116,7 +116,10 @@ class Policy(ABC):
       returns one decision per row; the same inputs give the same decisions;
     - randomness comes only from ``gfsim.core.rng`` keyed by (state.seed, candidate id, ...);
     - a candidate with no usable forecast is measured unless a parameter says otherwise;
-    - learned state (``fit``) ends in ``_``.
+    - learned state (``fit``) ends in ``_``;
+    - ``state_fields`` names every ``SearchState`` field other than ``best_speedup`` that
+      decisions depend on (None: any of them). Engines then decide the batches of several
+      searches in one ``decide_groups`` call when those fields agree.
     """
 
     name: ClassVar[str]
@@ -124,6 +127,7 @@ class Policy(ABC):
     params: ClassVar[tuple[Param, ...]] = ()
     needs_forecast: ClassVar[bool] = False
     needs_truth: ClassVar[bool] = False
+    state_fields: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(self, **values: Any):
         for p in self.params:

@@ -22,6 +22,7 @@ __all__ = ["AllPolicy", "RandomPolicy", "OraclePolicy"]
 class AllPolicy(Policy):
     name = "all"
     summary = "measure every candidate (the baseline)"
+    state_fields = ()
 
     def decide(self, batch: Batch, state: SearchState) -> Decisions:
         n = len(batch)
@@ -35,6 +36,7 @@ class RandomPolicy(Policy):
     name = "random"
     summary = "measure each candidate with probability p (keyed draw per candidate)"
     params = (Param("p", float, 0.5, "probability of measuring a candidate", 0.0, 1.0),)
+    state_fields = ("seed",)
 
     def decide(self, batch: Batch, state: SearchState) -> Decisions:
         # Keyed by candidate, so random:0.3 measures a subset of what random:0.6 measures.
@@ -52,6 +54,7 @@ class OraclePolicy(GroupPolicy):
     summary = "per parent batch, measure the top fraction p by TRUE speedup (a reference point)"
     params = (Param("p", float, 0.25, "fraction of each batch to measure", 0.0, 1.0),)
     needs_truth = True
+    state_fields = ()
 
     def decide_groups(self, batch, group, best, state) -> Decisions:
         n = len(batch)

@@ -38,6 +38,7 @@ class TopKPolicy(GroupPolicy):
     summary = "per parent batch, measure the top k by expected bin index (the reference's rule)"
     params = (Param("k", int, 4, "candidates measured per parent batch", 0), _ON_PARSE_FAILURE)
     needs_forecast = True
+    state_fields = ()
 
     def decide_groups(self, batch, group, best, state) -> Decisions:
         usable = batch.usable
@@ -74,6 +75,7 @@ class ThresholdPolicy(GroupPolicy):
               0.0, 1.0),
     )
     needs_forecast = True
+    state_fields = ()
 
     @classmethod
     def from_spec(cls, spec: str) -> "ThresholdPolicy":
@@ -149,6 +151,7 @@ class ExpectedValuePolicy(GroupPolicy):
               1.0),
     )
     needs_forecast = True
+    state_fields = ("measure_usd",)
 
     def decide_groups(self, batch, group, best, state) -> Decisions:
         usable = batch.usable

@@ -38,21 +38,35 @@ def _read_bytes(path: Path) -> tuple[bytes, bool]:
         raise LogError(str(path), None, "permission denied") from None
     if not raw.startswith(b"\x1f\x8b"):
         return raw, False
-    # Decompress member by member so that a stream cut by a crash still yields what was synced.
-    out = bytearray()
-    data = raw
-    while data:
+    try:
+        return _gunzip_members(raw)
+    except zlib.error as exc:
+        raise LogError(str(path), None, f"corrupt gzip data: {exc}") from None
+
+
+def _gunzip_members(raw: bytes) -> tuple[bytes, bool]:
+    """Decompress member by member, so that a stream cut by a crash still yields what was
+    synced. Linear in the file whatever the number of members (a live log appends one per
+    batch): each member is fed in slices that grow from 4 KiB, so what zlib copies of the
+    input after a member ends is at most one slice."""
+    view, n, pos = memoryview(raw), len(raw), 0
+    out: list[bytes] = []
+    while pos < n:
         d = zlib.decompressobj(wbits=31)
-        try:
-            out += d.decompress(data)
-        except zlib.error as exc:
-            raise LogError(str(path), None, f"corrupt gzip data: {exc}") from None
-        if not d.eof:
-            return bytes(out), True
-        data = d.unused_data
-        while data.startswith(b"\x00"):  # padding after a member
-            data = data[1:]
-    return bytes(out), False
+        size = 4096
+        while True:
+            piece = view[pos:pos + size]
+            out.append(d.decompress(piece))
+            if d.eof:
+                pos += len(piece) - len(d.unused_data)
+                break
+            pos += len(piece)
+            if pos >= n:
+                return b"".join(out), True
+            size = min(2 * size, 1 << 20)
+        while pos < n and raw[pos] == 0:  # padding after a member
+            pos += 1
+    return b"".join(out), False
 
 
 def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str, bool]]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gfsim.core.rng import stream
+from gfsim.core.rng import transient_stream
 from gfsim.cost_models.presets import PresetCostModel
 from gfsim.forecasts.bins import speedup_to_bin
 from gfsim.simulator.trace import SearchTrace
@@ -162,14 +162,14 @@ class LogChildren(ChildSource):
         if len(picks) < n:
             other = [c for e, g in enumerate(exps) if e != expansion for c in g if c not in used]
             if other:
-                rng = stream(seed, self.t.task_id, node_id, expansion)
+                rng = transient_stream(seed, self.t.task_id, node_id, expansion)
                 for c in rng.permutation(other).tolist():
                     if len(picks) < n:
                         picks.append((c, "other_expansion"))
                         used.add(c)
         if len(picks) < n and pool.pool:
             if rng is None:
-                rng = stream(seed, self.t.task_id, node_id, expansion)
+                rng = transient_stream(seed, self.t.task_id, node_id, expansion)
             picks += [(c, "fallback") for c in self._fallback(pool, node_speedup,
                                                               n - len(picks), used, rng)]
         out = []

@@ -45,6 +45,12 @@ class ChildResult:
 
 @dataclass
 class PuctArchive:
+    """The archive. ``nodes``, ``visits`` and ``best_child`` are the state; columns kept
+    alongside (numpy, one row per node) make a step's selection a few array operations:
+    rewards, visits, best child rewards, and each node's lineage as the serial number of its
+    ancestor at every depth (its own at its depth), so that a node's descendants are the rows
+    holding its serial at its depth and its ancestors the rows whose serial sits in its row."""
+
     root: ArchiveNode
     k_per_parent: int = 4
     capacity: int = 1000
@@ -56,79 +62,133 @@ class PuctArchive:
 
     def __post_init__(self):
         self.nodes = [self.root]
+        self._serial: dict[str, int] = {self.root.node_id: 0}  # every node ever admitted
         self._reindex()
 
     def _reindex(self) -> None:
-        """The per-node columns selection reads, aligned with ``nodes`` (rebuilt only when
-        nodes leave; appended to as they come)."""
-        self._by_id = {n.node_id: n for n in self.nodes}
-        self._pos = {n.node_id: i for i, n in enumerate(self.nodes)}
-        self._reward = [n.reward for n in self.nodes]
-        self._seed = [n.is_seed for n in self.nodes]
-        self._visits = [self.visits.get(n.node_id, 0) for n in self.nodes]
-        self._best = [self.best_child.get(n.node_id, math.nan) for n in self.nodes]
-        self._codes = {n.code for n in self.nodes if n.code is not None}
+        """Rebuild the columns from ``nodes`` (at the start, and when nodes leave)."""
+        n = len(self.nodes)
+        cap = max(64, 2 * n)
+        depth = max((len(m.ancestors) for m in self.nodes), default=0)
+        self._by_id = {m.node_id: m for m in self.nodes}
+        self._pos = {m.node_id: i for i, m in enumerate(self.nodes)}
+        self._r = np.zeros(cap)
+        self._v = np.zeros(cap)
+        self._b = np.full(cap, math.nan)
+        self._is_seed = np.zeros(cap, bool)
+        self._ser = np.zeros(cap, dtype=np.int64)
+        self._dep = np.zeros(cap, dtype=np.int64)
+        self._anc = np.full((cap, depth + 2), -1, dtype=np.int64)
+        self._n = 0
+        self._codes = set()
+        self._lo = self._hi = None  # non-seed finite rewards' range
+        self._lo_all = self._hi_all = None
+        for m in self.nodes:
+            self._append(m)
+
+    def _append(self, m: ArchiveNode, parent: int | None = None) -> None:
+        """Add ``m``'s row; ``parent``: its parent's row, whose lineage it extends."""
+        i = self._n
+        if i == len(self._r):
+            grow = len(self._r)
+            self._r = np.r_[self._r, np.zeros(grow)]
+            self._v = np.r_[self._v, np.zeros(grow)]
+            self._b = np.r_[self._b, np.full(grow, math.nan)]
+            self._is_seed = np.r_[self._is_seed, np.zeros(grow, bool)]
+            self._ser = np.r_[self._ser, np.zeros(grow, dtype=np.int64)]
+            self._dep = np.r_[self._dep, np.zeros(grow, dtype=np.int64)]
+            self._anc = np.vstack([self._anc, np.full_like(self._anc, -1)])
+        d = len(m.ancestors)
+        if d + 1 >= self._anc.shape[1]:
+            self._anc = np.hstack([self._anc, np.full((len(self._anc), self._anc.shape[1]),
+                                                      -1, dtype=np.int64)])
+        serial = self._serial.setdefault(m.node_id, len(self._serial))
+        row = self._anc[i]
+        if parent is not None:
+            row[:] = self._anc[parent]
+        else:
+            row[:] = -1
+            for k, a in enumerate(m.ancestors):  # parent first, root last
+                row[d - 1 - k] = self._serial[a]
+        row[d] = serial
+        self._r[i] = m.reward
+        self._v[i] = self.visits.get(m.node_id, 0)
+        self._b[i] = self.best_child.get(m.node_id, math.nan)
+        self._is_seed[i] = m.is_seed
+        self._ser[i] = serial
+        self._dep[i] = d
+        self._n = i + 1
+        if m.code is not None:
+            self._codes.add(m.code)
+        r = m.reward
+        if math.isfinite(r):
+            self._lo_all = r if self._lo_all is None else min(self._lo_all, r)
+            self._hi_all = r if self._hi_all is None else max(self._hi_all, r)
+            if not m.is_seed:
+                self._lo = r if self._lo is None else min(self._lo, r)
+                self._hi = r if self._hi is None else max(self._hi, r)
 
     def get(self, node_id: str) -> ArchiveNode:
         return self._by_id[node_id]
 
     # -- selection ------------------------------------------------------------------------------
-    def _scale(self, rewards: np.ndarray) -> float:
-        finite = np.isfinite(rewards)
-        pick = finite & ~np.asarray(self._seed, dtype=bool)
-        if not pick.any():
-            pick = finite
-        if not pick.any():
+    def _scale(self) -> float:
+        """max - min reward over non-seed nodes (all nodes if none; 1.0 if no reward)."""
+        lo, hi = (self._lo, self._hi) if self._lo is not None else (self._lo_all, self._hi_all)
+        if lo is None:
             return 1.0
-        r = rewards[pick]
-        return max(1e-6, float(r.max()) - float(r.min()))
+        return max(1e-6, hi - lo)
 
-    def _ranked(self) -> tuple[np.ndarray, np.ndarray]:
-        """(score of every node, node positions best first: ties by higher reward, then archive
-        order)."""
-        rewards = np.array(self._reward, dtype=float)
-        n = len(rewards)
+    def _score(self) -> np.ndarray:
+        n = self._n
+        rewards = self._r[:n]
         rank = np.empty(n, dtype=int)
         rank[np.argsort(-rewards, kind="stable")] = np.arange(n)
         prior = (n - rank) / (n - rank).sum()
-        bonus_scale = self.c_puct * self._scale(rewards) * math.sqrt(1.0 + self.expansions)
-        visits = np.array(self._visits, dtype=float)
-        best = np.array(self._best, dtype=float)
+        bonus_scale = self.c_puct * self._scale() * math.sqrt(1.0 + self.expansions)
+        visits, best = self._v[:n], self._b[:n]
         q = np.where((visits > 0) & ~np.isnan(best), best, rewards)
-        score = q + bonus_scale * prior / (1.0 + visits)
-        return score, np.lexsort((np.arange(n), -rewards, -score))
+        return q + bonus_scale * prior / (1.0 + visits)
 
     def scores(self) -> list[tuple[float, float, ArchiveNode]]:
         """(score, reward, node) for every archive node, best first (ties: higher reward,
         then archive order)."""
-        score, order = self._ranked()
+        score = self._score()
+        order = np.lexsort((np.arange(self._n), -self._r[:self._n], -score))
         return [(float(score[i]), self.nodes[i].reward, self.nodes[i]) for i in order.tolist()]
 
+    def _lineage_mask(self, i: int) -> np.ndarray:
+        """Row i's node, its ancestors and its descendants."""
+        n = self._n
+        d = self._dep[i]
+        below = self._anc[:n, d] == self._ser[i]
+        above = self._anc[i][self._dep[:n]] == self._ser[:n]
+        return below | above
+
     def select_parents(self, batch_size: int) -> list[ArchiveNode]:
-        """Greedy by score; a chosen node blocks its whole lineage for this step."""
+        """Greedy by score (ties: higher reward, then archive order); a chosen node blocks its
+        whole lineage for this step."""
+        score = self._score()
+        rewards = self._r[:self._n]
+        free = np.ones(self._n, bool)
         chosen: list[ArchiveNode] = []
-        blocked: set[str] = set()
-        for i in self._ranked()[1].tolist():
-            node = self.nodes[i]
-            if node.node_id in blocked:
-                continue
-            chosen.append(node)
-            if len(chosen) >= batch_size:
-                break
-            blocked |= self._lineage(node)
+        while len(chosen) < batch_size and free.any():
+            s = np.where(free, score, -np.inf)
+            top = np.flatnonzero(free & (s == s.max()))
+            if len(top) > 1:
+                r = rewards[top]
+                top = top[r == r.max()]
+            i = int(top[0])
+            chosen.append(self.nodes[i])
+            if len(chosen) < batch_size:
+                free &= ~self._lineage_mask(i)
         return chosen
 
     def _lineage(self, node: ArchiveNode) -> set[str]:
-        # A descendant's ancestors run from its parent to the root, so ``node`` sits at the
-        # same distance from the root end of every descendant's chain.
-        out = {node.node_id, *node.ancestors}
-        d = len(node.ancestors)
-        nid = node.node_id
-        for m in self.nodes:
-            a = m.ancestors
-            if len(a) > d and a[len(a) - 1 - d] == nid:
-                out.add(m.node_id)
-        return out
+        """Ids of ``node``, its ancestors and its archive descendants."""
+        mask = self._lineage_mask(self._pos[node.node_id])
+        return {node.node_id, *node.ancestors} | {self.nodes[i].node_id
+                                                  for i in np.flatnonzero(mask).tolist()}
 
     # -- after a step -----------------------------------------------------------------------------
     def complete_step(self, parents: list[ArchiveNode], children: list[ChildResult]) -> None:
@@ -143,11 +203,11 @@ class PuctArchive:
                 best = self.best_child[p.node_id] = max(self.best_child.get(p.node_id, best),
                                                         best)
                 if p.node_id in pos:
-                    self._best[pos[p.node_id]] = best
+                    self._b[pos[p.node_id]] = best
             for a in (p.node_id, *p.ancestors):
                 v = self.visits[a] = self.visits.get(a, 0) + 1
                 if a in pos:
-                    self._visits[pos[a]] = v
+                    self._v[pos[a]] = v
             self.expansions += 1
         codes = self._codes
         for p in parents:
@@ -160,12 +220,7 @@ class PuctArchive:
                 pos[node.node_id] = len(self.nodes)
                 self.nodes.append(node)
                 self._by_id[node.node_id] = node
-                self._reward.append(node.reward)
-                self._seed.append(False)
-                self._visits.append(self.visits.get(node.node_id, 0))
-                self._best.append(self.best_child.get(node.node_id, math.nan))
-                if c.code is not None:
-                    codes.add(c.code)
+                self._append(node, pos[p.node_id])
         if len(self.nodes) > self.capacity:
             self._truncate()
 

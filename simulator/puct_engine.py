@@ -78,12 +78,12 @@ def cap_per_parent(batch, measure, k: int) -> np.ndarray:
     """At most k of one parent's batch: the policy's choices by expected bin index (the
     reference's ranking), unforecast ones last, ties by request order."""
     measure = np.asarray(measure, dtype=bool)
-    if measure.sum() <= k:
+    if np.count_nonzero(measure) <= k:
         return measure
     rank = np.where(batch.usable, batch.probs @ np.arange(1, 9), -np.inf)
-    order = [i for i in np.argsort(-rank, kind="stable") if measure[i]]
+    order = np.argsort(-rank, kind="stable")
     capped = np.zeros(len(measure), bool)
-    capped[order[:k]] = True
+    capped[order[measure[order]][:k]] = True
     return capped
 
 

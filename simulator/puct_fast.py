@@ -1,6 +1,6 @@
 """The closed-loop fast path: the puct search replayed without SimPy, with the same answers.
 
-``PuctSimulation`` runs each candidate as a SimPy process; most of its time goes to the event
+``PuctSimulation`` runs each candidate as a SimPy process; much of its time goes to the event
 machinery (processes, events, callbacks), not to the search. This module keeps the search
 (archive, child draws, policy, per-parent cap, budgets) and replaces the machinery by a lean
 loop over a heap of timed callbacks, ordered exactly as SimPy orders its events: by time, then
@@ -14,27 +14,33 @@ rows, at ties too (a child drawn twice from the same logged candidate times exac
 
 Every capacity, budget, pipeline and noise setting is covered; ``tests/test_puct_fast.py``
 checks decisions, states, best speedups, counts, times and totals against the SimPy engine on
-random logs and configurations.
+random logs and configurations, bit for bit.
 
-Per child the pipeline's stages are planned once (``_Plan``), and for children copied from a
-logged candidate the plan is kept per candidate, so a tuning run that draws the same logged
-candidates thousands of times plans each once.
+Two things make it cheap besides the missing machinery:
+- what a child does is planned once per logged candidate it copies (``_Proto``: its stages,
+  their seconds and prices, what the policy reads), kept with the log's trace, so a tuning run
+  that draws the same logged candidates thousands of times plans each once;
+- a step's parent batches are all decided at the step's start (which children reach the
+  decision is known from their plans), in one ``decide_groups`` call for every search run in
+  lockstep whose policy state agrees (``run_lockstep``, ``Policy.state_fields``); a batch
+  that sees a new best by the time it decides is decided again, alone, as the engine does.
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from gfsim.cost_models.presets import Capacities, PresetCostModel
 from gfsim.cost_models.usage import STAGES, Cost
-from gfsim.policies.base import Batch, Policy, SearchState
+from gfsim.policies.base import Batch, Decisions, Policy, SearchState
 from gfsim.simulator.budget import Budget
-from gfsim.simulator.children import DRAW_SOURCES, Child, ChildSource
+from gfsim.simulator.children import DRAW_SOURCES, Child, ChildSource, LogChildren, pool_of
 from gfsim.simulator.engine import segments
 from gfsim.simulator.noise import MeasureNoise, confirm_best
 from gfsim.simulator.pipeline import COST_STAGE, DEFAULT_PIPELINE, Pipeline
@@ -42,28 +48,38 @@ from gfsim.simulator.puct import ArchiveNode, ChildResult, PuctArchive
 from gfsim.simulator.puct_engine import EXTRAPOLATED_SHARE, SearchConfig, cap_per_parent
 from gfsim.simulator.results import SearchResult
 
-__all__ = ["run_puct_fast"]
+__all__ = ["run_puct_fast", "fast_search", "run_lockstep"]
 
 _K = {s: k for k, s in enumerate(STAGES)}
 _GEN, _FC, _COLD, _TIMING = _K["generation"], _K["forecasting"], _K["cold_start"], _K["timing"]
 _ENDS_AFTER = {"compile": {"compile_failed"}, "check": {"runtime_error", "incorrect"}}
 _MEASURE_STAGES = ("cold_start", "compilation", "check", "timing")
 _NO_PRICE = (0.0, 0.0, 0.0)
-# Callback kinds on the heap: a queued slot granted, a segment's service ended, a batch decides.
-_PRE_GRANT, _PRE_END, _POST_GRANT, _POST_END, _DECIDE = range(5)
+_RESOURCES = {"gen": 0, "fc": 1, "cpu": 2, "gpu": 3}
+# Callback kinds on the heap: a segment's service ended, a queued slot granted, a batch decides.
+_PRE_END, _POST_END, _PRE_GRANT, _POST_GRANT, _DECIDE = range(5)
 
 
-@dataclass(frozen=True)
-class _Plan:
-    """What one child does before and after the decision: per segment (resource, seconds it
-    holds the resource, bookings as (stage index, seconds, usd, joules, usd_imputed), whether
-    it is a GPU segment), and how the part ends (None: it went through)."""
+class _Proto:
+    """What a child does and shows, whatever its id and speedup: per part (before and after
+    the decision) its segments as (resource, seconds it holds it, bookings as (stage index,
+    seconds, usd, joules, usd_imputed), whether on the GPU) and how the part ends (None: it
+    went through); what measuring it costs; what the policy reads of it."""
 
-    pre: tuple
-    pre_ended: str | None
-    post: tuple
-    post_ended: str | None
-    measure_usd: float  # what measuring it costs (the engine's mean_measure_usd summand)
+    __slots__ = ("pre", "pre_ended", "post", "post_ended", "measure_usd", "probs",
+                 "has_forecast", "parse_failed", "outcome")
+
+    def __init__(self, child: Child, before, after, reads_forecasts: bool):
+        self.pre, self.pre_ended = _plan_part(child, before, reads_forecasts)
+        self.post, self.post_ended = _plan_part(child, after, reads_forecasts)
+        musd = 0.0
+        for k in _MEASURE_STAGES:  # the engine's mean_measure_usd summand, same order
+            musd = musd + child.price.get(k, _NO_PRICE)[0]
+        self.measure_usd = musd
+        self.probs = child.probs
+        self.has_forecast = child.has_forecast
+        self.parse_failed = child.parse_failed
+        self.outcome = child.outcome
 
 
 def _plan_part(child: Child, segs, reads_forecasts: bool):
@@ -101,15 +117,16 @@ def _plan_part(child: Child, segs, reads_forecasts: bool):
             for _, v in plan:
                 total += v
             bookings = tuple((k, v, *child.price.get(STAGES[k], _NO_PRICE)) for k, v in plan)
-            out.append((res, total, bookings, on_gpu))
+            out.append((_RESOURCES[res], total, bookings, on_gpu))
         if ended:
             return tuple(out), ended
     return tuple(out), None
 
 
 class _FastPuct:
-    """One closed-loop search. Attribute names follow ``SearchSimulation`` where they mean
-    the same thing."""
+    """One closed-loop search, run a step at a time (``start``, then ``prepare_step``,
+    ``pending``/``predecided`` and ``run_step`` per step, then ``result``). Names follow
+    ``SearchSimulation`` where they mean the same thing."""
 
     def __init__(self, source: ChildSource, config: SearchConfig, policy: Policy,
                  model: PresetCostModel, caps: Capacities, budget: Budget, seed: int,
@@ -123,28 +140,13 @@ class _FastPuct:
         self.after = tuple(segments(pipeline.after, model.compile_on))
         self.reads = policy.needs_forecast
         self.money_limited = not (math.isinf(budget.usd) and math.isinf(budget.joules))
-        self.cap = {"gen": caps.generator, "fc": caps.forecaster, "cpu": caps.compile_workers,
-                    "gpu": caps.gpus}
-        # Plans of children copied from a logged candidate, by that candidate, kept as long
-        # as the source's data (a log's trace: every replay, seed and trial shares them).
-        cache = source.template_cache()
-        self.plans: dict | None = None if cache is None else cache.setdefault(
-            ("fast-plans", self.before, self.after, self.reads), {})
-
-    # -- per child ---------------------------------------------------------------------------
-    def _plan(self, child: Child) -> _Plan:
-        key = child.template if self.plans is not None else None
-        plan = self.plans.get(key) if key is not None else None
-        if plan is None:
-            pre, pre_ended = _plan_part(child, self.before, self.reads)
-            post, post_ended = _plan_part(child, self.after, self.reads)
-            musd = 0.0
-            for k in _MEASURE_STAGES:
-                musd = musd + child.price.get(k, _NO_PRICE)[0]
-            plan = _Plan(pre, pre_ended, post, post_ended, musd)
-            if key is not None:
-                self.plans[key] = plan
-        return plan
+        self.cap = [caps.generator, caps.forecaster, caps.compile_workers, caps.gpus]
+        # Children copied from a logged candidate share its proto, kept with the log's trace
+        # (every replay, seed and trial of that log shares them).
+        self.logged = isinstance(source, LogChildren)
+        if self.logged:
+            self.protos: dict = pool_of(source.t).derived.setdefault(
+                ("fast-protos", self.before, self.after, self.reads), {})
 
     # -- budgets (as SearchSimulation) -----------------------------------------------------
     def _spent(self) -> tuple[float, float]:
@@ -183,51 +185,22 @@ class _FastPuct:
         return float(np.mean(self.musd[:n])) if n else math.nan
 
     # -- the event loop ------------------------------------------------------------------------
-    def _push(self, t: float, kind: int, i: int, s: int) -> None:
-        self.eid += 1
-        heapq.heappush(self.heap, (t, self.eid, kind, i, s))
-
     def _acquire(self, i: int, s: int, post: bool) -> None:
-        seg = (self.plan[i].post if post else self.plan[i].pre)[s]
-        res = seg[0]
+        """Segment ``s`` of candidate i's part asks for its resource."""
+        p = self.proto[i]
+        res, total = (p.post if post else p.pre)[s][:2]
         if self.in_use[res] < self.cap[res] and not self.waiting[res]:
             self.in_use[res] += 1
-            self._push(self.now + seg[1], _POST_END if post else _PRE_END, i, s)
+            heapq.heappush(self.heap, (self.now + total, next(self.eid),
+                                       _POST_END if post else _PRE_END, i, s))
         else:
             self.waiting[res].append((_POST_GRANT if post else _PRE_GRANT, i, s))
-
-    def _end_segment(self, i: int, seg) -> None:
-        res, total, bookings, on_gpu = seg
-        waiting = self.waiting[res]
-        if waiting:  # the slot passes straight to the next in line
-            kind, j, s = waiting.popleft()
-            self._push(self.now, kind, j, s)
-        else:
-            self.in_use[res] -= 1
-        for k, secs, usd, joules, imp in bookings:
-            self.stage_s[k] += secs
-            self.stage_usd[k] += usd
-            self.stage_j[k] += joules
-            self.stage_imp[k] += imp
-            self.usd += usd
-            self.joules += joules
-            self.cand_usd[i] += usd
-            if k == _FC:
-                self.forecasts += 1
-        if on_gpu:
-            self.gpu_busy += total
-
-    def _start_pre(self, i: int) -> None:
-        if self.plan[i].pre:
-            self._acquire(i, 0, False)
-        else:
-            self._prepared(i)
 
     def _prepared(self, i: int) -> None:
         """The engine's ``_prepare`` after its stages: count it, and decide once the batch
         is in."""
         self.generated += 1
-        ended = self.plan[i].pre_ended
+        ended = self.proto[i].pre_ended
         if ended is None:
             self.ready[i] = True
         elif ended == "generation_failed" or ended == "unmeasurable":
@@ -239,27 +212,113 @@ class _FastPuct:
         b = self.batch_of[i]
         self.remaining[b] -= 1
         if self.remaining[b] == 0:
-            self._push(self.now, _DECIDE, b, 0)
+            heapq.heappush(self.heap, (self.now, next(self.eid), _DECIDE, b, 0))
 
-    def _predecide(self) -> None:
-        """Every batch of the step decided in one ``decide_groups`` call with the best as the
-        step starts. Which children reach the decision is known from their plans, and policies
-        are pure, so a batch whose best is unchanged when it decides gets exactly these
-        decisions (the contract of ``decide_groups``); one that sees a new best is decided
-        again, alone, as the engine decides it."""
-        live = [[i for i in rows if self.plan[i].pre_ended is None] for rows in self.batches]
+    def _measured(self, i: int) -> None:
+        """The engine's ``_measure`` after its stages."""
+        proto = self.proto[i]
+        self.t_end[i] = self.now
+        self.outcome[i] = proto.outcome
+        if proto.outcome == "success":
+            s = self.speedup[i] * self.noise_f[i]
+            self.measured_speedup[i] = s
+            if s > self.best:
+                self.best = s
+                self.best_id = self.cid[i]
+        usd, joules = self._spent()
+        self.anytime.append((self.now, usd, joules, self.evals, self.best))
+
+    def _run_events(self) -> None:
+        heap, pop, push, eid = self.heap, heapq.heappop, heapq.heappush, self.eid
+        in_use, waiting, proto = self.in_use, self.waiting, self.proto
+        stage_s, stage_usd, stage_j, stage_imp = (self.stage_s, self.stage_usd, self.stage_j,
+                                                  self.stage_imp)
+        cand_usd = self.cand_usd
+        while heap:
+            t, _, kind, i, s = pop(heap)
+            self.now = t
+            if kind <= _POST_END:  # a segment ends: release, book, go on
+                p = proto[i]
+                part = p.pre if kind == _PRE_END else p.post
+                res, total, bookings, on_gpu = part[s]
+                queue = waiting[res]
+                if queue:  # the slot passes straight to the next in line
+                    k2, j, s2 = queue.popleft()
+                    push(heap, (t, next(eid), k2, j, s2))
+                else:
+                    in_use[res] -= 1
+                usd = self.usd
+                joules = self.joules
+                for k, secs, u, jl, imp in bookings:
+                    stage_s[k] += secs
+                    stage_usd[k] += u
+                    stage_j[k] += jl
+                    stage_imp[k] += imp
+                    usd += u
+                    joules += jl
+                    cand_usd[i] += u
+                    if k == _FC:
+                        self.forecasts += 1
+                self.usd, self.joules = usd, joules
+                if on_gpu:
+                    self.gpu_busy += total
+                if s + 1 < len(part):
+                    self._acquire(i, s + 1, kind == _POST_END)
+                elif kind == _PRE_END:
+                    self._prepared(i)
+                else:
+                    self._measured(i)
+            elif kind == _DECIDE:
+                self._decide(i)
+            else:  # a queued request got its slot: the process resumes and holds it
+                p = proto[i]
+                push(heap, (t + (p.pre if kind == _PRE_GRANT else p.post)[s][1], next(eid),
+                            kind - 2, i, s))
+
+    # -- decisions -----------------------------------------------------------------------------
+    def _batch(self, rows: list[int]) -> Batch:
+        protos = [self.proto[i] for i in rows]
+        n = len(rows)
+        if self.forecast_frame == "reference":
+            base = np.ones(n)
+        elif self.forecast_frame == "seed":
+            base = np.full(n, self.seed_speedup)
+        else:  # parents are archive nodes: always measured
+            base = np.array([self.parent_reward[i] for i in rows])
+        return Batch(
+            candidate_ids=tuple([self.cid[i] for i in rows]),
+            probs=np.array([p.probs for p in protos], dtype=float).reshape(n, 8),
+            has_forecast=np.array([p.has_forecast for p in protos], dtype=bool) if self.reads
+            else np.zeros(n, bool),
+            parse_failed=np.array([p.parse_failed for p in protos], dtype=bool),
+            base_speedup=base, bin_edges=self.bin_edges,
+            true_speedup=np.array([self.speedup[i] for i in rows]) if self.policy.needs_truth
+            else None,
+        )
+
+    def pending(self):
+        """The step's children that reach the decision, as one batch with a group per parent
+        batch (None if none does). Which do is known from their plans, so every batch of a
+        step can be decided at its start, with the best as it is then."""
+        proto = self.proto
+        live = [[i for i in rows if proto[i].pre_ended is None] for rows in self.batches]
         self.live = live
         rows = [i for part in live for i in part]
-        self.early = None
         if not rows:
+            return None
+        return self._batch(rows), np.repeat(np.arange(len(live)), [len(p) for p in live])
+
+    def predecided(self, batch: Batch | None, decisions) -> None:
+        """Keep a step's early decisions: policies are pure, so a parent batch whose best is
+        unchanged when it decides gets exactly these (the contract of ``decide_groups``);
+        one that sees a new best is decided again, alone, as the engine decides it."""
+        if batch is None:
+            self.early = None
             return
-        sizes = [len(part) for part in live]
-        batch = self._batch(rows)
-        group = np.repeat(np.arange(len(sizes)), sizes)
-        state = replace(self.step_state, best_speedup=self.best)
-        d = self.policy.decide_groups(batch, group, np.full(len(rows), self.best), state)
-        bounds = np.r_[0, np.cumsum(sizes)].tolist()
-        self.early = (self.best, batch, d, bounds)
+        bounds = [0]
+        for part in self.live:
+            bounds.append(bounds[-1] + len(part))
+        self.early = (self.best, batch, decisions, bounds)
 
     def _decide(self, b: int) -> None:
         """The engine's ``_parent_batch`` once its batch is in: decide, cap, start measuring."""
@@ -275,17 +334,20 @@ class _FastPuct:
             batch = self._batch(live)
             d = self.policy.decide(batch, replace(self.step_state, best_speedup=self.best))
             measure, score, reason = d.measure, d.score, d.reason
-        measure = cap_per_parent(batch, measure, self.config.k_per_parent)
+        measure = cap_per_parent(batch, measure, self.config.k_per_parent).tolist()
+        score = score.tolist()
         chosen = []
         for j, i in enumerate(live):
-            self.action[i] = "measure" if measure[j] else "skip"
-            self.score[i] = float(score[j])
+            self.score[i] = score[j]
             self.reason[i] = reason[j]
             if not measure[j]:
+                self.action[i] = "skip"
                 self.state[i] = "skipped"
-            elif self._exhausted():
+                continue
+            self.action[i] = "measure"
+            if self._exhausted():
                 pass  # stays budget_stopped
-            elif self.children[i].outcome is None:
+            elif self.proto[i].outcome is None:
                 self.state[i] = "unmeasurable"
                 self.unmeasurable += 1
             else:
@@ -294,109 +356,73 @@ class _FastPuct:
                 self.t_start[i] = self.now
                 chosen.append(i)
         for i in chosen:  # each a new process: SimPy starts them now, before anything else
-            if self.plan[i].post:
+            if self.proto[i].post:
                 self._acquire(i, 0, True)
             else:
                 self._measured(i)
 
-    def _measured(self, i: int) -> None:
-        """The engine's ``_measure`` after its stages."""
-        child = self.children[i]
-        self.t_end[i] = self.now
-        self.outcome[i] = child.outcome
-        if child.outcome == "success":
-            s = child.speedup * self.noise_f[i]
-            self.measured_speedup[i] = s
-            if s > self.best:
-                self.best = s
-                self.best_id = child.candidate_id
-        usd, joules = self._spent()
-        self.anytime.append((self.now, usd, joules, self.evals, self.best))
-
-    def _run_events(self) -> None:
-        heap, pop = self.heap, heapq.heappop
-        while heap:
-            t, _, kind, i, s = pop(heap)
-            self.now = t
-            if kind == _PRE_END:
-                pre = self.plan[i].pre
-                self._end_segment(i, pre[s])
-                if s + 1 < len(pre):
-                    self._acquire(i, s + 1, False)
-                else:
-                    self._prepared(i)
-            elif kind == _POST_END:
-                post = self.plan[i].post
-                self._end_segment(i, post[s])
-                if s + 1 < len(post):
-                    self._acquire(i, s + 1, True)
-                else:
-                    self._measured(i)
-            elif kind == _DECIDE:
-                self._decide(i)
-            elif kind == _PRE_GRANT:
-                self._push(t + self.plan[i].pre[s][1], _PRE_END, i, s)
-            else:  # _POST_GRANT
-                self._push(t + self.plan[i].post[s][1], _POST_END, i, s)
-
-    # -- decisions -----------------------------------------------------------------------------
-    def _batch(self, rows: list[int]) -> Batch:
-        kids = [self.children[i] for i in rows]
-        n = len(kids)
-        if self.forecast_frame == "reference":
-            base = np.ones(n)
-        elif self.forecast_frame == "seed":
-            base = np.full(n, self.seed_speedup)
-        else:  # parents are archive nodes: always measured
-            base = np.array([self.parent_reward[i] for i in rows])
-        return Batch(
-            candidate_ids=tuple(k.candidate_id for k in kids),
-            probs=np.array([k.probs for k in kids], dtype=float).reshape(n, 8),
-            has_forecast=np.array([k.has_forecast for k in kids], dtype=bool) if self.reads
-            else np.zeros(n, bool),
-            parse_failed=np.array([k.parse_failed for k in kids], dtype=bool),
-            base_speedup=base, bin_edges=self.bin_edges,
-            true_speedup=np.array([k.speedup for k in kids]) if self.policy.needs_truth
-            else None,
-        )
-
     # -- the search ------------------------------------------------------------------------------
-    def _add(self, kids: list[Child], parent: ArchiveNode, step: int, b: int) -> list[int]:
+    def _draw(self, parent: ArchiveNode, expansion: int, n: int, b: int) -> list[int]:
+        """Draw a parent's children and add them; returns their indices."""
         rows = []
-        for child in kids:
-            i = len(self.children)
-            plan = self._plan(child)
-            self.children.append(child)
-            self.plan.append(plan)
-            self.parent_node.append(parent.node_id)
-            self.parent_reward.append(parent.reward)
-            self.step.append(step)
-            self.batch_of.append(b)
-            if child.outcome is not None:
-                if self.n_musd == len(self.musd):
-                    self.musd = np.concatenate([self.musd, np.zeros(len(self.musd))])
-                self.musd[self.n_musd] = plan.measure_usd
-                self.n_musd += 1
-            rows.append(i)
+        if self.logged:
+            src = self.source
+            pool = pool_of(src.t)
+            protos = self.protos
+            for c, cid, source, s in src.picks(parent.node_id,
+                                               self.true_speedup[parent.node_id], expansion, n,
+                                               self.seed):
+                proto = protos.get(c)
+                if proto is None:
+                    proto = protos[c] = _Proto(src._child(pool, c, cid, source, s),
+                                               self.before, self.after, self.reads)
+                rows.append(self._add(cid, proto, s, None if source == "fallback"
+                                      else pool.identity[c], source, src.t.candidate_ids[c],
+                                      parent, b))
+        else:
+            for child in self.source.draw(parent.node_id, self.true_speedup[parent.node_id],
+                                          expansion, n, self.seed):
+                proto = _Proto(child, self.before, self.after, self.reads)
+                rows.append(self._add(child.candidate_id, proto, child.speedup, child.code,
+                                      child.draw_source, child.template, parent, b))
         return rows
 
-    def run(self) -> SearchResult:
+    def _add(self, cid, proto, speedup, code, draw_source, template, parent, b) -> int:
+        i = len(self.cid)
+        self.cid.append(cid)
+        self.proto.append(proto)
+        self.speedup.append(speedup)
+        self.code.append(code)
+        self.draw_source.append(draw_source)
+        self.template.append(template)
+        self.parent_node.append(parent.node_id)
+        self.parent_reward.append(parent.reward)
+        self.step.append(self.steps_done)
+        self.batch_of.append(b)
+        if proto.outcome is not None:
+            if self.n_musd == len(self.musd):
+                self.musd = np.concatenate([self.musd, np.zeros(len(self.musd))])
+            self.musd[self.n_musd] = proto.measure_usd
+            self.n_musd += 1
+        return i
+
+    def start(self) -> None:
         cfg = self.config
         root_id, self.seed_speedup = self.source.root()
-        archive = PuctArchive(ArchiveNode(root_id, self.seed_speedup, (), is_seed=True),
-                              k_per_parent=cfg.k_per_parent, capacity=cfg.capacity,
-                              c_puct=cfg.c_puct)
+        self.archive = PuctArchive(ArchiveNode(root_id, self.seed_speedup, (), is_seed=True),
+                                   k_per_parent=cfg.k_per_parent, capacity=cfg.capacity,
+                                   c_puct=cfg.c_puct)
         n_stages = len(STAGES)
         self.stage_s, self.stage_usd = [0.0] * n_stages, [0.0] * n_stages
         self.stage_j, self.stage_imp = [0.0] * n_stages, [0.0] * n_stages
         self.usd = self.joules = self.gpu_busy = 0.0
         self.now = 0.0
         self.heap: list = []
-        self.eid = 0
-        self.in_use = {r: 0 for r in self.cap}
-        self.waiting = {r: deque() for r in self.cap}
-        self.children: list[Child] = []
-        self.plan: list[_Plan] = []
+        self.eid = itertools.count()
+        self.in_use = [0] * len(self.cap)
+        self.waiting = [deque() for _ in self.cap]
+        self.cid, self.proto, self.speedup, self.code = [], [], [], []
+        self.draw_source, self.template = [], []
         self.parent_node, self.parent_reward, self.step, self.batch_of = [], [], [], []
         self.state, self.outcome, self.action, self.score, self.reason = [], [], [], [], []
         self.ready, self.cand_usd, self.t_start, self.t_end = [], [], [], []
@@ -406,54 +432,62 @@ class _FastPuct:
         self.evals = self.forecasts = self.generated = self.unmeasurable = 0
         self.stopped_by = None
         self.anytime = [(0.0, 0.0, 0.0, 0, self.best)]
-        expanded: dict[str, int] = {}
-        true_speedup = {root_id: self.seed_speedup}
-        steps_done = 0
-        for step in range(cfg.steps):
-            if step >= self.budget.steps and self.stopped_by is None:
-                self.stopped_by = "steps"
-            if self._exhausted():
-                break
-            parents = archive.select_parents(cfg.parents_per_step)
-            self.step_state = SearchState(
-                search_id=self.search_id, task_id=self.task_id, step=step,
-                best_speedup=self.best, gpu_evals=self.evals, seed=self.seed,
-                budget_left=self._budget_left(), measure_usd=self._measure_usd())
-            lo = len(self.children)
-            self.batches = []
-            for b, p in enumerate(parents):
-                e = expanded.get(p.node_id, 0)
-                expanded[p.node_id] = e + 1
-                kids = self.source.draw(p.node_id, true_speedup[p.node_id], e,
-                                        cfg.children_per_parent, self.seed)
-                self.batches.append(self._add(kids, p, step, b))
-            self._extend(lo)
-            # Every batch is admitted together at the step's start (nothing is exhausted now,
-            # and nothing changes between the admissions), then each child's process starts.
-            self.remaining = [len(rows) for rows in self.batches]
-            self._predecide()
-            for rows in self.batches:
-                for i in rows:
-                    self._start_pre(i)
-            self._run_events()
-            results = []
-            for rows in self.batches:
-                for i in rows:
-                    if self.state[i] != "measured":
-                        continue
-                    child = self.children[i]
-                    ok = child.outcome == "success"
-                    if ok:
-                        true_speedup[child.candidate_id] = child.speedup
-                    results.append(ChildResult(self.parent_node[i], child.candidate_id,
-                                               self.measured_speedup[i] if ok else None,
-                                               child.code))
-            archive.complete_step(parents, results)
-            steps_done += 1
-        return self._result(archive, steps_done)
+        self.expanded: dict[str, int] = {}
+        self.true_speedup = {root_id: self.seed_speedup}
+        self.steps_done = 0
+
+    def prepare_step(self) -> bool:
+        """The driver's start of a step: budgets, parents, their children (False: the search
+        is over)."""
+        step, cfg = self.steps_done, self.config
+        if step >= cfg.steps:
+            return False
+        if step >= self.budget.steps and self.stopped_by is None:
+            self.stopped_by = "steps"
+        if self._exhausted():
+            return False
+        self.parents = self.archive.select_parents(cfg.parents_per_step)
+        self.step_state = SearchState(
+            search_id=self.search_id, task_id=self.task_id, step=step,
+            best_speedup=self.best, gpu_evals=self.evals, seed=self.seed,
+            budget_left=self._budget_left(), measure_usd=self._measure_usd())
+        lo = len(self.cid)
+        self.batches = []
+        for b, p in enumerate(self.parents):
+            e = self.expanded.get(p.node_id, 0)
+            self.expanded[p.node_id] = e + 1
+            self.batches.append(self._draw(p, e, cfg.children_per_parent, b))
+        self._extend(lo)
+        return True
+
+    def run_step(self) -> None:
+        """The step's events, then the archive's update (``predecided`` first)."""
+        # Every batch is admitted together at the step's start (nothing is exhausted now,
+        # and nothing changes between the admissions), then each child's process starts.
+        self.remaining = [len(rows) for rows in self.batches]
+        for rows in self.batches:
+            for i in rows:
+                if self.proto[i].pre:
+                    self._acquire(i, 0, False)
+                else:
+                    self._prepared(i)
+        self._run_events()
+        results = []
+        for rows in self.batches:
+            for i in rows:
+                if self.state[i] != "measured":
+                    continue
+                ok = self.proto[i].outcome == "success"
+                if ok:
+                    self.true_speedup[self.cid[i]] = self.speedup[i]
+                results.append(ChildResult(self.parent_node[i], self.cid[i],
+                                           self.measured_speedup[i] if ok else None,
+                                           self.code[i]))
+        self.archive.complete_step(self.parents, results)
+        self.steps_done += 1
 
     def _extend(self, lo: int) -> None:
-        new = len(self.children) - lo
+        new = len(self.cid) - lo
         self.state.extend(["budget_stopped"] * new)
         self.outcome.extend([None] * new)
         self.action.extend([None] * new)
@@ -465,50 +499,127 @@ class _FastPuct:
         self.t_end.extend([math.nan] * new)
         self.measured_speedup.extend([math.nan] * new)
         self.noise_f.extend([1.0] * new if self.noise is None else self.noise.factors(
-            self.seed, self.search_id,
-            [c.candidate_id for c in self.children[lo:]]).tolist())
+            self.seed, self.search_id, self.cid[lo:]).tolist())
 
-    def _result(self, archive: PuctArchive, steps_done: int) -> SearchResult:
-        n = len(self.children)
+    def result(self) -> SearchResult:
+        n = len(self.cid)
         wall = self.now
         stages = {s: Cost(self.stage_s[k], self.stage_usd[k], self.stage_j[k],
                           self.stage_imp[k]) for k, s in enumerate(STAGES)}
         stages["idle"] = stages["idle"] + self.model.idle(self.caps.gpus * wall - self.gpu_busy)
-        ids = [c.candidate_id for c in self.children]
         table = {
-            "candidate_id": ids, "search_id": [self.search_id] * n,
+            "candidate_id": self.cid, "search_id": [self.search_id] * n,
             "task_id": [self.task_id] * n, "step": self.step, "parent_index": [-1] * n,
             "state": self.state, "orphan": [False] * n, "action": self.action,
             "score": self.score, "reason": self.reason, "outcome": self.outcome,
             "speedup": self.measured_speedup, "measure_start_s": self.t_start,
             "measure_end_s": self.t_end, "usd": self.cand_usd,
+            "draw_source": self.draw_source, "template": self.template,
+            "parent_node": self.parent_node,
         }
         draws = {s: 0 for s in DRAW_SOURCES}
-        for c in self.children:
-            draws[c.draw_source] += 1
+        for source in self.draw_source:
+            draws[source] += 1
         share = draws["fallback"] / max(n, 1)
-        table["draw_source"] = [c.draw_source for c in self.children]
-        table["template"] = [c.template for c in self.children]
-        table["parent_node"] = list(self.parent_node)
         result = SearchResult(
             search_id=self.search_id, task_id=self.task_id, seed_speedup=self.seed_speedup,
             best_speedup=self.best, best_candidate_id=self.best_id, gpu_evals=self.evals,
             candidates=self.generated, forecasts=self.forecasts,
-            unmeasurable=self.unmeasurable, orphans=0, reached=n, steps=steps_done,
+            unmeasurable=self.unmeasurable, orphans=0, reached=n, steps=self.steps_done,
             wall_s=wall, stages=stages, stopped_by=self.stopped_by,
             anytime=np.array(self.anytime, dtype=float), table=table, engine="fast",
             extra={"driver": "puct", "search": self.config.as_dict(), "draws": draws,
                    "fallback_share": share, "extrapolated": share > EXTRAPOLATED_SHARE,
-                   "archive_size": len(archive.nodes)})
-        confirm_best(result, ids, [c.speedup for c in self.children], self.noise, self.seed)
+                   "archive_size": len(self.archive.nodes)})
+        confirm_best(result, self.cid, self.speedup, self.noise, self.seed)
         return result
 
 
-def run_puct_fast(source: ChildSource, config: SearchConfig, policy: Policy,
-                  model: PresetCostModel, capacities: Capacities, budget: Budget, seed: int, *,
-                  search_id: str, task_id: str, forecast_frame: str = "reference",
-                  bin_edges: tuple = (), pipeline: Pipeline = DEFAULT_PIPELINE,
-                  noise: MeasureNoise | None = None) -> SearchResult:
-    """One closed-loop search, as ``PuctSimulation(...).run()`` computes it, without SimPy."""
+class _Sharing:
+    """Which searches' batches one ``decide_groups`` call may decide together: the same policy
+    (class, parameters, learned state), forecasts binned alike, and the same value of every
+    state field the policy reads (``Policy.state_fields``; all of them when it does not say)."""
+
+    def __init__(self, policy: Policy, bin_edges: tuple):
+        learned = tuple(sorted((k, repr(v)) for k, v in vars(policy).items()
+                               if k.endswith("_")))
+        self.static = (type(policy), repr(sorted(policy.get_params().items())), learned,
+                       bin_edges)
+        fields = policy.state_fields
+        self.fields = fields if fields is not None else tuple(
+            f for f in SearchState.__dataclass_fields__ if f != "best_speedup")
+
+    def key(self, state: SearchState) -> tuple:
+        return self.static + tuple(repr(getattr(state, f)) for f in self.fields)
+
+
+def _decide_together(runs: list[_FastPuct]) -> None:
+    """One ``decide_groups`` call per set of searches that may share it (``_Sharing``)."""
+    sets: dict = {}
+    for run in runs:
+        got = run.pending()
+        if got is None:
+            run.predecided(None, None)
+            continue
+        sets.setdefault(run.sharing.key(run.step_state), []).append((run, *got))
+    for members in sets.values():
+        run0 = members[0][0]
+        state = replace(run0.step_state, best_speedup=run0.best)
+        if len(members) == 1:
+            _, batch, group = members[0]
+            run0.predecided(batch, run0.policy.decide_groups(
+                batch, group, np.full(len(group), run0.best), state))
+            continue
+        batches = [m[1] for m in members]
+        offsets = np.cumsum([0] + [int(m[2][-1]) + 1 for m in members[:-1]])
+        group = np.concatenate([m[2] + off for m, off in zip(members, offsets)])
+        best = np.repeat([m[0].best for m in members], [len(b) for b in batches])
+        truth = None if batches[0].true_speedup is None else np.concatenate(
+            [b.true_speedup for b in batches])
+        together = Batch(tuple(itertools.chain.from_iterable(b.candidate_ids for b in batches)),
+                         np.concatenate([b.probs for b in batches]),
+                         np.concatenate([b.has_forecast for b in batches]),
+                         np.concatenate([b.parse_failed for b in batches]),
+                         np.concatenate([b.base_speedup for b in batches]),
+                         batches[0].bin_edges, truth)
+        d = run0.policy.decide_groups(together, group, best, state)
+        lo = 0
+        for run, batch, _ in members:
+            hi = lo + len(batch)
+            run.predecided(batch, Decisions(d.measure[lo:hi], d.score[lo:hi],
+                                            d.reason[lo:hi]))
+            lo = hi
+
+
+def run_lockstep(runs: list[_FastPuct]) -> list[SearchResult]:
+    """Several searches, step by step together, so that a step's decisions of all of them
+    take one policy call where the policy allows (``_Sharing``); each search's result is what
+    it would be alone."""
+    for run in runs:
+        run.start()
+        run.sharing = _Sharing(run.policy, run.bin_edges)
+    active = runs
+    while active:
+        active = [run for run in active if run.prepare_step()]
+        _decide_together(active)
+        for run in active:
+            run.run_step()
+    return [run.result() for run in runs]
+
+
+def fast_search(source: ChildSource, config: SearchConfig, policy: Policy,
+                model: PresetCostModel, capacities: Capacities, budget: Budget, seed: int, *,
+                search_id: str, task_id: str, forecast_frame: str = "reference",
+                bin_edges: tuple = (), pipeline: Pipeline = DEFAULT_PIPELINE,
+                noise: MeasureNoise | None = None) -> _FastPuct:
+    """A closed-loop search for ``run_lockstep`` (arguments as ``PuctSimulation``'s)."""
     return _FastPuct(source, config, policy, model, capacities, budget, seed, search_id,
-                     task_id, forecast_frame, bin_edges, pipeline, noise).run()
+                     task_id, forecast_frame, bin_edges, pipeline, noise)
+
+
+def run_puct_fast(source: ChildSource, config: SearchConfig, policy: Policy,
+                  model: PresetCostModel, capacities: Capacities, budget: Budget, seed: int,
+                  **kwargs) -> SearchResult:
+    """One closed-loop search, as ``PuctSimulation(...).run()`` computes it, without SimPy."""
+    return run_lockstep([fast_search(source, config, policy, model, capacities, budget, seed,
+                                     **kwargs)])[0]

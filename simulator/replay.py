@@ -24,11 +24,12 @@ from gfsim.simulator.puct_engine import (
     PuctSimulation,
     SearchConfig,
 )
-from gfsim.simulator.puct_fast import run_puct_fast
+from gfsim.simulator.puct_fast import fast_search, run_lockstep, run_puct_fast
 from gfsim.simulator.results import ReplayResult
 from gfsim.simulator.trace import SearchTrace, build_traces
 
-__all__ = ["ENGINES", "cached_traces", "calibration_batch", "replay", "replay_with_baseline",
+__all__ = ["ENGINES", "cached_traces", "calibration_batch", "replay", "replay_many",
+           "replay_with_baseline",
            "replay_seeds", "comparison_json", "simulate_search", "simulate_puct"]
 
 
@@ -66,15 +67,16 @@ def trace_cache(enabled: bool) -> None:
     _TRACES.clear()
 
 
-def cached_traces(log: ReplayLog, model: PresetCostModel, forecaster: str | None):
-    """``build_traces`` once per (log content, cost model, forecaster) in this process: many
-    seeds and policies replay the same log (tuning: thousands of replays), and traces depend
-    on none of them. The key hashes what traces are built from (the log's identity and its
-    forecasts' probabilities, which a what-if or recalibrated copy changes), so a changed log
-    is never served stale traces. Engines only read traces."""
+def _content_key(log: ReplayLog) -> tuple:
+    """What traces are built from: the log's identity and its forecasts' probabilities (which
+    a what-if or recalibrated copy changes). Hashed once per log object and kept on it while
+    its tables are the same objects (a copy with other forecasts is another key)."""
     import hashlib
 
     fc = log.forecasts
+    kept = log.__dict__.get("_trace_key")
+    if kept is not None and kept[0] is fc and kept[1] is log.candidates:
+        return kept[2]
     digest = hashlib.blake2b(digest_size=16)
     if len(fc):
         from gfsim.replay_logs.log import PROB_COLUMNS
@@ -82,7 +84,17 @@ def cached_traces(log: ReplayLog, model: PresetCostModel, forecaster: str | None
         digest.update(fc[PROB_COLUMNS].to_numpy(dtype=float).tobytes())
         digest.update("\x1f".join(map(str, fc["forecaster"])).encode())
     key = (str(log.path), log.header.get("log_id"), len(log.candidates), len(fc),
-           digest.hexdigest(), repr(model), forecaster)
+           digest.hexdigest())
+    log.__dict__["_trace_key"] = (fc, log.candidates, key)
+    return key
+
+
+def cached_traces(log: ReplayLog, model: PresetCostModel, forecaster: str | None):
+    """``build_traces`` once per (log content, cost model, forecaster) in this process: many
+    seeds and policies replay the same log (tuning: thousands of replays), and traces depend
+    on none of them. The key hashes what traces are built from (``_content_key``), so a
+    changed log is never served stale traces. Engines only read traces."""
+    key = (*_content_key(log), repr(model), forecaster)
     traces = _TRACES.get(key) if _CACHE_ON[0] else None
     if traces is None:
         traces = build_traces(log, model, forecaster)
@@ -130,12 +142,8 @@ def simulate_puct(source, config: SearchConfig, policy: Policy, model: PresetCos
 DRIVERS = ("trace", "puct")
 
 
-def replay(log: ReplayLog, policy: Policy, model: PresetCostModel, *, budget: Budget = Budget(),
-           seed: int = 0, capacities: Capacities | None = None, forecaster: str | None = None,
-           orphans_dropped: bool = True, pipeline: Pipeline = DEFAULT_PIPELINE,
-           engine: str = "auto", driver: str = "trace",
-           search: SearchConfig | None = None,
-           noise: MeasureNoise | None = None) -> ReplayResult:
+def replay(log: ReplayLog, policy: Policy, model: PresetCostModel, *, seed: int = 0,
+           **kwargs) -> ReplayResult:
     """Replay every search of ``log``.
 
     ``driver="trace"`` keeps the logged order (open loop): orphans are kept, and (if asked) the
@@ -146,32 +154,73 @@ def replay(log: ReplayLog, policy: Policy, model: PresetCostModel, *, budget: Bu
     ``engine`` is the SimPy one (``des``) or the event loop without SimPy that reproduces it
     (``auto`` or ``fast``: ``simulator.puct_fast``, for any capacity or budget).
     ``noise``: keyed log-normal noise on every measurement (``simulator.noise``).
+    Keyword arguments: ``budget``, ``capacities``, ``forecaster``, ``orphans_dropped``,
+    ``pipeline``, ``engine``, ``driver``, ``search``, ``noise`` (see ``replay_many``).
     """
+    return replay_many(log, [policy], model, [seed], **kwargs)[0]
+
+
+def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, seeds, *,
+                budget: Budget = Budget(), capacities: Capacities | None = None,
+                forecaster: str | None = None, orphans_dropped: bool = True,
+                pipeline: Pipeline = DEFAULT_PIPELINE, engine: str = "auto",
+                driver: str = "trace", search: SearchConfig | None = None,
+                noise: MeasureNoise | None = None) -> list[ReplayResult]:
+    """``replay`` for several seeds, ``policies[k]`` (fitted here) with ``seeds[k]``; each
+    result is what ``replay`` gives for that seed alone. The puct fast path runs every search
+    of every seed in lockstep, so that a step's decisions take one policy call."""
     if driver not in DRIVERS:
         raise GfsimError(f"unknown driver {driver!r}; valid: {', '.join(DRIVERS)}")
+    if engine not in ENGINES:
+        raise GfsimError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+    seeds = list(seeds)
+    if len(policies) != len(seeds):
+        raise GfsimError("replay_many: one policy per seed")
     started = time.perf_counter()
     caps = capacities or model.capacities
     traces = cached_traces(log, model, forecaster)
-    _check_shape(log, policy, traces)
-    policy.fit(calibration_batch(traces), seed)
+    calibration = calibration_batch(traces)
+    for policy, seed in zip(policies, seeds):
+        _check_shape(log, policy, traces)
+        policy.fit(calibration, seed)
 
     if driver == "puct":
         if log.shape != "trajectory":
             raise GfsimError(f"{log.path}: the puct driver needs a trajectory log (parents and "
                              f"children); this one is {log.shape!r}")
         config = search or SEARCH_PRESETS["paper-standard"]
-        searches = [simulate_puct(LogChildren(t), config, policy, model, caps, budget, seed,
-                                  engine=engine, search_id=t.search_id, task_id=t.task_id,
-                                  forecast_frame=t.forecast_frame, bin_edges=t.bin_edges,
-                                  pipeline=pipeline, noise=noise) for t in traces]
-        dropped = None
+
+        def one(t, policy, seed):
+            return dict(source=LogChildren(t), config=config, policy=policy, model=model,
+                        capacities=caps, budget=budget, seed=seed, search_id=t.search_id,
+                        task_id=t.task_id, forecast_frame=t.forecast_frame,
+                        bin_edges=t.bin_edges, pipeline=pipeline, noise=noise)
+
+        jobs = [one(t, policy, seed) for policy, seed in zip(policies, seeds) for t in traces]
+        if engine == "des":
+            flat = [PuctSimulation(j.pop("source"), j.pop("config"), j.pop("policy"),
+                                   j.pop("model"), j.pop("capacities"), j.pop("budget"),
+                                   j.pop("seed"), **j).run() for j in jobs]
+        else:
+            flat = run_lockstep([fast_search(**j) for j in jobs])
+        per_seed = [(flat[k * len(traces):(k + 1) * len(traces)], None)
+                    for k in range(len(seeds))]
     else:
-        def run_all(drop: bool):
+        def run_all(policy, seed, drop: bool):
             return [simulate_search(t, policy, model, caps, budget, seed, drop, pipeline, engine,
                                     noise) for t in traces]
 
-        searches = run_all(False)
-        dropped = run_all(True) if orphans_dropped else None
+        per_seed = []
+        for policy, seed in zip(policies, seeds):
+            searches = run_all(policy, seed, False)
+            # With no orphans, dropping them changes nothing: the same results serve both.
+            if not orphans_dropped:
+                dropped = None
+            elif any(r.orphans for r in searches):
+                dropped = run_all(policy, seed, True)
+            else:
+                dropped = searches
+            per_seed.append((searches, dropped))
     notes = []
     prov = log.header["provenance"]
     if prov.get("kind") != "measured":
@@ -182,12 +231,12 @@ def replay(log: ReplayLog, policy: Policy, model: PresetCostModel, *, budget: Bu
                      "runtimes; best_speedup is the raw best of noisy measurements, "
                      "confirmed_speedup re-measures that candidate once (not charged), "
                      "true_best_speedup is its noise-free logged speedup")
-    return ReplayResult(
-        policy=policy.spec(), log=log.name, cost_model=model.name, seed=seed,
-        searches=searches, orphans_dropped=dropped,
-        simulation_s=time.perf_counter() - started, notes=notes,
-        measure_noise=noise.as_dict() if noise is not None else None,
-    )
+    took = (time.perf_counter() - started) / max(len(seeds), 1)
+    return [ReplayResult(policy=policy.spec(), log=log.name, cost_model=model.name, seed=seed,
+                         searches=searches, orphans_dropped=dropped, simulation_s=took,
+                         notes=list(notes),
+                         measure_noise=noise.as_dict() if noise is not None else None)
+            for policy, seed, (searches, dropped) in zip(policies, seeds, per_seed)]
 
 
 def replay_with_baseline(log: ReplayLog, policy: Policy, model: PresetCostModel, *,

@@ -107,3 +107,15 @@ def test_expected_log2_gain_matches_monte_carlo_and_its_limits():
     onehot = np.eye(8)[[6]]  # (2, 4]
     assert expected_log2_gain(onehot, PAPER_EDGES, [1.0])[0] == pytest.approx(1.5)
     assert expected_log2_gain(onehot, PAPER_EDGES, [8.0])[0] == 0.0
+
+
+def test_a_transient_stream_draws_what_its_keyed_stream_draws():
+    from gfsim.core.rng import stream, transient_stream
+
+    keys = [(3, "t", "seed/0.1", 2), (0, "x", "seed", 0), (7, "t", "seed/0.1", 2)]
+    for _ in range(2):  # the second round restores states seeded in the first
+        for key in keys:
+            fresh = stream(*key)
+            want = (fresh.permutation(20).tolist(), fresh.random(3).tolist())
+            reused = transient_stream(*key)
+            assert (reused.permutation(20).tolist(), reused.random(3).tolist()) == want

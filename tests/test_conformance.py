@@ -191,6 +191,25 @@ def test_decide_groups_equals_deciding_batch_by_batch(spec):
         start += size
 
 
+@pytest.mark.parametrize("spec", ALL_SPECS)
+def test_decisions_depend_on_no_state_field_a_policy_does_not_declare(spec):
+    # Engines decide several searches' batches in one call when the declared fields agree.
+    policy = fitted(spec)
+    assert policy.state_fields is not None, "built-in policies declare what they read"
+    assert set(policy.state_fields) <= set(SearchState.__dataclass_fields__) - {"best_speedup"}
+    batch = make_batch(30, seed=4, unusable=(2,))
+    base = policy.decide(batch, STATE)
+    others = {"search_id": "other", "task_id": "u", "step": 17, "gpu_evals": 99, "seed": 5,
+              "budget_left": {"usd": 1.0}, "measure_usd": 3.0}
+    for name, value in others.items():
+        changed = policy.decide(batch, dataclasses.replace(STATE, **{name: value}))
+        same = (changed.measure.tolist() == base.measure.tolist()
+                and changed.reason == base.reason
+                and np.array_equal(changed.score, base.score, equal_nan=True))
+        if name not in policy.state_fields:
+            assert same, f"{spec} reads {name} but does not declare it"
+
+
 @pytest.mark.parametrize("stage", PRICED)
 def test_price_many_equals_cost_row_by_row(model, stage):
     rng = np.random.default_rng(1)

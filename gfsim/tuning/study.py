@@ -14,7 +14,7 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 from gfsim.core.errors import GfsimError
-from gfsim.tuning.trials import OBJECTIVES, aggregate, evaluate
+from gfsim.tuning.trials import OBJECTIVES, SeedPool, aggregate, evaluate
 
 __all__ = ["SAMPLERS", "make_sampler", "make_storage", "storage_url", "open_study",
            "run_study", "out_of_sample", "leave_one_task_out", "trial_rows", "retry_of"]
@@ -156,7 +156,7 @@ class Objective:
         values = {p.name: p.suggest(trial) for p in self.params}
         spec, search = self.setup.spec(values, self.params)
         if self.jobs > 1 and self._pool is None:
-            self._pool = ProcessPoolExecutor(self.jobs)
+            self._pool = SeedPool(self.setup, self.jobs)
         ev = evaluate(self.setup, spec, search, pool=self._pool)
         agg = {m: aggregate(m, ev["values"][m]) for m in OBJECTIVES}
         trial.set_user_attr("spec", spec)

@@ -33,7 +33,7 @@ from gfsim.core.errors import SpecError
 from gfsim.simulator.results import first_reaching
 
 __all__ = ["TunedParam", "parse_param", "parse_objectives", "parse_constraint", "TrialSetup",
-           "evaluate", "expected_random_best", "OBJECTIVES", "SEARCH_PARAMS"]
+           "evaluate", "SeedPool", "expected_random_best", "OBJECTIVES", "SEARCH_PARAMS"]
 
 # Search-shape parameters a trial may set (puct driver only).
 SEARCH_PARAMS = ("overgen", "samples_per_parent", "k_per_parent", "parents_per_step", "steps")
@@ -247,10 +247,11 @@ def _search_metrics(s, setup: TrialSetup, clipped: list) -> dict:
 
 def evaluate(setup: TrialSetup, spec: str, search, seeds=None, pool=None) -> dict:
     """Replay ``spec`` for every seed; returns per-metric (n_seeds, n_tasks) arrays under
-    ``values``, the task ids, and how many score denominators were clipped."""
+    ``values``, the task ids, and how many score denominators were clipped. ``pool``: a
+    ``SeedPool`` holding ``setup`` in its processes (the seeds are split among them)."""
     seeds = list(setup.seeds if seeds is None else seeds)
-    jobs = [(setup, spec, search, s) for s in seeds]
-    rows = list(pool.map(_seed_job, jobs)) if pool is not None else [_seed_job(j) for j in jobs]
+    rows = pool.run(spec, search, seeds) if pool is not None else _seed_rows(setup, spec, search,
+                                                                              seeds)
     tasks = rows[0][0]
     metrics = list(OBJECTIVES)
     values = {m: np.array([[r[m] for r in row[1]] for row in rows]) for m in metrics}
@@ -258,17 +259,62 @@ def evaluate(setup: TrialSetup, spec: str, search, seeds=None, pool=None) -> dic
             "clipped": int(sum(row[2] for row in rows))}
 
 
-def _seed_job(args):
+def _seed_rows(setup: TrialSetup, spec: str, search, seeds: list[int]) -> list:
+    """Per seed: the task ids, each search's metrics, how many scores were clipped. The seeds
+    are replayed together (``replay_many``: one policy call per step for all of them)."""
     from gfsim.policies import make_policy
-    from gfsim.simulator.replay import replay
+    from gfsim.simulator.replay import replay_many
 
-    setup, spec, search, seed = args
-    res = replay(setup.log, make_policy(spec), setup.model, budget=setup.budget, seed=seed,
-                 driver=setup.driver, search=search, orphans_dropped=False,
-                 forecaster=setup.forecaster)
-    clipped: list = []
-    per = [_search_metrics(s, setup, clipped) for s in res.searches]
-    return [s.task_id for s in res.searches], per, len(clipped)
+    rows = []
+    for res in replay_many(setup.log, [make_policy(spec) for _ in seeds], setup.model, seeds,
+                           budget=setup.budget, driver=setup.driver, search=search,
+                           orphans_dropped=False, forecaster=setup.forecaster):
+        clipped: list = []
+        per = [_search_metrics(s, setup, clipped) for s in res.searches]
+        rows.append(([s.task_id for s in res.searches], per, len(clipped)))
+    return rows
+
+
+_INSTALLED: dict = {}  # in a SeedPool's processes: the setup they replay
+
+
+def _install(setup: TrialSetup) -> None:
+    _INSTALLED["setup"] = setup
+
+
+def _seed_chunk(args):
+    spec, search, seeds = args
+    return _seed_rows(_INSTALLED["setup"], spec, search, seeds)
+
+
+class SeedPool:
+    """Processes that each receive the trial setup (the log, the cost model) once, when they
+    start, and then only (spec, search, seeds) per trial: a trial's seeds are split into one
+    contiguous chunk per process, and the rows come back in seed order. Each process keeps its
+    traces (``cached_traces``) and per-candidate plans across trials."""
+
+    def __init__(self, setup: TrialSetup, jobs: int, initializer=None, initargs=()):
+        from concurrent.futures import ProcessPoolExecutor
+
+        self.jobs = jobs
+        self._pool = ProcessPoolExecutor(jobs, initializer=_start,
+                                         initargs=(setup, initializer, initargs))
+
+    def run(self, spec: str, search, seeds: list[int]) -> list:
+        n = len(seeds)
+        bounds = [n * k // self.jobs for k in range(self.jobs + 1)]
+        chunks = [seeds[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+        return [row for part in self._pool.map(_seed_chunk, [(spec, search, c) for c in chunks])
+                for row in part]
+
+    def shutdown(self) -> None:
+        self._pool.shutdown()
+
+
+def _start(setup: TrialSetup, initializer, initargs) -> None:
+    _install(setup)
+    if initializer is not None:
+        initializer(*initargs)
 
 
 def aggregate(metric: str, block: np.ndarray) -> float:
