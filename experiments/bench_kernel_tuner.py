@@ -2,11 +2,13 @@
 
     python experiments/bench_kernel_tuner.py [--cache ../shared/data/benchmark_hub/dedispersion_milo_A100.json.gz] [--repeats 3]
 
-Both replay the same configurations (brute force over the cached ones): Kernel Tuner with
-``tune_kernel(..., cache=..., simulation_mode=True)``, gfsim with a measure-everything replay of
-the imported ``config_space`` log on one GPU (its closed-form fast path, then the SimPy engine).
-Prints configurations per second (best of ``--repeats``) and the ratios, all from this run, and
-the booked compile + verification + benchmark totals of both.
+Both replay the same configurations (brute force over the cached ones), cold: Kernel Tuner with
+``tune_kernel(..., cache=..., simulation_mode=True)``, which reads its cache file on every
+call; gfsim with a measure-everything replay on one GPU of the imported ``config_space`` log,
+read from its file (no columnar cache) and priced again on every repeat (no trace cache),
+by its closed-form fast path and by the SimPy engine. Prints configurations per second (best
+of ``--repeats``) and the ratios, all from this run, and the booked compile + verification +
+benchmark totals of both; ``--json`` prints them as one object.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=ROOT.parent / "shared/data/benchmark_hub/"
                     "dedispersion_milo_A100.json.gz")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     import kernel_tuner
 
@@ -36,6 +39,7 @@ def main() -> None:
     from gfsim.policies import make_policy
     from gfsim.replay_logs import load_log
     from gfsim.simulator import replay
+    from gfsim.simulator.replay import trace_cache
 
     doc = json.loads(gzip.decompress(args.cache.read_bytes()))
     keys, tp = set(doc["cache"]), doc["tune_params"]
@@ -61,21 +65,28 @@ def main() -> None:
         t = time.perf_counter()
         import_kernel_tuner(args.cache, log_path)
         import_s = time.perf_counter() - t
-        log = load_log(log_path)
         model = load_cost_model("reserved-a100")
         one = Capacities(generator=1, forecaster=1, compile_workers=1, gpus=1)
         rows = []
+        trace_cache(False)
         for engine in ("auto", "des"):
             best = float("inf")
             for _ in range(args.repeats):
                 t = time.perf_counter()
+                log = load_log(log_path)
                 r = replay(log, make_policy("all"), model, capacities=one, engine=engine,
                            orphans_dropped=False)
                 best = min(best, time.perf_counter() - t)
             st = r.stages
             rows.append((f"gfsim replay ({r.searches[0].engine})", best,
                          st["compilation"].seconds + st["check"].seconds + st["timing"].seconds))
+    trace_cache(True)
     n = len(keys)
+    if args.json:
+        print(json.dumps({"cache": args.cache.name, "configurations": n, "kt_s": kt_best,
+                          "gfsim_s": rows[0][1], "gfsim_des_s": rows[1][1],
+                          "import_s": import_s}))
+        return
     print(f"{args.cache.name}: {n:,} configurations; best of {args.repeats}; import "
           f"{import_s:.2f} s (once)\n")
     print("| runner | seconds | configurations/s | vs Kernel Tuner | booked compile+verify+"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import math
 import os
 import warnings
 import zlib
@@ -19,15 +20,16 @@ from typing import Iterator
 
 from gfsim.core.errors import LogError
 
-__all__ = ["TruncatedTailWarning", "iter_lines", "iter_records", "LogWriter"]
+__all__ = ["TruncatedTailWarning", "iter_lines", "iter_records", "read_raw", "decompress",
+           "loads_record", "LogWriter", "INT_MIN", "INT_MAX"]
 
 
 class TruncatedTailWarning(UserWarning):
     """The log's last line was cut short (a crash mid-write); it was dropped."""
 
 
-def _read_bytes(path: Path) -> tuple[bytes, bool]:
-    """The file's bytes (decompressed) and whether a gzip stream ended early."""
+def read_raw(path: Path) -> bytes:
+    """The file's bytes as stored; one line naming the file if it cannot be read."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -36,6 +38,11 @@ def _read_bytes(path: Path) -> tuple[bytes, bool]:
         raise LogError(str(path), None, "is a directory, not a log file") from None
     except PermissionError:
         raise LogError(str(path), None, "permission denied") from None
+    return raw
+
+
+def decompress(path: Path, raw: bytes) -> tuple[bytes, bool]:
+    """A log's text bytes (gunzipped if it is gzip) and whether a gzip stream ended early."""
     if not raw.startswith(b"\x1f\x8b"):
         return raw, False
     try:
@@ -69,10 +76,17 @@ def _gunzip_members(raw: bytes) -> tuple[bytes, bool]:
     return b"".join(out), False
 
 
-def iter_lines(path: str | os.PathLike) -> Iterator[tuple[int, str, bool]]:
-    """(line number, text, may_be_cut) of each non-blank line; may_be_cut marks an unterminated last line."""
+def _read_bytes(path: Path) -> tuple[bytes, bool]:
+    """The file's bytes (decompressed) and whether a gzip stream ended early."""
+    return decompress(path, read_raw(path))
+
+
+def iter_lines(path: str | os.PathLike, loaded: tuple[bytes, bool] | None = None
+               ) -> Iterator[tuple[int, str, bool]]:
+    """(line number, text, may_be_cut) of each non-blank line; may_be_cut marks an
+    unterminated last line. ``loaded``: the file's (text bytes, cut) if already read."""
     path = Path(path)
-    data, cut = _read_bytes(path)
+    data, cut = loaded if loaded is not None else _read_bytes(path)
     if cut:
         # A gzip stream that ends early lost (part of) its last batch even when no partial line
         # was decompressed, so warn here rather than rely on a cut line failing to parse. Text
@@ -111,21 +125,81 @@ def _warn_tail(path: Path, line: int) -> None:
     )
 
 
-def iter_records(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
-    """(line number, record) for each JSON object in the log."""
-    path = Path(path)
-    for line, text, maybe_cut in iter_lines(path):
+INT_MIN, INT_MAX = -(2**63), 2**63 - 1  # what a log's integers may be (int64)
+
+
+class _Unrepresentable(ValueError):
+    """A JSON value a log may not hold: NaN, Infinity, a number out of range."""
+
+
+def _constant(name: str):
+    raise _Unrepresentable(f"{name} is not a JSON number")
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Unrepresentable(f"the number {text[:40]} is out of range for a double")
+    return value
+
+
+def _int(text: str) -> int:
+    value = int(text) if len(text) <= 20 else None
+    if value is None or not INT_MIN <= value <= INT_MAX:
+        raise _Unrepresentable(f"the integer {text[:24]}{'...' if len(text) > 24 else ''} "
+                               "is outside the 64-bit range")
+    return value
+
+
+def loads_record(text: str) -> dict | list | str | int | float | bool | None:
+    """``json.loads`` that refuses NaN, Infinity and numbers a log cannot hold."""
+    return json.loads(text, parse_constant=_constant, parse_float=_float, parse_int=_int)
+
+
+def _lone_surrogate(value, where: str = "") -> str | None:
+    """The path of the first string in ``value`` that holds a lone surrogate, or None."""
+    if isinstance(value, str):
         try:
-            rec = json.loads(text)
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return where or "(the record)"
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(
+        value, list) else ()
+    for k, v in items:
+        if isinstance(k, str) and _lone_surrogate(k) is not None:
+            return f"{where}.{k!r}" if where else repr(k)
+        found = _lone_surrogate(v, f"{where}[{k}]" if isinstance(k, int)
+                                else f"{where}.{k}" if where else k)
+        if found is not None:
+            return found
+    return None
+
+
+def iter_records(path: str | os.PathLike, loaded: tuple[bytes, bool] | None = None
+                 ) -> Iterator[tuple[int, dict]]:
+    """(line number, record) for each JSON object in the log. ``loaded``: the file's (text
+    bytes, cut) if already read."""
+    path = Path(path)
+    for line, text, maybe_cut in iter_lines(path, loaded):
+        try:
+            rec = loads_record(text)
         except json.JSONDecodeError as exc:
             if maybe_cut:
                 _warn_tail(path, line)
                 return
             raise LogError(str(path), line, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+        except _Unrepresentable as exc:
+            raise LogError(str(path), line, f"not valid JSON for a log: {exc}") from None
         except RecursionError:
             raise LogError(str(path), line, "JSON nested too deeply") from None
         if not isinstance(rec, dict):
             raise LogError(str(path), line, f"expected a JSON object, got {type(rec).__name__}")
+        if "\\u" in text:  # only an escape can make a lone surrogate
+            where = _lone_surrogate(rec)
+            if where is not None:
+                raise LogError(str(path), line, "holds a lone surrogate escape (\\ud800-\\udfff "
+                               "without its pair), which is not text", where)
         yield line, rec
 
 

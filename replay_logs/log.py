@@ -8,6 +8,8 @@ sweep over many policies never parses JSON again.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -17,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from gfsim.core.errors import LogError
-from gfsim.replay_logs.io import iter_records
+from gfsim.replay_logs.io import decompress, iter_records, loads_record, read_raw
 from gfsim.replay_logs.schema import FIELDS, check_record
 
 __all__ = ["ReplayLog", "load_log", "CANDIDATE_STATUSES"]
@@ -66,7 +68,9 @@ class ReplayLog:
 
     def forecasters(self) -> list[str]:
         """Forecaster names in order of first appearance."""
-        return list(dict.fromkeys(self.forecasts["forecaster"])) if len(self.forecasts) else []
+        if not len(self.forecasts):
+            return []
+        return list(dict.fromkeys(self.forecasts["forecaster"].tolist()))
 
     def status_counts(self) -> dict[str, int]:
         counts = self.candidates["status"].value_counts()
@@ -79,9 +83,79 @@ def _flatten_candidate(rec: dict, cols: dict[str, list]) -> None:
         cols["gen_" + name].append(gen.get(name))
 
 
-def load_log(path) -> ReplayLog:
-    """Read and validate a log; raise ``LogError`` naming file, line and field on bad input."""
+def load_log(path, *, cache: bool = False) -> ReplayLog:
+    """Read and validate a log; raise ``LogError`` naming file, line and field on bad input.
+
+    ``cache``: keep the validated tables in a columnar cache beside the log (or in the user's
+    cache folder; ``replay_logs.cache``) and read them from there while the log's bytes are
+    unchanged. Records are decoded by the fast reader (``replay_logs.fastread``) where it can
+    settle a log exactly, else by the validating reader; both give the same tables.
+    """
     path = str(path)
+    raw = read_raw(Path(path))
+    if cache:
+        from gfsim.replay_logs import cache as log_cache
+
+        hit = log_cache.load(path, raw)
+        if hit is not None:
+            return ReplayLog(path=path, **hit)
+    data, cut = decompress(Path(path), raw)
+    with _no_gc():  # hundreds of thousands of acyclic objects: nothing for the collector
+        cols = None if cut else _fast_columns(path, data)
+        if cols is None:
+            cols = _validating_columns(path, (data, cut))
+        log = _build(path, cols)
+    if cache:
+        log_cache.store(path, raw, log)
+    return log
+
+
+@contextlib.contextmanager
+def _no_gc():
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _header_problem(rec: dict) -> tuple[str, str] | None:
+    ids = [t["task_id"] for t in rec["tasks"]]
+    dup = [t for t, n in Counter(ids).items() if n > 1]
+    if dup:
+        return "tasks", f"task_id {dup[0]!r} appears twice"
+    return None
+
+
+def _fast_columns(path: str, data: bytes) -> dict | None:
+    """The fast reader's columns, or None to leave the log to the validating reader."""
+    from gfsim.replay_logs.fastread import fast_columns
+
+    nl = data.find(b"\n")
+    if nl <= 0:
+        return None
+    try:
+        header = loads_record(data[:nl].decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    if (not isinstance(header, dict) or header.get("kind") != "header" or check_record(header)
+            or _header_problem(header) or "\\u" in data[:nl].decode("utf-8")):
+        return None
+    unknown = {k: v for k, v in header.items() if k != "kind" and k not in FIELDS["header"]}
+    cols = fast_columns(1, header, data[nl + 1:])
+    if cols is None:
+        return None
+    if unknown:
+        cols["extras"]["header"] = [(1, unknown)]
+    cols["header"] = header
+    cols["counts"] = dict(Counter(cols.pop("kinds")))
+    return cols
+
+
+def _validating_columns(path: str, loaded: tuple[bytes, bool]) -> dict:
+    """The columns, record by record, each checked in full and every problem reported."""
     header: dict | None = None
     runs: list[dict] = []
     steps: list[dict] = []
@@ -110,7 +184,7 @@ def load_log(path) -> ReplayLog:
     def fail(line, msg, fld=None):
         raise LogError(path, line, msg, fld)
 
-    for line, rec in iter_records(path):
+    for line, rec in iter_records(path, loaded):
         problem = check_record(rec)
         if problem:
             fail(line, problem[1], problem[0])
@@ -126,12 +200,11 @@ def load_log(path) -> ReplayLog:
                 fail(line, "a second header; a log has exactly one", "kind")
             if counts.total() != 1:
                 fail(line, "the header must be the first record", "kind")
+            problem = _header_problem(rec)
+            if problem:
+                fail(line, problem[1], problem[0])
             header = rec
-            ids = [t["task_id"] for t in rec["tasks"]]
-            dup = [t for t, n in Counter(ids).items() if n > 1]
-            if dup:
-                fail(line, f"task_id {dup[0]!r} appears twice", "tasks")
-            task_ids = set(ids)
+            task_ids = {t["task_id"] for t in rec["tasks"]}
             continue
         if header is None:
             fail(line, f"the first record must be the header, got {kind!r}", "kind")
@@ -221,35 +294,47 @@ def load_log(path) -> ReplayLog:
                 raise LogError(path, 1, f"missing, but the log has forecasts (first at line "
                                f"{first_forecast_line})", needed)
 
+    return {"header": header, "runs": runs, "steps": steps, "cand": cand, "fc": fc,
+            "probs": probs, "dec": dec, "ev": ev, "extras": extras, "fc_errors": fc_errors,
+            "counts": dict(counts), "first_forecast_line": first_forecast_line}
+
+
+def _build(path: str, cols: dict) -> ReplayLog:
+    """The tables of a log from its columns (whichever reader gathered them)."""
+    header, cand, fc, dec, ev = cols["header"], cols["cand"], cols["fc"], cols["dec"], cols["ev"]
     candidates = pd.DataFrame(cand)
     forecasts = pd.DataFrame(fc)
-    prob_arr = np.asarray(probs, dtype=float).reshape(-1, 8)
+    prob_arr = np.asarray(cols["probs"], dtype=float).reshape(-1, 8)
     for b, col in enumerate(PROB_COLUMNS):
         forecasts[col] = prob_arr[:, b]
     decisions = pd.DataFrame(dec)
     evaluations = pd.DataFrame(ev)
-    for kind, rows in extras.items():
+    for kind, rows in cols["extras"].items():
         table = {"candidate": candidates, "forecast": forecasts, "decision": decisions,
                  "evaluation": evaluations}.get(kind)
         if table is not None:
             by_line = dict(rows)
             table["extra"] = [by_line.get(ln) for ln in table["line"]]
 
-    _derive_status(candidates, decisions, evaluations)
-    return ReplayLog(path, header, runs, steps, candidates, forecasts, decisions, evaluations,
-                     dict(counts), forecast_errors=pd.DataFrame(
-                         fc_errors, columns=["candidate_id", "forecaster", "error", "line"]))
+    _derive_status(candidates, cols)
+    return ReplayLog(path, header, cols["runs"], cols["steps"], candidates, forecasts,
+                     decisions, evaluations, cols["counts"], forecast_errors=pd.DataFrame(
+                         cols["fc_errors"], columns=["candidate_id", "forecaster", "error",
+                                                     "line"]))
 
 
-def _derive_status(candidates: pd.DataFrame, decisions: pd.DataFrame,
-                   evaluations: pd.DataFrame) -> None:
-    status = np.full(len(candidates), "not_attempted", dtype=object)
+def _derive_status(candidates: pd.DataFrame, cols: dict) -> None:
+    """Each candidate's status, from the columns its tables were built from (set lookups on
+    plain strings: pandas' ``isin`` on Arrow-backed strings costs seconds per 100,000)."""
+    ids = cols["cand"]["candidate_id"]
+    status = np.full(len(ids), "not_attempted", dtype=object)
     failed = candidates["gen_failed_reason"].notna().to_numpy()
     status[failed] = "generation_failed"
-    if len(decisions):
-        held_back = set(decisions.loc[decisions["action"] != "measure", "candidate_id"])
-        status[candidates["candidate_id"].isin(held_back).to_numpy()] = "deferred"
-    if len(evaluations):
-        status[candidates["candidate_id"].isin(set(evaluations["candidate_id"])).to_numpy()] = (
-            "evaluated")
+    dec = cols["dec"]
+    held_back = {c for c, a in zip(dec["candidate_id"], dec["action"]) if a != "measure"}
+    if held_back:
+        status[np.fromiter(map(held_back.__contains__, ids), bool, len(ids))] = "deferred"
+    evaluated = set(cols["ev"]["candidate_id"])
+    if evaluated:
+        status[np.fromiter(map(evaluated.__contains__, ids), bool, len(ids))] = "evaluated"
     candidates["status"] = status

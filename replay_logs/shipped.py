@@ -65,11 +65,12 @@ def resolve_log(name_or_path: str | None) -> Path:
     return path
 
 
-def open_log(name_or_path: str | None):
-    """``load_log`` of a shipped name or a path; a shipped log keeps its name as its label."""
+def open_log(name_or_path: str | None, *, cache: bool = True):
+    """``load_log`` of a shipped name or a path, through the columnar cache unless
+    ``cache=False`` (``replay_logs.cache``); a shipped log keeps its name as its label."""
     from gfsim.replay_logs.log import load_log
 
-    log = load_log(resolve_log(name_or_path))
+    log = load_log(resolve_log(name_or_path), cache=cache)
     name = name_or_path or DEFAULT_LOG
     if name in SHIPPED_LOGS:
         log.label = name

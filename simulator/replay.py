@@ -82,7 +82,7 @@ def _content_key(log: ReplayLog) -> tuple:
         from gfsim.replay_logs.log import PROB_COLUMNS
 
         digest.update(fc[PROB_COLUMNS].to_numpy(dtype=float).tobytes())
-        digest.update("\x1f".join(map(str, fc["forecaster"])).encode())
+        digest.update("\x1f".join(map(str, fc["forecaster"].tolist())).encode())
     key = (str(log.path), log.header.get("log_id"), len(log.candidates), len(fc),
            digest.hexdigest())
     log.__dict__["_trace_key"] = (fc, log.candidates, key)
@@ -251,8 +251,30 @@ def replay_with_baseline(log: ReplayLog, policy: Policy, model: PresetCostModel,
     return result, base
 
 
-def comparison_json(result: ReplayResult, base: ReplayResult, budget: Budget) -> dict:
-    """The ``gfsim replay --json`` object: headline figures, baseline, signed deltas."""
+ANYTIME_POINTS = 100  # anytime rows per search in ``gfsim replay --json`` unless --detail
+
+
+def anytime_points(anytime: np.ndarray, points: int | None) -> np.ndarray:
+    """At most ``points`` rows of an anytime array: the first and last, every row where the
+    best improves (they define the curve), evenly spaced ones between; evenly spaced among
+    those if they alone are more. ``None``: every row."""
+    n = len(anytime)
+    if points is None or n <= points:
+        return anytime
+    best = anytime[:, 4]
+    keep = np.union1d(np.flatnonzero(np.r_[True, best[1:] > best[:-1]]), [0, n - 1])
+    if len(keep) >= points:
+        return anytime[keep[np.unique(np.linspace(0, len(keep) - 1, points).round()
+                                      .astype(int))]]
+    rest = np.setdiff1d(np.arange(n), keep)
+    fill = rest[np.unique(np.linspace(0, len(rest) - 1, points - len(keep)).round().astype(int))]
+    return anytime[np.union1d(keep, fill)]
+
+
+def comparison_json(result: ReplayResult, base: ReplayResult, budget: Budget,
+                    anytime: int | None = ANYTIME_POINTS) -> dict:
+    """The ``gfsim replay --json`` object: headline figures, baseline, signed deltas.
+    ``anytime``: rows per search of the anytime curves (None: all of them)."""
     mine, theirs = result.figures(), base.figures()
     out = {
         "policy": result.policy,
@@ -273,8 +295,10 @@ def comparison_json(result: ReplayResult, base: ReplayResult, budget: Budget) ->
         "gpu_evals_delta": mine["gpu_evals"] - theirs["gpu_evals"],
         "stopped_by": sorted({r.stopped_by for r in result.searches if r.stopped_by}),
         "searches": [r.summary() for r in result.searches],
-        "anytime": {r.search_id: r.anytime.tolist() for r in result.searches},
+        "anytime": {r.search_id: anytime_points(r.anytime, anytime).tolist()
+                    for r in result.searches},
         "anytime_columns": ["seconds", "usd", "joules", "gpu_evals", "best_speedup"],
+        "anytime_points": anytime,
         "simulation_s": result.simulation_s + base.simulation_s,
         "notes": result.notes + [
             "best_speedup is the geometric mean over searches of each search's best MEASURED "

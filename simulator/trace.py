@@ -158,7 +158,8 @@ def build_traces(
         rows = rows.sort_values(["step", "seq", "line"], kind="stable")
         ids = rows["candidate_id"].tolist()
         index = {cid: i for i, cid in enumerate(ids)}
-        parent = [index[p] if isinstance(p, str) else -1 for p in rows["parent_id"]]
+        # (.tolist() first: iterating an Arrow-backed column costs a Python call per value)
+        parent = [index[p] if isinstance(p, str) else -1 for p in rows["parent_id"].tolist()]
         task_id = rows["task_id"].iloc[0]
         if rows["task_id"].nunique() > 1:
             raise GfsimError(f"{log.path}: search {search_id!r} mixes tasks; one task per search")
@@ -186,7 +187,7 @@ def build_traces(
 
         e = ev.reindex(ids) if ev is not None else pd.DataFrame(index=ids, columns=[
             "outcome", "speedup", "cold_start_s", "compile_s", "check_s", "timing_s", "energy_j"])
-        outcome = [o if isinstance(o, str) else None for o in e["outcome"]]
+        outcome = [o if isinstance(o, str) else None for o in e["outcome"].tolist()]
         speedup = pd.to_numeric(e["speedup"], errors="coerce").to_numpy(float).tolist()
         cold, cold_imp = _fill(e["cold_start_s"], pri.cold_start_s)
         if model.billing != "serverless":
@@ -234,7 +235,8 @@ def build_traces(
                            "timing": timing_imp},
             energy_j=energy_j,
             logged_status=rows["status"].tolist(),
-            code_sha256=[c if isinstance(c, str) else None for c in rows["code_sha256"]],
+            code_sha256=[c if isinstance(c, str) else None
+                         for c in rows["code_sha256"].tolist()],
         ))
     for t in traces:
         t.price = _price(t, model)

@@ -13,6 +13,19 @@ from dataclasses import dataclass
 import pytest
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _log_cache_in_a_temporary_folder(tmp_path_factory):
+    """Logs opened by name (shipped ones) cache their tables in the user cache folder: for
+    the tests, a temporary one, so that no run leaves or reuses a cache of another."""
+    old = os.environ.get("GFSIM_CACHE_DIR")
+    os.environ["GFSIM_CACHE_DIR"] = str(tmp_path_factory.mktemp("gfsim-cache"))
+    yield
+    if old is None:
+        os.environ.pop("GFSIM_CACHE_DIR", None)
+    else:
+        os.environ["GFSIM_CACHE_DIR"] = old
+
+
 @dataclass(frozen=True)
 class VllmServer:
     url: str  # .../v1

@@ -50,6 +50,29 @@ def test_replay_json_has_the_promised_keys_and_consistent_deltas():
     assert base["gpu_evals"] == default.status_counts()["evaluated"] > 0
 
 
+def test_replay_json_keeps_anytime_curves_short_unless_asked_for_detail():
+    args = ("replay", "--log", "synthetic-v1", "--policy", "all", "--json")
+    lean = json.loads(invoke(*args).output)
+    full = json.loads(invoke(*args, "--detail").output)
+    assert lean["anytime_points"] == 100 and full["anytime_points"] is None
+    for sid, rows in full["anytime"].items():
+        search = next(s for s in full["searches"] if s["search_id"] == sid)
+        assert len(rows) == search["gpu_evals"] + 1 > 100  # one per measurement, and the start
+        short = lean["anytime"][sid]
+        assert len(short) <= 100 and short[0] == rows[0] and short[-1] == rows[-1]
+        assert all(r in rows for r in short)
+        # Every improvement of the best is kept (the same step function) while they fit.
+        best = [r[4] for r in rows]
+        rises = [r for i, r in enumerate(rows) if i == 0 or best[i] > best[i - 1]]
+        if len(rises) < 99:
+            assert all(r in short for r in rises)
+        else:
+            assert len(short) == 100
+    drop = {"anytime", "anytime_points", "simulation_s"}
+    assert {k: v for k, v in lean.items() if k not in drop} == {
+        k: v for k, v in full.items() if k not in drop}
+
+
 def test_replay_options_reach_the_simulation(tmp_path):
     toml = tmp_path / "c.toml"
     toml.write_text('base = "reserved-h100"\n[capacities]\ngpus = 2\n')

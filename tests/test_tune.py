@@ -186,3 +186,25 @@ def test_several_workers_share_one_journal_study(tmp_path):
     assert states.count(optuna.trial.TrialState.COMPLETE) == 10
     assert len(numbers) == len(set(numbers))
     assert all(s == optuna.trial.TrialState.COMPLETE for s in states)
+
+
+def test_the_default_storage_is_a_journal_file_and_an_old_sqlite_study_resumes(tmp_path,
+                                                                             monkeypatch):
+    from gfsim.tuning.study import storage_url
+
+    monkeypatch.chdir(tmp_path)
+    args = ["tune", "--log", "synthetic-mini", "--seeds", "1", "--param", "tau=0.3:0.99",
+            "--validate-seeds", "0", "--json"]
+    res = runner.invoke(app, [*args, "--trials", "2", "--study", "fresh"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["storage"] == "fresh.journal"
+    assert (tmp_path / "fresh.journal").exists() and not (tmp_path / "fresh.db").exists()
+    # A study an earlier gfsim kept in NAME.db goes on there.
+    res = runner.invoke(app, [*args, "--trials", "2", "--study", "old", "--storage",
+                              "sqlite:///old.db"])
+    assert res.exit_code == 0, res.output
+    assert storage_url(None, "old", 1) == "sqlite:///old.db"
+    res = runner.invoke(app, [*args, "--trials", "3", "--study", "old"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["storage"] == "sqlite:///old.db" and (out["trials"], out["ran_now"]) == (3, 1)

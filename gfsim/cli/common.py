@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import sys
 import warnings
 from typing import Any, Callable
@@ -47,22 +46,30 @@ def _default(o: Any):
 
     if isinstance(o, np.generic):
         return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, (set, frozenset)):
+        return sorted(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
-def _finite(o: Any):
-    """NaN/inf are not JSON: write them as null."""
-    if isinstance(o, float):
-        return o if o == o and abs(o) != float("inf") else None
-    if isinstance(o, dict):
-        return {k: _finite(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_finite(v) for v in o]
-    return o
+def json_bytes(obj: Any) -> bytes:
+    """Indented JSON by msgspec's encoder (a 10 MB document in tens of milliseconds; the
+    standard library takes seconds). NaN and infinities, which JSON has not, come out null."""
+    import msgspec
+
+    return msgspec.json.format(msgspec.json.encode(obj, enc_hook=_default), indent=2)
 
 
 def print_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(_finite(obj), default=_default, indent=2) + "\n")
+    data = json_bytes(obj) + b"\n"
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:  # a text-only stream
+        sys.stdout.write(data.decode())
+        return
+    sys.stdout.flush()
+    buffer.write(data)
+    buffer.flush()
 
 
 def search_config(driver: str, preset: str | None, **knobs):

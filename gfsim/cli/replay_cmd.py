@@ -112,6 +112,9 @@ def replay(
                                                   help="Write the per-candidate table "
                                                        "(.csv or .parquet)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    detail: bool = typer.Option(False, "--detail",
+                                help="With --json: every anytime row of every search (one "
+                                     "per measurement), not at most 100 per search."),
 ) -> None:
     """Replay a logged search under a policy and cost model; compare with a baseline."""
     from gfsim.cost_models import load_cost_model, with_gen_tokens
@@ -146,7 +149,7 @@ def replay(
         capacities=caps, forecaster=forecaster, pipeline=the_pipeline, engine=engine,
         driver=driver, search=config, noise=noise,
     )
-    out = comparison_json(result, base, the_budget)
+    out = comparison_json(result, base, the_budget, anytime=None if detail else 100)
     pairs = [(result, base)]
     if seeds > 1:
         pairs = _seed_pairs(the_log, policy, baseline, model, seed, seeds, jobs,

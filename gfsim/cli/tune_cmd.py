@@ -50,9 +50,9 @@ def tune(
                                                     "(a rerun resumes up to it)."),
     sampler: str = typer.Option("tpe", "--sampler", help="tpe, nsga2, gp (needs torch), random."),
     storage: Optional[str] = typer.Option(None, "--storage",
-                                          help="Optuna storage URL (default: sqlite:///"
-                                               "STUDY.db; with --workers > 1 a JournalStorage "
-                                               "file STUDY.journal)."),
+                                          help="Optuna storage URL (default: a JournalStorage "
+                                               "file STUDY.journal; STUDY.db if an earlier "
+                                               "gfsim left one)."),
     study: str = typer.Option("gfsim-tune", "--study", help="Study name; an existing one "
                                                             "resumes."),
     workers: int = typer.Option(1, "--workers", help="Processes running trials on this host."),

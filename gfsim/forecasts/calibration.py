@@ -131,7 +131,7 @@ def recalibrate_log(log, method: str, truth):
     search = cands["search_id"].reindex(fc["candidate_id"]).to_numpy()
     fold = task if len(set(task.tolist())) > 1 else search
     tb = np.array([truth.get(c, np.nan) for c in fc["candidate_id"]], dtype=float)
-    new_probs = fc[PROB_COLUMNS].to_numpy(dtype=float)
+    new_probs = np.array(fc[PROB_COLUMNS], dtype=float)  # a copy: it is written below
     for name in dict.fromkeys(fc["forecaster"].tolist()):
         m = (fc["forecaster"] == name).to_numpy()
         probs, _ = recalibrate(method, new_probs[m], ~fc["parse_failed"].to_numpy(bool)[m],

@@ -1,0 +1,322 @@
+"""Where the time goes, and whether the speed targets are met (a benchmark, not a test).
+
+    python experiments/bench_speed.py [--candidates 100000] [--repeat 3] [--skip-tune]
+                                      [--million] [--markdown docs/benchmarks.md]
+
+Every figure is measured in this run, on this machine, and each is put beside a baseline
+measured in the same run (these machines are noisy; ratios travel better than seconds):
+
+- reader: the JSON parse alone of a SYNTHETIC log (msgspec and orjson, the floor), a cold
+  ``load_log`` (no cache), and a load from the columnar cache;
+- end to end: ``gfsim replay --json`` in a fresh process, cold (no cache) and cached, minus
+  the start-up (a process that imports what the command imports and exits);
+- engines: the trace driver's SimPy engine and fast path on the same log; the puct driver's
+  SimPy engine and fast path on the shipped paper-standard log;
+- tuning: ``bench_tune.py``'s workload (200 trials x 32 seeds, 2 jobs), every trial's value
+  compared with the values recorded before the fast path (``data/bench_tune_reference.json``);
+- ``--million``: the peak memory of loading and replaying a 1,000,000-candidate log;
+- Kernel Tuner: its simulation mode beside a gfsim replay of the same cache, both cold
+  (``bench_kernel_tuner.py``), where a cache is found.
+
+It prints a table of the targets, met or by how much they are missed, and the machine and its
+load average before and after; ``--markdown`` writes the same as a page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def best_of(fn, repeat):
+    times, out = [], None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return min(times), out
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def load_average() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
+def run(cmd, env=None) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env=env)
+    return time.perf_counter() - t0
+
+
+# -- sections -----------------------------------------------------------------------------------
+def reader(path: Path, repeat: int, rows: list, results: dict) -> None:
+    import msgspec
+
+    from gfsim.replay_logs import load_log
+    from gfsim.replay_logs.io import decompress, read_raw
+
+    data, _ = decompress(path, read_raw(path))
+    t_msgspec, _ = best_of(lambda: msgspec.json.Decoder().decode_lines(data), repeat)
+    try:
+        import orjson
+
+        t_orjson, _ = best_of(lambda: [orjson.loads(x) for x in data.splitlines()], repeat)
+    except ImportError:  # orjson is not a gfsim dependency; msgspec's parse is the floor then
+        t_orjson = float("inf")
+    floor = min(t_msgspec, t_orjson)
+    os.environ["GFSIM_LOG_CACHE"] = "off"
+    t_cold, log = best_of(lambda: load_log(path), repeat)
+    os.environ["GFSIM_LOG_CACHE"] = "on"
+    load_log(path, cache=True)  # writes the cache
+    t_cached, _ = best_of(lambda: load_log(path, cache=True), repeat)
+    n = len(log.candidates)
+    results["reader"] = {"candidates": n, "records": sum(log.counts.values()),
+                         "bytes": len(data), "msgspec_parse_s": t_msgspec,
+                         "orjson_parse_s": t_orjson, "cold_load_s": t_cold,
+                         "cached_load_s": t_cached}
+    rows.append(("cold load / the JSON parse alone", f"{t_cold:.2f} s vs parse {floor:.2f} s",
+                 t_cold / floor, "x", 1.5, "<="))
+    rows.append(("cold load / cached load", f"{t_cold:.2f} s vs {t_cached:.3f} s",
+                 t_cold / t_cached, "x", None, None))
+
+
+def end_to_end(path: Path, rows: list, results: dict) -> None:
+    from gfsim.replay_logs import cache as log_cache
+    from gfsim.replay_logs import load_log
+    from gfsim.replay_logs.io import read_raw
+
+    n = len(load_log(path).candidates)
+    cmd = [sys.executable, "-m", "gfsim.cli.main", "replay", "--log", str(path),
+           "--policy", "threshold:0.7", "--json"]
+    startup_cmd = [sys.executable, "-c",
+                   "import gfsim.cli.main, gfsim.cli.replay_cmd, gfsim.simulator.replay, "
+                   "gfsim.replay_logs.log, gfsim.replay_logs.cache, gfsim.forecasts.whatif, "
+                   "pandas, pyarrow, msgspec"]
+    startup = min(run(startup_cmd) for _ in range(3))
+
+    def clear():
+        digest = log_cache._digest(read_raw(path))
+        for folder in log_cache.cache_dir_for(path, digest):
+            shutil.rmtree(folder, ignore_errors=True)
+
+    colds = []
+    for _ in range(2):
+        clear()
+        colds.append(run(cmd))
+    cold = min(colds)
+    cached = min(run(cmd) for _ in range(3))
+    results["end_to_end"] = {"candidates": n, "startup_s": startup, "cold_s": cold,
+                             "cached_s": cached}
+    rate_cold = n / max(cold - startup, 1e-9)
+    rate_cached = n / max(cached - startup, 1e-9)
+    rows.append(("gfsim replay --json, cold", f"{cold:.2f} s, start-up {startup:.2f} s apart",
+                 rate_cold, "candidates/s", 20_000, ">="))
+    rows.append(("gfsim replay --json, cached", f"{cached:.2f} s, start-up {startup:.2f} s apart",
+                 rate_cached, "candidates/s", 200_000, ">="))
+
+
+def engines(path: Path, repeat: int, rows: list, results: dict) -> None:
+    from gfsim.cost_models import Capacities, load_cost_model
+    from gfsim.policies import make_policy
+    from gfsim.replay_logs import load_log, open_log
+    from gfsim.simulator import Budget, build_traces
+    from gfsim.simulator.engine import SearchSimulation
+    from gfsim.simulator.fastpath import run_fast
+    from gfsim.simulator.replay import replay
+
+    log = load_log(path)
+    model = load_cost_model("serverless-a100")
+    policy = make_policy("threshold:0.7")
+    traces = build_traces(log, model)
+    n = sum(len(t) for t in traces)
+    wide = Capacities(generator=1024, forecaster=1024, compile_workers=1024, gpus=1024)
+    t_des, _ = best_of(lambda: [SearchSimulation(t, policy, model, wide, Budget(), 0).run()
+                                for t in traces], 1)
+    t_fast, _ = best_of(lambda: [run_fast(t, policy, model, wide, Budget(), 0)
+                                 for t in traces], repeat)
+    rows.append(("trace driver: fast path / SimPy engine", f"{n / t_fast:,.0f} vs "
+                 f"{n / t_des:,.0f} candidates/s", t_des / t_fast, "x", None, None))
+    puct = open_log("synthetic-puct-v1")
+    out = {}
+    for spec in ("all", "threshold:0.7"):
+        kw = dict(driver="puct", orphans_dropped=False, budget=Budget(usd=40))
+        t_d, a = best_of(lambda: [replay(puct, make_policy(spec), model, seed=s, engine="des",
+                                         **kw) for s in range(4)], 1)
+        t_f, b = best_of(lambda: [replay(puct, make_policy(spec), model, seed=s, engine="fast",
+                                         **kw) for s in range(4)], repeat)
+        same = all(x.best_speedup == y.best_speedup for ra, rb in zip(a, b)
+                   for x, y in zip(ra.searches, rb.searches))
+        out[spec] = {"des_s": t_d / 4, "fast_s": t_f / 4, "same_answers": same}
+        rows.append((f"puct: fast path / SimPy engine, paper-standard, {spec}, $40",
+                     f"{1e3 * t_f / 4:.0f} vs {1e3 * t_d / 4:.0f} ms per replay of 6 searches"
+                     + ("" if same else " (ANSWERS DIFFER)"), t_d / t_f, "x", 20, ">="))
+    results["engines"] = {"trace": {"candidates": n, "des_s": t_des, "fast_s": t_fast},
+                          "puct": out}
+
+
+def tuning(rows: list, results: dict, trials: int, seeds: int, jobs: int) -> None:
+    sys.path.insert(0, str(HERE))
+    from bench_tune import run_workload
+
+    took, values = run_workload(trials, seeds, jobs)
+    ref = json.loads((HERE / "data" / "bench_tune_reference.json").read_text())
+    pairs = [(r, v) for r, v in zip(ref["trials"], values)]
+    worst = max((abs(v["values"][0] - r["values"][0]) / abs(r["values"][0])
+                 for r, v in pairs if r["params"] == v["params"]), default=float("nan"))
+    same_params = all(r["params"] == v["params"] for r, v in pairs)
+    results["tuning"] = {"trials": trials, "seeds": seeds, "jobs": jobs, "seconds": took,
+                         "max_rel_diff": worst, "same_params": same_params,
+                         "reference_seconds": ref["seconds"]}
+    rows.append((f"tuning: {trials} trials x {seeds} seeds, {jobs} jobs",
+                 "before the fast path: 515.8 s (measured quiet)", took, "s", 60, "<="))
+    rows.append(("tuning: largest relative difference from the values before",
+                 f"over {len(pairs)} trials" + ("" if same_params else "; PARAMETERS DIFFER"),
+                 worst, "", 1e-12, "<="))
+
+
+def million(tmp: Path, rows: list, results: dict) -> None:
+    path = tmp / "million.jsonl"
+    from gfsim.worlds.synth import synthesize
+
+    t0 = time.perf_counter()
+    synthesize(path, seed=5, candidates=1_000_000, tasks=100)
+    synth_s = time.perf_counter() - t0
+    code = ("import resource, sys, time; from gfsim.replay_logs import load_log; "
+            "from gfsim.policies import make_policy; from gfsim.cost_models import "
+            "load_cost_model; from gfsim.simulator import replay; t=time.perf_counter(); "
+            f"log=load_log({str(path)!r}); l=time.perf_counter()-t; "
+            "r=replay(log, make_policy('threshold:0.7'), load_cost_model('serverless-a100'), "
+            "orphans_dropped=False); print(l, resource.getrusage(resource.RUSAGE_SELF)"
+            ".ru_maxrss)")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         text=True, env={**os.environ, "GFSIM_LOG_CACHE": "off"}).stdout
+    load_s, rss_kb = out.split()
+    rss_gb = int(rss_kb) / 1024**2
+    results["million"] = {"synth_s": synth_s, "load_s": float(load_s), "peak_rss_gb": rss_gb}
+    rows.append(("1,000,000 candidates: peak memory of a load and a replay",
+                 f"load {float(load_s):.1f} s", rss_gb, "GB", 2.0, "<"))
+
+
+def kernel_tuner(rows: list, results: dict) -> None:
+    cache = HERE.parents[1] / "shared/data/benchmark_hub/dedispersion_milo_A100.json.gz"
+    cache = Path(os.environ.get("GFSIM_KT_CACHE", cache))
+    if not cache.exists():
+        rows.append(("Kernel Tuner simulation mode, cold on both sides",
+                     f"skipped: no cache at {cache}", None, "", None, None))
+        return
+    out = subprocess.run([sys.executable, str(HERE / "bench_kernel_tuner.py"), "--cache",
+                          str(cache), "--json"], check=True, capture_output=True,
+                         text=True).stdout
+    kt = json.loads(out)
+    results["kernel_tuner"] = kt
+    rows.append((f"Kernel Tuner cache ({kt['configurations']:,} configurations), cold on both "
+                 "sides: Kernel Tuner / gfsim", f"{kt['kt_s']:.3f} s vs {kt['gfsim_s']:.3f} s",
+                 kt["kt_s"] / kt["gfsim_s"], "x", None, None))
+
+
+# -- report --------------------------------------------------------------------------------------
+def verdict(value, target, sense) -> str:
+    if target is None or value is None:
+        return ""
+    ok = {"<=": value <= target, ">=": value >= target, "<": value < target}[sense]
+    if ok:
+        return "met"
+    factor = value / target if sense in ("<=", "<") else target / value
+    return f"missed by {factor:.1f}x"
+
+
+def shown(value, unit: str) -> str:
+    if value is None:
+        return ""
+    if unit == "x":
+        return f"{value:.3g}x"
+    if unit == "candidates/s":
+        return f"{value:,.0f}/s"
+    if unit == "":
+        return f"{value:.2g}"
+    return f"{value:.3g} {unit}"
+
+
+def report(rows, started_load: str, header: str) -> str:
+    lines = [header, "", f"Machine: {machine()}; load average (1, 5, 15 min) before "
+             f"{started_load}, after {load_average()}.", "",
+             "| measure | detail | value | target | verdict |", "|---|---|---|---|---|"]
+    for name, figure, value, unit, target, sense in rows:
+        tgt = "" if target is None else f"{sense} {shown(target, unit)}"
+        lines.append(f"| {name} | {figure} | {shown(value, unit)} | {tgt} | "
+                     f"{verdict(value, target, sense)} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--candidates", type=int, default=100_000)
+    ap.add_argument("--tasks", type=int, default=20)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--trials", type=int, default=200)
+    ap.add_argument("--seeds", type=int, default=32)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--skip-tune", action="store_true")
+    ap.add_argument("--skip-kernel-tuner", action="store_true")
+    ap.add_argument("--million", action="store_true")
+    ap.add_argument("--markdown", type=Path)
+    ap.add_argument("--json", type=Path, help="also write every figure as JSON")
+    args = ap.parse_args()
+    started = load_average()
+    rows: list = []
+    results: dict = {"machine": machine()}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        os.environ["GFSIM_CACHE_DIR"] = str(tmp / "user-cache")
+        from gfsim.worlds.synth import synthesize
+
+        path = tmp / f"bench-{args.candidates}.jsonl"
+        synthesize(path, seed=5, candidates=args.candidates, tasks=args.tasks)
+        reader(path, args.repeat, rows, results)
+        end_to_end(path, rows, results)
+        engines(path, args.repeat, rows, results)
+        if not args.skip_tune:
+            tuning(rows, results, args.trials, args.seeds, args.jobs)
+        if args.million:
+            million(tmp, rows, results)
+        if not args.skip_kernel_tuner:
+            kernel_tuner(rows, results)
+    header = (f"# Benchmarks\n\nMade by `python experiments/bench_speed.py"
+              f"{' --million' if args.million else ''}` on a SYNTHETIC log (`gfsim synth --seed "
+              f"5 --candidates {args.candidates:,} --tasks {args.tasks}`; nothing in it was "
+              "measured on a GPU). Ratios compare two figures of the same run.")
+    text = report(rows, started, header)
+    print(text)
+    if args.markdown:
+        args.markdown.write_text(text)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

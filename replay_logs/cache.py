@@ -1,0 +1,213 @@
+"""A columnar cache of validated logs: a second load of the same bytes skips parsing.
+
+A log loaded with ``load_log(path, cache=True)`` (``open_log`` and the command line do) leaves
+its tables in Arrow IPC files, in a folder named after the log file and a SHA-256 of its bytes:
+
+    <log folder>/.gfsim-cache/<log file>.<sha256 prefix>/   (beside the log)
+    <user cache>/gfsim/logs/<sha256>/                     (shipped logs, read-only folders)
+
+where the user cache is ``$GFSIM_CACHE_DIR``, else ``$XDG_CACHE_HOME``, else ``~/.cache``.
+A load hashes the log's bytes (about 0.7 s per GB here) and reads the folder only if its
+manifest names that hash, this cache format and this version of gfsim, so an edited log
+(one byte is enough) is parsed again and its old folder replaced. A folder is written under
+a temporary name and renamed into place, so a reader never sees half of one; a folder that
+cannot be read is ignored (and replaced). ``GFSIM_LOG_CACHE=off`` turns caching off.
+
+Columns keep their pandas dtype: numbers and booleans as Arrow numbers, strings as Arrow
+strings, and object columns (free-form values such as ``imputed_by`` or unknown fields) as
+one JSON text per cell, so a cached table equals a freshly built one exactly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+__all__ = ["load", "store", "cache_dir_for", "FORMAT"]
+
+FORMAT = 1  # bump when the tables a load builds change
+_TABLES = ("candidates", "forecasts", "decisions", "evaluations", "forecast_errors")
+_MANIFEST = "manifest.json"
+
+
+def _enabled() -> bool:
+    return os.environ.get("GFSIM_LOG_CACHE", "on").lower() not in ("off", "0", "no", "false")
+
+
+def _user_cache() -> Path:
+    base = os.environ.get("GFSIM_CACHE_DIR")
+    if base:
+        return Path(base)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gfsim"
+
+
+def _digest(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()
+
+
+_DATA = Path(__file__).resolve().parent / "data"  # the shipped logs, package data
+
+
+def _shipped(path: Path) -> bool:
+    try:
+        return path.resolve().parent == _DATA
+    except OSError:
+        return False
+
+
+def cache_dir_for(path: str | os.PathLike, digest: str) -> list[Path]:
+    """Where the cache of the log at ``path`` with these bytes may be, in the order tried:
+    beside the log (unless it is shipped package data), then the user cache."""
+    path = Path(path)
+    places = []
+    if not _shipped(path):
+        places.append(path.parent / ".gfsim-cache" / f"{path.name}.{digest[:16]}")
+    places.append(_user_cache() / "logs" / digest)
+    return places
+
+
+def _version() -> str:
+    from gfsim import __version__
+
+    return __version__
+
+
+def load(path: str, raw: bytes) -> dict | None:
+    """The cached parts of a ``ReplayLog`` of these bytes (its fields, by name), or None (no
+    cache, or a stale or damaged one)."""
+    if not _enabled():
+        return None
+    digest = _digest(raw)
+    for folder in cache_dir_for(path, digest):
+        try:
+            manifest = json.loads((folder / _MANIFEST).read_text())
+        except (OSError, ValueError):
+            continue
+        if (manifest.get("sha256") != digest or manifest.get("format") != FORMAT
+                or manifest.get("gfsim") != _version()):
+            continue
+        try:
+            return _read(folder, manifest)
+        except Exception:  # noqa: BLE001 - a damaged cache is never trusted, only replaced
+            continue
+    return None
+
+
+def store(path: str, raw: bytes, log) -> Path | None:
+    """Write ``log``'s tables to the first writable cache folder; returns it (None if none
+    could be written: caching is a speed-up, never a reason to fail a load)."""
+    if not _enabled():
+        return None
+    digest = _digest(raw)
+    for folder in cache_dir_for(path, digest):
+        try:
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder.parent))
+        except OSError:
+            continue
+        try:
+            _write(tmp, digest, log)
+            _replace_stale(folder)
+            try:
+                os.rename(tmp, folder)
+            except OSError:  # another process wrote the same bytes' cache first
+                shutil.rmtree(tmp, ignore_errors=True)
+            return folder
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            continue
+    return None
+
+
+def _replace_stale(folder: Path) -> None:
+    """Remove this log's caches of other bytes (a log beside its cache has one at a time)."""
+    if folder.parent.name != ".gfsim-cache":
+        return
+    stem = folder.name.rsplit(".", 1)[0]
+    for other in folder.parent.glob(f"{stem}.*"):
+        if other.is_dir() and other != folder and len(other.name) == len(folder.name):
+            shutil.rmtree(other, ignore_errors=True)
+
+
+# -- tables <-> Arrow --------------------------------------------------------------------------
+def _kind(series: pd.Series) -> str:
+    d = series.dtype
+    if isinstance(d, pd.StringDtype):
+        return "str"
+    if d == object:
+        return "json"
+    return "num"
+
+
+def _write(folder: Path, digest: str, log) -> None:
+    import pyarrow as pa
+    import pyarrow.feather as feather
+
+    tables = {}
+    for name in _TABLES:
+        df = getattr(log, name)
+        cols, kinds = {}, {}
+        for c in df.columns:
+            s = df[c]
+            kind = kinds[c] = _kind(s)
+            if kind == "str":
+                cols[c] = pa.array(s.array)
+            elif kind == "json":
+                values = s.tolist()
+                if all(v is None for v in values):
+                    kinds[c] = "none"
+                    cols[c] = pa.nulls(len(values), pa.null())
+                else:
+                    cols[c] = pa.array([msgspec.json.encode(v) for v in values], pa.binary())
+            else:
+                cols[c] = pa.array(s.to_numpy())
+        table = pa.table(cols) if cols else pa.table({})
+        feather.write_feather(table, folder / f"{name}.arrow", compression="uncompressed")
+        tables[name] = {"columns": list(df.columns), "kinds": kinds, "rows": len(df),
+                        "dtypes": {c: str(df[c].dtype) for c in df.columns}}
+    manifest = {"sha256": digest, "format": FORMAT, "gfsim": _version(), "header": log.header,
+                "runs": log.runs, "steps": log.steps, "counts": log.counts, "tables": tables}
+    # The manifest comes last: a folder without one is never read.
+    (folder / _MANIFEST).write_bytes(msgspec.json.encode(manifest))
+
+
+def _read(folder: Path, manifest: dict) -> dict:
+    import pyarrow.feather as feather
+
+    frames = {}
+    for name in _TABLES:
+        spec = manifest["tables"][name]
+        table = feather.read_table(folder / f"{name}.arrow", memory_map=False)
+        data = {}
+        for c in spec["columns"]:
+            kind = spec["kinds"][c]
+            col = table.column(c)
+            if kind == "str":
+                data[c] = pd.array(col.combine_chunks(), dtype=pd.StringDtype(na_value=np.nan))
+            elif kind == "none":
+                data[c] = np.full(spec["rows"], None, dtype=object)
+            elif kind == "json":
+                values = np.empty(spec["rows"], dtype=object)
+                values[:] = [None if v is None else msgspec.json.decode(v)
+                             for v in col.to_pylist()]
+                data[c] = values
+            else:  # a writable copy: callers may change what a frame gives them
+                data[c] = np.array(col.to_numpy())
+        df = pd.DataFrame(data, columns=spec["columns"]) if spec["columns"] else pd.DataFrame(
+            index=range(spec["rows"]))
+        for c in spec["columns"]:
+            if spec["kinds"][c] in ("json", "none"):
+                df[c] = pd.Series(df[c].to_numpy(), dtype=object)
+        if len(df) != spec["rows"]:
+            raise ValueError("a cached table has the wrong number of rows")
+        frames[name] = df
+    return {"header": manifest["header"], "runs": manifest["runs"], "steps": manifest["steps"],
+            "counts": manifest["counts"], **frames}
