@@ -254,13 +254,14 @@ def fast_columns(header_line: int, header: dict, rest: bytes):
                   "error": str(errors[i]), "line": fc_lines[i]}
                  for i, e in enumerate(errors) if e]
     ok = [fcs[i] for i in answered] if len(answered) < len(fcs) else fcs
-    raw = [[float(x) for x in p] for p in _column(ok, "probs")]
-    raw_sum = list(map(math.fsum, raw))
+    given_probs = _column(ok, "probs")
+    raw = np.array(given_probs, dtype=float).reshape(-1, 8)
+    raw_sum = list(map(math.fsum, given_probs))  # exactly as the validating reader sums them
     parse_failed = [bool(f) or t == 0.0 for f, t in zip(_column(ok, "parse_failed"), raw_sum)]
     probs = np.zeros((len(ok), 8))
     keep = np.flatnonzero(~np.array(parse_failed, dtype=bool))
     if len(keep):
-        probs[keep] = np.array(raw)[keep] / np.array(raw_sum)[keep, None]
+        probs[keep] = raw[keep] / np.array(raw_sum)[keep, None]
     given = _column(ok, "raw_probability_sum")
     fc = {"candidate_id": _column(ok, "candidate_id"), "forecaster": _column(ok, "forecaster"),
           "mode": _column(ok, "mode"),

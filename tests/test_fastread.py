@@ -239,3 +239,20 @@ def test_cached_free_form_values_come_back_as_they_were(tmp_path):
                                                        "n": [1, 2.5, None, True]}
     assert again.evaluations["extra"].iloc[0] == {"custom": {"nested": {"x": 10**18}}}
     assert isinstance(np.asarray(again.evaluations["speedup"])[0], np.floating)
+
+
+def test_a_gzip_log_of_many_members_reads_as_its_plain_text(tmp_path):
+    # A live log appends one gzip member per batch; the reader is linear in them.
+    import gzip
+
+    plain = small_log(tmp_path)
+    lines = plain.read_bytes().splitlines(keepends=True)
+    many = tmp_path / "many.jsonl.gz"
+    many.write_bytes(b"".join(gzip.compress(line, mtime=0) for line in lines)
+                     + b"\x00" * 8)  # padding after the last member, as some writers leave
+    assert_same_log(load_log(many), load_log(plain))
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(many.read_bytes()[:-30])
+    with pytest.warns(UserWarning, match="gzip stream ends early"):
+        shorter = load_log(cut)
+    assert len(shorter.candidates) <= len(load_log(plain).candidates)
