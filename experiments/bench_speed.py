@@ -36,15 +36,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
 
-
-def best_of(fn, repeat):
-    times, out = [], None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return min(times), out
+from bench_replay import best_of  # noqa: E402  (experiments are scripts, not a package)
 
 
 def machine() -> str:
@@ -179,7 +173,6 @@ def engines(path: Path, repeat: int, rows: list, results: dict) -> None:
 
 
 def tuning(rows: list, results: dict, trials: int, seeds: int, jobs: int) -> None:
-    sys.path.insert(0, str(HERE))
     from bench_tune import run_workload
 
     took, values = run_workload(trials, seeds, jobs)
