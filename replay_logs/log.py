@@ -137,11 +137,12 @@ def _fast_columns(path: str, data: bytes) -> dict | None:
     if nl <= 0:
         return None
     try:
-        header = loads_record(data[:nl].decode("utf-8"))
+        text = data[:nl].decode("utf-8")
+        header = loads_record(text)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return None
     if (not isinstance(header, dict) or header.get("kind") != "header" or check_record(header)
-            or _header_problem(header) or "\\u" in data[:nl].decode("utf-8")):
+            or _header_problem(header) or "\\u" in text):  # escapes: the validating reader
         return None
     unknown = {k: v for k, v in header.items() if k != "kind" and k not in FIELDS["header"]}
     cols = fast_columns(1, header, data[nl + 1:])

@@ -184,12 +184,6 @@ class PuctArchive:
                 free &= ~self._lineage_mask(i)
         return chosen
 
-    def _lineage(self, node: ArchiveNode) -> set[str]:
-        """Ids of ``node``, its ancestors and its archive descendants."""
-        mask = self._lineage_mask(self._pos[node.node_id])
-        return {node.node_id, *node.ancestors} | {self.nodes[i].node_id
-                                                  for i in np.flatnonzero(mask).tolist()}
-
     # -- after a step -----------------------------------------------------------------------------
     def complete_step(self, parents: list[ArchiveNode], children: list[ChildResult]) -> None:
         by_parent: dict[str, list[ChildResult]] = {p.node_id: [] for p in parents}

@@ -128,15 +128,16 @@ def simulate_search(trace: SearchTrace, policy: Policy, model: PresetCostModel,
 
 
 def simulate_puct(source, config: SearchConfig, policy: Policy, model: PresetCostModel,
-                  caps: Capacities, budget: Budget, seed: int, *, engine: str = "auto",
+                  capacities: Capacities, budget: Budget, seed: int, *, engine: str = "auto",
                   **kwargs):
     """One closed-loop search: the fast path (``auto`` or ``fast``; it covers every setting)
     or the SimPy engine (``des``), which it reproduces."""
     if engine not in ENGINES:
         raise GfsimError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
     if engine == "des":
-        return PuctSimulation(source, config, policy, model, caps, budget, seed, **kwargs).run()
-    return run_puct_fast(source, config, policy, model, caps, budget, seed, **kwargs)
+        return PuctSimulation(source, config, policy, model, capacities, budget, seed,
+                              **kwargs).run()
+    return run_puct_fast(source, config, policy, model, capacities, budget, seed, **kwargs)
 
 
 DRIVERS = ("trace", "puct")
@@ -198,9 +199,7 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
 
         jobs = [one(t, policy, seed) for policy, seed in zip(policies, seeds) for t in traces]
         if engine == "des":
-            flat = [PuctSimulation(j.pop("source"), j.pop("config"), j.pop("policy"),
-                                   j.pop("model"), j.pop("capacities"), j.pop("budget"),
-                                   j.pop("seed"), **j).run() for j in jobs]
+            flat = [simulate_puct(engine="des", **j) for j in jobs]
         else:
             flat = run_lockstep([fast_search(**j) for j in jobs])
         per_seed = [(flat[k * len(traces):(k + 1) * len(traces)], None)

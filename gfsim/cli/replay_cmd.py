@@ -149,7 +149,10 @@ def replay(
         capacities=caps, forecaster=forecaster, pipeline=the_pipeline, engine=engine,
         driver=driver, search=config, noise=noise,
     )
-    out = comparison_json(result, base, the_budget, anytime=None if detail else 100)
+    from gfsim.simulator.replay import ANYTIME_POINTS
+
+    out = comparison_json(result, base, the_budget,
+                          anytime=None if detail else ANYTIME_POINTS)
     pairs = [(result, base)]
     if seeds > 1:
         pairs = _seed_pairs(the_log, policy, baseline, model, seed, seeds, jobs,

@@ -278,10 +278,6 @@ def _seed_rows(setup: TrialSetup, spec: str, search, seeds: list[int]) -> list:
 _INSTALLED: dict = {}  # in a SeedPool's processes: the setup they replay
 
 
-def _install(setup: TrialSetup) -> None:
-    _INSTALLED["setup"] = setup
-
-
 def _seed_chunk(args):
     spec, search, seeds = args
     return _seed_rows(_INSTALLED["setup"], spec, search, seeds)
@@ -312,7 +308,7 @@ class SeedPool:
 
 
 def _start(setup: TrialSetup, initializer, initargs) -> None:
-    _install(setup)
+    _INSTALLED["setup"] = setup
     if initializer is not None:
         initializer(*initargs)
 
