@@ -4,8 +4,9 @@
 replacement*, in this order: the node's own logged children from the same expansion; its other
 logged expansions; then a fallback pool of logged (parent, child) pairs of the same task whose
 parent is in the node's speedup bin, the child's speedup carried over as the child/parent ratio.
-Every draw says which (``draw_source``). ``LandscapeChildren`` asks a synthetic landscape
-instead, which is what a replay is checked against.
+Every draw says which (``draw_source``). ``WorldChildren`` asks a world instead (the synthetic
+landscape or any other ``gfsim.worlds.protocol.World``), which is what a replay is checked
+against.
 """
 
 from __future__ import annotations
@@ -15,15 +16,16 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 import numpy as np
-
-from gfsim.core.rng import transient_stream
 from gfsim.cost_models.presets import PresetCostModel
-from gfsim.forecasts.bins import speedup_to_bin
 from gfsim.simulator.trace import SearchTrace
 
-__all__ = ["Child", "ChildSource", "LogChildren", "LandscapeChildren", "DRAW_SOURCES"]
+from gfsim.core.rng import transient_stream
+from gfsim.forecasts.bins import speedup_to_bin
 
-DRAW_SOURCES = ("own", "other_expansion", "fallback", "landscape")
+__all__ = ["Child", "ChildSource", "LogChildren", "WorldChildren", "LandscapeChildren",
+           "DRAW_SOURCES"]
+
+DRAW_SOURCES = ("own", "other_expansion", "fallback", "world")
 _EVAL_STAGES = ("cold_start", "compilation", "check", "timing")
 
 
@@ -212,65 +214,97 @@ class LogChildren(ChildSource):
                      speedup, pool.stage_s[c], pool.price[c])
 
 
-class LandscapeChildren(ChildSource):
-    """Children straight from a synthetic landscape (the ground truth a replay is checked
-    against). Child slot k of expansion e is landscape index e * 1000 + k, so a search that
-    draws more children per expansion sees the same first ones."""
+class WorldChildren(ChildSource):
+    """Children straight from a world (``gfsim.worlds.protocol``): the ground truth a replay
+    is checked against. Slot k of expansion e in replicate r is the world's child index
+    r * 1,000,000 + e * 1000 + k, so a search that draws more children per expansion sees the
+    same first ones, and another replicate is a fresh set of draws from the same parents.
 
-    def __init__(self, landscape, task_id: str, model: PresetCostModel,
-                 forecaster: str = "synthetic"):
-        self.land = landscape
+    ``cache`` (a dict, optional) keeps each drawn child by node id; pass the same dict to every
+    run on one world, task, cost model and forecaster (as ``gfsim counterfactual`` does) and a
+    child is built once. Children are read-only to the engines, so sharing them is safe."""
+
+    def __init__(self, world, task_id: str, model: PresetCostModel,
+                 forecaster: str = "synthetic", *, replicate: int = 0,
+                 cache: dict | None = None, keep_records: bool = True):
+        if isinstance(replicate, bool) or not isinstance(replicate, int) or not (
+                0 <= replicate < 1000):
+            raise ValueError(f"replicate must be a whole number in 0..999, got {replicate!r}")
+        self.world = world
         self.task_id = task_id
         self.model = model
         self.forecaster = forecaster
+        self.offset = replicate * 1_000_000
+        self.cache = cache if cache is not None else {}
         self.nodes = {}
+        self.keep_records = keep_records
         self.records: dict[str, tuple] = {}  # node id -> (generation, forecast, evaluation)
 
     def root(self) -> tuple[str, float]:
-        node = self.land.root(self.task_id)
+        node = self.world.root(self.task_id)
         self.nodes[node.node_id] = node
-        return node.node_id, float(self.land.task(self.task_id).seed_speedup)
+        return node.node_id, float(self.world.task(self.task_id).seed_speedup)
 
     def draw(self, node_id, node_speedup, expansion, n, seed):
         parent = self.nodes[node_id]
-        return [self._child(self.land.child(parent, expansion * 1000 + k)) for k in range(n)]
+        base = self.offset + expansion * 1000
+        out = []
+        for k in range(n):
+            key = (node_id, base + k)
+            got = self.cache.get(key)
+            if got is None:
+                node = self.world.child(parent, base + k)
+                got = self.cache[key] = (node, *self._child(node))
+            node, child, records = got
+            self.nodes[node.node_id] = node
+            if self.keep_records:
+                self.records[node.node_id] = records
+            out.append(child)
+        return out
 
-    def _child(self, node) -> Child:
+    def _child(self, node) -> tuple[Child, tuple]:
         from gfsim.cost_models.usage import Usage
 
-        m, pri = self.model, self.model.priors
-        gen = self.land.generation(node)
+        w, m, pri = self.world, self.model, self.model.priors
+        gen = w.generation(node)
         failed = "failed_reason" in gen
         fc = ev = None
         if not failed:
-            fc = self.land.forecast(node, self.forecaster, 0)
-            ev = self.land.evaluation(node)
-        self.nodes[node.node_id] = node
-        self.records[node.node_id] = (gen, fc, ev)
+            fc = w.forecast(node, self.forecaster, 0)
+            ev = w.evaluation(node)
         raw = np.asarray(fc["probs"], dtype=float) if fc else np.zeros(8)
-        parse_failed = bool(fc and fc["parse_failed"])
+        parse_failed = bool(fc and fc.get("parse_failed"))
         probs = raw / raw.sum() if raw.sum() > 0 else np.zeros(8)
-        stage = {"cold_start": ev["cold_start_s"] if ev else 0.0,
-                 "compilation": ev["compile_s"] if ev else 0.0,
-                 "check": ev["check_s"] if ev else 0.0, "timing": ev["timing_s"] if ev else 0.0}
+        stage = {"cold_start": ev.get("cold_start_s", 0.0) if ev else 0.0,
+                 "compilation": ev.get("compile_s", 0.0) if ev else 0.0,
+                 "check": ev.get("check_s", 0.0) if ev else 0.0,
+                 "timing": ev.get("timing_s", 0.0) if ev else 0.0}
         if m.billing != "serverless":
             stage["cold_start"] = 0.0
+        gen_in, gen_out = gen.get("input_tokens"), gen.get("output_tokens")
+        gen_imputed = gen_in is None or gen_out is None
         child = Child(
-            candidate_id=node.node_id, draw_source="landscape", template=None,
-            code=node.node_id, gen_s=gen["service_s"], gen_in=pri.gen_input_tokens,
-            gen_out=pri.gen_output_tokens, gen_imputed=True, gen_failed=failed,
+            candidate_id=node.node_id, draw_source="world", template=None,
+            code=getattr(node, "code_id", None) or node.node_id, gen_s=gen.get("service_s", 0.0),
+            gen_in=pri.gen_input_tokens if gen_in is None else float(gen_in),
+            gen_out=pri.gen_output_tokens if gen_out is None else float(gen_out),
+            gen_imputed=gen_imputed, gen_failed=failed,
             has_forecast=fc is not None, probs=probs, parse_failed=parse_failed,
-            fc_s=fc["latency_s"] if fc else 0.0, fc_in=fc["input_tokens"] if fc else 0.0,
-            fc_out=fc["output_tokens"] if fc else 0.0, fc_imputed=False,
+            fc_s=fc.get("latency_s", 0.0) if fc else 0.0,
+            fc_in=fc.get("input_tokens", 0.0) if fc else 0.0,
+            fc_out=fc.get("output_tokens", 0.0) if fc else 0.0, fc_imputed=False,
             outcome=ev["outcome"] if ev else None,
             speedup=float(ev["speedup"]) if ev and ev["outcome"] == "success" else math.nan,
             stage_s=stage,
         )
         usages = {"generation": Usage("generation", child.gen_s, child.gen_in, child.gen_out,
-                                      imputed=True),
+                                      imputed=gen_imputed),
                   "forecasting": Usage("forecasting", child.fc_s, child.fc_in, child.fc_out)}
         usages.update({k: Usage(k, v) for k, v in stage.items()})
         for k, u in usages.items():
             c = m.cost(u)
             child.price[k] = (c.usd, c.joules, c.usd_imputed)
-        return child
+        return child, (gen, fc, ev)
+
+
+LandscapeChildren = WorldChildren  # the name it had when the landscape was the only world

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gfsim.cli import costs_cmd, forecast_cmd, import_cmd
+from gfsim.cli import costs_cmd, counterfactual_cmd, forecast_cmd, import_cmd
 from gfsim.cli import inspect_cmds, live_cmd, replay_cmd
 from gfsim.cli import savings_cmd, score_cmd, synth_cmd, tune_cmd
 
@@ -28,6 +28,7 @@ app.command("savings")(savings_cmd.savings)
 app.command("live")(live_cmd.live)
 app.command("merge")(live_cmd.merge)
 app.command("fidelity")(live_cmd.fidelity)
+app.command("counterfactual")(counterfactual_cmd.counterfactual)
 app.add_typer(import_cmd.app, name="import")
 
 

@@ -31,6 +31,10 @@ def synth(
                                help="greedy (parents by measured speedup) or puct (the "
                                     "reference search, paper-standard shape)."),
     steps: int = typer.Option(40, "--steps", help="Steps per search (puct driver)."),
+    world: Optional[str] = typer.Option(None, "--world",
+                                        help="Search this world instead of the landscape "
+                                             "(puct driver): a built-in name, "
+                                             "kernel-tuner:CACHE, PATH.py:NAME or module:NAME."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Write a SYNTHETIC log (nothing measured): same arguments, same bytes.
@@ -62,7 +66,7 @@ def synth(
                                  steps=steps)
     else:
         summary = synthesize(out, seed=seed, candidates=candidates, tasks=tasks, shape=shape,
-                             driver=driver, steps=steps)
+                             driver=driver, steps=steps, world=world)
     if as_json:
         print_json(summary)
         return

@@ -27,7 +27,7 @@ from pathlib import Path
 from gfsim.core.errors import GfsimError
 from gfsim.importers.common import write_validated
 
-__all__ = ["import_kernel_tuner", "read_json_document"]
+__all__ = ["import_kernel_tuner", "read_configs", "read_json_document"]
 
 # Kernel Tuner's failure strings (its ErrorConfig subclasses) -> schema outcomes.
 _FAILURES = {"CompilationFailedConfig": "compile_failed", "RuntimeFailedConfig": "runtime_error",
@@ -194,21 +194,36 @@ def import_kernel_tuner(path, out, *, reference: str | None = None,
                          f"{str(exc)[:120]})") from None
 
 
-def _import(path: Path, out: Path, reference, log_id) -> dict:
-    from gfsim.replay_logs import SCHEMA_VERSION
-
+def read_configs(path) -> tuple[list[tuple], dict]:
+    """(configurations, metadata) of a Kernel Tuner cache or T4 file. A configuration is
+    (key, {param: value}, outcome, runtime ms or None, compile ms, verification ms, benchmark
+    ms); metadata has ``tune_params_keys``, ``format`` and the device and kernel names."""
+    path = Path(path)
+    if not path.exists():
+        raise GfsimError(f"{path}: no such file")
     doc = read_json_document(path)
     if not isinstance(doc, dict):
         raise GfsimError(f"{path}: expected a JSON object at the top")
-    if "cache" in doc:
-        configs, meta = _configs_from_cache(doc, path)
-    elif "results" in doc:
-        configs, meta = _configs_from_t4(doc, path)
-    else:
-        raise GfsimError(f"{path}: neither a Kernel Tuner cache (no 'cache') nor a T4 file "
-                         "(no 'results')")
+    try:
+        if "cache" in doc:
+            configs, meta = _configs_from_cache(doc, path)
+        elif "results" in doc:
+            configs, meta = _configs_from_t4(doc, path)
+        else:
+            raise GfsimError(f"{path}: neither a Kernel Tuner cache (no 'cache') nor a T4 file "
+                             "(no 'results')")
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+        raise GfsimError(f"{path}: unexpected structure ({type(exc).__name__}: "
+                         f"{str(exc)[:120]})") from None
     if not configs:
         raise GfsimError(f"{path}: no configurations")
+    return configs, meta
+
+
+def _import(path: Path, out: Path, reference, log_id) -> dict:
+    from gfsim.replay_logs import SCHEMA_VERSION
+
+    configs, meta = read_configs(path)
     ref = _pick_reference(configs, reference, path)
     ref_ns = ref[3] * 1e6
     kernel = str(meta.get("kernel_name") or path.name.split(".")[0])

@@ -249,10 +249,14 @@ def _pairs(land: Landscape, task_id: str, share: int, tick) -> list[dict]:
 def build_records(*, seed: int, candidates: int | None, tasks: int, shape: str = "trajectory",
                   params: LandscapeParams | None = None,
                   progress: Callable[[int], None] | None = None, driver: str = "greedy",
-                  steps: int = 40) -> list[dict]:
+                  steps: int = 40, world: str | None = None) -> list[dict]:
     """Every record of a synthetic log, header first. ``driver="puct"`` runs the reference
     search (paper-standard shape, ``steps`` steps) instead of the greedy one; its size follows
-    from the steps, so ``candidates`` must be None."""
+    from the steps, so ``candidates`` must be None. ``world``: a ``--world`` spec
+    (``gfsim.worlds.protocol``) to search instead of the landscape (puct driver only; the
+    world's own seed is ``seed``, and ``tasks`` and ``params`` are the world's)."""
+    if world is not None:
+        return _world_records(world, seed, driver, steps, shape, candidates, params)
     if driver == "puct":
         return _puct_records(seed, tasks, params, progress, steps, shape, candidates)
     if driver != "greedy":
@@ -308,6 +312,28 @@ def _puct_records(seed, tasks, params, progress, steps, shape, candidates) -> li
     return [header, *body]
 
 
+def _world_records(spec, seed, driver, steps, shape, candidates, params) -> list[dict]:
+    from gfsim.worlds.protocol import resolve_world
+    from gfsim.worlds.synth_puct import world_log_records
+
+    if driver != "puct" or shape != "trajectory":
+        raise GfsimError("--world: a world is searched by the reference search only; use "
+                         "--driver puct (trajectory logs)")
+    if candidates is not None or params is not None:
+        raise GfsimError("--world: the size follows from --steps and the world from its spec; "
+                         "drop --candidates")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise GfsimError(f"--seed must be a whole number >= 0, got {seed!r}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise GfsimError(f"--steps must be a whole number >= 1, got {steps!r}")
+    name, factory, _ = resolve_world(spec)
+    slug = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in name)[-60:]
+    return world_log_records(factory(seed), seed=seed, steps=steps,
+                             log_id=f"world-{slug}-seed{seed}-steps{steps}",
+                             command=(f"gfsim synth --out PATH --world {name} --seed {seed} "
+                                      f"--driver puct --steps {steps}"))
+
+
 def _check_args(seed, candidates, tasks, shape) -> None:
     if shape not in SHAPES:
         raise GfsimError(f"unknown shape {shape!r}; valid: {', '.join(SHAPES)}")
@@ -349,14 +375,14 @@ def summarize(records: list[dict]) -> dict:
         "steps": dict(steps),
         "best_speedup": best,
         "seed_speedup": {t["task_id"]: t["seed_speedup"] for t in header["tasks"]},
-        "headroom_speedup": {t["task_id"]: t["headroom_speedup"] for t in header["tasks"]},
+        "headroom_speedup": {t["task_id"]: t.get("headroom_speedup") for t in header["tasks"]},
     }
 
 
 def synthesize(path, *, seed: int, candidates: int | None, tasks: int = 6,
                shape: str = "trajectory", params: LandscapeParams | None = None,
                progress: Callable[[int], None] | None = None, driver: str = "greedy",
-               steps: int = 40) -> dict:
+               steps: int = 40, world: str | None = None) -> dict:
     """Write a synthetic log to ``path`` (.jsonl or .jsonl.gz, replaced if it exists).
 
     Returns a summary: counts, outcomes, best measured speedup per task, bytes and seconds.
@@ -370,7 +396,8 @@ def synthesize(path, *, seed: int, candidates: int | None, tasks: int = 6,
         raise GfsimError(f"{path}: is a directory")
     t0 = time.perf_counter()
     records = build_records(seed=seed, candidates=candidates, tasks=tasks, shape=shape,
-                            params=params, progress=progress, driver=driver, steps=steps)
+                            params=params, progress=progress, driver=driver, steps=steps,
+                            world=world)
     # Write beside the target and rename, so a crash never leaves a half log under its name.
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp{''.join(path.suffixes[-1:])}")
     try:

@@ -1,0 +1,362 @@
+"""The counterfactual benchmark: does a replay of a log rank (policy, F) as the world does?
+
+For each world seed w of a world (``gfsim.worlds.protocol``):
+
+1. the standard search (paper-standard, every child measured, ``steps`` steps) is run on world
+   w and written as an ordinary log, then read back through the validating reader;
+2. the per-search USD budget is what that standard search spent (mean over the log's
+   searches); every cell below runs under it, and under the same step limit;
+3. each (policy, F) is *replayed* from the log with ``replay_seeds`` seeds (the seeds change
+   the draws of borrowed children), and run *directly* on world w with ``direct_reps``
+   replicates: fresh sets of the world's draws (replicate r asks the world for child index
+   r * 1,000,000 + ...; replicate 0, the log's own draws, is never used as truth). A policy that
+   must be fitted (``threshold:coverage=..``) is fitted on the log's forecasts in both.
+
+A cell's value for world seed w is the mean over the world's tasks of log2 best speedup. From
+the matrix of cells x world seeds:
+
+- per cell: replay and direct means with 95% t-intervals over world seeds; the bias (replay -
+  direct, paired by world seed) with its 95% t-interval; draw shares; GPU evaluations and USD;
+  standard errors over world seeds, each world's mean over cells removed (rankings compare
+  cells within a world, so the between-world level cancels), flagged above 0.04 log2;
+- the *noise ceiling*: Kendall tau-b between the cell means of two independent halves of the
+  direct runs (odd and even replicates);
+- Kendall tau-b between replay and direct cell means, and the share of cell pairs whose direct
+  difference exceeds 0.1 log2 that the replay orders the same way;
+- *regret*: for each log (world seed w) the replay's pick, the cell with the best replay mean,
+  scored by the direct means of the *other* world seeds (held out from that pick):
+  1 - 2 ** (direct(pick) - max over cells of direct), beside the same for always F = 1 ``all``;
+- *coverage*: for each (world seed, cell) the replay's 90% interval (the 5th to 95th percentile
+  of its replay seeds: the seed spread a replay reports today) and whether it covers the direct
+  mean of that world seed; the share per world, its median width and mean interval score
+  (width + 20 x the miss, Gneiting and Raftery's score at alpha = 0.1).
+
+Everything but the Kernel Tuner worlds' runtimes is SYNTHETIC, and says so.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from gfsim.core.errors import GfsimError
+
+__all__ = ["BenchSpec", "run_world_seed", "summarize_world", "DEFAULT_POLICIES",
+           "DEFAULT_OVERGENS", "CHILDREN", "SE_TARGET", "PAIR_MARGIN"]
+
+DEFAULT_POLICIES = ("all", "topk:4", "threshold:0.7", "threshold:coverage=0.5", "ev:10")
+DEFAULT_OVERGENS = (1, 2, 4, 8)
+CHILDREN = ("fallback",)  # the replay's child sources; the next issue adds a fitted model
+SE_TARGET = 0.04  # log2: a cell's standard error should not exceed this
+PAIR_MARGIN = 0.1  # log2: pairs whose direct difference exceeds this must be ordered right
+_T_CRIT: dict[int, float] = {}
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    """What one benchmark run does (the CLI's options)."""
+
+    policies: tuple[str, ...] = DEFAULT_POLICIES
+    overgens: tuple[int, ...] = DEFAULT_OVERGENS
+    steps: int = 40
+    cost: str = "serverless-a100"
+    replay_seeds: int = 4
+    direct_reps: int = 2
+    children: str = "fallback"
+
+    def __post_init__(self):
+        if self.children not in CHILDREN:
+            raise GfsimError(f"--children: unknown child source {self.children!r}; valid: "
+                             f"{', '.join(CHILDREN)}")
+        for name, v, lo in (("--steps", self.steps, 1), ("--replay-seeds", self.replay_seeds, 1),
+                            ("--direct-reps", self.direct_reps, 2)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise GfsimError(f"{name} must be a whole number >= {lo}, got {v!r}")
+        if self.direct_reps > 999:
+            raise GfsimError("--direct-reps must be at most 999")
+        if not self.policies or not self.overgens:
+            raise GfsimError("--policies and --overgen must name at least one each")
+        for f in self.overgens:
+            if isinstance(f, bool) or not isinstance(f, int) or not 1 <= f <= 64:
+                raise GfsimError(f"--overgen: factors are whole numbers in 1..64, got {f!r}")
+        if len(set(self.cells)) != len(self.cells):
+            raise GfsimError("--policies / --overgen: a configuration is given twice")
+        if len(self.cells) < 2:
+            raise GfsimError("need at least two (policy, F) configurations to rank")
+
+    @property
+    def cells(self) -> list[tuple[str, int]]:
+        return [(p, f) for p in self.policies for f in self.overgens]
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["policies"], d["overgens"] = list(self.policies), list(self.overgens)
+        return d
+
+
+@dataclass
+class _Cell:
+    replay: list = field(default_factory=list)  # per replay seed: mean over tasks of log2 best
+    direct: list = field(default_factory=list)  # per replicate
+    draws: dict = field(default_factory=dict)
+    replay_evals: float = 0.0
+    direct_evals: float = 0.0
+    replay_usd: float = 0.0
+    direct_usd: float = 0.0
+
+
+def _search_config(steps: int, overgen: int):
+    from gfsim.simulator.puct_engine import SEARCH_PRESETS
+
+    return replace(SEARCH_PRESETS["paper-standard"], steps=steps, overgen=overgen)
+
+
+def _log_of(world, world_seed: int, steps: int, name: str):
+    from gfsim.replay_logs import LogWriter, load_log
+    from gfsim.worlds.synth_puct import world_log_records
+
+    records = world_log_records(world, seed=world_seed, steps=steps,
+                                log_id=f"counterfactual-seed{world_seed}",
+                                command=f"gfsim synth --world {name} --seed {world_seed} "
+                                        f"--driver puct --steps {steps}")
+    with tempfile.TemporaryDirectory(prefix="gfsim-cf-") as tmp:
+        path = Path(tmp) / f"world-{world_seed}.jsonl"
+        with LogWriter(path) as w:
+            w.append_many(records)
+        return load_log(path, cache=False)
+
+
+def run_world_seed(world_spec: str, world_seed: int, spec: BenchSpec) -> dict:
+    """Every cell of one world seed: the log, its replays and the direct runs (module doc)."""
+    from gfsim.cost_models import load_cost_model
+    from gfsim.policies import make_policy
+    from gfsim.simulator import Budget, build_traces
+    from gfsim.simulator.replay import calibration_batch, replay_many
+    from gfsim.worlds.protocol import resolve_world
+    from gfsim.worlds.synth_puct import run_on_world
+
+    name, factory, _ = resolve_world(world_spec)
+    world = factory(world_seed)
+    log = _log_of(world, world_seed, spec.steps, name)
+    model = load_cost_model(spec.cost)
+    std = replay_many(log, [make_policy("all")], model, [0], driver="puct",
+                      search=_search_config(spec.steps, 1))[0]
+    usd = float(np.mean([s.total.usd for s in std.searches]))
+    budget = Budget(usd=usd)
+    batch = calibration_batch(build_traces(log, model))
+    cells = {c: _Cell() for c in spec.cells}
+    tasks = [t.task_id for t in world.tasks]
+    reps = list(range(spec.replay_seeds))
+    for f in spec.overgens:
+        config = _search_config(spec.steps, f)
+        policies = [make_policy(p) for p in spec.policies for _ in reps]
+        seeds = [q for _ in spec.policies for q in reps]
+        results = replay_many(log, policies, model, seeds, budget=budget, driver="puct",
+                              search=config)
+        for k, res in enumerate(results):
+            cell = cells[(spec.policies[k // len(reps)], f)]
+            cell.replay.append(float(np.mean([math.log2(s.best_speedup)
+                                              for s in res.searches])))
+            for s in res.searches:
+                for src, n in s.extra["draws"].items():
+                    cell.draws[src] = cell.draws.get(src, 0) + n
+            cell.replay_evals += sum(s.gpu_evals for s in res.searches) / len(res.searches)
+            cell.replay_usd += sum(s.total.usd for s in res.searches) / len(res.searches)
+    caches = {t: {} for t in tasks}
+    for r in range(1, spec.direct_reps + 1):
+        for p in spec.policies:
+            policy = make_policy(p)
+            policy.fit(batch, r)
+            for f in spec.overgens:
+                config = _search_config(spec.steps, f)
+                best, evals, spent = [], 0, 0.0
+                for t in tasks:
+                    res, _ = run_on_world(world, t, config, policy, seed=r, cost=spec.cost,
+                                          budget=budget, capacities=model.capacities,
+                                          replicate=r, cache=caches[t], keep_records=False)
+                    best.append(math.log2(res.best_speedup))
+                    evals += res.gpu_evals
+                    spent += res.total.usd
+                cell = cells[(p, f)]
+                cell.direct.append(float(np.mean(best)))
+                cell.direct_evals += evals / len(tasks)
+                cell.direct_usd += spent / len(tasks)
+    out = {"world": name, "world_seed": world_seed, "usd_budget": usd,
+           "tasks": tasks, "kind": world.provenance().get("kind", "synthetic"), "cells": []}
+    for (p, f), c in cells.items():
+        total = sum(c.draws.values()) or 1
+        out["cells"].append({
+            "policy": p, "overgen": f, "replay": c.replay, "direct": c.direct,
+            "draw_shares": {k: v / total for k, v in c.draws.items()},
+            "replay_evals": c.replay_evals / len(reps),
+            "direct_evals": c.direct_evals / spec.direct_reps,
+            "replay_usd": c.replay_usd / len(reps), "direct_usd": c.direct_usd / spec.direct_reps,
+        })
+    return out
+
+
+# --- the measures -------------------------------------------------------------------------------
+
+def _t(n: int) -> float:
+    """The two-sided 95% Student-t critical value for n - 1 degrees of freedom."""
+    if n not in _T_CRIT:
+        from scipy.stats import t
+
+        _T_CRIT[n] = float(t.ppf(0.975, n - 1)) if n > 1 else math.nan
+    return _T_CRIT[n]
+
+
+def _mean_ci(x: np.ndarray) -> dict:
+    n = len(x)
+    m = float(np.mean(x))
+    se = float(np.std(x, ddof=1) / math.sqrt(n)) if n > 1 else math.nan
+    h = _t(n) * se if n > 1 else math.nan
+    return {"mean": m, "lo": m - h, "hi": m + h, "se": se}
+
+
+def _tau(a, b) -> float:
+    from scipy.stats import kendalltau
+
+    if np.ptp(a) == 0 or np.ptp(b) == 0:
+        return math.nan
+    return float(kendalltau(a, b).statistic)
+
+
+def summarize_world(rows: list[dict], spec: BenchSpec) -> dict:
+    """The benchmark's measures for one world from its ``run_world_seed`` rows (module doc)."""
+    rows = sorted(rows, key=lambda r: r["world_seed"])
+    cells = spec.cells
+    n_w, n_c = len(rows), len(cells)
+    index = {c: i for i, c in enumerate(cells)}
+    rq = np.full((n_w, n_c, spec.replay_seeds), np.nan)
+    dr = np.full((n_w, n_c, spec.direct_reps), np.nan)
+    extra = [[None] * n_c for _ in range(n_w)]
+    for w, row in enumerate(rows):
+        for c in row["cells"]:
+            i = index[(c["policy"], c["overgen"])]
+            rq[w, i] = c["replay"]
+            dr[w, i] = c["direct"]
+            extra[w][i] = c
+    rp = rq.mean(axis=2)  # replay value per (world seed, cell)
+    dm = dr.mean(axis=2)  # direct mean per (world seed, cell)
+    out_cells = []
+    warnings = []
+    for i, (p, f) in enumerate(cells):
+        bias = rp[:, i] - dm[:, i]
+        centred_d = dm[:, i] - dm.mean(axis=1)
+        centred_r = rp[:, i] - rp.mean(axis=1)
+        se = {k: float(np.std(v, ddof=1) / math.sqrt(n_w)) if n_w > 1 else math.nan
+              for k, v in (("direct", centred_d), ("replay", centred_r), ("bias", bias))}
+        shares: dict = {}
+        for w in range(n_w):
+            for k, v in extra[w][i]["draw_shares"].items():
+                shares[k] = shares.get(k, 0.0) + v / n_w
+        out_cells.append({
+            "policy": p, "overgen": f,
+            "replay_log2": _mean_ci(rp[:, i]), "direct_log2": _mean_ci(dm[:, i]),
+            "bias_log2": _mean_ci(bias), "se": se,
+            "draw_shares": {k: round(v, 6) for k, v in shares.items() if v > 0},
+            "fallback_share": shares.get("fallback", 0.0),
+            "replay_gpu_evals": float(np.mean([extra[w][i]["replay_evals"] for w in range(n_w)])),
+            "direct_gpu_evals": float(np.mean([extra[w][i]["direct_evals"] for w in range(n_w)])),
+            "replay_usd": float(np.mean([extra[w][i]["replay_usd"] for w in range(n_w)])),
+            "direct_usd": float(np.mean([extra[w][i]["direct_usd"] for w in range(n_w)])),
+        })
+    replay_mean, direct_mean = rp.mean(axis=0), dm.mean(axis=0)
+    half_a = dr[:, :, 0::2].mean(axis=2).mean(axis=0)
+    half_b = dr[:, :, 1::2].mean(axis=2).mean(axis=0)
+    pairs = correct = 0
+    for i in range(n_c):
+        for j in range(i + 1, n_c):
+            d = direct_mean[i] - direct_mean[j]
+            if abs(d) > PAIR_MARGIN:
+                pairs += 1
+                correct += int(np.sign(replay_mean[i] - replay_mean[j]) == np.sign(d))
+    base = index.get(("all", 1))
+    regret, regret_base, picks = [], [], []
+    if n_w > 1:
+        for w in range(n_w):
+            held = np.delete(dm, w, axis=0).mean(axis=0)
+            pick = int(np.argmax(rp[w]))
+            picks.append(cells[pick])
+            regret.append(1.0 - 2.0 ** (held[pick] - held.max()))
+            if base is not None:
+                regret_base.append(1.0 - 2.0 ** (held[base] - held.max()))
+    lo = np.quantile(rq, 0.05, axis=2)
+    hi = np.quantile(rq, 0.95, axis=2)
+    covered = (lo <= dm) & (dm <= hi)
+    miss = np.maximum(lo - dm, 0.0) + np.maximum(dm - hi, 0.0)
+    score = (hi - lo) + (2.0 / 0.1) * miss
+    per_seed_cov = covered.mean(axis=1)
+    worst = max(max(c["se"]["direct"], c["se"]["replay"], c["se"]["bias"]) for c in out_cells)
+    if not worst <= SE_TARGET:
+        need = math.ceil(n_w * (worst / SE_TARGET) ** 2) if math.isfinite(worst) else None
+        warnings.append(
+            f"a cell's standard error reaches {worst:.3f} log2, above {SE_TARGET}: "
+            + (f"about {need} world seeds would bring it under" if need else
+               "too few world seeds to estimate it"))
+    best = int(np.argmax(direct_mean))
+    measures = {
+        "world_seeds": n_w,
+        "noise_ceiling_tau": _tau(half_a, half_b),
+        "tau": _tau(replay_mean, direct_mean),
+        "pairs_over_margin": pairs,
+        "pairs_ordered": (correct / pairs) if pairs else math.nan,
+        "regret_of_replay_pick": float(np.mean(regret)) if regret else math.nan,
+        "regret_of_all_f1": float(np.mean(regret_base)) if regret_base else math.nan,
+        "replay_picks": {f"{p} F={f}": picks.count((p, f)) for p, f in dict.fromkeys(picks)},
+        "direct_best": {"policy": cells[best][0], "overgen": cells[best][1],
+                        "log2": float(direct_mean[best])},
+        "coverage_90": float(covered.mean()),
+        "coverage_90_per_seed": {"min": float(per_seed_cov.min()),
+                                 "median": float(np.median(per_seed_cov)),
+                                 "max": float(per_seed_cov.max())},
+        "interval_width_median": float(np.median(hi - lo)),
+        "interval_score_mean": float(score.mean()),
+        "max_cell_se": worst,
+    }
+    first = rows[0]
+    return {"world": first["world"], "kind": first["kind"], "tasks": first["tasks"],
+            "world_seeds": [r["world_seed"] for r in rows],
+            "usd_budget_mean": float(np.mean([r["usd_budget"] for r in rows])),
+            "cells": out_cells, "measures": measures, "warnings": warnings}
+
+
+def default_jobs() -> int:
+    return max(1, min(len(os.sched_getaffinity(0)), 8))
+
+
+def _job(args) -> dict:
+    world_spec, seed, spec = args
+    return run_world_seed(world_spec, seed, spec)
+
+
+def run_benchmark(worlds: list[str], seeds: list[int], spec: BenchSpec, *, jobs: int = 1,
+                  progress=None) -> list[dict]:
+    """``summarize_world`` of every world, its seeds run on ``jobs`` processes;
+    ``progress(done, total)`` after each (world, seed)."""
+    work = [(w, s, spec) for w in worlds for s in seeds]
+    rows: dict[str, list[dict]] = {w: [] for w in worlds}
+    done = 0
+    if jobs <= 1 or len(work) == 1:
+        for job in work:
+            rows[job[0]].append(_job(job))
+            done += 1
+            if progress:
+                progress(done, len(work))
+    else:
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(min(jobs, len(work))) as pool:
+            futures = {pool.submit(_job, job): job for job in work}
+            for fut in as_completed(futures):
+                rows[futures[fut][0]].append(fut.result())
+                done += 1
+                if progress:
+                    progress(done, len(work))
+    return [summarize_world(rows[w], spec) for w in worlds]
