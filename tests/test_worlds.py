@@ -319,3 +319,28 @@ def test_keyed_streams_are_what_worlds_rely_on():
     a = stream(3, "t", "p", 5).random(4)
     stream(3, "t", "p", 4).random(9)
     assert np.array_equal(a, stream(3, "t", "p", 5).random(4))
+
+
+def test_assert_world_conforms_for_users_tests():
+    from gfsim.worlds.conformance import assert_world_conforms
+
+    _, factory, _ = resolve_world(f"{EXAMPLE}:make_world")
+    assert_world_conforms(lambda seed: factory(seed), seed=2)
+    with pytest.raises(AssertionError, match="another order|again"):
+        assert_world_conforms(_Sequential(2))
+
+
+def test_counterfactual_runs_on_the_whole_built_in_family_in_a_small_form():
+    res = runner.invoke(app, ["counterfactual", "--seeds", "2", "--steps", "3", "--policies",
+                              "all,topk:2", "--overgen", "1,2", "--replay-seeds", "2",
+                              "--direct-reps", "2", "--jobs", "2", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["split"] == "heldout" and out["world_seeds"] == world_seeds("heldout", 2)
+    ran = [w["world"] for w in out["worlds"]]
+    assert sorted(ran + list(out["skipped"])) == sorted(world_names())
+    assert all(name.startswith("kt-") for name in out["skipped"])
+    for w in out["worlds"]:
+        exact = next(c for c in w["cells"] if c["policy"] == "all" and c["overgen"] == 1)
+        assert exact["fallback_share"] == 0
+        assert w["kind"] == ("measured" if w["world"].startswith("kt-") else "synthetic")

@@ -1,6 +1,6 @@
 """The test every world must pass (``gfsim.worlds.protocol``): keyed determinism, record fields,
 units. ``check_world`` returns the problems it found (empty: the world conforms);
-``gfsim.testing.assert_world_conforms`` raises on them, for a user's own test suite.
+``assert_world_conforms`` raises on them, for a user's own test suite.
 
 What it checks, on a small tree (``width`` children of the root, of each of its first children,
 ``depth`` levels down) of every task:
@@ -23,7 +23,7 @@ import math
 import tempfile
 from pathlib import Path
 
-__all__ = ["check_world"]
+__all__ = ["assert_world_conforms", "check_world"]
 
 _OUTCOMES_OK = {"success", "compile_failed", "runtime_error", "incorrect", "timeout",
                 "infrastructure_failure", "generation_failed"}
@@ -228,3 +228,16 @@ def _validate_as_log(world, tasks, trees) -> list[str]:
         except (TypeError, ValueError) as exc:
             return [f"its records cannot be written as a log: {type(exc).__name__}: {exc}"]
     return []
+
+
+def assert_world_conforms(world_or_factory, *, seed: int = 0) -> None:
+    """For a user's own tests: raise AssertionError listing every problem ``check_world``
+    finds. Give the factory (seed -> world) to have determinism across instances checked too."""
+    if callable(world_or_factory) and not hasattr(world_or_factory, "child"):
+        factory = world_or_factory
+        world = factory(seed=seed)
+        problems = check_world(world, lambda s: factory(seed=s), seed=seed)
+    else:
+        problems = check_world(world_or_factory, seed=seed)
+    if problems:
+        raise AssertionError("the world does not conform:\n  " + "\n  ".join(problems))
