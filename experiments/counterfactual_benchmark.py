@@ -48,7 +48,7 @@ def render(out: dict, seconds: float | None) -> str:
         "",
         "| world | kind | fallback share at F >= 2 | noise ceiling tau | replay tau | pairs > 0.1 "
         "ordered | regret of replay's pick | regret of F=1 `all` | 90% coverage | median "
-        "width | interval score | max cell SE |",
+        "width | interval score | max cell SE (direct) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for w in out["worlds"]:
@@ -60,7 +60,8 @@ def render(out: dict, seconds: float | None) -> str:
             f"{_f(m['pairs_ordered'], '{:.0%}')} of {m['pairs_over_margin']} | "
             f"{_f(m['regret_of_replay_pick'], '{:.1%}')} | {_f(m['regret_of_all_f1'], '{:.1%}')} | "
             f"{m['coverage_90']:.0%} | {m['interval_width_median']:.3f} | "
-            f"{m['interval_score_mean']:.2f} | {m['max_cell_se']:.3f} |")
+            f"{m['interval_score_mean']:.2f} | {m['max_cell_se']:.3f} "
+            f"({m.get('max_direct_se', math.nan):.3f}) |")
     for name, why in out.get("skipped", {}).items():
         lines.append(f"\nSkipped `{name}`: {why}")
     for w in out["worlds"]:

@@ -240,6 +240,11 @@ class WorldChildren(ChildSource):
         self.keep_records = keep_records
         self.records: dict[str, tuple] = {}  # node id -> (generation, forecast, evaluation)
 
+    def template_cache(self) -> dict | None:
+        """What engines derive from a child, kept beside the shared child cache (a child's
+        node id names it there: one id, one child, in one cache)."""
+        return self.cache.setdefault(("derived",), {})
+
     def root(self) -> tuple[str, float]:
         node = self.world.root(self.task_id)
         self.nodes[node.node_id] = node

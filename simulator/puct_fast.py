@@ -147,6 +147,10 @@ class _FastPuct:
         if self.logged:
             self.protos: dict = pool_of(source.t).derived.setdefault(
                 ("fast-protos", self.before, self.after, self.reads), {})
+        else:  # a source that keeps its children (WorldChildren's cache) keeps their protos
+            derived = source.template_cache()
+            self.protos = None if derived is None else derived.setdefault(
+                ("fast-protos", self.before, self.after, self.reads), {})
 
     # -- budgets (as SearchSimulation) -----------------------------------------------------
     def _spent(self) -> tuple[float, float]:
@@ -380,9 +384,14 @@ class _FastPuct:
                                       else pool.identity[c], source, src.t.candidate_ids[c],
                                       parent, b))
         else:
+            protos = self.protos
             for child in self.source.draw(parent.node_id, self.true_speedup[parent.node_id],
                                           expansion, n, self.seed):
-                proto = _Proto(child, self.before, self.after, self.reads)
+                proto = None if protos is None else protos.get(child.candidate_id)
+                if proto is None:
+                    proto = _Proto(child, self.before, self.after, self.reads)
+                    if protos is not None:
+                        protos[child.candidate_id] = proto
                 rows.append(self._add(child.candidate_id, proto, child.speedup, child.code,
                                       child.draw_source, child.template, parent, b))
         return rows

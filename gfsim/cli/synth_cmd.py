@@ -73,5 +73,10 @@ def synth(
     con = console()
     for line in summary_lines(summary):
         con.print(line, highlight=False, markup=False, soft_wrap=True)
+    if summary.get("kind") == "measured":
+        con.print("[dim]MEASURED runtimes from the world's data; the search over them, its "
+                  "forecasts and generation times are synthetic (the header's provenance.note "
+                  "says which is which)[/dim]", soft_wrap=True)
+        return
     con.print("[dim]SYNTHETIC: nothing was measured; every number comes from the assumptions "
               "in the header (provenance.params)[/dim]", soft_wrap=True)

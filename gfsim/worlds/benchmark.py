@@ -294,12 +294,17 @@ def summarize_world(rows: list[dict], spec: BenchSpec) -> dict:
     score = (hi - lo) + (2.0 / 0.1) * miss
     per_seed_cov = covered.mean(axis=1)
     worst = max(max(c["se"]["direct"], c["se"]["replay"], c["se"]["bias"]) for c in out_cells)
+    worst_direct = max(c["se"]["direct"] for c in out_cells)
     if not worst <= SE_TARGET:
-        need = math.ceil(n_w * (worst / SE_TARGET) ** 2) if math.isfinite(worst) else None
-        warnings.append(
-            f"a cell's standard error reaches {worst:.3f} log2, above {SE_TARGET}: "
-            + (f"about {need} world seeds would bring it under" if need else
-               "too few world seeds to estimate it"))
+        if math.isfinite(worst):
+            need = math.ceil(n_w * (worst / SE_TARGET) ** 2)
+            need_d = math.ceil(n_w * (worst_direct / SE_TARGET) ** 2)
+            warnings.append(
+                f"a cell's standard error reaches {worst:.3f} log2 (direct runs alone: "
+                f"{worst_direct:.3f}), above {SE_TARGET}: about {need} world seeds would bring "
+                f"every cell under ({max(need_d, n_w)} the direct runs alone)")
+        else:
+            warnings.append("too few world seeds to estimate a standard error")
     best = int(np.argmax(direct_mean))
     measures = {
         "world_seeds": n_w,
@@ -319,6 +324,7 @@ def summarize_world(rows: list[dict], spec: BenchSpec) -> dict:
         "interval_width_median": float(np.median(hi - lo)),
         "interval_score_mean": float(score.mean()),
         "max_cell_se": worst,
+        "max_direct_se": worst_direct,
     }
     first = rows[0]
     return {"world": first["world"], "kind": first["kind"], "tasks": first["tasks"],

@@ -361,6 +361,7 @@ def summarize(records: list[dict]) -> dict:
     steps = Counter(r["search_id"] for r in records if r["kind"] == "step")
     return {
         "log_id": header["log_id"],
+        "kind": header["provenance"].get("kind", "synthetic"),
         "shape": header["log_shape"],
         "seed": header["provenance"]["seed"],
         "tasks": len(header["tasks"]),
@@ -426,7 +427,8 @@ def summary_lines(summary: dict) -> list[str]:
     fails = ", ".join(f"{k} {v}" for k, v in o.items() if k != "success")
     lines = [
         f"wrote {summary['path']} ({summary['bytes']:,} bytes, {summary['seconds']:.1f} s): "
-        f"SYNTHETIC {summary['shape']} log, seed {summary['seed']}, {summary['tasks']} tasks",
+        f"{summary.get('kind', 'synthetic').upper()} {summary['shape']} log, seed "
+        f"{summary['seed']}, {summary['tasks']} tasks",
         f"  candidates {summary['candidates']:,} (generation failed "
         f"{summary['generation_failed']:,}), forecasts {summary['forecasts']:,} (parse failed "
         f"{summary['parse_failed']:,}), evaluations {summary['evaluations']:,}",
