@@ -184,9 +184,12 @@ def _split_policies(text: str, sep: str) -> list[str]:
 
 
 def _print(out: dict) -> None:
+    from rich.console import Console
     from rich.table import Table
 
     con = console()
+    if con.width < 132:  # a pipe or a narrow terminal: the table needs about 130 columns
+        con = Console(width=132)
     spec = out["spec"]
     con.print(f"{out['note']} {len(out['world_seeds'])} world seeds ({out['split']}: "
               f"{out['world_seeds'][0]}..{out['world_seeds'][-1]}), {spec['steps']} steps, "
