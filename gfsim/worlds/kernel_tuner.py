@@ -35,8 +35,7 @@ import numpy as np
 from gfsim.core.errors import GfsimError
 from gfsim.core.rng import stream
 from gfsim.importers.kernel_tuner import read_configs
-from gfsim.worlds.kit import KitNode, KitTask, Priors, node_id_of, whatif_of
-from gfsim.worlds.landscape import GENERATION_FAILED
+from gfsim.worlds.kit import KitNode, KitTask, KitWorld, Priors, node_id_of, whatif_of
 
 __all__ = ["KernelTunerWorld", "find_cache", "DEFAULT_FORECASTER"]
 
@@ -119,16 +118,14 @@ def _load(path: Path) -> _Space:
     return _space(str(path.resolve()), st.st_mtime_ns, st.st_size)
 
 
-class KernelTunerWorld:
+class KernelTunerWorld(KitWorld):
     """One task per cache file (see the module docstring). ``forecaster``: the what-if
     forecaster's sigma, beta, temp and parse_fail (``DEFAULT_FORECASTER`` if None)."""
 
     def __init__(self, caches, seed: int = 0, forecaster: dict | None = None):
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise GfsimError(f"seed must be a whole number >= 0, got {seed!r}")
+        self.seed = self._check_seed(seed)
         if isinstance(caches, (str, Path)):
             caches = [caches]
-        self.seed = int(seed)
         self.priors = Priors()
         self.forecaster_spec = dict(forecaster or DEFAULT_FORECASTER)
         self.whatif = whatif_of(self.forecaster_spec, self.seed)
@@ -156,32 +153,19 @@ class KernelTunerWorld:
                 math.log2(seed_speedup), None, "success", seed_speedup)
         if not self.tasks:
             raise GfsimError("kernel-tuner world: no cache given")
-        self._by_id = {t.task_id: t for t in self.tasks}
+        self._index_tasks()
 
     @staticmethod
     def check_paths(paths) -> None:
         for p in paths:
             find_cache(p)
 
-    def task(self, task_id) -> KitTask:
-        try:
-            return self._by_id[task_id]
-        except KeyError:
-            raise KeyError(f"unknown task {task_id!r}; valid: {', '.join(self._by_id)}") from None
-
-    def root(self, task_id) -> KitNode:
-        self.task(task_id)
-        return self._roots[task_id]
-
     def child(self, parent: KitNode, index: int) -> KitNode:
-        if parent.outcome == GENERATION_FAILED:
-            raise ValueError(f"{parent.node_id} was never generated; it has no children")
-        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or index < 0:
-            raise ValueError(f"a child index is a whole number >= 0, got {index!r}")
+        index = self._check_child(parent, index)
         tid = parent.task_id
         space = self.spaces[tid]
-        nid = node_id_of(tid, parent.node_id, int(index))
-        rng = stream(self.seed, tid, parent.node_id, int(index))
+        nid = node_id_of(tid, parent.node_id, index)
+        rng = stream(self.seed, tid, parent.node_id, index)
         u = rng.random(2)
         options = space.neighbours[parent.code_id]
         if not options:  # an isolated configuration: the mutation gives the same one back
@@ -197,15 +181,6 @@ class KernelTunerWorld:
             parent.log2_speedup
         return KitNode(nid, tid, parent.node_id, parent.depth + 1, key, (key,), log2_s,
                        parent.log2_speedup, outcome, speedup, stage, gen_s)
-
-    def generation(self, node: KitNode) -> dict:
-        return self.priors.generation(node, "the mutator returned no kernel")
-
-    def forecast(self, node: KitNode, forecaster: str = "synthetic", repeat: int = 0) -> dict:
-        return self.priors.forecast(self.seed, node, self.whatif, forecaster, repeat)
-
-    def evaluation(self, node: KitNode) -> dict:
-        return self.priors.evaluation(node, self._by_id[node.task_id].reference_runtime_ns)
 
     def provenance(self) -> dict:
         return {"kind": "measured", "world": "kernel-tuner",

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gfsim.core.errors import GfsimError
 from gfsim.core.rng import stream
 from gfsim.forecasts.whatif import WhatIfForecaster
 from gfsim.worlds.landscape import GENERATION_FAILED, LandscapeParams
 
-__all__ = ["KitTask", "KitNode", "Priors", "node_id_of", "whatif_of"]
+__all__ = ["KitTask", "KitNode", "KitWorld", "Priors", "node_id_of", "whatif_of"]
 
 _LP = LandscapeParams()
 _STAGES_RUN = {"success": 4, "incorrect": 3, "runtime_error": 3, "compile_failed": 2,
@@ -160,3 +161,53 @@ class Priors:
                        runtime_ns=round(reference_runtime_ns / node.speedup, 6))
         rec.update(ref_runtime_ns=reference_runtime_ns, **stages, wall_s=wall, service_s=wall)
         return rec
+
+
+class KitWorld:
+    """What the kit worlds share: tasks by id, roots, the argument checks of ``child`` and the
+    records built by ``Priors``. A subclass sets ``seed``, ``priors``, ``whatif``, ``tasks``,
+    ``_roots`` (task id -> root node) and ``_failed_reason``, calls ``_index_tasks()``, and
+    defines ``child`` and ``provenance``."""
+
+    seed: int
+    priors: Priors
+    whatif: WhatIfForecaster
+    tasks: list
+    _roots: dict
+    _failed_reason = "the mutator returned no kernel"
+
+    @staticmethod
+    def _check_seed(seed) -> int:
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise GfsimError(f"seed must be a whole number >= 0, got {seed!r}")
+        return int(seed)
+
+    def _index_tasks(self) -> None:
+        self._by_id = {t.task_id: t for t in self.tasks}
+
+    def task(self, task_id) -> KitTask:
+        try:
+            return self._by_id[task_id]
+        except KeyError:
+            raise KeyError(f"unknown task {task_id!r}; valid: {', '.join(self._by_id)}") from None
+
+    def root(self, task_id) -> KitNode:
+        self.task(task_id)
+        return self._roots[task_id]
+
+    @staticmethod
+    def _check_child(parent: KitNode, index) -> int:
+        if parent.outcome == GENERATION_FAILED:
+            raise ValueError(f"{parent.node_id} was never generated; it has no children")
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or index < 0:
+            raise ValueError(f"a child index is a whole number >= 0, got {index!r}")
+        return int(index)
+
+    def generation(self, node: KitNode) -> dict:
+        return self.priors.generation(node, self._failed_reason)
+
+    def forecast(self, node: KitNode, forecaster: str = "synthetic", repeat: int = 0) -> dict:
+        return self.priors.forecast(self.seed, node, self.whatif, forecaster, repeat)
+
+    def evaluation(self, node: KitNode) -> dict:
+        return self.priors.evaluation(node, self._by_id[node.task_id].reference_runtime_ns)

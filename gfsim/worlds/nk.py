@@ -33,7 +33,7 @@ import numpy as np
 
 from gfsim.core.errors import GfsimError
 from gfsim.core.rng import stream, uniform
-from gfsim.worlds.kit import KitNode, KitTask, Priors, node_id_of, whatif_of
+from gfsim.worlds.kit import KitNode, KitTask, KitWorld, Priors, node_id_of, whatif_of
 from gfsim.worlds.landscape import GENERATION_FAILED
 
 __all__ = ["NKParams", "NKWorld"]
@@ -80,14 +80,14 @@ class NKParams:
         return dataclasses.asdict(self)
 
 
-class NKWorld:
+class NKWorld(KitWorld):
     """``n_tasks`` NK tasks drawn from ``seed`` (see the module docstring)."""
 
+    _failed_reason = "synthetic: the mutator returned no kernel"
+
     def __init__(self, params: NKParams | None = None, seed: int = 0, n_tasks: int = 2):
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise GfsimError(f"seed must be a whole number >= 0, got {seed!r}")
+        self.seed = self._check_seed(seed)
         self.params = p = params if params is not None else NKParams()
-        self.seed = int(seed)
         self.priors = Priors()
         self.whatif = whatif_of(p.forecaster, self.seed)
         self.tasks: list[KitTask] = []
@@ -115,7 +115,7 @@ class NKWorld:
                      f"epistasis k={p.k}; nothing was measured", ref_ns, seed_speedup))
             self._roots[tid] = KitNode(f"{tid}-root", tid, None, 0, _code(root), root,
                                        math.log2(seed_speedup), None, "success", seed_speedup)
-        self._by_id = {t.task_id: t for t in self.tasks}
+        self._index_tasks()
 
     # --- the model -----------------------------------------------------------------------
 
@@ -136,26 +136,13 @@ class NKWorld:
         tab, n, k = self._tables[tid], len(x), self.params.k
         return float(sum(tab[(i, *(x[(i + j) % n] for j in range(k + 1)))] for i in range(n)))
 
-    # --- the World protocol --------------------------------------------------------------
-
-    def task(self, task_id) -> KitTask:
-        try:
-            return self._by_id[task_id]
-        except KeyError:
-            raise KeyError(f"unknown task {task_id!r}; valid: {', '.join(self._by_id)}") from None
-
-    def root(self, task_id) -> KitNode:
-        self.task(task_id)
-        return self._roots[task_id]
+    # --- the World protocol (the rest is KitWorld's) --------------------------------------
 
     def child(self, parent: KitNode, index: int) -> KitNode:
-        if parent.outcome == GENERATION_FAILED:
-            raise ValueError(f"{parent.node_id} was never generated; it has no children")
-        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or index < 0:
-            raise ValueError(f"a child index is a whole number >= 0, got {index!r}")
+        index = self._check_child(parent, index)
         p, tid = self.params, parent.task_id
-        nid = node_id_of(tid, parent.node_id, int(index))
-        rng = stream(self.seed, tid, parent.node_id, int(index))
+        nid = node_id_of(tid, parent.node_id, index)
+        rng = stream(self.seed, tid, parent.node_id, index)
         u = rng.random(3)
         sites = rng.permutation(p.sites)[:2 if u[0] < p.p_two_sites else 1]
         shifts = rng.integers(1, p.values, 2)
@@ -180,15 +167,6 @@ class NKWorld:
             speedup = float(f"{2.0 ** log2_s * noise:.6g}")
         return KitNode(nid, tid, parent.node_id, parent.depth + 1, code, x, log2_s,
                        parent.log2_speedup, outcome, speedup, stage, gen_s)
-
-    def generation(self, node: KitNode) -> dict:
-        return self.priors.generation(node, "synthetic: the mutator returned no kernel")
-
-    def forecast(self, node: KitNode, forecaster: str = "synthetic", repeat: int = 0) -> dict:
-        return self.priors.forecast(self.seed, node, self.whatif, forecaster, repeat)
-
-    def evaluation(self, node: KitNode) -> dict:
-        return self.priors.evaluation(node, self._by_id[node.task_id].reference_runtime_ns)
 
     def provenance(self) -> dict:
         return {"kind": "synthetic", "world": "nk",
