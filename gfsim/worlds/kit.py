@@ -8,6 +8,7 @@ priced alike) and is written into the world's provenance.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 from dataclasses import dataclass, field
@@ -17,13 +18,16 @@ import numpy as np
 from gfsim.core.errors import GfsimError
 from gfsim.core.rng import stream
 from gfsim.forecasts.whatif import WhatIfForecaster
-from gfsim.worlds.landscape import GENERATION_FAILED, LandscapeParams
+from gfsim.worlds.landscape import (
+    GENERATION_FAILED,
+    STAGES,
+    STAGES_RUN,
+    LandscapeParams,
+)
 
 __all__ = ["KitTask", "KitNode", "KitWorld", "Priors", "node_id_of", "whatif_of"]
 
 _LP = LandscapeParams()
-_STAGES_RUN = {"success": 4, "incorrect": 3, "runtime_error": 3, "compile_failed": 2,
-               "timeout": 4, "infrastructure_failure": 1}
 
 
 @dataclass(frozen=True)
@@ -98,7 +102,7 @@ class Priors:
     forecast_latency_median_s: float = _LP.forecast_latency_median_s
 
     def as_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+        return dataclasses.asdict(self)
 
     def draw_times(self, seed: int, key: str) -> tuple[float, tuple]:
         """(generation seconds, (cold start, compile, check, timing) seconds), keyed."""
@@ -146,10 +150,8 @@ class Priors:
     def evaluation(self, node: KitNode, reference_runtime_ns: float) -> dict:
         if node.outcome == GENERATION_FAILED:
             raise ValueError(f"{node.node_id} was never generated; there is nothing to evaluate")
-        ran = _STAGES_RUN[node.outcome]
-        names = ("cold_start_s", "compile_s", "check_s", "timing_s")
-        stages = {k: (round(v, 6) if i < ran else 0.0)
-                  for i, (k, v) in enumerate(zip(names, node.stage_s))}
+        ran = STAGES_RUN[node.outcome]
+        stages = {k: (round(v, 6) if k in ran else 0.0) for k, v in zip(STAGES, node.stage_s)}
         wall = round(math.fsum(stages.values()), 6)
         if node.outcome == "timeout":
             before = stages["cold_start_s"] + stages["compile_s"] + stages["check_s"]

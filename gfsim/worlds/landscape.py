@@ -58,7 +58,7 @@ FAILURES = (*KERNEL_FAILURES, "infrastructure_failure")
 _OUTCOME_ORDER = ("success", *FAILURES)
 STAGES = ("cold_start_s", "compile_s", "check_s", "timing_s")
 # Which stages a failure ran: it stops after the stage that failed, later stages cost nothing.
-_STAGES_RUN = {
+STAGES_RUN = {
     "success": STAGES,
     "compile_failed": ("cold_start_s", "compile_s"),
     "runtime_error": ("cold_start_s", "compile_s", "check_s"),
@@ -544,7 +544,7 @@ class Landscape:
         if node.outcome == GENERATION_FAILED:
             raise ValueError(f"{node.node_id} was never generated; there is nothing to evaluate")
         task = self._by_id[node.task_id]
-        ran = _STAGES_RUN[node.outcome]
+        ran = STAGES_RUN[node.outcome]
         stages = {k: (round(v, 3) if k in ran else 0.0) for k, v in zip(STAGES, node.stage_s)}
         wall = round(math.fsum(stages.values()), 3)
         if node.outcome == "timeout":
