@@ -234,11 +234,13 @@ class PuctSimulation(SearchSimulation):
             draws[c.draw_source] += 1
         total = max(len(t.children), 1)
         share = draws["fallback"] / total
+        invented = (draws["fallback"] + draws["model"]) / total
         result.table["draw_source"] = [c.draw_source for c in t.children]
         result.table["template"] = [c.template for c in t.children]
         result.table["parent_node"] = list(t.parent_node)
         result.extra = {"driver": "puct", "search": self.config.as_dict(), "draws": draws,
-                        "fallback_share": share, "extrapolated": share > EXTRAPOLATED_SHARE,
+                        "fallback_share": share, "invented_share": invented,
+                        "extrapolated": invented > EXTRAPOLATED_SHARE,
                         "archive_size": len(self.archive.nodes)}
         return result
 

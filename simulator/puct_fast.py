@@ -530,6 +530,7 @@ class _FastPuct:
         for source in self.draw_source:
             draws[source] += 1
         share = draws["fallback"] / max(n, 1)
+        invented = (draws["fallback"] + draws["model"]) / max(n, 1)
         result = SearchResult(
             search_id=self.search_id, task_id=self.task_id, seed_speedup=self.seed_speedup,
             best_speedup=self.best, best_candidate_id=self.best_id, gpu_evals=self.evals,
@@ -538,7 +539,8 @@ class _FastPuct:
             wall_s=wall, stages=stages, stopped_by=self.stopped_by,
             anytime=np.array(self.anytime, dtype=float), table=table, engine="fast",
             extra={"driver": "puct", "search": self.config.as_dict(), "draws": draws,
-                   "fallback_share": share, "extrapolated": share > EXTRAPOLATED_SHARE,
+                   "fallback_share": share, "invented_share": invented,
+                   "extrapolated": invented > EXTRAPOLATED_SHARE,
                    "archive_size": len(self.archive.nodes)})
         confirm_best(result, self.cid, self.speedup, self.noise, self.seed)
         return result

@@ -13,7 +13,9 @@ from gfsim.policies.base import Batch, Policy
 from gfsim.policies.registry import make_policy
 from gfsim.replay_logs.log import ReplayLog
 from gfsim.simulator.budget import Budget
-from gfsim.simulator.children import LogChildren
+from gfsim.simulator.children import LogChildren, ModelChildren
+
+CHILDREN = ("fallback", "model")  # where a closed-loop replay's unlogged children come from
 from gfsim.simulator.engine import SearchSimulation
 from gfsim.simulator.fastpath import FastPathUnsafe, fast_path_blocker, run_fast
 from gfsim.simulator.noise import MeasureNoise
@@ -166,7 +168,8 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
                 forecaster: str | None = None, orphans_dropped: bool = True,
                 pipeline: Pipeline = DEFAULT_PIPELINE, engine: str = "auto",
                 driver: str = "trace", search: SearchConfig | None = None,
-                noise: MeasureNoise | None = None) -> list[ReplayResult]:
+                noise: MeasureNoise | None = None,
+                children: str = "fallback") -> list[ReplayResult]:
     """``replay`` for several seeds, ``policies[k]`` (fitted here) with ``seeds[k]``; each
     result is what ``replay`` gives for that seed alone. The puct fast path runs every search
     of every seed in lockstep, so that a step's decisions take one policy call."""
@@ -191,8 +194,13 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
                              f"children); this one is {log.shape!r}")
         config = search or SEARCH_PRESETS["paper-standard"]
 
+        if children not in CHILDREN:
+            raise GfsimError(f"--children: unknown child source {children!r}; valid: "
+                             f"{', '.join(CHILDREN)}")
+        make_source = LogChildren if children == "fallback" else ModelChildren
+
         def one(t, policy, seed):
-            return dict(source=LogChildren(t), config=config, policy=policy, model=model,
+            return dict(source=make_source(t), config=config, policy=policy, model=model,
                         capacities=caps, budget=budget, seed=seed, search_id=t.search_id,
                         task_id=t.task_id, forecast_frame=t.forecast_frame,
                         bin_edges=t.bin_edges, pipeline=pipeline, noise=noise)
@@ -313,12 +321,16 @@ def comparison_json(result: ReplayResult, base: ReplayResult, budget: Budget,
         out["baseline"]["search"] = base.searches[0].extra.get("search") if base.searches else None
         out["draws"] = draws
         out["fallback_share"] = draws["fallback"] / total
-        out["extrapolated"] = out["fallback_share"] > EXTRAPOLATED_SHARE
+        out["invented_share"] = (draws["fallback"] + draws.get("model", 0)) / total
+        out["extrapolated"] = out["invented_share"] > EXTRAPOLATED_SHARE
         out["notes"].append(
             "puct driver: children are drawn without replacement from the node's own logged "
-            "children, then its other logged expansions, then a fallback pool matched on the "
-            f"parent's speedup bin; a replay with more than {EXTRAPOLATED_SHARE:.0%} fallback "
-            "draws is labelled extrapolated")
+            "children, then its other logged expansions, then, for children the log never "
+            + ("held, a conditional residual bootstrap of its pairs (--children model)"
+               if draws.get("model") else
+               "held, a fallback pool matched on the parent's speedup bin")
+            + f"; a replay with more than {EXTRAPOLATED_SHARE:.0%} such invented draws is "
+            "labelled extrapolated")
     if result.orphans_dropped is not None:
         dropped = ReplayResult(result.policy, result.log, result.cost_model, result.seed,
                                result.orphans_dropped).figures()

@@ -304,7 +304,7 @@ def test_counterfactual_json_on_a_users_world(tmp_path):
 
 
 def test_counterfactual_rejects_bad_options():
-    for args, words in ((["--children", "model"], "unknown child source"),
+    for args, words in ((["--children", "nope"], "unknown child source"),
                         (["--seeds", "1"], "--seeds must be >= 2"),
                         (["--overgen", "1,x"], "whole numbers"),
                         (["--policies", "all", "--overgen", "1"], "at least two"),

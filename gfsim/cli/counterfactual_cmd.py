@@ -68,7 +68,9 @@ def counterfactual(
     cost: str = typer.Option("serverless-a100", "--cost", help="Cost model preset."),
     children: str = typer.Option("fallback", "--children",
                                  help="Where the replay's unlogged children come from: "
-                                      "fallback (logged children of other parents)."),
+                                      "fallback (logged children of other parents, by bin) or "
+                                      "model (a conditional residual bootstrap of the log's "
+                                      "pairs that keeps lineages and moves forecasts)."),
     jobs: int = typer.Option(0, "--jobs", "-j", help="Processes (0: one per core, at most 8)."),
     as_json: bool = typer.Option(False, "--json", help="Print every figure as JSON."),
     list_worlds: bool = typer.Option(False, "--list-worlds", help="List built-in worlds."),

@@ -84,6 +84,12 @@ def replay(
     engine: str = typer.Option("auto", "--engine",
                                help="auto (closed-form fast path wherever no capacity binds), "
                                     "des (always the SimPy engine) or fast."),
+    children: str = typer.Option("fallback", "--children",
+                                 help="puct: where children the log never held come from: "
+                                      "fallback (logged children of other parents in the "
+                                      "node's speedup bin) or model (a conditional residual "
+                                      "bootstrap of the log's pairs: lineages kept, forecasts "
+                                      "moved with the child; see docs/counterfactual.md)."),
     calibrate: str = typer.Option("none", "--calibrate",
                                   help="Recalibrate forecasts before any policy sees them: "
                                        "none, temperature or isotonic, fitted out of fold (by "
@@ -138,6 +144,12 @@ def replay(
                             k_per_parent=k_per_parent)
     from gfsim.forecasts.whatif import resolve
 
+    if children != "fallback" and driver != "puct":
+        from gfsim.core.errors import GfsimError
+
+        raise GfsimError("--children: only the puct driver draws children; the trace driver "
+                         "replays the logged order")
+    puct_only = {"children": children} if driver == "puct" else {}
     the_log, forecaster = resolve(open_log(log), forecaster)
     if calibrate != "none":
         from gfsim.forecasts.calibration import recalibrate_log
@@ -147,7 +159,7 @@ def replay(
     result, base = replay_with_baseline(
         the_log, the_policy, model, baseline=baseline, budget=the_budget, seed=seed,
         capacities=caps, forecaster=forecaster, pipeline=the_pipeline, engine=engine,
-        driver=driver, search=config, noise=noise,
+        driver=driver, search=config, noise=noise, **puct_only,
     )
     from gfsim.simulator.replay import ANYTIME_POINTS
 
@@ -158,7 +170,7 @@ def replay(
         pairs = _seed_pairs(the_log, policy, baseline, model, seed, seeds, jobs,
                             dict(budget=the_budget, capacities=caps, forecaster=forecaster,
                                  pipeline=the_pipeline, engine=engine, driver=driver,
-                                 search=config, noise=noise))
+                                 search=config, noise=noise, **puct_only))
         out["intervals"] = _intervals(pairs, seed)
     if plot is not None:
         out["plot"] = str(_plot(pairs, out, plot))

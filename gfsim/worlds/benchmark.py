@@ -51,7 +51,7 @@ __all__ = ["BenchSpec", "run_world_seed", "summarize_world", "DEFAULT_POLICIES",
 
 DEFAULT_POLICIES = ("all", "topk:4", "threshold:0.7", "threshold:coverage=0.5", "ev:10")
 DEFAULT_OVERGENS = (1, 2, 4, 8)
-CHILDREN = ("fallback",)  # the replay's child sources; the next issue adds a fitted model
+CHILDREN = ("fallback", "model")  # the replay's child sources (gfsim.simulator.children)
 SE_TARGET = 0.04  # log2: a cell's standard error should not exceed this
 PAIR_MARGIN = 0.1  # log2: pairs whose direct difference exceeds this must be ordered right
 _T_CRIT: dict[int, float] = {}
@@ -157,7 +157,7 @@ def run_world_seed(world_spec: str, world_seed: int, spec: BenchSpec) -> dict:
         policies = [make_policy(p) for p in spec.policies for _ in reps]
         seeds = [q for _ in spec.policies for q in reps]
         results = replay_many(log, policies, model, seeds, budget=budget, driver="puct",
-                              search=config)
+                              search=config, children=spec.children)
         for k, res in enumerate(results):
             cell = cells[(spec.policies[k // len(reps)], f)]
             cell.replay.append(float(np.mean([math.log2(s.best_speedup)
