@@ -64,11 +64,11 @@ def _config(overgen: int):
 
 
 def _replay_job(args) -> ReplayResult:
-    log_name, preset, spec, overgen, budget, seed = args
+    log_name, preset, spec, overgen, budget, seed, children = args
     if log_name not in _LOGS:
         _LOGS[log_name] = open_log(log_name)
     res = replay(_LOGS[log_name], make_policy(spec), load_cost_model(preset), seed=seed,
-                 budget=budget, driver="puct", search=_config(overgen))
+                 budget=budget, driver="puct", search=_config(overgen), children=children)
     for s in res.searches:
         s.table = {}  # not needed here; keeps what crosses the process boundary small
     return res
@@ -124,6 +124,9 @@ def main() -> None:
                     help="equal-USD budget per search, as a share of paper-standard's spend")
     ap.add_argument("--plot", default=None, help="PNG of anytime curves (whole searches)")
     ap.add_argument("--json", default=None, help="also write every figure to this JSON file")
+    ap.add_argument("--children", default="fallback",
+                    help="where the replays' unlogged children come from: fallback, model, "
+                         "model:crb, model:gbm or own (gfsim replay --children)")
     args = ap.parse_args()
     started = time.perf_counter()
     log = open_log(args.log)
@@ -137,16 +140,17 @@ def main() -> None:
             return list(pool.map(fn, jobs, chunksize=1))
 
     keys = [(p, spec, f) for p in PRESETS for _, spec, f in ROWS]
-    full_jobs = [(args.log, p, spec, f, Budget(), s) for p, spec, f in keys for s in seeds]
+    full_jobs = [(args.log, p, spec, f, Budget(), s, args.children) for p, spec, f in keys
+                 for s in seeds]
     full = dict(zip(full_jobs, run_all(_replay_job, full_jobs)))
     usd_cap = {}
     for p in PRESETS:
-        std = [full[(args.log, p, "all", 1, Budget(), s)] for s in seeds]
+        std = [full[(args.log, p, "all", 1, Budget(), s, args.children)] for s in seeds]
         per_search = np.mean([r.total.usd / len(r.searches) for r in std])
         usd_cap[p] = round(float(per_search) * args.usd_share, 2)
     budgets = {p: {"evals": Budget(gpu_evals=args.evals), "usd": Budget(usd=usd_cap[p])}
                for p in PRESETS}
-    more_jobs = [(args.log, p, spec, f, budgets[p][b], s) for p, spec, f in keys
+    more_jobs = [(args.log, p, spec, f, budgets[p][b], s, args.children) for p, spec, f in keys
                  for b in ("evals", "usd") for s in seeds]
     more = dict(zip(more_jobs, run_all(_replay_job, more_jobs)))
     direct = {}
@@ -158,18 +162,19 @@ def main() -> None:
     def results(p, spec, f, b):
         src = full if b is None else more
         budget = Budget() if b is None else budgets[p][b]
-        return [src[(args.log, p, spec, f, budget, s)] for s in seeds]
+        return [src[(args.log, p, spec, f, budget, s, args.children)] for s in seeds]
 
     kind = log.header["provenance"].get("kind", "?").upper()
     print(f"log `{log.name}` ({kind}), {len(log.tasks)} tasks, {args.seeds} seeds, puct driver "
           f"(40 steps x 2 parents x 4 samples x F, k 4); {NOTE}\n")
     out = {"log": log.name, "seeds": args.seeds, "evals": args.evals, "usd_cap": usd_cap,
+           "children": args.children,
            "note": NOTE, "rows": []}
     for p in PRESETS:
         print(f"**{p}**: equal evaluations = {args.evals} GPU evaluations per search; equal "
               f"USD = ${usd_cap[p]:.2f} per search ({args.usd_share:.0%} of paper-standard's "
               "spend)\n")
-        print("| search | policy | F | fallback | 40 steps: best, evals, USD per search "
+        print(f"| search | policy | F | {args.children} draws | 40 steps: best, evals, USD per search "
               f"| <= {args.evals} evals: best | vs standard "
               + ("| landscape, same search " if direct else "")
               + f"| <= ${usd_cap[p]:.0f}: best | vs standard "
@@ -181,7 +186,9 @@ def main() -> None:
             rs = {b: results(p, spec, f, b) for b in (None, "evals", "usd")}
             s = {b: summarize_seeds(_table(seeds, rs[b]), std[b], n_boot=1000)["overall"]
                  for b in rs}
-            fb = float(np.mean([x.extra["fallback_share"] for r in rs[None] for x in r.searches]))
+            # The share of children the log never held (fallback or model draws).
+            fb = float(np.mean([x.extra.get("invented_share", x.extra["fallback_share"])
+                                for r in rs[None] for x in r.searches]))
             n_search = len(rs[None][0].searches)
             evals = np.mean([r.figures()["gpu_evals"] / n_search for r in rs[None]])
             usd = np.mean([r.total.usd / n_search for r in rs[None]])

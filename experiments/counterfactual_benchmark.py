@@ -1,10 +1,10 @@
 """The counterfactual benchmark on the frozen family, as the tables of docs/counterfactual.md.
 
     python experiments/counterfactual_benchmark.py --seeds 12 --jobs 2
-    python experiments/counterfactual_benchmark.py --from experiments/data/counterfactual_fallback.json
+    python experiments/counterfactual_benchmark.py --from experiments/data/counterfactual_model.json
 
 Runs ``gfsim counterfactual`` (held-out world seeds, every built-in world, the default policies
-and F) and writes every figure to ``--json`` and the tables between the markers of
+and F; the fallback pool and the world model replayed against the same direct runs) and writes every figure to ``--json`` and the tables between the markers of
 ``--doc``. ``--from`` re-renders the tables from a saved JSON without running anything.
 """
 
@@ -33,60 +33,110 @@ def _bias(e) -> str:
     return f"{e['mean']:+.2f} ({e['lo']:+.2f}, {e['hi']:+.2f})"
 
 
+def _by_world(out: dict) -> dict:
+    by: dict = {}
+    for w in out["worlds"]:
+        by.setdefault(w["world"], {})[w["children"]] = w
+    return by
+
+
+def _pair(values, fmt) -> str:
+    return " / ".join(_f(v, fmt) for v in values)
+
+
+def _miss(t: dict) -> str:
+    if t["met"] is None:
+        return "n/a"
+    return "met" if t["met"] else f"missed by {t['miss']:.3g}"
+
+
 def render(out: dict, seconds: float | None) -> str:
     spec = out["spec"]
     seeds = out["world_seeds"]
+    sources = spec["children"]
+    by = _by_world(out)
     lines = [
-        f"Run: `gfsim counterfactual --seeds {len(seeds)} --children {spec['children']} --json` "
-        f"(split `{out['split']}`, world seeds {seeds[0]}..{seeds[-1]}; {spec['steps']} steps; "
-        f"{spec['replay_seeds']} replays and {spec['direct_reps']} direct runs per world seed; "
-        f"cost model `{spec['cost']}`; policies {', '.join(f'`{p}`' for p in spec['policies'])}; "
-        f"F in {', '.join(map(str, spec['overgens']))})"
+        f"Run: `gfsim counterfactual --seeds {len(seeds)} --split {out['split']} --children "
+        f"{','.join(sources)} --replay-seeds {spec['replay_seeds']} --json` (world seeds "
+        f"{seeds[0]}..{seeds[-1]}; {spec['steps']} steps; {spec['replay_seeds']} replays per "
+        f"child source and {spec['direct_reps']} direct runs per world seed, the direct runs "
+        f"shared by every source; cost model `{spec['cost']}`; policies "
+        f"{', '.join(f'`{p}`' for p in spec['policies'])}; F in "
+        f"{', '.join(map(str, spec['overgens']))})"
         + (f", {seconds / 60:.0f} minutes on this machine's 2 cores." if seconds else "."),
         "",
         out["note"],
         "",
-        "| world | kind | fallback share at F >= 2 | noise ceiling tau | replay tau | pairs > 0.1 "
-        "ordered | regret of replay's pick | regret of F=1 `all` | 90% coverage | median "
-        "width | interval score | max cell SE (direct) |",
+        f"Each cell: {' / '.join(f'`{c}`' for c in sources)}.",
+        "",
+        "| world | kind | invented share at F >= 2 | noise ceiling tau | replay tau | pairs > 0.1 "
+        "ordered | regret of replay's pick | regret of F=1 `all` | max abs cell bias | 90% "
+        "coverage | median width | interval score |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for w in out["worlds"]:
-        m = w["measures"]
-        fb = [c["fallback_share"] for c in w["cells"] if c["overgen"] >= 2]
+    for world, ws in by.items():
+        rows = [ws[c] for c in sources if c in ws]
+        m = [w["measures"] for w in rows]
+        inv = [sum(c["invented_share"] for c in w["cells"] if c["overgen"] >= 2)
+               / max(sum(c["overgen"] >= 2 for c in w["cells"]), 1) for w in rows]
+        worst = [max(abs(c["bias_log2"]["mean"]) for c in w["cells"]) for w in rows]
         lines.append(
-            f"| `{w['world']}` | {w['kind']} | {sum(fb) / max(len(fb), 1):.0%} | "
-            f"{_f(m['noise_ceiling_tau'])} | {_f(m['tau'])} | "
-            f"{_f(m['pairs_ordered'], '{:.0%}')} of {m['pairs_over_margin']} | "
-            f"{_f(m['regret_of_replay_pick'], '{:.1%}')} | {_f(m['regret_of_all_f1'], '{:.1%}')} | "
-            f"{m['coverage_90']:.0%} | {m['interval_width_median']:.3f} | "
-            f"{m['interval_score_mean']:.2f} | {m['max_cell_se']:.3f} "
-            f"({m.get('max_direct_se', math.nan):.3f}) |")
+            f"| `{world}` | {rows[0]['kind']} | {_pair(inv, '{:.0%}')} | "
+            f"{_f(m[0]['noise_ceiling_tau'])} | {_pair([x['tau'] for x in m], '{:.2f}')} | "
+            f"{_pair([x['pairs_ordered'] for x in m], '{:.0%}')} of "
+            f"{m[0]['pairs_over_margin']} | "
+            f"{_pair([x['regret_of_replay_pick'] for x in m], '{:.1%}')} | "
+            f"{_f(m[0]['regret_of_all_f1'], '{:.1%}')} | {_pair(worst, '{:.2f}')} | "
+            f"{_pair([x['coverage_90'] for x in m], '{:.0%}')} | "
+            f"{_pair([x['interval_width_median'] for x in m], '{:.2f}')} | "
+            f"{_pair([x['interval_score_mean'] for x in m], '{:.2f}')} |")
     for name, why in out.get("skipped", {}).items():
         lines.append(f"\nSkipped `{name}`: {why}")
-    for w in out["worlds"]:
-        m = w["measures"]
+    for src in sources:
+        if src == "fallback":
+            continue
+        lines += ["", f"Targets, `{src}`:", "",
+                  "| world | tau >= 0.8 x ceiling | pairs ordered >= 90% | every cell's bias "
+                  "interval in +-0.15 | regret <= 5% and <= F=1 `all` | coverage 85-95% |",
+                  "|---|---|---|---|---|---|"]
+        for world, ws in by.items():
+            if src not in ws:
+                continue
+            t = ws[src]["measures"]["targets"]
+            lines.append(f"| `{world}` | " + " | ".join(
+                _miss(t[k]) for k in ("tau", "pairs_ordered", "bias_interval", "regret",
+                                      "coverage")) + " |")
+    for world, ws in by.items():
+        rows = [ws[c] for c in sources if c in ws]
+        m = rows[0]["measures"]
         lines += [
-            "", f"### `{w['world']}`", "",
-            f"{w['kind'].upper()}; tasks {', '.join(f'`{t}`' for t in w['tasks'])}; budget "
-            f"${w['usd_budget_mean']:.2f} per search (mean over world seeds of what the logged "
-            f"standard search spent). Direct best: `{m['direct_best']['policy']}` at "
-            f"F = {m['direct_best']['overgen']}; the replay's picks: "
-            + ", ".join(f"{k} ({v})" for k, v in m["replay_picks"].items()) + ".",
+            "", f"### `{world}`", "",
+            f"{rows[0]['kind'].upper()}; tasks {', '.join(f'`{t}`' for t in rows[0]['tasks'])}; "
+            f"budget ${rows[0]['usd_budget_mean']:.2f} per search (mean over world seeds of what "
+            f"the logged standard search spent). Direct best: `{m['direct_best']['policy']}` at "
+            f"F = {m['direct_best']['overgen']}. The replay's picks: "
+            + "; ".join(f"`{w['children']}`: " + ", ".join(
+                f"{k} ({v})" for k, v in w["measures"]["replay_picks"].items()) for w in rows)
+            + ".",
             "",
-            "| policy | F | fallback | replay best (95%) | direct best (95%) | bias log2 (95%) | "
-            "SE | GPU evals replay / direct | USD replay / direct |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| policy | F | invented | direct best (95%) | replay best | bias log2 (95%) | SE | "
+            "GPU evals replay / direct |",
+            "|---|---|---|---|---|---|---|---|",
         ]
-        for c in w["cells"]:
+        for i, c in enumerate(rows[0]["cells"]):
+            cs = [w["cells"][i] for w in rows]
             lines.append(
-                f"| `{c['policy']}` | {c['overgen']} | {c['fallback_share']:.0%} | "
-                f"{_speed(c['replay_log2'])} | {_speed(c['direct_log2'])} | "
-                f"{_bias(c['bias_log2'])} | {max(c['se'].values()):.3f} | "
-                f"{c['replay_gpu_evals']:.0f} / {c['direct_gpu_evals']:.0f} | "
-                f"{c['replay_usd']:.2f} / {c['direct_usd']:.2f} |")
-        for note in w["warnings"]:
-            lines += ["", f"Note: {note}."]
+                f"| `{c['policy']}` | {c['overgen']} | "
+                f"{_pair([x['invented_share'] for x in cs], '{:.0%}')} | "
+                f"{_speed(c['direct_log2'])} | "
+                + " / ".join(f"{2 ** x['replay_log2']['mean']:.2f}x" for x in cs) + " | "
+                + " / ".join(_bias(x["bias_log2"]) for x in cs) + " | "
+                + " / ".join(f"{max(x['se'].values()):.3f}" for x in cs) + " | "
+                + " / ".join(f"{x['replay_gpu_evals']:.0f}" for x in cs)
+                + f" / {c['direct_gpu_evals']:.0f} |")
+        for w in rows:
+            for note in w["warnings"]:
+                lines += ["", f"Note (`{w['children']}`): {note}."]
     return "\n".join(lines)
 
 
@@ -97,7 +147,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--split", default="heldout")
     ap.add_argument("--from", dest="source", default=None, help="a saved JSON to render")
-    ap.add_argument("--json", default=str(ROOT / "experiments/data/counterfactual_fallback.json"))
+    ap.add_argument("--children", default="fallback,model")
+    ap.add_argument("--replay-seeds", type=int, default=8)
+    ap.add_argument("--json", default=str(ROOT / "experiments/data/counterfactual_model.json"))
     ap.add_argument("--doc", default=str(ROOT / "docs/counterfactual.md"))
     args = ap.parse_args()
     seconds = None
@@ -111,7 +163,8 @@ def main() -> None:
         t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, "-m", "gfsim.cli.main", "counterfactual",
                                "--seeds", str(args.seeds), "--jobs", str(args.jobs),
-                               "--split", args.split, "--json"],
+                               "--split", args.split, "--children", args.children,
+                               "--replay-seeds", str(args.replay_seeds), "--json"],
                               capture_output=True, text=True, check=False)
         if proc.returncode:
             raise SystemExit(proc.stderr)

@@ -22,7 +22,7 @@ from gfsim.simulator.trace import SearchTrace
 from gfsim.core.rng import transient_stream
 from gfsim.forecasts.bins import speedup_to_bin
 
-__all__ = ["Child", "ChildSource", "LogChildren", "ModelChildren", "WorldChildren",
+__all__ = ["Child", "ChildSource", "LogChildren", "WorldChildren",
            "LandscapeChildren", "DRAW_SOURCES", "INVENTED", "shift_probs"]
 
 DRAW_SOURCES = ("own", "other_expansion", "fallback", "model", "world")
@@ -55,6 +55,10 @@ class Child:
     speedup: float
     stage_s: dict[str, float]
     price: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    # Children with the same plan key have the same stage times, tokens, prices, outcome and
+    # generation failure (only their forecast fields may differ): engines may share what
+    # they derive from those (``ChildSource.template_cache``). None: nothing shared.
+    plan_key: object = None
 
 
 class ChildSource(ABC):
@@ -221,101 +225,30 @@ _EDGES_LOG2 = np.log2(np.asarray((0.25, 0.5, 0.71, 1.0, 1.41, 2.0, 4.0)))
 _EXTENDED = np.concatenate([[_EDGES_LOG2[0] - 1.0], _EDGES_LOG2, [_EDGES_LOG2[-1] + 1.0]])
 
 
-def shift_probs(probs: np.ndarray, delta_log2: float) -> np.ndarray:
-    """A forecast over the paper's 8 bins moved by ``delta_log2`` in log2 speedup: mass spread
-    evenly in log2 within each bin (the open end bins taken as one log2 wide), then
-    re-integrated over the bins. Zero probabilities (a failed parse) stay zero."""
-    total = float(probs.sum())
-    if total <= 0 or delta_log2 == 0:
+def shift_probs(probs: np.ndarray, delta_log2: float,
+                edges_log2: np.ndarray | None = None) -> np.ndarray:
+    """A forecast over 8 bins (the paper's unless ``edges_log2``, the 7 inner edges in log2)
+    moved by ``delta_log2`` in log2 speedup: mass spread evenly in log2 within each bin (the
+    open end bins taken as one log2 wide), then re-integrated over the bins. Zero
+    probabilities (a failed parse) stay zero."""
+    if delta_log2 == 0 or not math.isfinite(delta_log2):
         return probs
-    cdf = np.concatenate([[0.0], np.cumsum(probs)])
-    inner = np.interp(_EDGES_LOG2 - delta_log2, _EXTENDED, cdf)
-    out = np.diff(np.concatenate([[0.0], inner, [total]]))
-    return np.clip(out, 0.0, None)
-
-
-class ModelChildren(ChildSource):
-    """Children of a logged search whose unlogged children come from a *conditional residual
-    bootstrap* of the log's (parent, child) pairs, instead of the fallback pool.
-
-    Exact draws come first, as in ``LogChildren`` (a node's own logged children, then its other
-    logged expansions). Every further child copies one logged pair (parent p, child c):
-    - lineage: a child invented from c, when expanded, draws c's own logged children first
-      (rescaled), so a borrowed lineage goes on as it went in the log;
-    - otherwise, one of the ``k`` logged pairs whose parent's log2 speedup over the seed is
-      nearest the node's (keyed, without replacement per node while they last);
-    - its outcome, stage times, tokens and prices are c's; its speedup is the node's times c's
-      step (c / p); its forecast is c's, *moved* by log2(node / p) (``shift_probs``), so that the
-      forecast keeps the logged forecaster's error about the child instead of describing c.
-    """
-
-    def __init__(self, trace: SearchTrace, k: int = 8):
-        self.t = trace
-        self.k = k
-        self.log = LogChildren(trace)
-        self._template: dict[str, int] = {}  # invented node id -> the logged child it copies
-        self._used: dict[str, set[int]] = {}
-
-    def root(self) -> tuple[str, float]:
-        return self.log.root()
-
-    def _index(self, pool: _LogPool):
-        """Pool entries sorted by their parent's log2 speedup over the seed (once per trace)."""
-        got = pool.derived.get("model-index")
-        if got is None:
-            entries = np.array(sorted(pool.pool_parent_speedup), dtype=int)
-            keys = np.log2(np.array([pool.pool_parent_speedup[c] for c in entries.tolist()])
-                           / self.t.seed_speedup) if len(entries) else np.zeros(0)
-            order = np.argsort(keys, kind="stable")
-            got = pool.derived["model-index"] = (entries[order], keys[order])
-        return got
-
-    def _nearest(self, pool, node_speedup: float, n: int, used: set, rng) -> list[int]:
-        entries, keys = self._index(pool)
-        if not len(entries):
-            return []
-        x = math.log2(node_speedup / self.t.seed_speedup)
-        order = np.argsort(np.abs(keys - x), kind="stable")
-        near = entries[order[: max(self.k, n)]].tolist()
-        free = [c for c in near if c not in used]
-        picks = rng.permutation(free).tolist()
-        while len(picks) < n:  # the k nearest are used up: draw again, with replacement
-            picks += rng.permutation(near).tolist()
-        return picks[:n]
-
-    def draw(self, node_id, node_speedup, expansion, n, seed):
-        pool = pool_of(self.t)
-        out = [self.log._child(pool, c, cid, src, s)
-               for c, cid, src, s in self.log.picks(node_id, node_speedup, expansion, n, seed,
-                                                    fallback=False)]
-        if len(out) >= n:
-            return out
-        used = self._used.setdefault(node_id, set())
-        rng = transient_stream(seed, self.t.task_id, node_id, expansion, "model")
-        todo: list[tuple[int, float]] = []  # (logged child, its parent's speedup)
-        template = self._template.get(node_id)
-        if template is not None:
-            for c in rng.permutation([c for g in pool.expansions.get(template, ())
-                                      for c in g if c not in used]).tolist():
-                if len(todo) < n - len(out):
-                    todo.append((c, pool.speedup[template]))
-                    used.add(c)
-        rest = n - len(out) - len(todo)
-        if rest > 0:
-            for c in self._nearest(pool, node_speedup, rest, used, rng):
-                used.add(c)
-                todo.append((c, pool.pool_parent_speedup[c]))
-        for c, parent_speedup in todo:
-            cid = f"{node_id}/{expansion}.{len(out)}"
-            ratio = node_speedup / parent_speedup
-            s = pool.speedup[c]
-            speedup = float(node_speedup * s / parent_speedup) if s == s else math.nan
-            self._template[cid] = c
-            head = list(pool.head[c])
-            head[6] = shift_probs(np.asarray(head[6], dtype=float), math.log2(ratio))
-            out.append(Child(cid, "model", self.t.candidate_ids[c], None, *head, speedup,
-                             pool.stage_s[c], pool.price[c]))
-        return out
+    cdf = np.zeros(len(probs) + 1)
+    np.cumsum(probs, out=cdf[1:])
+    total = cdf[-1]
+    if not total > 0:
+        return probs
+    if edges_log2 is None:
+        edges, extended = _EDGES_LOG2, _EXTENDED
+    else:
+        edges = edges_log2
+        extended = np.concatenate([[edges[0] - 1.0], edges, [edges[-1] + 1.0]])
+    at = np.empty(len(probs) + 1)
+    at[0], at[-1] = 0.0, total
+    at[1:-1] = np.interp(edges - delta_log2, extended, cdf)
+    out = np.diff(at)
+    np.maximum(out, 0.0, out=out)
+    return out
 
 
 class WorldChildren(ChildSource):

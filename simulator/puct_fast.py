@@ -81,6 +81,16 @@ class _Proto:
         self.parse_failed = child.parse_failed
         self.outcome = child.outcome
 
+    def showing(self, child: Child) -> _Proto:
+        """This proto's plan with ``child``'s forecast (children of one plan key)."""
+        out = object.__new__(_Proto)
+        out.pre, out.pre_ended, out.post, out.post_ended = (self.pre, self.pre_ended,
+                                                            self.post, self.post_ended)
+        out.measure_usd, out.outcome = self.measure_usd, self.outcome
+        out.probs, out.has_forecast = child.probs, child.has_forecast
+        out.parse_failed = child.parse_failed
+        return out
+
 
 def _plan_part(child: Child, segs, reads_forecasts: bool):
     """The engine's ``_plan`` and ``_run`` for one part (before or after the decision)."""
@@ -387,11 +397,14 @@ class _FastPuct:
             protos = self.protos
             for child in self.source.draw(parent.node_id, self.true_speedup[parent.node_id],
                                           expansion, n, self.seed):
-                proto = None if protos is None else protos.get(child.candidate_id)
+                key = child.candidate_id if child.plan_key is None else child.plan_key
+                proto = None if protos is None else protos.get(key)
                 if proto is None:
                     proto = _Proto(child, self.before, self.after, self.reads)
                     if protos is not None:
-                        protos[child.candidate_id] = proto
+                        protos[key] = proto
+                elif child.plan_key is not None:
+                    proto = proto.showing(child)
                 rows.append(self._add(child.candidate_id, proto, child.speedup, child.code,
                                       child.draw_source, child.template, parent, b))
         return rows

@@ -6,16 +6,11 @@ import time
 from dataclasses import replace
 
 import numpy as np
-
-from gfsim.core.errors import GfsimError
 from gfsim.cost_models.presets import Capacities, PresetCostModel
 from gfsim.policies.base import Batch, Policy
 from gfsim.policies.registry import make_policy
 from gfsim.replay_logs.log import ReplayLog
 from gfsim.simulator.budget import Budget
-from gfsim.simulator.children import LogChildren, ModelChildren
-
-CHILDREN = ("fallback", "model")  # where a closed-loop replay's unlogged children come from
 from gfsim.simulator.engine import SearchSimulation
 from gfsim.simulator.fastpath import FastPathUnsafe, fast_path_blocker, run_fast
 from gfsim.simulator.noise import MeasureNoise
@@ -29,6 +24,9 @@ from gfsim.simulator.puct_engine import (
 from gfsim.simulator.puct_fast import fast_search, run_lockstep, run_puct_fast
 from gfsim.simulator.results import ReplayResult
 from gfsim.simulator.trace import SearchTrace, build_traces
+from gfsim.simulator.world_model import CHILDREN, child_sources  # noqa: F401 (re-exported)
+
+from gfsim.core.errors import GfsimError
 
 __all__ = ["ENGINES", "cached_traces", "calibration_batch", "replay", "replay_many",
            "replay_with_baseline",
@@ -194,10 +192,7 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
                              f"children); this one is {log.shape!r}")
         config = search or SEARCH_PRESETS["paper-standard"]
 
-        if children not in CHILDREN:
-            raise GfsimError(f"--children: unknown child source {children!r}; valid: "
-                             f"{', '.join(CHILDREN)}")
-        make_source = LogChildren if children == "fallback" else ModelChildren
+        make_source = child_sources(children, traces)
 
         def one(t, policy, seed):
             return dict(source=make_source(t), config=config, policy=policy, model=model,
@@ -244,6 +239,21 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
                          notes=list(notes),
                          measure_noise=noise.as_dict() if noise is not None else None)
             for policy, seed, (searches, dropped) in zip(policies, seeds, per_seed)]
+
+
+def draw_shares(results: list[ReplayResult]) -> dict:
+    """Where the children of these replays came from: share per draw source, and the share
+    the log never held (fallback or model draws), over every search of every result."""
+    draws: dict = {}
+    for res in results:
+        for s in res.searches:
+            for k, v in (s.extra or {}).get("draws", {}).items():
+                draws[k] = draws.get(k, 0) + v
+    total = sum(draws.values())
+    if not total:
+        return {}
+    return {"draws": {k: v / total for k, v in draws.items() if v},
+            "invented_share": (draws.get("fallback", 0) + draws.get("model", 0)) / total}
 
 
 def replay_with_baseline(log: ReplayLog, policy: Policy, model: PresetCostModel, *,

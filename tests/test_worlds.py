@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from gfsim.cli.main import app
 from gfsim.core.errors import GfsimError
 from gfsim.core.rng import stream
-from gfsim.worlds.benchmark import BenchSpec, summarize_world
+from gfsim.worlds.benchmark import BenchSpec, compare_sources, summarize_world
 from gfsim.worlds.conformance import check_world
 from gfsim.worlds.family import world_names, world_seeds
 from gfsim.worlds.kernel_tuner import find_cache
@@ -248,9 +248,10 @@ def _rows(replay_fn, direct_fn, n_w=6, cells=(("all", 1), ("all", 2), ("topk:4",
         for i, (p, f) in enumerate(cells):
             d = [level + direct_fn(i) + 0.01 * rng.normal() for _ in range(2)]
             r = [level + replay_fn(i) + 0.01 * rng.normal() for _ in range(3)]
-            out.append({"policy": p, "overgen": f, "replay": r, "direct": d,
-                        "draw_shares": {"own": 1.0}, "replay_evals": 1.0, "direct_evals": 1.0,
-                        "replay_usd": 1.0, "direct_usd": 1.0})
+            out.append({"policy": p, "overgen": f, "replay": {"fallback": r}, "direct": d,
+                        "draw_shares": {"fallback": {"own": 1.0}},
+                        "replay_evals": {"fallback": 1.0}, "direct_evals": 1.0,
+                        "replay_usd": {"fallback": 1.0}, "direct_usd": 1.0})
         rows.append({"world": "toy", "kind": "synthetic", "tasks": ["t"], "world_seed": w,
                      "usd_budget": 1.0, "cells": out})
     return rows
@@ -280,6 +281,38 @@ def test_the_measures_reward_a_faithful_replay_and_punish_a_reversed_one():
     noisy = summarize_world(_rows(lambda i: 3.0 * np.sin(7 * i), lambda i: 0.5 * i,
                                   cells=cells), spec)
     assert noisy["warnings"] == [] or "world seeds" in noisy["warnings"][0]
+    # The targets: met by the faithful replay (but coverage: its seeds barely spread), missed
+    # by the reversed one, each by a stated amount.
+    t, tb = m["targets"], mb["targets"]
+    assert t["tau"]["met"] and t["pairs_ordered"]["met"] and t["regret"]["met"]
+    assert t["bias_interval"]["met"]
+    assert not tb["tau"]["met"] and tb["tau"]["miss"] == pytest.approx(0.8 + 1.0)
+    assert not tb["bias_interval"]["met"] and tb["bias_interval"]["miss"] > 1.0
+    assert tb["pairs_ordered"]["miss"] == pytest.approx(0.9)
+
+
+def test_two_child_sources_are_judged_against_the_same_direct_runs():
+    spec = BenchSpec(policies=("all", "topk:4"), overgens=(1, 2), replay_seeds=3,
+                     direct_reps=2, children="fallback,model")
+    assert spec.children == ("fallback", "model")
+    cells = (("all", 1), ("all", 2), ("topk:4", 1), ("topk:4", 2))
+    rows = _rows(lambda i: -0.5 * i, lambda i: 0.5 * i, cells=cells)
+    good = _rows(lambda i: 0.5 * i, lambda i: 0.5 * i, cells=cells)
+    for row, g in zip(rows, good):  # the model's replays are the faithful ones
+        for c, gc in zip(row["cells"], g["cells"]):
+            gc["direct"] = c["direct"]
+            for k in ("replay", "draw_shares", "replay_evals", "replay_usd"):
+                c[k]["model"] = gc[k]["fallback"]
+    fb, mo = summarize_world(rows, spec, "fallback"), summarize_world(rows, spec, "model")
+    assert fb["children"] == "fallback" and mo["children"] == "model"
+    assert fb["measures"]["noise_ceiling_tau"] == mo["measures"]["noise_ceiling_tau"]
+    versus = compare_sources([fb, mo])["toy"]["model"]
+    assert versus["tau"]["better"] and versus["max_abs_bias"]["better"]
+    assert versus["tau"]["fallback"] == pytest.approx(-1.0)
+    with pytest.raises(GfsimError, match="each once"):
+        BenchSpec(children="model,model")
+    with pytest.raises(GfsimError, match="unknown child source"):
+        BenchSpec(children="fallback,nope")
 
 
 def test_counterfactual_json_on_a_users_world(tmp_path):

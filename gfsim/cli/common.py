@@ -72,6 +72,29 @@ def print_json(obj: Any) -> None:
     buffer.flush()
 
 
+CHILDREN_HELP = ("puct: where children the log never held come from: fallback (logged children "
+                 "of other parents in the node's speedup bin, rescaled), model (a world model "
+                 "fitted to the log: model:crb, a conditional residual bootstrap, the default; "
+                 "model:gbm, gradient-boosted quantile trees; docs/counterfactual.md) or own "
+                 "(none: only the logged children).")
+
+
+def puct_children(driver: str, children: str) -> dict:
+    """The replay keyword for --children: checked, and only for the puct driver."""
+    from gfsim.core.errors import GfsimError
+    from gfsim.simulator.world_model import CHILDREN
+
+    if children not in CHILDREN:
+        raise GfsimError(f"--children: unknown child source {children!r}; valid: "
+                         f"{', '.join(CHILDREN)}")
+    if driver != "puct":
+        if children != "fallback":
+            raise GfsimError("--children: only the puct driver draws children; the trace "
+                             "driver replays the logged order")
+        return {}
+    return {"children": children}
+
+
 def search_config(driver: str, preset: str | None, **knobs):
     """The puct search shape from --search and the knobs; an error if given to the trace
     driver, where they mean nothing."""

@@ -67,10 +67,12 @@ def counterfactual(
     steps: int = typer.Option(40, "--steps", help="Steps per search (paper-standard: 40)."),
     cost: str = typer.Option("serverless-a100", "--cost", help="Cost model preset."),
     children: str = typer.Option("fallback", "--children",
-                                 help="Where the replay's unlogged children come from: "
-                                      "fallback (logged children of other parents, by bin) or "
-                                      "model (a conditional residual bootstrap of the log's "
-                                      "pairs that keeps lineages and moves forecasts)."),
+                                 help="Where the replay's unlogged children come from, one or "
+                                      "several separated by commas (each replayed against the "
+                                      "same direct runs): fallback (logged children of other "
+                                      "parents, by bin), model (a world model fitted to the "
+                                      "log; model:crb or model:gbm name its family) or own "
+                                      "(none invented)."),
     jobs: int = typer.Option(0, "--jobs", "-j", help="Processes (0: one per core, at most 8)."),
     as_json: bool = typer.Option(False, "--json", help="Print every figure as JSON."),
     list_worlds: bool = typer.Option(False, "--list-worlds", help="List built-in worlds."),
@@ -162,6 +164,8 @@ def counterfactual(
            "split": split if seed_list[0] != 0 or split == "dev" else "user",
            "spec": spec.as_dict(), "world_seeds": seed_list, "worlds": results,
            "skipped": skipped,
+           **({"against_fallback": bm.compare_sources(results)}
+              if "fallback" in spec.children and len(spec.children) > 1 else {}),
            "note": ("SYNTHETIC searches: every world but the Kernel Tuner ones is synthetic, "
                     "and there the runtimes alone are measured. Intervals are over world "
                     "seeds.")}
@@ -169,6 +173,14 @@ def counterfactual(
         print_json(out)
         return
     _print(out)
+
+
+def _target(name: str, t: dict) -> str:
+    if t["met"] is None:
+        return f"{name} not measurable"
+    if t["met"]:
+        return f"{name} met"
+    return f"{name} MISSED by {t['miss']:.3g} (target {t['target']})"
 
 
 def _split_policies(text: str, sep: str) -> list[str]:
@@ -196,21 +208,21 @@ def _print(out: dict) -> None:
     con.print(f"{out['note']} {len(out['world_seeds'])} world seeds ({out['split']}: "
               f"{out['world_seeds'][0]}..{out['world_seeds'][-1]}), {spec['steps']} steps, "
               f"{spec['replay_seeds']} replays and {spec['direct_reps']} direct runs per seed, "
-              f"children: {spec['children']}, cost: {spec['cost']}", markup=False,
+              f"children: {', '.join(spec['children'])}, cost: {spec['cost']}", markup=False,
               highlight=False, soft_wrap=True)
     for name, why in out["skipped"].items():
         con.print(f"skipped {name}: {why}", markup=False, highlight=False, soft_wrap=True)
     for w in out["worlds"]:
         m = w["measures"]
-        tab = Table(title=f"{w['world']} ({w['kind'].upper()}; tasks {', '.join(w['tasks'])}; "
-                          f"budget ${w['usd_budget_mean']:.2f} per search)",
-                    title_justify="left")
-        for col in ("policy", "F", "fallback", "replay best (95%)", "direct best (95%)",
+        tab = Table(title=f"{w['world']}, children {w['children']} ({w['kind'].upper()}; tasks "
+                          f"{', '.join(w['tasks'])}; budget ${w['usd_budget_mean']:.2f} per "
+                          "search)", title_justify="left")
+        for col in ("policy", "F", "invented", "replay best (95%)", "direct best (95%)",
                     "bias log2 (95%)", "SE"):
             tab.add_column(col, justify="left" if col == "policy" else "right")
         for c in w["cells"]:
             se = max(c["se"].values())
-            tab.add_row(c["policy"], str(c["overgen"]), f"{c['fallback_share']:.0%}",
+            tab.add_row(c["policy"], str(c["overgen"]), f"{c['invented_share']:.0%}",
                         _speed(c["replay_log2"]), _speed(c["direct_log2"]),
                         _log2(c["bias_log2"]), _num(se, "{:.3f}"))
         con.print(tab)
@@ -226,5 +238,29 @@ def _print(out: dict) -> None:
             f"{m['coverage_90_per_seed']['max']:.0%}), median width "
             f"{m['interval_width_median']:.3f} log2, interval score "
             f"{m['interval_score_mean']:.3f}", markup=False, highlight=False, soft_wrap=True)
+        con.print("  targets: " + "; ".join(_target(k, t) for k, t in m["targets"].items()),
+                  markup=False, highlight=False, soft_wrap=True)
         for line in w["warnings"]:
             con.print(f"  [yellow]note:[/yellow] {line}", highlight=False, soft_wrap=True)
+    if len(out["spec"]["children"]) > 1:
+        _print_comparison(con, out)
+
+
+def _print_comparison(con, out: dict) -> None:
+    """One row per world and child source: the benchmark's headline measures side by side."""
+    from rich.table import Table
+
+    tab = Table(title="child sources against the same direct runs", title_justify="left")
+    for col in ("world", "children", "ceiling", "tau", "pairs ok", "regret", "F=1 all",
+                "max |bias|", "coverage", "width", "score"):
+        tab.add_column(col, justify="left" if col in ("world", "children") else "right")
+    for w in out["worlds"]:
+        m = w["measures"]
+        worst = max(abs(c["bias_log2"]["mean"]) for c in w["cells"])
+        tab.add_row(w["world"], w["children"], _num(m["noise_ceiling_tau"]), _num(m["tau"]),
+                    _num(m["pairs_ordered"], "{:.0%}"), _num(m["regret_of_replay_pick"],
+                                                             "{:.1%}"),
+                    _num(m["regret_of_all_f1"], "{:.1%}"), _num(worst),
+                    f"{m['coverage_90']:.0%}", _num(m["interval_width_median"], "{:.3f}"),
+                    _num(m["interval_score_mean"]))
+    con.print(tab)

@@ -7,7 +7,14 @@ from typing import Optional
 
 import typer
 
-from gfsim.cli.common import console, handles_errors, print_json, search_config
+from gfsim.cli.common import (
+    CHILDREN_HELP,
+    console,
+    handles_errors,
+    print_json,
+    puct_children,
+    search_config,
+)
 
 __all__ = ["replay", "parse_capacity"]
 
@@ -84,12 +91,7 @@ def replay(
     engine: str = typer.Option("auto", "--engine",
                                help="auto (closed-form fast path wherever no capacity binds), "
                                     "des (always the SimPy engine) or fast."),
-    children: str = typer.Option("fallback", "--children",
-                                 help="puct: where children the log never held come from: "
-                                      "fallback (logged children of other parents in the "
-                                      "node's speedup bin) or model (a conditional residual "
-                                      "bootstrap of the log's pairs: lineages kept, forecasts "
-                                      "moved with the child; see docs/counterfactual.md)."),
+    children: str = typer.Option("fallback", "--children", help=CHILDREN_HELP),
     calibrate: str = typer.Option("none", "--calibrate",
                                   help="Recalibrate forecasts before any policy sees them: "
                                        "none, temperature or isotonic, fitted out of fold (by "
@@ -144,12 +146,7 @@ def replay(
                             k_per_parent=k_per_parent)
     from gfsim.forecasts.whatif import resolve
 
-    if children != "fallback" and driver != "puct":
-        from gfsim.core.errors import GfsimError
-
-        raise GfsimError("--children: only the puct driver draws children; the trace driver "
-                         "replays the logged order")
-    puct_only = {"children": children} if driver == "puct" else {}
+    puct_only = puct_children(driver, children)
     the_log, forecaster = resolve(open_log(log), forecaster)
     if calibrate != "none":
         from gfsim.forecasts.calibration import recalibrate_log

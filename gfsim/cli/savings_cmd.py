@@ -6,7 +6,14 @@ from typing import Optional
 
 import typer
 
-from gfsim.cli.common import console, handles_errors, print_json, search_config
+from gfsim.cli.common import (
+    CHILDREN_HELP,
+    console,
+    handles_errors,
+    print_json,
+    puct_children,
+    search_config,
+)
 
 __all__ = ["savings"]
 
@@ -28,6 +35,7 @@ def savings(
     forecaster: Optional[str] = typer.Option(None, "--forecaster",
                                              help="A logged forecaster's name, or a what-if "
                                                   "one (paper:gemini3-flash, synthetic:...)."),
+    children: str = typer.Option("fallback", "--children", help=CHILDREN_HELP),
     seeds: int = typer.Option(32, "--seeds", help="Paired seeds."),
     seed: int = typer.Option(0, "--seed", help="First seed."),
     jobs: int = typer.Option(1, "--jobs", help="Processes for the seeds."),
@@ -41,7 +49,7 @@ def savings(
     from gfsim.policies import make_policy
     from gfsim.replay_logs import open_log
     from gfsim.simulator import parse_budget
-    from gfsim.simulator.replay import replay_seeds
+    from gfsim.simulator.replay import draw_shares, replay_seeds
 
 
     if seeds < 2 or jobs < 1:
@@ -53,10 +61,11 @@ def savings(
     the_log, forecaster = resolve(open_log(log), forecaster)
     model = load_cost_model(cost)
     config = search_config(driver, search, overgen=overgen)
+    puct_only = puct_children(driver, children)
     the_budget = parse_budget(budget)
     pairs = replay_seeds(the_log, policy, model, range(seed, seed + seeds), baseline=baseline,
                          jobs=jobs, budget=the_budget, driver=driver, search=config,
-                         forecaster=forecaster)
+                         forecaster=forecaster, **puct_only)
     out = compute(pairs, seed=seed)
     out["inputs"] = {"log": the_log.name, "synthetic_log": the_log.is_synthetic,
                      "policy": pairs[0][0].policy, "baseline": pairs[0][1].policy,
@@ -64,6 +73,10 @@ def savings(
                      "forecaster": forecaster,
                      "seeds": list(range(seed, seed + seeds)),
                      "search": pairs[0][0].searches[0].extra.get("search")}
+    if puct_only:
+        out["inputs"]["children"] = children
+        out["inputs"]["policy_draws"] = draw_shares([p for p, _ in pairs])
+        out["inputs"]["baseline_draws"] = draw_shares([b for _, b in pairs])
     if as_json:
         print_json(out)
         return
@@ -85,6 +98,11 @@ def _report(out: dict) -> None:
     con.print(f"[bold]gfsim savings[/bold]  {i['policy']} vs {i['baseline']}  log={i['log']}  "
               f"cost={i['cost_model']}  driver={i['driver']}  {out['seeds']} paired seeds")
     con.print(f"[bold]{out['verdict']}[/bold]")
+    if i.get("policy_draws"):
+        con.print(f"children: {i['children']}; the policy's children the log never held: "
+                  f"{i['policy_draws']['invented_share']:.0%} (baseline "
+                  f"{i['baseline_draws'].get('invented_share', 0):.0%})", markup=False,
+                  highlight=False)
     t = Table(title="per search: baseline minus policy (positive = saved)", show_edge=False)
     for col in ("", "policy", "baseline", "saved [95%]"):
         t.add_column(col, justify="right" if col else "left")

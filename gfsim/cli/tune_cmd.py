@@ -7,7 +7,14 @@ from typing import List, Optional
 
 import typer
 
-from gfsim.cli.common import console, handles_errors, print_json, search_config
+from gfsim.cli.common import (
+    CHILDREN_HELP,
+    console,
+    handles_errors,
+    print_json,
+    puct_children,
+    search_config,
+)
 
 __all__ = ["tune"]
 
@@ -43,6 +50,7 @@ def tune(
     search: Optional[str] = typer.Option(None, "--search",
                                          help="puct: paper-standard (default) or "
                                               "paper-filtered, the shape tuned around."),
+    children: str = typer.Option("fallback", "--children", help=CHILDREN_HELP),
     seeds: int = typer.Option(8, "--seeds", help="Seeds per trial (the same for every "
                                                  "trial: common random numbers)."),
     seed: int = typer.Option(0, "--seed", help="First seed; the sampler's seed too."),
@@ -87,7 +95,13 @@ def tune(
         storage_url,
         trial_rows,
     )
-    from gfsim.tuning.trials import TrialSetup, parse_constraint, parse_objectives, parse_param
+    from gfsim.tuning.trials import (
+        TrialSetup,
+        parse_constraint,
+        parse_objectives,
+        parse_param,
+        trial_draws,
+    )
 
 
     if seeds < 1 or trials < 1 or workers < 1 or jobs < 1:
@@ -102,15 +116,18 @@ def tune(
     the_log, forecaster = resolve(open_log(log), forecaster)
     model = load_cost_model(cost)
     config = search_config(driver, search)
+    puct_only = puct_children(driver, children)
     setup = TrialSetup(the_log, model, policy, driver, parse_budget(budget),
-                       list(range(seed, seed + seeds)), config, target, forecaster)
+                       list(range(seed, seed + seeds)), config, target, forecaster,
+                       **puct_only)
     the_sampler = make_sampler(sampler, seed, limit is not None)
     url = storage_url(storage, study, workers)
     the_study = open_study(make_storage(url, heartbeat or None, retries), study,
                            [d for _, d in objectives], the_sampler)
     the_study.set_user_attr("setup", {"log": the_log.name, "cost": cost, "policy": policy,
                                       "forecaster": forecaster,
-                                      "driver": driver, "budget": budget, "seeds": seeds,
+                                      "driver": driver, "children": children,
+                                      "budget": budget, "seeds": seeds,
                                       "seed": seed, "params": [p.spec() for p in params]})
     obj = Objective(setup, params, objectives, limit, jobs, heartbeat or None, retries)
     if as_json:
@@ -141,10 +158,19 @@ def tune(
     fresh = list(range(seed + seeds, seed + seeds + n_fresh))
     oos = out_of_sample(setup, rows[:top], objectives, fresh) if n_fresh else []
     loto = leave_one_task_out(the_study, objectives)
+    lead = rows[0]
+    draws = {}
+    if driver == "puct":
+        from gfsim.simulator.puct_engine import SearchConfig
+
+        draws = trial_draws(setup, lead["spec"],
+                            SearchConfig(**lead["search"]) if lead["search"] else None)
     out = {
         "study": study, "storage": url,
         "log": the_log.name, "synthetic_log": the_log.is_synthetic, "cost_model": cost,
-        "policy": policy, "driver": driver, "objectives": [list(o) for o in objectives],
+        "policy": policy, "driver": driver, **({"children": children, "draws_of_first": draws}
+                                               if driver == "puct" else {}),
+        "objectives": [list(o) for o in objectives],
         "constraint": constraint, "params": [p.spec() for p in params], "seeds": seeds,
         "trials": len(rows), "ran_now": ran, "best": rows[0] if len(objectives) == 1 else None,
         "pareto_front": [r for r in rows if r["pareto"]] if len(objectives) > 1 else None,
@@ -207,6 +233,10 @@ def _report(out: dict) -> None:
     con.print(f"{out['trials']} finished trials ({out['ran_now']} now), {out['seeds']} seeds "
               f"each; objectives {', '.join(f'{n} ({d})' for n, d in out['objectives'])}"
               + (f"; constraint {out['constraint']}" if out["constraint"] else ""))
+    if out.get("draws_of_first"):
+        con.print(f"children: {out['children']}; the first trial's children the log never "
+                  f"held: {out['draws_of_first']['invented_share']:.0%}", markup=False,
+                  highlight=False)
     title = "Pareto front" if out["pareto_front"] else "best trials"
     table = Table(title=title, show_edge=False)
     for col in ("#", "policy (search)", "best", "score", "USD", "evals", "clipped", "ok"):

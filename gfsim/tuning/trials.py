@@ -196,6 +196,7 @@ class TrialSetup:
     target: float = 1.5
     forecaster: str | None = None  # the logged forecaster policies read (None: the first)
     pools: dict | None = None  # task -> (logged speedups, seed speedup), for the score
+    children: str = "fallback"  # puct: where unlogged children come from (--children)
 
     def __post_init__(self):
         if self.pools is None:
@@ -268,11 +269,27 @@ def _seed_rows(setup: TrialSetup, spec: str, search, seeds: list[int]) -> list:
     rows = []
     for res in replay_many(setup.log, [make_policy(spec) for _ in seeds], setup.model, seeds,
                            budget=setup.budget, driver=setup.driver, search=search,
-                           orphans_dropped=False, forecaster=setup.forecaster):
+                           orphans_dropped=False, forecaster=setup.forecaster,
+                           children=setup.children):
         clipped: list = []
         per = [_search_metrics(s, setup, clipped) for s in res.searches]
         rows.append(([s.task_id for s in res.searches], per, len(clipped)))
     return rows
+
+
+def trial_draws(setup: TrialSetup, spec: str, search) -> dict:
+    """Where one trial's children came from (``draw_shares``), replayed on the setup's seeds;
+    empty under the trace driver, which draws none."""
+    if setup.driver != "puct":
+        return {}
+    from gfsim.policies import make_policy
+    from gfsim.simulator.replay import draw_shares, replay_many
+
+    seeds = list(setup.seeds)
+    return draw_shares(replay_many(setup.log, [make_policy(spec) for _ in seeds], setup.model,
+                                   seeds, budget=setup.budget, driver=setup.driver,
+                                   search=search, orphans_dropped=False,
+                                   forecaster=setup.forecaster, children=setup.children))
 
 
 _INSTALLED: dict = {}  # in a SeedPool's processes: the setup they replay

@@ -1,0 +1,597 @@
+"""Counterfactual children from a world model fitted to a log (``--children model``).
+
+A closed-loop replay that measures other candidates than the log did expands parents the log
+never expanded, and asks for more children than it logged. ``ModelChildren`` answers with the
+log's exact children first (a node's own logged children, then its other logged expansions,
+as ``LogChildren``) and *invents* the rest from a model fitted to the log alone (never to the
+generative form of a world):
+
+- **what the search knows of the parent** (the features): log2 of its speedup over the seed,
+  log2 of its speedup over the best node expanded so far, its depth in the tree, and its own
+  step (log2 of it over its parent; 0 for the seed). Parents are archive nodes, so they
+  succeeded; failure is what the model predicts, per child.
+- **the child's outcome and log2 step** given those features, by one of two families:
+
+  - ``crb``, a conditional residual bootstrap: a child copies a logged (parent, child) pair
+    among the ``K_NEAREST`` whose parent features are nearest the node's (its outcome and step
+    over the parent); a child invented from logged child c draws c's own logged children first
+    when it is expanded, so a logged lineage goes on;
+  - ``gbm``, gradient-boosted trees (scikit-learn's histogram GBM): a classifier for the outcome
+    and quantile regressions (10th, 50th, 90th percentile) for the step; a step is the median
+    plus a standardised residual of the log's own, drawn at random, times the predicted spread,
+    so that the tails are the log's and not a parametric guess. An invented child carries its
+    features (speedup, depth, own step) into its own expansions.
+
+- **repeats**: a mutation operator has a finite neighbourhood, so an LLM asked again for a child
+  of the same parent often writes a kernel it wrote before (30-70% of children in the NK and
+  Kernel Tuner worlds, 0% in the landscape). Per task the model fits a neighbourhood size N by
+  maximum likelihood to the log's repeats among siblings (child j of a parent that has d
+  distinct children so far repeats one with probability d / N); an invented child repeats an
+  earlier sibling with that probability and is then that kernel again (same code identity,
+  outcome and speedup: the archive drops it, its costs are paid).
+- **forecasts that agree with the drawn speedup**: the forecast of an invented child is the
+  logged forecast of a logged child with the same outcome whose truth (in the log's forecast
+  frame) is among the ``K_NEAREST`` nearest the drawn one, moved by the difference
+  (``shift_probs``). The logged forecaster's error about its own child (bias, spread,
+  sharpness, and parse failures, which stay failures) is kept, as it depended on the truth.
+- **stage times, tokens and prices**: those of a logged child with the same outcome (for
+  ``crb``, the copied child's own).
+
+**Per task, with shrinkage.** Features are relative to the task's seed, so tasks pool. A task
+with at least ``TASK_MIN_PAIRS`` logged pairs gets its own fit, blended with the pooled fit with
+weight n / (n + ``SHRINK_PAIRS``) (``gbm``: predicted outcome probabilities and quantiles;
+``crb``: the share of neighbours drawn from the task's own pairs); a task with fewer pairs
+uses the pooled fit alone. A log of one search and one task is its own pool.
+
+**Uncertainty.** Each replay seed uses its own ensemble member: the model refitted on a
+bootstrap resample of the log's parent expansions (the groups of children one expansion of one
+parent gave), resampled within each search, so a log of one search still has an ensemble. The
+spread of a replay's seeds therefore includes the model's uncertainty about the log, not only
+the seed noise of the draws.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from gfsim.simulator.children import (
+    Child,
+    ChildSource,
+    LogChildren,
+    pool_of,
+    shift_probs,
+)
+from gfsim.simulator.trace import SearchTrace
+
+from gfsim.core.errors import GfsimError
+from gfsim.core.rng import stream, transient_stream
+
+__all__ = ["ModelChildren", "OwnChildren", "WorldModel", "world_model", "child_sources",
+           "CHILDREN", "FAMILIES", "DEFAULT_FAMILY",
+           "K_NEAREST", "TASK_MIN_PAIRS", "SHRINK_PAIRS", "fit_neighbourhood"]
+
+FAMILIES = ("crb", "gbm")
+DEFAULT_FAMILY = "crb"
+K_NEAREST = 16  # crb neighbours, and forecast templates, per draw
+TASK_MIN_PAIRS = 40  # a task with fewer logged pairs uses the pooled fit alone
+SHRINK_PAIRS = 80  # a task's own fit weighs n / (n + SHRINK_PAIRS) against the pooled fit
+_WEIGHTS = np.array([1.0, 0.5, 0.25, 0.5])  # crb distance: x, over best, depth, own step
+_GEN_FAILED = "generation_failed"  # the outcome label of a child that was never generated
+_QUANTILES = (0.1, 0.5, 0.9)
+_Z90 = 2.0 * 1.2815515655446004  # q90 - q10 of a standard normal
+
+
+# --- the log's pairs ----------------------------------------------------------------------------
+
+@dataclass
+class _Pairs:
+    """The logged (parent, child) pairs of one search with a measured parent, as arrays."""
+
+    trace: SearchTrace
+    child: np.ndarray  # child index in the trace
+    group: np.ndarray  # expansion id: pairs with the same (parent, step)
+    feats: np.ndarray  # (n, 4): x, over best, depth, own step
+    outcome: np.ndarray  # object: outcome labels
+    step: np.ndarray  # log2 child / parent (NaN unless success)
+    target: np.ndarray  # the child's truth in the forecast frame, log2 (NaN unless success)
+    parent_target: np.ndarray  # the parent's log2 speedup in the forecast frame's units
+    repeats: list  # per parent: (distinct before, repeated?) per child, in logged order
+
+
+def _frame_base(t: SearchTrace, parent_speedup: float) -> float:
+    if t.forecast_frame == "seed":
+        return t.seed_speedup
+    if t.forecast_frame == "parent":
+        return parent_speedup
+    return 1.0
+
+
+def _pairs_of(t: SearchTrace) -> _Pairs:
+    pool = pool_of(t)
+    n = len(t)
+    speed = np.asarray(t.speedup, dtype=float)
+    parent = np.asarray(t.parent, dtype=int)
+    depth = np.zeros(n, dtype=int)
+    own = np.zeros(n)
+    for i in range(n):  # sorted by step: a parent comes before its children
+        p = parent[i]
+        depth[i] = 0 if p < 0 else depth[p] + 1
+    ps = np.where(parent < 0, t.seed_speedup, speed[np.maximum(parent, 0)]) if n else np.zeros(0)
+    gps = np.array([t.seed_speedup if p < 0 else (t.seed_speedup if parent[p] < 0
+                                                  else speed[parent[p]]) for p in parent])
+    for i in range(n):
+        p = parent[i]
+        own[i] = 0.0 if p < 0 else math.log2(ps[i] / gps[i]) if gps[i] > 0 and ps[i] > 0 else 0.0
+    # The best node expanded so far (the seed included), at each expansion's step.
+    best = np.full(n, t.seed_speedup)
+    running = t.seed_speedup
+    for s in sorted(set(t.step)):
+        rows = [i for i in range(n) if t.step[i] == s]
+        for i in rows:
+            if ps[i] > 0:
+                running = max(running, ps[i])
+        best[rows] = running
+    # A pair needs a measured parent and a known outcome: generated and evaluated, or a
+    # generation that failed (a child generated but never evaluated tells nothing).
+    known = np.array([o is not None or bool(g) for o, g in zip(t.outcome, t.gen_failed)],
+                     dtype=bool)
+    keep = np.flatnonzero(np.isfinite(ps) & (ps > 0) & known)
+    feats = np.column_stack([np.log2(ps[keep] / t.seed_speedup), np.log2(ps[keep] / best[keep]),
+                             depth[keep] - 1.0, own[keep]]) if len(keep) else np.zeros((0, 4))
+    outcome = np.array([o if o is not None else _GEN_FAILED for o in t.outcome],
+                       dtype=object)[keep]
+    ok = (outcome == "success") & np.isfinite(speed[keep]) & (speed[keep] > 0)
+    step = np.full(len(keep), np.nan)
+    step[ok] = np.log2(speed[keep][ok] / ps[keep][ok])
+    base = np.array([_frame_base(t, ps[i]) for i in keep])
+    target = np.full(len(keep), np.nan)
+    target[ok] = np.log2(speed[keep][ok] / base[ok])
+    parent_target = np.log2(ps[keep] / base)
+    group_of = {}
+    group = np.array([group_of.setdefault((int(parent[i]), int(t.step[i])), len(group_of))
+                      for i in keep], dtype=int)
+    repeats = []
+    for p in sorted({int(parent[i]) for i in keep}):
+        seen: set = set()
+        seq = []
+        for i in keep:
+            if parent[i] != p or t.gen_failed[i]:
+                continue
+            k = pool.identity[i]
+            seq.append((len(seen), k in seen))
+            seen.add(k)
+        repeats.append(seq)
+    return _Pairs(t, keep, group, feats, outcome, step, target, parent_target, repeats)
+
+
+def fit_neighbourhood(repeats: list) -> float:
+    """The neighbourhood size N that makes the logged repeats most likely (child j of a parent
+    with d distinct children before it repeats one with probability d / N); ``inf`` when the
+    log shows no repeat."""
+    d = np.array([a for seq in repeats for a, _ in seq], dtype=float)
+    r = np.array([b for seq in repeats for _, b in seq], dtype=bool)
+    if not r.any():
+        return math.inf
+    lo = max(float(d.max()), 1.0)
+    grid = lo * np.geomspace(1.0, 1e4, 400)
+    q = np.minimum(d[None, :] / grid[:, None], 1.0 - 1e-12)
+    ll = np.where(r[None, :], np.log(np.maximum(q, 1e-300)), np.log1p(-q)).sum(axis=1)
+    return float(grid[int(np.argmax(ll))])
+
+
+# --- one ensemble member ------------------------------------------------------------------------
+
+class _Member:
+    """The model fitted to one (bootstrap) resample of the log's pairs."""
+
+    def __init__(self, family: str, parts: list[_Pairs], tasks: list[str], rng):
+        self.family = family
+        self.task_of = {id(p.trace): t for p, t in zip(parts, tasks)}
+        # Resample expansion groups within each search, with replacement.
+        rows = []
+        for k, p in enumerate(parts):
+            groups = np.unique(p.group)
+            if rng is None or not len(groups):
+                take = np.arange(len(p.group))
+            else:
+                chosen = rng.choice(groups, size=len(groups), replace=True)
+                by = {g: np.flatnonzero(p.group == g) for g in groups}
+                take = np.concatenate([by[g] for g in chosen])
+            rows.append((k, take))
+        self.parts = parts
+        self.rows = rows
+        feats = np.concatenate([p.feats[r] for (k, r), p in zip(rows, parts)]) \
+            if rows else np.zeros((0, 4))
+        self.feats = feats
+        self.outcome = np.concatenate([p.outcome[r] for (k, r), p in zip(rows, parts)])
+        self.step = np.concatenate([p.step[r] for (k, r), p in zip(rows, parts)])
+        self.part = np.concatenate([np.full(len(r), k) for k, r in rows])
+        self.index = np.concatenate([r for _, r in rows])  # row within its part
+        self.task = np.array([tasks[k] for k in self.part], dtype=object)
+        self.classes = sorted(set(self.outcome.tolist())) or ["success"]
+        # Neighbourhood size per task, from the resampled parents' repeats.
+        self.neighbourhood = {}
+        for task in set(tasks):
+            reps = [seq for p, t in zip(parts, tasks) if t == task for seq in p.repeats]
+            self.neighbourhood[task] = fit_neighbourhood(reps)
+        scale = feats.std(axis=0) if len(feats) > 1 else np.ones(4)
+        self.scale = np.where(scale > 1e-9, scale, 1.0)
+        self.counts = {t: int((self.task == t).sum()) for t in set(tasks)}
+        self._grids: dict = {}
+        if family == "gbm":
+            self._fit_gbm(rng)
+
+    def weight(self, task: str) -> float:
+        n = self.counts.get(task, 0)
+        return n / (n + SHRINK_PAIRS) if n >= TASK_MIN_PAIRS else 0.0
+
+    # -- gbm -------------------------------------------------------------------------------
+    def _fit_gbm(self, rng):
+        seed = int(rng.integers(2**31)) if rng is not None else 0
+        self.gbm = {None: _GbmFit(self.feats, self.outcome, self.step, self.classes, seed)}
+        for task, n in self.counts.items():
+            if n >= TASK_MIN_PAIRS and len(self.counts) > 1:
+                m = self.task == task
+                self.gbm[task] = _GbmFit(self.feats[m], self.outcome[m], self.step[m],
+                                         self.classes, seed)
+
+    def _grid_predict(self, task: str, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        probs, q = self.gbm[None].predict(z)
+        if task in self.gbm:
+            w = self.weight(task)
+            tp, tq = self.gbm[task].predict(z)
+            probs, q = (1 - w) * probs + w * tp, (1 - w) * q + w * tq
+        return probs, q
+
+    def gbm_predict(self, task: str, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(outcome probabilities over ``classes``, (q10, q50, q90)) at features ``z``: the
+        fit evaluated once per task on a grid of features (``_GRID``), read at the nearest
+        grid point (a tree ensemble is piecewise constant; one call per draw would cost a
+        millisecond)."""
+        got = self._grids.get(task)
+        if got is None:
+            axes = _grid_axes(self.feats)
+            mesh = np.stack(np.meshgrid(*axes, indexing="ij"), axis=-1).reshape(-1, 4)
+            probs, q = self._grid_predict(task, mesh)
+            shape = tuple(len(a) for a in axes)
+            got = self._grids[task] = (axes, probs.reshape(*shape, -1), q.reshape(*shape, 3))
+        axes, probs, q = got
+        at = tuple(_nearest_index(a, v) for a, v in zip(axes, z))
+        return probs[at], q[at]
+
+    # -- crb -------------------------------------------------------------------------------
+    def neighbours(self, task: str, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The ``K_NEAREST`` resampled rows nearest features ``z``: among the task's own rows,
+        and among all (a draw takes the first with probability ``weight(task)``)."""
+        d = (((self.feats - z) / self.scale) ** 2 * _WEIGHTS).sum(axis=1)
+        own = np.flatnonzero(self.task == task) if self.weight(task) > 0 else np.zeros(0, int)
+        return _k_smallest(d, np.arange(len(d))), _k_smallest(d[own], own)
+
+
+def _k_smallest(d: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    k = min(K_NEAREST, len(rows))
+    return rows[np.argpartition(d, k - 1)[:k]] if 0 < k < len(rows) else rows
+
+
+def _grid_axes(feats: np.ndarray) -> list[np.ndarray]:
+    """Grid points per feature: the span of the logged parents and beyond (a replay reaches
+    speedups and depths the log did not)."""
+    x, own = feats[:, 0], feats[:, 3]
+    return [np.linspace(x.min() - 1.0, x.max() + 2.0, 49),
+            np.array([-4.0, -2.0, -1.0, -0.5, -0.25, 0.0]),
+            np.arange(0.0, max(feats[:, 2].max() + 4.0, 6.0)),
+            np.unique(np.concatenate([np.quantile(own, np.linspace(0, 1, 7)), [0.0]]))]
+
+
+def _nearest_index(axis: np.ndarray, v: float) -> int:
+    i = int(np.searchsorted(axis, v))
+    if i <= 0:
+        return 0
+    if i >= len(axis):
+        return len(axis) - 1
+    return i if axis[i] - v < v - axis[i - 1] else i - 1
+
+
+class _GbmFit:
+    """Outcome classifier and step quantile regressions on one set of pairs."""
+
+    def __init__(self, feats, outcome, step, classes, seed):
+        from sklearn.ensemble import (
+            HistGradientBoostingClassifier,
+            HistGradientBoostingRegressor,
+        )
+
+        kw = dict(max_iter=40, learning_rate=0.1, max_depth=3, min_samples_leaf=15,
+                  early_stopping=False, random_state=seed)
+        self.classes = classes
+        present = sorted(set(outcome.tolist()))
+        self.base = np.array([(outcome == c).mean() if len(outcome) else float(c == "success")
+                              for c in classes])
+        self.clf = None
+        if len(present) > 1 and len(outcome) >= 2 * kw["min_samples_leaf"]:
+            self.clf = HistGradientBoostingClassifier(**kw).fit(feats, outcome)
+            self.cols = [list(self.clf.classes_).index(c) if c in self.clf.classes_ else -1
+                         for c in classes]
+        ok = np.isfinite(step)
+        y, x = step[ok], feats[ok]
+        self.const = np.quantile(y, _QUANTILES) if len(y) else np.zeros(3)
+        self.reg = None
+        if len(y) >= 2 * kw["min_samples_leaf"]:
+            self.reg = [HistGradientBoostingRegressor(loss="quantile", quantile=q, **kw).fit(x, y)
+                        for q in _QUANTILES]
+        q = self.predict(x)[1] if len(y) else np.zeros((0, 3))
+        spread = np.maximum((q[:, 2] - q[:, 0]) / _Z90, 0.05) if len(y) else np.ones(0)
+        self.residuals = (y - q[:, 1]) / spread if len(y) else np.zeros(1)
+
+    def predict(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        z = np.atleast_2d(z)
+        if self.clf is None:
+            probs = np.tile(self.base, (len(z), 1))
+        else:
+            raw = self.clf.predict_proba(z)
+            probs = np.column_stack([raw[:, c] if c >= 0 else np.zeros(len(z))
+                                     for c in self.cols])
+        if self.reg is None:
+            q = np.tile(self.const, (len(z), 1))
+        else:
+            q = np.column_stack([r.predict(z) for r in self.reg])
+            q.sort(axis=1)  # quantile regressions fitted apart can cross
+        return probs, q
+
+
+# --- the model of a log -------------------------------------------------------------------------
+
+class WorldModel:
+    """The model of one log's searches (all traces of one replay), with an ensemble member
+    per replay seed, fitted on first use."""
+
+    def __init__(self, traces: list[SearchTrace], family: str = DEFAULT_FAMILY):
+        if family not in FAMILIES:
+            raise GfsimError(f"--model-family: unknown family {family!r}; valid: "
+                             f"{', '.join(FAMILIES)}")
+        self.family = family
+        self.traces = traces
+        self.parts = [_pairs_of(t) for t in traces]
+        self.tasks = [t.task_id for t in traces]
+        if not any(len(p.child) for p in self.parts):
+            raise GfsimError("--children model: the log has no (parent, child) pair with a "
+                             "measured parent to fit a model to")
+        self._members: dict[int, _Member] = {}
+        self._part_of = {id(t): k for k, t in enumerate(traces)}
+
+    def member(self, seed: int) -> _Member:
+        got = self._members.get(seed)
+        if got is None:
+            rng = stream(seed, "world-model", self.family)
+            got = self._members[seed] = _Member(self.family, self.parts, self.tasks, rng)
+        return got
+
+    def part(self, trace: SearchTrace) -> _Pairs:
+        return self.parts[self._part_of[id(trace)]]
+
+
+def world_model(traces: list[SearchTrace], family: str = DEFAULT_FAMILY) -> WorldModel:
+    """The ``WorldModel`` of these traces, kept on the first one (every replay and seed of one
+    log shares it, as they share the traces)."""
+    key = ("world-model", family, tuple(id(t) for t in traces))
+    cache = traces[0].__dict__.setdefault("_world_models", {})
+    got = cache.get(key)
+    if got is None:
+        got = cache[key] = WorldModel(traces, family)
+    return got
+
+
+# --- the child source ---------------------------------------------------------------------------
+
+class ModelChildren(ChildSource):
+    """A logged search's children: exact ones first, then ones invented by a ``WorldModel``
+    (module doc). ``seed`` of ``draw`` picks the ensemble member."""
+
+    def __init__(self, trace: SearchTrace, model: WorldModel | None = None):
+        self.t = trace
+        self.model = model if model is not None else world_model([trace])
+        self.part = self.model.part(trace)
+        self.log = LogChildren(trace)
+        self._template: dict[str, int] = {}  # crb: invented node id -> the logged child copied
+        self._used: dict[str, set[int]] = {}
+        self._speedup: dict[str, float] = {"seed": trace.seed_speedup}
+        self._distinct: dict[str, dict] = {}  # per node: its distinct kernels drawn so far
+        self._best = trace.seed_speedup
+        pool = pool_of(trace)
+        ok = [i for i in range(len(trace)) if trace.outcome[i] == "success"]
+        self._by_outcome: dict[str, list[int]] = {}
+        for i in range(len(trace)):
+            o = trace.outcome[i] if trace.outcome[i] is not None else _GEN_FAILED
+            self._by_outcome.setdefault(o, []).append(i)
+        # Forecast templates: logged successes with a forecast, by their truth in the frame.
+        p = self.part
+        where = {int(c): j for j, c in enumerate(p.child)}
+        fc = [i for i in ok if i in where and bool(trace.has_forecast[i])
+              and np.isfinite(p.target[where[i]])]
+        target = np.array([p.target[where[i]] for i in fc])
+        order = np.argsort(target, kind="stable")
+        self._fc_rows = np.array(fc, dtype=int)[order]
+        self._fc_target = target[order]  # sorted
+        self._where = where
+        self._pool = pool
+        edges = np.asarray(trace.bin_edges, dtype=float)
+        self._edges = np.log2(edges) if len(edges) == 7 and np.all(edges > 0) else None
+
+    def root(self) -> tuple[str, float]:
+        return self.log.root()
+
+    def template_cache(self) -> dict:
+        return self._pool.derived  # protos by plan key (Child.plan_key): (template, outcome)
+
+    def _features(self, node_id: str, s: float) -> np.ndarray:
+        parent = node_id.rsplit("/", 1)[0] if "/" in node_id else None
+        own = math.log2(s / self._speedup[parent]) if parent in self._speedup else 0.0
+        return np.array([math.log2(s / self.t.seed_speedup), math.log2(s / self._best),
+                         float(node_id.count("/")), own])
+
+    def draw(self, node_id, node_speedup, expansion, n, seed):
+        pool = self._pool
+        self._best = max(self._best, node_speedup)
+        self._speedup.setdefault(node_id, node_speedup)
+        out = []
+        for c, cid, src, s in self.log.picks(node_id, node_speedup, expansion, n, seed,
+                                             fallback=False):
+            child = self.log._child(pool, c, cid, src, s)
+            child.plan_key = c  # the logged candidate's own plan, as LogChildren's protos
+            out.append(child)
+        if len(out) >= n:
+            for c in out:
+                if not c.gen_failed:
+                    self._distinct.setdefault(node_id, {}).setdefault(c.code or c.candidate_id, c)
+            self._remember(out)
+            return out
+        member = self.model.member(seed)
+        task = self.t.task_id
+        rng = transient_stream(seed, self.t.task_id, node_id, expansion, "model")
+        z = self._features(node_id, node_speedup)
+        size = member.neighbourhood.get(task, math.inf)
+        lineage = self._lineage(node_id, n - len(out), rng) if member.family == "crb" else []
+        probs = q = fit = near = None
+        distinct = self._distinct.setdefault(node_id, {})
+        for c in out:
+            if not c.gen_failed:
+                distinct.setdefault(c.code or c.candidate_id, c)
+        while len(out) < n:
+            cid = f"{node_id}/{expansion}.{len(out)}"
+            if distinct and rng.random() < min(len(distinct) / size, 1.0):
+                again = list(distinct.values())[int(rng.integers(len(distinct)))]
+                child = self._repeat(again, cid)
+            elif lineage:
+                c, parent_speedup = lineage.pop(0)
+                child = self._copy(c, cid, node_speedup, parent_speedup, rng)
+                self._template[cid] = c
+            elif member.family == "crb":
+                if near is None:
+                    near = member.neighbours(task, z)
+                rows = near[1] if len(near[1]) and rng.random() < member.weight(task) else near[0]
+                row = int(rows[int(rng.integers(len(rows)))])
+                part = member.parts[member.part[row]]
+                j = member.index[row]
+                outcome, step = part.outcome[j], part.step[j]
+                c = int(part.child[j]) if part.trace is self.t else None
+                child = self._invent(cid, node_speedup, outcome, step, c, rng)
+                if c is not None:
+                    self._template[cid] = c
+            else:
+                if probs is None:
+                    probs, q = member.gbm_predict(task, z)
+                    probs = np.clip(probs, 0, None)
+                    probs = probs / probs.sum() if probs.sum() > 0 else None
+                    fit = member.gbm.get(task) or member.gbm[None]
+                k = int(rng.choice(len(member.classes), p=probs)) if probs is not None else 0
+                outcome = member.classes[k]
+                step = math.nan
+                if outcome == "success":
+                    r = float(fit.residuals[int(rng.integers(len(fit.residuals)))])
+                    step = float(q[1] + r * max((q[2] - q[0]) / _Z90, 0.05))
+                child = self._invent(cid, node_speedup, outcome, step, None, rng)
+            out.append(child)
+            if not child.gen_failed:
+                distinct.setdefault(child.code or child.candidate_id, child)
+        self._remember(out)
+        return out
+
+    def _remember(self, out: list[Child]) -> None:
+        for c in out:
+            if c.speedup == c.speedup:
+                self._speedup[c.candidate_id] = c.speedup
+
+    def _lineage(self, node_id: str, n: int, rng) -> list[tuple[int, float]]:
+        """crb: an invented node copied from logged child c first draws c's logged children."""
+        template = self._template.get(node_id)
+        if template is None:
+            return []
+        used = self._used.setdefault(node_id, set())
+        pool = self._pool
+        kids = [c for g in pool.expansions.get(template, ()) for c in g if c not in used]
+        out = []
+        for c in rng.permutation(kids).tolist()[:n]:
+            used.add(c)
+            out.append((c, pool.speedup[template]))
+        return out
+
+    def _repeat(self, again: Child, cid: str) -> Child:
+        """The same kernel once more: a repeat of an earlier sibling."""
+        return Child(cid, "model", again.template, again.code or again.candidate_id, again.gen_s, again.gen_in,
+                     again.gen_out, again.gen_imputed, again.gen_failed, again.has_forecast,
+                     again.probs, again.parse_failed, again.fc_s, again.fc_in, again.fc_out,
+                     again.fc_imputed, again.outcome, again.speedup, again.stage_s, again.price,
+                     again.plan_key)
+
+    def _copy(self, c: int, cid: str, node_speedup: float, parent_speedup: float, rng) -> Child:
+        """crb lineage: logged child c of a logged parent, its step carried onto this node."""
+        s = self._pool.speedup[c]
+        step = math.log2(s / parent_speedup) if s == s and s > 0 else math.nan
+        outcome = self.t.outcome[c] if self.t.outcome[c] is not None else _GEN_FAILED
+        return self._invent(cid, node_speedup, outcome, step, c, rng)
+
+    def _invent(self, cid: str, node_speedup: float, outcome: str, step: float, c, rng) -> Child:
+        """A new child: ``outcome`` and ``step``; times, tokens and prices from logged child
+        ``c`` (or one with the same outcome), its forecast from a logged child whose truth is
+        near the drawn one, moved onto it."""
+        t, pool = self.t, self._pool
+        if c is None:
+            same = self._by_outcome.get(outcome) or self._by_outcome.get("success") or [0]
+            c = int(same[int(rng.integers(len(same)))])
+        head = list(pool.head[c])
+        speedup = node_speedup * 2.0 ** step if outcome == "success" else math.nan
+        if outcome == "success" and not math.isfinite(speedup):
+            speedup = math.nan
+        head[12] = None if outcome == _GEN_FAILED else outcome
+        if head[5]:  # it has a forecast: move a logged one onto this child's truth
+            base = _frame_base(t, node_speedup)
+            if outcome == "success" and len(self._fc_rows):
+                truth = math.log2(speedup / base)
+                m = len(self._fc_target)  # the K_NEAREST nearest: a window of the sorted truths
+                k = min(K_NEAREST, m)
+                lo = min(max(int(np.searchsorted(self._fc_target, truth)) - k // 2, 0), m - k)
+                j = lo + int(rng.integers(k))
+                f = int(self._fc_rows[j])
+                head[6] = shift_probs(np.asarray(t.probs[f], dtype=float),
+                                      truth - float(self._fc_target[j]), self._edges)
+                head[7] = bool(t.parse_failed[f])
+            else:  # a failure: its forecast about where its parent stood, moved with it
+                j = self._where.get(c)
+                if j is not None:
+                    move = math.log2(node_speedup / base) - float(self.part.parent_target[j])
+                    head[6] = shift_probs(np.asarray(head[6], dtype=float), move, self._edges)
+        gen_failed = outcome == _GEN_FAILED
+        head[4] = gen_failed
+        # Its own code identity, so that a later repeat of it is the same kernel to the archive.
+        return Child(cid, "model", t.candidate_ids[c], cid, *head, speedup,
+                     pool.stage_s[c], pool.price[c], ("model", c, outcome))
+
+
+# --- choosing a child source --------------------------------------------------------------------
+
+CHILDREN = ("own", "fallback", "model", *(f"model:{f}" for f in FAMILIES))
+
+
+class OwnChildren(LogChildren):
+    """Only the log's own children: an expansion gets what the log holds for that node (its
+    own expansion, then its other ones) and nothing is invented, so a parent the log never
+    expanded has no children and an expansion may be short."""
+
+    def picks(self, node_id, node_speedup, expansion, n, seed, fallback: bool = False):
+        return super().picks(node_id, node_speedup, expansion, n, seed, fallback=False)
+
+
+def child_sources(children: str, traces: list[SearchTrace]):
+    """trace -> its ``ChildSource`` for ``--children`` (own, fallback, model, model:FAMILY)."""
+    if children not in CHILDREN:
+        raise GfsimError(f"--children: unknown child source {children!r}; valid: "
+                         f"{', '.join(CHILDREN)}")
+    if children == "own":
+        return OwnChildren
+    if children == "fallback":
+        return LogChildren
+    family = children.partition(":")[2] or DEFAULT_FAMILY
+    model = world_model(traces, family)
+    return lambda t: ModelChildren(t, model)
