@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-START, END = "<!-- results:start -->", "<!-- results:end -->"
+MARKERS = ("results", "model-choice")  # the blocks of docs/counterfactual.md this fills
 
 
 def _f(x, fmt="{:.2f}") -> str:
@@ -50,7 +50,7 @@ def _miss(t: dict) -> str:
     return "met" if t["met"] else f"missed by {t['miss']:.3g}"
 
 
-def render(out: dict, seconds: float | None) -> str:
+def render(out: dict, seconds: float | None, cells: bool = True) -> str:
     spec = out["spec"]
     seeds = out["world_seeds"]
     sources = spec["children"]
@@ -106,7 +106,7 @@ def render(out: dict, seconds: float | None) -> str:
             lines.append(f"| `{world}` | " + " | ".join(
                 _miss(t[k]) for k in ("tau", "pairs_ordered", "bias_interval", "regret",
                                       "coverage")) + " |")
-    for world, ws in by.items():
+    for world, ws in by.items() if cells else ():
         rows = [ws[c] for c in sources if c in ws]
         m = rows[0]["measures"]
         lines += [
@@ -148,7 +148,12 @@ def main() -> None:
     ap.add_argument("--split", default="heldout")
     ap.add_argument("--from", dest="source", default=None, help="a saved JSON to render")
     ap.add_argument("--children", default="fallback,model")
-    ap.add_argument("--replay-seeds", type=int, default=8)
+    ap.add_argument("--replay-seeds", type=int, default=4)
+    ap.add_argument("--marker", default="results", choices=MARKERS,
+                    help="the block of --doc to fill: results (held-out figures) or "
+                         "model-choice (the dev-seed comparison the model was chosen by)")
+    ap.add_argument("--cells", action="store_true",
+                    help="also write each world's table of cells (on by default for results)")
     ap.add_argument("--json", default=str(ROOT / "experiments/data/counterfactual_model.json"))
     ap.add_argument("--doc", default=str(ROOT / "docs/counterfactual.md"))
     args = ap.parse_args()
@@ -175,8 +180,10 @@ def main() -> None:
         print(f"wrote {args.json}")
     doc = Path(args.doc)
     text = doc.read_text()
-    block = f"{START}\n{render(out, seconds)}\n{END}"
-    new = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: block, text, flags=re.S)
+    start, end = f"<!-- {args.marker}:start -->", f"<!-- {args.marker}:end -->"
+    cells = args.cells or args.marker == "results"
+    block = f"{start}\n{render(out, seconds, cells)}\n{end}"
+    new = re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _: block, text, flags=re.S)
     doc.write_text(new)
     print(f"wrote the tables into {doc}")
 

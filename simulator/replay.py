@@ -336,7 +336,9 @@ def comparison_json(result: ReplayResult, base: ReplayResult, budget: Budget,
         out["notes"].append(
             "puct driver: children are drawn without replacement from the node's own logged "
             "children, then its other logged expansions, then, for children the log never "
-            + ("held, a conditional residual bootstrap of its pairs (--children model)"
+            + ("held, a world model fitted to the log (--children model: outcome, step, "
+               "sibling repeats and forecasts learned from the log's pairs; the seed picks a "
+               "bootstrap member of its ensemble)"
                if draws.get("model") else
                "held, a fallback pool matched on the parent's speedup bin")
             + f"; a replay with more than {EXTRAPOLATED_SHARE:.0%} such invented draws is "

@@ -377,3 +377,30 @@ def test_counterfactual_runs_on_the_whole_built_in_family_in_a_small_form():
         exact = next(c for c in w["cells"] if c["policy"] == "all" and c["overgen"] == 1)
         assert exact["fallback_share"] == 0
         assert w["kind"] == ("measured" if w["world"].startswith("kt-") else "synthetic")
+
+
+def test_counterfactual_compares_child_sources_and_the_docs_tables_render(tmp_path):
+    res = runner.invoke(app, ["counterfactual", "--world", f"{EXAMPLE}:make_world", "--seeds",
+                              "2", "--steps", "5", "--policies", "all,topk:2", "--overgen",
+                              "1,2", "--replay-seeds", "2", "--direct-reps", "2", "--jobs", "1",
+                              "--children", "fallback,model", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    fb, mo = out["worlds"]
+    assert (fb["children"], mo["children"]) == ("fallback", "model")
+    # The same direct runs judge both sources.
+    assert [c["direct_log2"] for c in fb["cells"]] == [c["direct_log2"] for c in mo["cells"]]
+    over = next(c for c in mo["cells"] if c["overgen"] == 2)
+    assert over["draw_shares"].get("model", 0) > 0 and "fallback" not in over["draw_shares"]
+    assert set(out["against_fallback"][mo["world"]]["model"]) >= {"tau", "max_abs_bias"}
+    assert set(mo["measures"]["targets"]) == {"tau", "pairs_ordered", "bias_interval",
+                                              "regret", "coverage"}
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "cf_bench", Path(__file__).resolve().parents[1] / "experiments/counterfactual_benchmark.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    text = mod.render(out, 1.0)
+    assert "Targets, `model`:" in text and f"### `{mo['world']}`" in text
+    assert text.count("| `all` | 1 |") == 1  # one row per cell, both sources in it

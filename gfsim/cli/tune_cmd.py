@@ -181,7 +181,11 @@ def tune(
             "log, so a tuned value is as good as the log is representative",
             "out_of_sample re-scores the top trials on seeds no trial saw; leave_one_task_out "
             "chooses the best trial on the other tasks and scores it on the held-out one",
-        ] + (["the log is SYNTHETIC: a tau tuned on it is a demonstration, not a "
+        ] + ([f"overgen is tuned with --children {children}: most children at F >= 2 were "
+              "never logged, and how far such replays are off is measured by gfsim "
+              "counterfactual (docs/counterfactual.md)"]
+             if any(p.name == "overgen" for p in params) else [])
+          + (["the log is SYNTHETIC: a tau tuned on it is a demonstration, not a "
               "recommendation"] if the_log.is_synthetic else []),
     }
     if plot is not None:
