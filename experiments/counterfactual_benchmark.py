@@ -67,6 +67,7 @@ def render(out: dict, seconds: float | None, cells: bool = True) -> str:
         "",
         out["note"],
         "",
+        *([f"(Ran as {out['ran_as']}.)", ""] if out.get("ran_as") else []),
         f"Each cell: {' / '.join(f'`{c}`' for c in sources)}.",
         "",
         "| world | kind | invented share at F >= 2 | noise ceiling tau | replay tau | pairs > 0.1 "
