@@ -50,7 +50,13 @@ def tune(
     search: Optional[str] = typer.Option(None, "--search",
                                          help="puct: paper-standard (default) or "
                                               "paper-filtered, the shape tuned around."),
-    children: str = typer.Option("fallback", "--children", help=CHILDREN_HELP),
+    children: str = typer.Option("auto", "--children",
+                                 help="auto: model when a trial changes how many children a "
+                                      "parent gets (overgen, samples_per_parent), where most "
+                                      "children were never logged and the world model ranks "
+                                      "configurations better than the fallback in every world "
+                                      "of the counterfactual benchmark; else fallback. "
+                                      + CHILDREN_HELP),
     seeds: int = typer.Option(8, "--seeds", help="Seeds per trial (the same for every "
                                                  "trial: common random numbers)."),
     seed: int = typer.Option(0, "--seed", help="First seed; the sampler's seed too."),
@@ -116,6 +122,9 @@ def tune(
     the_log, forecaster = resolve(open_log(log), forecaster)
     model = load_cost_model(cost)
     config = search_config(driver, search)
+    if children == "auto":
+        widens = any(p.name in ("overgen", "samples_per_parent") for p in params)
+        children = "model" if driver == "puct" and widens else "fallback"
     puct_only = puct_children(driver, children)
     setup = TrialSetup(the_log, model, policy, driver, parse_budget(budget),
                        list(range(seed, seed + seeds)), config, target, forecaster,

@@ -417,9 +417,14 @@ def targets(m: dict, cells: list[dict]) -> dict:
     return out
 
 
+def _finite(x) -> bool:
+    return x is not None and math.isfinite(x)
+
+
 def compare_sources(results: list[dict], reference: str = "fallback") -> dict:
     """Per world, whether each other child source beats ``reference`` on the headline measures
-    (tau, pairs ordered, regret, worst cell bias, interval score; higher or lower as better)."""
+    (tau, pairs ordered, regret, worst cell bias, interval score; higher or lower as better);
+    ``better`` is None where the two are even or a measure is not finite for either."""
     by = {}
     for w in results:
         by.setdefault(w["world"], {})[w["children"]] = w
@@ -434,20 +439,21 @@ def compare_sources(results: list[dict], reference: str = "fallback") -> dict:
             a, b = w["measures"], ref["measures"]
             worst = {k: max(abs(c["bias_log2"]["mean"]) for c in v["cells"])
                      for k, v in (("a", w), ("b", ref))}
+            # (this source's value, the reference's, whether higher is better)
             rows = {
-                "tau": (a["tau"], b["tau"], a["tau"] > b["tau"]),
-                "pairs_ordered": (a["pairs_ordered"], b["pairs_ordered"],
-                                  a["pairs_ordered"] >= b["pairs_ordered"]),
+                "tau": (a["tau"], b["tau"], True),
+                "pairs_ordered": (a["pairs_ordered"], b["pairs_ordered"], True),
                 "regret_of_replay_pick": (a["regret_of_replay_pick"],
-                                          b["regret_of_replay_pick"],
-                                          a["regret_of_replay_pick"]
-                                          <= b["regret_of_replay_pick"]),
-                "max_abs_bias": (worst["a"], worst["b"], worst["a"] < worst["b"]),
-                "interval_score": (a["interval_score_mean"], b["interval_score_mean"],
-                                   a["interval_score_mean"] < b["interval_score_mean"]),
+                                          b["regret_of_replay_pick"], False),
+                "max_abs_bias": (worst["a"], worst["b"], False),
+                "interval_score": (a["interval_score_mean"], b["interval_score_mean"], False),
             }
             out.setdefault(world, {})[name] = {
-                k: {"value": v, reference: r, "better": bool(ok)} for k, (v, r, ok) in rows.items()}
+                k: {"value": v, reference: r,
+                    # None: even, or not measurable here (no pair clearly apart, say)
+                    "better": ((v > r) if up else (v < r))
+                    if _finite(v) and _finite(r) and v != r else None}
+                for k, (v, r, up) in rows.items()}
     return out
 
 
