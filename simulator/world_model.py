@@ -298,6 +298,14 @@ class _GbmFit:
     """Outcome classifier and step quantile regressions on one set of pairs."""
 
     def __init__(self, feats, outcome, step, classes, seed):
+        # A few hundred rows: OpenMP threads cost more than they give (and oversubscribe the
+        # cores when replays run in several processes).
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=1, user_api="openmp"):
+            self._fit(feats, outcome, step, classes, seed)
+
+    def _fit(self, feats, outcome, step, classes, seed):
         from sklearn.ensemble import (
             HistGradientBoostingClassifier,
             HistGradientBoostingRegressor,
@@ -321,12 +329,17 @@ class _GbmFit:
         if len(y) >= 2 * kw["min_samples_leaf"]:
             self.reg = [HistGradientBoostingRegressor(loss="quantile", quantile=q, **kw).fit(x, y)
                         for q in _QUANTILES]
-        q = self.predict(x)[1] if len(y) else np.zeros((0, 3))
+        q = self._predict(x)[1] if len(y) else np.zeros((0, 3))
         spread = np.maximum((q[:, 2] - q[:, 0]) / _Z90, 0.05) if len(y) else np.ones(0)
         self.residuals = (y - q[:, 1]) / spread if len(y) else np.zeros(1)
 
     def predict(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        z = np.atleast_2d(z)
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=1, user_api="openmp"):
+            return self._predict(np.atleast_2d(z))
+
+    def _predict(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if self.clf is None:
             probs = np.tile(self.base, (len(z), 1))
         else:
