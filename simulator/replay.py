@@ -24,7 +24,7 @@ from gfsim.simulator.puct_engine import (
 from gfsim.simulator.puct_fast import fast_search, run_lockstep, run_puct_fast
 from gfsim.simulator.results import ReplayResult
 from gfsim.simulator.trace import SearchTrace, build_traces
-from gfsim.simulator.world_model import CHILDREN, child_sources  # noqa: F401 (re-exported)
+from gfsim.simulator.world_model import child_sources
 
 from gfsim.core.errors import GfsimError
 

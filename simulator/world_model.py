@@ -69,6 +69,7 @@ from gfsim.core.errors import GfsimError
 from gfsim.core.rng import stream, transient_stream
 
 __all__ = ["ModelChildren", "OwnChildren", "WorldModel", "world_model", "child_sources",
+           "check_children",
            "CHILDREN", "FAMILIES", "DEFAULT_FAMILY",
            "K_NEAREST", "TASK_MIN_PAIRS", "SHRINK_PAIRS", "fit_neighbourhood"]
 
@@ -188,7 +189,6 @@ class _Member:
 
     def __init__(self, family: str, parts: list[_Pairs], tasks: list[str], rng):
         self.family = family
-        self.task_of = {id(p.trace): t for p, t in zip(parts, tasks)}
         # Resample expansion groups within each search, with replacement.
         rows = []
         for k, p in enumerate(parts):
@@ -201,7 +201,6 @@ class _Member:
                 take = np.concatenate([by[g] for g in chosen])
             rows.append((k, take))
         self.parts = parts
-        self.rows = rows
         feats = np.concatenate([p.feats[r] for (k, r), p in zip(rows, parts)]) \
             if rows else np.zeros((0, 4))
         self.feats = feats
@@ -454,10 +453,11 @@ class ModelChildren(ChildSource):
             child = self.log._child(pool, c, cid, src, s)
             child.plan_key = c  # the logged candidate's own plan, as LogChildren's protos
             out.append(child)
+        distinct = self._distinct.setdefault(node_id, {})
+        for c in out:
+            if not c.gen_failed:
+                distinct.setdefault(c.code or c.candidate_id, c)
         if len(out) >= n:
-            for c in out:
-                if not c.gen_failed:
-                    self._distinct.setdefault(node_id, {}).setdefault(c.code or c.candidate_id, c)
             self._remember(out)
             return out
         member = self.model.member(seed)
@@ -467,10 +467,6 @@ class ModelChildren(ChildSource):
         size = member.neighbourhood.get(task, math.inf)
         lineage = self._lineage(node_id, n - len(out), rng) if member.family == "crb" else []
         probs = q = fit = near = None
-        distinct = self._distinct.setdefault(node_id, {})
-        for c in out:
-            if not c.gen_failed:
-                distinct.setdefault(c.code or c.candidate_id, c)
         while len(out) < n:
             cid = f"{node_id}/{expansion}.{len(out)}"
             if distinct and rng.random() < min(len(distinct) / size, 1.0):
@@ -596,11 +592,17 @@ class OwnChildren(LogChildren):
         return super().picks(node_id, node_speedup, expansion, n, seed, fallback=False)
 
 
+def check_children(children: str) -> str:
+    """``children`` if it names a child source (``CHILDREN``), else a one-line error."""
+    if children not in CHILDREN:
+        raise GfsimError(f"--children: unknown child source {children!r:.80}; valid: "
+                         f"{', '.join(CHILDREN)}")
+    return children
+
+
 def child_sources(children: str, traces: list[SearchTrace]):
     """trace -> its ``ChildSource`` for ``--children`` (own, fallback, model, model:FAMILY)."""
-    if children not in CHILDREN:
-        raise GfsimError(f"--children: unknown child source {children!r}; valid: "
-                         f"{', '.join(CHILDREN)}")
+    check_children(children)
     if children == "own":
         return OwnChildren
     if children == "fallback":

@@ -82,11 +82,9 @@ CHILDREN_HELP = ("puct: where children the log never held come from: fallback (l
 def puct_children(driver: str, children: str) -> dict:
     """The replay keyword for --children: checked, and only for the puct driver."""
     from gfsim.core.errors import GfsimError
-    from gfsim.simulator.world_model import CHILDREN
+    from gfsim.simulator.world_model import check_children
 
-    if children not in CHILDREN:
-        raise GfsimError(f"--children: unknown child source {children!r}; valid: "
-                         f"{', '.join(CHILDREN)}")
+    check_children(children)
     if driver != "puct":
         if children != "fallback":
             raise GfsimError("--children: only the puct driver draws children; the trace "

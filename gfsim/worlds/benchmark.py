@@ -49,11 +49,10 @@ from gfsim.core.errors import GfsimError
 
 __all__ = ["BenchSpec", "run_world_seed", "summarize_world", "targets", "compare_sources",
            "DEFAULT_POLICIES",
-           "DEFAULT_OVERGENS", "CHILDREN", "SE_TARGET", "PAIR_MARGIN"]
+           "DEFAULT_OVERGENS", "SE_TARGET", "PAIR_MARGIN"]
 
 DEFAULT_POLICIES = ("all", "topk:4", "threshold:0.7", "threshold:coverage=0.5", "ev:10")
 DEFAULT_OVERGENS = (1, 2, 4, 8)
-CHILDREN = ("own", "fallback", "model", "model:crb", "model:gbm")  # gfsim.simulator.world_model
 SE_TARGET = 0.04  # log2: a cell's standard error should not exceed this
 PAIR_MARGIN = 0.1  # log2: pairs whose direct difference exceeds this must be ordered right
 _T_CRIT: dict[int, float] = {}
@@ -77,10 +76,10 @@ class BenchSpec:
                                tuple(c.strip() for c in self.children.split(",") if c.strip()))
         if not self.children or len(set(self.children)) != len(self.children):
             raise GfsimError("--children: name one or more child sources, each once")
+        from gfsim.simulator.world_model import check_children
+
         for c in self.children:
-            if c not in CHILDREN:
-                raise GfsimError(f"--children: unknown child source {c!r}; valid: "
-                                 f"{', '.join(CHILDREN)}")
+            check_children(c)
         for name, v, lo in (("--steps", self.steps, 1), ("--replay-seeds", self.replay_seeds, 1),
                             ("--direct-reps", self.direct_reps, 2)):
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
