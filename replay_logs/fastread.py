@@ -111,6 +111,12 @@ class _Decision(_Record, tag="decision"):
     reason: Optional[_Str] = None
 
 
+class _Attempt(_Record, tag="attempt"):
+    candidate_id: _Str
+    attempt: _NonNegInt
+    session: Optional[_NonNegInt] = None
+
+
 class _Evaluation(_Record, tag="evaluation"):
     candidate_id: _Str
     outcome: Literal[OUTCOMES]  # type: ignore[valid-type]
@@ -128,7 +134,7 @@ class _Evaluation(_Record, tag="evaluation"):
 
 
 _DECODER = msgspec.json.Decoder(
-    Union[_Run, _Step, _Candidate, _Forecast, _Decision, _Evaluation])
+    Union[_Run, _Step, _Candidate, _Forecast, _Decision, _Attempt, _Evaluation])
 _BLANK = re.compile(rb"\n[ \t\r\f\v]*\n")  # a blank line after the first
 _LEADING_BLANK = re.compile(rb"[ \t\r\f\v]*\n")
 
@@ -138,6 +144,7 @@ assert {f for f in _Step.__struct_fields__} == set(FIELDS["step"])
 assert {f for f in _Candidate.__struct_fields__} == set(FIELDS["candidate"])
 assert {f for f in _Forecast.__struct_fields__} == set(FIELDS["forecast"])
 assert {f for f in _Decision.__struct_fields__} == set(FIELDS["decision"])
+assert {f for f in _Attempt.__struct_fields__} == set(FIELDS["attempt"])
 assert {f for f in _Evaluation.__struct_fields__} == set(FIELDS["evaluation"])
 
 
@@ -157,7 +164,7 @@ def _plain(obj) -> bool:
 
 
 _TAG = {cls: cls.__struct_config__.tag for cls in (_Run, _Step, _Candidate, _Forecast, _Decision,
-                                                  _Evaluation)}
+                                                  _Attempt, _Evaluation)}
 _CODE = {cls: k for k, cls in enumerate(_TAG)}
 
 
@@ -193,6 +200,7 @@ def fast_columns(header_line: int, header: dict, rest: bytes):
     (runs, run_lines), (steps, step_lines) = parts[_Run], parts[_Step]
     (cands, cand_lines), (fcs, fc_lines) = parts[_Candidate], parts[_Forecast]
     (decs, dec_lines), (evs, ev_lines) = parts[_Decision], parts[_Evaluation]
+    atts, att_lines = parts[_Attempt]
 
     # -- links (any break: the validating reader reports the first one) --------------------
     run_line: dict[str, int] = {}
@@ -220,7 +228,7 @@ def fast_columns(header_line: int, header: dict, rest: bytes):
     for p, sid, ln in zip(parent_ids, cand_search_ids, cand_lines):
         if p is not None and (get_line(p, ln) >= ln or cand_search[p] != sid):
             return None
-    for part, lines in ((fcs, fc_lines), (decs, dec_lines), (evs, ev_lines)):
+    for part, lines in ((fcs, fc_lines), (decs, dec_lines), (atts, att_lines), (evs, ev_lines)):
         if any(get_line(c, ln) >= ln for c, ln in zip(_column(part, "candidate_id"), lines)):
             return None
     ev_cols = {k: _column(evs, k) for k in FIELDS["evaluation"]}

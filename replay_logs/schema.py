@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
-KINDS = ("header", "run", "step", "candidate", "forecast", "decision", "evaluation")
+KINDS = ("header", "run", "step", "candidate", "forecast", "decision", "attempt", "evaluation")
 LOG_SHAPES = ("trajectory", "pairs", "config_space")
 OUTCOMES = (
     "success",
@@ -190,6 +190,13 @@ FIELDS: dict[str, dict[str, tuple[bool, Check]]] = {
         "action": (REQ, one_of(*ACTIONS)),
         "score": (OPT, number),
         "reason": (OPT, string),
+    },
+    # Written by a live run just before it measures a candidate (fsynced), so that a candidate
+    # whose measurement killed the run is recorded as a failure on resume, not redone forever.
+    "attempt": {
+        "candidate_id": (REQ, string),
+        "attempt": (REQ, nonneg_int),
+        "session": (OPT, nonneg_int),
     },
     "evaluation": {
         "candidate_id": (REQ, string),

@@ -184,12 +184,18 @@ def test_the_reference_is_retimed_every_n_candidates(tmp_path):
         marks = [bool(m.measure(c).get("ref_retimed")) for c in cands]
         assert marks == [True, False, True, False, True]
         assert len(m.reference_log) == 3 * len(m.timing_shapes("cpu"))
-        # The baseline is timed in a process of its own, not by the candidates' worker (which
-        # could patch it) and not here (where other threads stall the launches).
-        assert m._ref_worker.proc.pid != m._worker.proc.pid
-        ans = m._worker.call({"op": "time_baseline", "dims": task.check_shapes[0], "seed": 0,
-                              "options": {}}, 60)
-        assert not ans["ok"] and "has run candidate code" in ans["error"]
+        # Every candidate had a fresh process; the baseline is timed in a process of its own,
+        # which no candidate's (it could patch the baseline) is allowed to do.
+        assert m.sandboxes == len(cands)
+        box = m._spawn()
+        try:
+            assert box.pid != m._ref_worker.pid
+            assert box.call({"op": "load", "code": cands[0].code}, 60)["ok"]
+            ans = box.call({"op": "time_baseline", "dims": task.check_shapes[0], "seed": 0,
+                            "reps": 3}, 60)
+            assert not ans["ok"] and "has run candidate code" in ans["error"]
+        finally:
+            box.close()
 
 
 def test_what_a_live_run_refuses(tmp_path):

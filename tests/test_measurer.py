@@ -1,5 +1,6 @@
-"""TritonMeasurer on CPU: isolation and limits with candidates that misbehave (the GPU stages
-are exercised on the H200 by experiments/measure_gpu.py and the gpu-marked tests)."""
+"""TritonMeasurer on CPU: the sandbox, limits and checks with candidates that misbehave (the
+hostile-candidate suite is tests/test_hostile.py; the GPU stages run on the H200 in the
+gpu-marked tests and experiments/hostile_suite.py)."""
 
 import hashlib
 import socket
@@ -66,20 +67,28 @@ def test_calling_the_reference_is_refused(measurer):
     assert measurer.measure(Code(CORRECT))["outcome"] == CORRECT_UNTIMED
 
 
-def test_a_hanging_candidate_times_out_and_the_worker_is_replaced(measurer):
-    before = measurer.restarts
+def test_every_candidate_gets_a_fresh_process(measurer):
+    code = "import os\ndef run(x):\n    raise RuntimeError('pid %d' % os.getpid())\n"
+    before = measurer.sandboxes
+    first = measurer.measure(Code(code))
+    second = measurer.measure(Code(code + "\n"))
+    assert measurer.sandboxes == before + 2
+    # PID 1 of a namespace of its own, each time (where the kernel allows namespaces).
+    if measurer.facilities.pid_ns:
+        assert "pid 1" in first["reason"] and "pid 1" in second["reason"]
+    assert first["sandbox"] != "none"
+
+
+def test_a_hanging_candidate_times_out(measurer):
     r = measurer.measure(Code("def run(x):\n    while True:\n        pass\n"))
     assert r["outcome"] == "timeout" and "no answer within" in r["reason"]
     assert measurer.measure(Code(CORRECT))["outcome"] == CORRECT_UNTIMED
-    assert measurer.restarts == before + 1
 
 
 def test_a_crashing_candidate_is_a_runtime_error(measurer):
-    before = measurer.restarts
     r = measurer.measure(Code("import os\ndef run(x):\n    os._exit(3)\n"))
     assert r["outcome"] == "runtime_error" and "exit 3" in r["reason"]
     assert measurer.measure(Code(CORRECT))["outcome"] == CORRECT_UNTIMED
-    assert measurer.restarts == before + 1
 
 
 def test_unbounded_allocation_is_killed_by_the_memory_watchdog(measurer):
@@ -135,6 +144,43 @@ def test_no_network_where_the_kernel_allows_a_namespace(measurer):
     r = measurer.measure(Code(code))
     t.join(timeout=8)
     server.close()
-    if not r.get("network_isolated"):
-        pytest.skip("no network namespace here (unshare not permitted)")
     assert not seen and r["outcome"] == "runtime_error" and "connected" not in r["reason"]
+
+
+def test_a_machine_without_the_sandbox_refuses_untrusted_code(tmp_path):
+    """Where the kernel lacks a facility, the measurer refuses to start, naming what is
+    missing; --trust-candidates (trust_candidates) runs with what there is."""
+    from gfsim.live.measurer import UntrustedRefused
+    from gfsim.live.sandbox import Facilities
+
+    class Limited(TritonMeasurer):
+        def _start_zygote(self):
+            zygote = super()._start_zygote() if self._zygote is not None else None
+            if zygote is None:
+                import gfsim.live.measurer as mod
+
+                real = mod._Zygote
+
+                class NoNamespaces(real):
+                    def __init__(self, *a, **k):
+                        super().__init__(*a, **k)
+                        self.facilities = Facilities(landlock_abi=self.facilities.landlock_abi,
+                                                     seccomp=self.facilities.seccomp)
+
+                mod._Zygote = NoNamespaces
+                try:
+                    zygote = super()._start_zygote()
+                finally:
+                    mod._Zygote = real
+            return zygote
+
+    cfg = MeasurerConfig(compile_timeout_s=60, check_timeout_s=20)
+    with pytest.raises(UntrustedRefused, match="user namespace.*--trust-candidates"):
+        Limited("softmax", cfg, workdir=tmp_path).measure(Code(CORRECT))
+    trusted = Limited("softmax", MeasurerConfig(compile_timeout_s=60, check_timeout_s=20,
+                                                trust_candidates=True), workdir=tmp_path)
+    try:
+        r = trusted.measure(Code(CORRECT))
+    finally:
+        trusted.close()
+    assert r["outcome"] == CORRECT_UNTIMED and r["network_isolated"] is False

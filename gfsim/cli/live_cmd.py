@@ -90,6 +90,11 @@ def live(
     max_minutes: Optional[float] = typer.Option(None, "--max-minutes",
                                                 help="Stop this session at a step boundary "
                                                      "after this long (resume later)."),
+    trust_candidates: bool = typer.Option(
+        False, "--trust-candidates",
+        help="Run candidate code even where this machine lacks part of the sandbox (user, "
+             "PID, network or mount namespaces, Landlock >= 6, seccomp); without it such a "
+             "machine refuses to run LLM-written kernels."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Run a live search with real parts and write its replay log as it goes; it ends with the
@@ -160,8 +165,23 @@ def live(
     mconfig = MeasurerConfig(protocol=protocol, rse_target=0.05 if interpret else rse,
                              max_reps=min(max_reps, 10) if interpret else max_reps,
                              energy_window_s=0.0 if interpret else energy_window,
-                             interpret=interpret, cpu_timing=interpret)
+                             interpret=interpret, cpu_timing=interpret,
+                             trust_candidates=trust_candidates)
+    from gfsim.live.sandbox import MISSING_HELP, probe_subprocess
+
+    facilities = probe_subprocess()
+    missing = facilities.missing()
+    if missing and not trust_candidates:
+        raise GfsimError(f"this machine cannot confine candidate code: no {', '.join(missing)}"
+                         f" ({'; '.join(facilities.errors) or 'see gfsim.live.sandbox'}); "
+                         f"{MISSING_HELP}")
+    if missing:
+        import sys as _sys
+
+        print(f"sandbox incomplete, running anyway (--trust-candidates): no "
+              f"{', '.join(missing)}", file=_sys.stderr)
     hardware = _environment(interpret)
+    hardware["sandbox"] = facilities.as_dict()
     timing = {"protocol": "cpu-wallclock" if interpret else protocol,
               "l2_flush": protocol == "gfsim" and not interpret,
               "input_clone_timed": protocol == "reference" and not interpret,

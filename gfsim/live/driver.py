@@ -50,7 +50,8 @@ LIVE_DRIVER = "puct"
 _EVAL_KEEP = ("outcome", "speedup", "runtime_ns", "ref_runtime_ns", "compile_s", "check_s",
               "timing_s", "wall_s", "service_s", "energy_j", "reason", "failed_stage",
               "timing_protocol", "timing_statistic", "timing_reps", "timing_rse",
-              "ref_retimed", "joules_per_call", "energy_window_s", "network_isolated")
+              "ref_retimed", "joules_per_call", "energy_window_s", "network_isolated",
+              "sandbox", "trusted_runtime_ns", "timing_capped", "timing_forged")
 
 
 @dataclass
@@ -63,6 +64,9 @@ class LiveOptions:
     generator_slots: int = 4
     forecaster_slots: int = 4
     max_session_s: float = math.inf  # stop at a step boundary once a session has run this long
+    # A candidate whose measurement was begun this many times without an evaluation (the run
+    # died each time: a killed parent, a hung GPU) is recorded as a failure on resume.
+    max_attempts: int = 2
 
     def configuration(self, source: CandidateSource, forecaster_name: str | None) -> dict:
         b = self.budget
@@ -90,6 +94,7 @@ class RecordedLog:
         self.forecasts: dict[str, dict] = {}
         self.decisions: dict[str, dict] = {}
         self.evaluations: dict[str, dict] = {}
+        self.attempts: dict[str, int] = {}  # measurements begun, by candidate
         self.code_by_sha: dict[str, str] = {}
         self.dropped_tail = False
         if self.path.exists():
@@ -129,6 +134,9 @@ class RecordedLog:
                 self.forecasts.setdefault(rec["candidate_id"], rec)
             elif kind == "decision":
                 self.decisions[rec["candidate_id"]] = rec
+            elif kind == "attempt":
+                cid = rec["candidate_id"]
+                self.attempts[cid] = max(self.attempts.get(cid, 0), int(rec["attempt"]))
             elif kind == "evaluation":
                 self.evaluations[rec["candidate_id"]] = rec
 
@@ -595,7 +603,20 @@ class LiveRun:
                         "candidate_id": cid, "reused_from": earlier, "compile_s": 0.0,
                         "check_s": 0.0, "timing_s": 0.0, "wall_s": 0.0, "service_s": 0.0}
                     rec.pop("energy_j", None)
+                elif self.log.attempts.get(cid, 0) >= self.options.max_attempts:
+                    n = self.log.attempts[cid]
+                    rec = {"kind": "evaluation", "candidate_id": cid,
+                           "outcome": "runtime_error", "failed_stage": "attempt",
+                           "compile_s": 0.0, "check_s": 0.0, "timing_s": 0.0, "wall_s": 0.0,
+                           "service_s": 0.0,
+                           "reason": f"its measurement was begun {n} times and the run died "
+                                     "each time (attempt records in the log): recorded as a "
+                                     "failure instead of measured again"}
                 else:
+                    n = self.log.attempts.get(cid, 0) + 1
+                    self.log.write({"kind": "attempt", "candidate_id": cid, "attempt": n,
+                                    "session": self.session})
+                    self.log.attempts[cid] = n
                     ev = self._measurer(s.task.name).measure(CodeCandidate(s.task.name, code))
                     rec = {"kind": "evaluation", "candidate_id": cid, **_evaluation_fields(ev)}
                     s.gpu_busy_s += rec.get("wall_s", 0.0)

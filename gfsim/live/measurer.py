@@ -1,16 +1,21 @@
 """Measurers: where an evaluation comes from. ``LogMeasurer`` looks it up in a replay log;
-``TritonMeasurer`` compiles, checks and times a real Triton candidate in an isolated worker.
+``TritonMeasurer`` compiles, checks and times a real Triton candidate in a sandbox.
 
-Isolation of untrusted code (DESIGN.md "Live mode"): a separate worker process in its own
-process group, an allow-listed environment (no API keys), a private working directory, no
-network where ``unshare`` can make a network namespace, an RSS watchdog that kills the process
-group past a memory limit (not RLIMIT_AS, which breaks CUDA), wall-clock limits per stage, and
-a fresh worker after a crash, a limit or a sticky CUDA error. The reference implementation runs
-only here in the parent: the worker blocks its entry points while a candidate runs, and the
-parent checks the candidate's outputs against its own reference on its own inputs, again on
-fresh inputs after timing. What a candidate with full Python access can still do is forge the
-worker's answers about *time*; the parent checks them against its own wall clock and (on a GPU)
-NVML energy, which bounds but does not prevent that.
+Isolation (``gfsim.live.sandbox``, threat model in docs/live.md): every candidate runs in a
+fresh process forked from a prepared zygote and never reused, in its own user, PID, network and
+mount namespaces, with writes confined by Landlock to its own folder, no sockets (seccomp), an
+allow-listed environment, a memory watchdog over its whole namespace and wall-clock limits per
+stage. The reference implementation runs only in this process, and the baseline only in a
+process of its own that never loads candidate code.
+
+Nothing the candidate's process says is believed. Its outputs are checked here against the
+reference on the check shapes, on a shape it was never told about, on rows of randomly chosen
+timed repetitions (every repetition has fresh inputs; which ones are checked is decided after
+the batch) and again on fresh inputs after timing. Its timings are batches whose size this
+process chooses and times with its own clock (the kernel's timestamp of the answer, so a busy
+thread here cannot inflate it); the loop's own cost, measured in the baseline's process, comes
+off that clock. A claim below it by more than ``timing_tolerance`` is capped at it, and one
+below ``forged_below`` times it is refused as forged.
 """
 
 from __future__ import annotations
@@ -21,19 +26,22 @@ import os
 import selectors
 import shutil
 import signal
+import socket
+import statistics
+import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from gfsim.core.errors import GfsimError
 
 __all__ = ["Measurer", "LogMeasurer", "TritonMeasurer", "MeasurerConfig", "ENV_ALLOWLIST",
-           "CORRECT_UNTIMED"]
+           "CORRECT_UNTIMED", "UntrustedRefused"]
 
 CORRECT_UNTIMED = "correct_untimed"
 
@@ -90,8 +98,17 @@ class MeasurerConfig:
     # A separate window of back-to-back calls this long gives joules per call from NVML's
     # energy counter, which is coarse over shorter windows; 0 turns it off.
     energy_window_s: float = 1.0
-    isolate_network: bool = True
     seed: int = 0
+    # Run candidates even where the kernel lacks part of the sandbox (gfsim.live.sandbox
+    # .Facilities.missing): with what there is. Off, such a machine refuses untrusted code.
+    trust_candidates: bool = False
+    # A reported time below (1 - timing_tolerance) x the measurer's own clock is capped at
+    # that clock; below forged_below x it, the evaluation is refused as forged.
+    timing_tolerance: float = 0.10
+    forged_below: float = 0.5
+    check_rows: int = 16  # rows of each output kept per timed repetition
+    checked_reps: int = 2  # timed repetitions per batch whose rows are checked
+    hidden_shapes: int = 1  # extra check shapes drawn at random per candidate
     # Without a GPU (TRITON_INTERPRET=1): time candidates by wall clock on the CPU (protocol
     # "cpu-wallclock", on ``cpu_shapes`` or the task's first two check shapes) instead of
     # stopping at "correct_untimed". Interpreter times, not GPU times: logs say so.
@@ -109,95 +126,239 @@ class WorkerFailure(Exception):
         self.kind = kind  # "timeout" | "crash" | "memory"
 
 
-class _Worker:
-    """One worker process and its pipes, watched for memory."""
+class UntrustedRefused(GfsimError):
+    """This machine cannot confine candidate code, and --trust-candidates was not given."""
 
-    def __init__(self, task: str, config: MeasurerConfig, root: Path):
-        self.dir = Path(tempfile.mkdtemp(prefix="gfsim-worker-", dir=root))
+
+_SO_TIMESTAMPNS = 35  # Linux: the kernel stamps each message with the time it was sent
+
+
+class _Zygote:
+    """The prepared parent (``python -m gfsim.live.sandbox``): torch imported, CUDA not
+    initialised, no candidate code ever; it forks every sandboxed process."""
+
+    def __init__(self, task: str, root: Path, interpret: bool):
+        self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = {k: os.environ[k] for k in ENV_ALLOWLIST if k in os.environ}
-        env.update(HOME=str(self.dir), TMPDIR=str(self.dir), PYTHONNOUSERSITE="1",
-                   TRITON_CACHE_DIR=str(root / "triton-cache"), PYTHONDONTWRITEBYTECODE="1",
-                   PYTHONPATH=_package_root())
+        env.update(PYTHONNOUSERSITE="1", PYTHONDONTWRITEBYTECODE="1", HOME=str(root),
+                   PYTHONPATH=_package_root(), TRITON_CACHE_DIR=str(root / "triton-zygote"))
+        if interpret:  # Triton reads it when it is imported, which the zygote does
+            env["TRITON_INTERPRET"] = "1"
+        self.stderr = open(root / "zygote.log", "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gfsim.live.sandbox", task, str(theirs.fileno())],
+            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=self.stderr,
+            stderr=self.stderr, cwd=root, env=env, start_new_session=True)
+        theirs.close()
+        self.sock.settimeout(300.0)
+        self.lock = threading.Lock()
+        try:
+            ready = json.loads(self.sock.recv(1 << 20) or b"null")
+        except (OSError, ValueError):
+            ready = None
+        if not ready:
+            self.close()
+            tail = (root / "zygote.log").read_bytes()[-800:].decode(errors="replace")
+            raise GfsimError(f"the sandbox's zygote did not start: {tail}")
+        from gfsim.live.sandbox import Facilities
+
+        self.facilities = Facilities.from_dict(ready["facilities"])
+        self.cuda_initialised = ready.get("cuda_initialised", False)
+        self.env = env
+
+    def spawn(self, spec: dict, fds: list[int]) -> int:
+        with self.lock:
+            socket.send_fds(self.sock, [json.dumps(spec).encode()], fds)
+            ans = json.loads(self.sock.recv(1 << 16) or b"null")
+        if not ans or "spawned" not in ans:
+            raise GfsimError(f"the sandbox's zygote did not fork: {ans}")
+        return int(ans["spawned"])
+
+    def close(self) -> None:
+        try:
+            self.sock.send(b'{"op": "exit"}')
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.sock.close()
+        self.stderr.close()
+
+
+class _Sandbox:
+    """One confined process (a candidate's, or the baseline's) and its channels.
+
+    Requests go down a pipe; answers come back on a SOCK_SEQPACKET socket whose messages the
+    kernel timestamps when they are sent, so ``call`` knows when an answer was written even if
+    this process is slow to read it. A watchdog kills the whole PID namespace past the memory
+    or process limit."""
+
+    def __init__(self, zygote: _Zygote, task: str, config: MeasurerConfig, root: Path,
+                 facilities):
+        self.dir = Path(tempfile.mkdtemp(prefix="gfsim-worker-", dir=root))
+        env = dict(zygote.env)
+        env.update(HOME=str(self.dir), TMPDIR=str(self.dir),
+                   TRITON_CACHE_DIR=str(self.dir / "triton-cache"))
         if config.interpret:
             env["TRITON_INTERPRET"] = "1"
-        cmd = [sys.executable, "-m", "gfsim.live.worker", task]
-        self.network_isolated = False
-        if config.isolate_network and _can_unshare_net():
-            cmd = ["unshare", "--map-root-user", "--net", *cmd]
-            self.network_isolated = True
-        self.stderr = open(self.dir / "stderr.log", "wb")
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.stderr, cwd=self.dir, env=env,
-                                     start_new_session=True)
+        req_r, req_w = os.pipe()
+        self.ans, ans_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.ans.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        st_r, st_w = os.pipe()
+        spec = {"dir": str(self.dir), "env": env, "task": task,
+                "facilities": facilities.as_dict(), "shm_mb": int(config.memory_limit_mb)}
+        try:
+            zygote.spawn(spec, [req_r, ans_theirs.fileno(), st_w])
+        finally:
+            os.close(req_r)
+            os.close(st_w)
+            ans_theirs.close()
+        self.req = req_w
+        self.status = os.fdopen(st_r, "rb")
+        self.network_isolated = facilities.net_ns
         self.limit_kb = config.memory_limit_mb * 1024
-        self.killed_for_memory = False
+        self.killed_for = None
+        self.exit_code = None
+        self.pid, self.pidfd, self.ns, self.pgid = None, None, None, None
+        first = self._status_line(60.0)
+        if "pid" not in first:
+            self.close()
+            raise GfsimError(f"the sandbox did not start: {first.get('error', first)}")
+        self.pid = int(first["pid"])
+        try:
+            self.pidfd = os.pidfd_open(self.pid)
+            self.pgid = os.getpgid(self.pid)
+            if facilities.pid_ns:
+                self.ns = os.stat(f"/proc/{self.pid}/ns/pid").st_ino
+        except OSError:
+            pass
         self._stop = threading.Event()
         self._watch = threading.Thread(target=self._watch_memory, daemon=True)
         self._watch.start()
-        self._buffer = b""
         ready = self.call(None, timeout=300.0)
         self.device = ready.get("device")
+        self.confined = ready.get("confined", {})
+
+    def _status_line(self, timeout: float) -> dict:
+        sel = selectors.DefaultSelector()
+        sel.register(self.status, selectors.EVENT_READ)
+        try:
+            if not sel.select(timeout):
+                return {"error": "no word from the sandbox"}
+            line = self.status.readline()
+        finally:
+            sel.close()
+        try:
+            return json.loads(line) if line else {"error": "the sandbox's parent died"}
+        except ValueError:
+            return {"error": line[:200].decode(errors="replace")}
 
     def _watch_memory(self) -> None:
         while not self._stop.wait(0.05):
-            if _group_rss_kb(self.proc.pid) > self.limit_kb:
-                self.killed_for_memory = True
+            kb, n = _namespace_usage(self.pid, self.ns)
+            if kb > self.limit_kb or n > 512:
+                self.killed_for = "memory" if kb > self.limit_kb else "processes"
                 self.kill()
                 return
 
     def call(self, req: dict | None, timeout: float) -> dict:
-        """Send one request (None: read the ready line) and wait for its answer."""
+        """Send one request (None: read the ready message) and wait for its answer; the
+        answer's ``_sent_s`` is how long after the request it was sent (the kernel's clock)."""
+        t0 = time.time()
         if req is not None:
             try:
-                self.proc.stdin.write((json.dumps(req) + "\n").encode())
-                self.proc.stdin.flush()
-            except (BrokenPipeError, OSError):
+                os.write(self.req, (json.dumps(req) + "\n").encode())
+            except OSError:
                 raise self._failure() from None
         deadline = time.monotonic() + timeout
-        sel = selectors.DefaultSelector()
-        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.kill()
+                raise WorkerFailure("timeout", f"no answer within {timeout:.0f} s")
+            self.ans.settimeout(min(left, 0.5))
+            try:
+                msg, anc, _flags, _addr = self.ans.recvmsg(1 << 22, 64)
+            except TimeoutError:
+                if self.killed_for:
+                    raise self._failure() from None
+                continue
+            except OSError:
+                raise self._failure() from None
+            if not msg:
+                raise self._failure()
+            break
+        sent = None
+        for level, kind, data in anc:
+            if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(data) >= 16:
+                sec, ns = struct.unpack("qq", data[:16])
+                sent = sec + ns * 1e-9
         try:
-            while b"\n" not in self._buffer:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    self.kill()
-                    raise WorkerFailure("timeout", f"no answer within {timeout:.0f} s")
-                if not sel.select(timeout=min(left, 0.5)):
-                    continue
-                chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
-                if not chunk:
-                    raise self._failure()
-                self._buffer += chunk
-        finally:
-            sel.close()
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return json.loads(line)
+            ans = json.loads(msg)
+        except ValueError:
+            ans = None
+        if not isinstance(ans, dict):
+            return {"ok": False, "kind": "protocol", "error": "an answer that is not a JSON "
+                    "object"}
+        ans["_sent_s"] = (sent - t0) if sent is not None else time.time() - t0
+        return ans
 
     def _failure(self) -> WorkerFailure:
-        self.proc.wait(timeout=10)
-        if self.killed_for_memory:
+        self.kill()
+        self._reap()
+        if self.killed_for == "memory":
             return WorkerFailure("memory", "worker exceeded the memory limit and was killed")
-        tail = (self.dir / "stderr.log").read_bytes()[-600:].decode(errors="replace")
-        return WorkerFailure("crash", f"worker died (exit {self.proc.returncode}): {tail}")
+        if self.killed_for == "processes":
+            return WorkerFailure("crash", "worker started more than 512 processes and was "
+                                 "killed")
+        tail = (self.dir / "stderr.log").read_bytes()[-600:].decode(errors="replace") \
+            if (self.dir / "stderr.log").exists() else ""
+        return WorkerFailure("crash", f"worker died (exit {self.exit_code}): {tail}")
+
+    def _reap(self, timeout: float = 10.0) -> None:
+        """Wait for the outer process's word that the namespace is empty (its exit status)."""
+        while self.exit_code is None:
+            line = self._status_line(timeout)
+            if "exit" in line:
+                self.exit_code = line["exit"]
+            else:
+                break
 
     def kill(self) -> None:
+        """SIGKILL the namespace's init: the kernel kills everything else in it."""
         try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
+            if self.pidfd is not None:
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            elif self.pid is not None:
+                os.kill(self.pid, signal.SIGKILL)
+        except OSError:
             pass
+        if self.ns is None and self.pgid is not None:  # no PID namespace: its process group
+            try:
+                os.killpg(self.pgid, signal.SIGKILL)
+            except OSError:
+                pass
 
     def close(self) -> None:
-        self._stop.set()
-        if self.proc.poll() is None:
+        if getattr(self, "_stop", None) is not None:
+            self._stop.set()
+        if self.pid is not None and self.exit_code is None:
             try:
-                self.proc.stdin.write(b'{"op": "exit"}\n')
-                self.proc.stdin.flush()
-                self.proc.wait(timeout=5)
-            except (OSError, subprocess.TimeoutExpired):
-                self.kill()
-        self.kill()
-        self.proc.wait()
-        self.stderr.close()
+                os.write(self.req, b'{"op": "exit"}\n')
+            except OSError:
+                pass
+            self._reap(2.0)
+            self.kill()
+            self._reap()
+        for close in (lambda: os.close(self.req), self.ans.close, self.status.close,
+                      lambda: self.pidfd is not None and os.close(self.pidfd)):
+            try:
+                close()
+            except OSError:
+                pass
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -207,52 +368,47 @@ def _package_root() -> str:
     return str(Path(gfsim.__file__).resolve().parent.parent)
 
 
-_UNSHARE: bool | None = None
-
-
-def _can_unshare_net() -> bool:
-    global _UNSHARE
-    if _UNSHARE is None:
-        try:
-            _UNSHARE = subprocess.run(["unshare", "--map-root-user", "--net", "true"],
-                                      capture_output=True, timeout=10).returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            _UNSHARE = False
-    return _UNSHARE
-
-
-def _group_rss_kb(pgid: int) -> float:
-    """Resident memory of every process in a process group (Linux /proc)."""
-    total = 0.0
+def _namespace_usage(pid: int | None, ns: int | None) -> tuple[float, int]:
+    """(resident kB, processes) of a sandbox: every process in its PID namespace, plus what
+    its private /dev/shm holds; without a namespace, the process group of ``pid``."""
+    if pid is None:
+        return 0.0, 0
+    total, count = 0.0, 0
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
-            stat = Path(entry.path, "stat").read_text()
-            fields = stat[stat.rindex(")") + 2:].split()
-            if int(fields[2]) != pgid:  # field 5 of stat: process group
-                continue
+            if ns is not None:
+                if os.stat(f"{entry.path}/ns/pid").st_ino != ns:
+                    continue
+            else:
+                stat = Path(entry.path, "stat").read_text()
+                if int(stat[stat.rindex(")") + 2:].split()[2]) != pid:
+                    continue
+            count += 1
             for line in Path(entry.path, "status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
                     total += float(line.split()[1])
                     break
         except (OSError, ValueError, IndexError):
             continue
-    return total
-
-
-@dataclass
-class _Reference:
-    mean_ms: list[float] = field(default_factory=list)
-
+    if ns is not None:
+        try:
+            st = os.statvfs(f"/proc/{pid}/root/dev/shm")
+            total += (st.f_blocks - st.f_bfree) * st.f_frsize / 1024
+        except OSError:
+            pass
+    return total, count
 
 class TritonMeasurer(Measurer):
-    """Compile, check and time Triton candidates of one task, one candidate at a time.
+    """Compile, check and time Triton candidates of one task, one candidate at a time, each in
+    a fresh sandboxed process (module docstring).
 
-    Stages, each timed: compile (load the code, first call on a benchmark shape: Triton's JIT),
-    check (outputs on every check shape against the parent's reference), timing (every
-    benchmark shape under the configured protocol), then a re-check on fresh inputs. The
-    reference is timed in this process with the same protocol and cached per shape.
+    Stages, each timed: compile (start the candidate's process, load the code, first call on a
+    benchmark shape: Triton's JIT), check (outputs on every check shape and on hidden ones
+    against this process's reference), timing (every benchmark shape, in batches this process
+    times and checks), then a re-check on fresh inputs. The baseline is timed with the same
+    protocol in a sandboxed process that never loads candidate code, and cached per shape.
     """
 
     def __init__(self, task, config: MeasurerConfig = MeasurerConfig(), workdir=None):
@@ -260,13 +416,16 @@ class TritonMeasurer(Measurer):
         self.config = config
         self.workdir = workdir
         self._task = None
-        self._worker: _Worker | None = None
-        self._ref_worker: _Worker | None = None  # times the baseline; never runs candidates
+        self._zygote: _Zygote | None = None
+        self._ref_worker: _Sandbox | None = None  # times the baseline; never runs candidates
         self._root: Path | None = None
         self._ref_cache: dict = {}
-        self.restarts = 0
+        self._null_cache: dict = {}
         self._nvml = None
         self._timed_since_ref = 0
+        self._rng = None
+        self.sandboxes = 0  # candidate processes started
+        self.spawn_s: list[float] = []  # seconds from asking for a process to its ready answer
         self.reference_log: list[dict] = []  # every (re-)timing of the baseline, in order
 
     # -- plumbing ----------------------------------------------------------------------------
@@ -278,35 +437,50 @@ class TritonMeasurer(Measurer):
             self._task = get_task(self.task_name)
         return self._task
 
-    def _running(self, worker: _Worker | None) -> _Worker:
-        """``worker`` if its process still runs, else a fresh one (the dead one closed)."""
-        if worker is not None and worker.proc.poll() is None:
-            return worker
-        if self._root is None:
-            self._root = Path(tempfile.mkdtemp(prefix="gfsim-measure-", dir=self.workdir))
-        if worker is not None:
-            worker.close()
-        return _Worker(self.task_name, self.config, self._root)
+    @property
+    def facilities(self):
+        """What this machine's kernel allows the sandbox (``sandbox.Facilities``)."""
+        return self._start_zygote().facilities
 
-    def _ensure_worker(self) -> _Worker:
-        worker = self._running(self._worker)
-        if self._worker is not None and worker is not self._worker:
-            self.restarts += 1
-        self._worker = worker
-        return worker
+    def _start_zygote(self) -> _Zygote:
+        if self._zygote is None or self._zygote.proc.poll() is not None:
+            import numpy as np
 
-    def _replace_worker(self) -> None:
-        if self._worker is not None:
-            self._worker.close()
-            self._worker = None
-            self.restarts += 1
+            from gfsim.live.sandbox import MISSING_HELP, PR_SET_DUMPABLE, prctl
+
+            if self._root is None:
+                self._root = Path(tempfile.mkdtemp(prefix="gfsim-measure-", dir=self.workdir))
+            self._zygote = _Zygote(self.task_name, self._root, self.config.interpret)
+            self._rng = np.random.default_rng([self.config.seed, 0x5A4D])
+            fac = self._zygote.facilities
+            missing = fac.missing()
+            if self._zygote.cuda_initialised:
+                raise GfsimError("the sandbox's zygote initialised CUDA before forking; "
+                                 "candidates could not use the GPU")
+            if missing and not self.config.trust_candidates:
+                self.close()
+                raise UntrustedRefused(f"this machine cannot confine candidate code: no "
+                                       f"{', '.join(missing)}; {MISSING_HELP}")
+            if not (fac.pid_ns and fac.mount_ns):
+                # A candidate could see this process in /proc: its memory and environment
+                # stay unreadable only if it is not dumpable.
+                prctl(PR_SET_DUMPABLE, 0)
+        return self._zygote
+
+    def _spawn(self) -> _Sandbox:
+        zygote = self._start_zygote()
+        t0 = time.perf_counter()
+        box = _Sandbox(zygote, self.task_name, self.config, self._root, zygote.facilities)
+        self.spawn_s.append(time.perf_counter() - t0)
+        return box
 
     def close(self) -> None:
-        for name in ("_worker", "_ref_worker"):
-            worker = getattr(self, name)
-            if worker is not None:
-                worker.close()
-                setattr(self, name, None)
+        if self._ref_worker is not None:
+            self._ref_worker.close()
+            self._ref_worker = None
+        if self._zygote is not None:
+            self._zygote.close()
+            self._zygote = None
         if self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
             self._root = None
@@ -323,12 +497,19 @@ class TritonMeasurer(Measurer):
 
         return "cuda" if torch.cuda.is_available() and not self.config.interpret else "cpu"
 
-    def _reference_output(self, dims: dict, seed: int) -> list:
-        """The reference's outputs (one or a tuple) as float32 NumPy arrays, in order."""
+    def _reference_output(self, dims: dict, seed: int, rows: int | None = None) -> list:
+        """The reference's outputs (one or a tuple) as float32 NumPy arrays, in order; with
+        ``rows``, only the rows ``worker.check_rows`` picks for that seed."""
         from gfsim.live.tasks.base import output_arrays
+        from gfsim.live.worker import check_rows
 
         inputs = self.task.make_inputs(dims, seed, self._device())
-        return output_arrays(self.task.reference(*inputs), "reference()")
+        out = self.task.reference(*inputs)
+        if rows is not None:
+            outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+            out = tuple(o.reshape(1) if o.dim() == 0 else
+                        o[check_rows(o.shape[0], seed, rows)] for o in outs)
+        return output_arrays(out, "reference()")
 
     def reference_times(self, dims: dict) -> dict:
         """The baseline's timing on a benchmark shape (cached per shape and protocol): the
@@ -336,27 +517,50 @@ class TritonMeasurer(Measurer):
         what a speedup is against; the upcast ``Task.reference`` only checks correctness."""
         key = (json.dumps(dims, sort_keys=True), self.config.protocol)
         if key not in self._ref_cache:
-            # Timed in a worker process of its own that never loads candidate code (so no
-            # candidate can patch the baseline), single-threaded like the candidates' worker.
-            # Timed here in the parent, every other thread of this process that wants the GIL
-            # (a worker's memory watchdog, a live run's other batches) stalls the launches
-            # between the CUDA events: on the H200 a busy thread turned fp8_quant's 0.58 ms
-            # baseline into several ms (experiments/ref_drift.py).
+            # Timed in a process of its own that never loads candidate code (so no candidate
+            # can patch the baseline), with the candidates' protocol.
             t0 = time.perf_counter()
-            ans = self._baseline_worker().call(
-                {"op": "time_baseline", "dims": dims, "seed": self.config.seed,
-                 "options": self._timing_options()}, self.config.timing_timeout_s)
+            worker = self._baseline_worker()
+            ans = worker.call({"op": "warmup", "dims": dims, "seed": self.config.seed,
+                               "protocol": self.config.protocol, "baseline": True},
+                              self.config.timing_timeout_s)
+            timed = self._time_shape(worker, dims, "time_baseline")
             if not ans["ok"]:
                 raise GfsimError(f"task {self.task_name}: timing the baseline failed: "
                                  f"{ans.get('error')}")
-            self._ref_cache[key] = {k: v for k, v in ans.items() if k != "ok"}
-            self.reference_log.append({"dims": dims, "value_ms": self._ref_cache[key]["value_ms"],
+            self._ref_cache[key] = timed
+            self.reference_log.append({"dims": dims, "value_ms": timed["value_ms"],
                                        "seconds": time.perf_counter() - t0})
         return self._ref_cache[key]
 
-    def _baseline_worker(self) -> _Worker:
-        self._ref_worker = self._running(self._ref_worker)
+    def _baseline_worker(self) -> _Sandbox:
+        if self._ref_worker is None or self._ref_worker.exit_code is not None:
+            if self._ref_worker is not None:
+                self._ref_worker.close()
+            self._ref_worker = self._spawn()
         return self._ref_worker
+
+    def _null_wall(self, dims: dict, reps: int) -> tuple[float, float]:
+        """Seconds the timing loop itself takes for ``reps`` repetitions (fresh inputs, flush,
+        events, synchronisation, the rows kept, the answer) with a call that does nothing, in
+        the baseline's process: the median of three batches after a warm-up, and their
+        range."""
+        key = (json.dumps(dims, sort_keys=True), reps, self.config.protocol)
+        if key not in self._null_cache:
+            walls = []
+            for k in range(4):  # the first is a warm-up (allocations, first-call costs)
+                ans = self._baseline_worker().call(
+                    {"op": "time_null", "dims": dims, "seed": self.config.seed + k,
+                     "reps": reps, "protocol": self.config.protocol, "prepare": k == 0,
+                     "rows": self.config.check_rows}, self.config.timing_timeout_s)
+                if not ans["ok"]:
+                    raise GfsimError(f"task {self.task_name}: timing the loop failed: "
+                                     f"{ans.get('error')}")
+                if k:
+                    walls.append(ans["_sent_s"])
+            walls.sort()
+            self._null_cache[key] = (walls[1], walls[2] - walls[0])
+        return self._null_cache[key]
 
     def timing_shapes(self, device: str) -> list[dict]:
         """The shapes a candidate is timed on: the task's benchmark shapes on a GPU; on the CPU
@@ -365,18 +569,10 @@ class TritonMeasurer(Measurer):
             return list(self.task.bench_shapes)
         return [dict(d) for d in self.config.cpu_shapes] or list(self.task.check_shapes[:2])
 
-    def _timing_options(self) -> dict:
-        c = self.config
-        return {"protocol": c.protocol, "rse_target": c.rse_target, "min_reps": c.min_reps,
-                "max_reps": c.max_reps, "max_kernel_s": c.max_kernel_s,
-                "max_wall_s": c.max_wall_s}
-
     # -- the stages -----------------------------------------------------------------------------
-    def _check(self, worker: _Worker, dims: dict, seed: int) -> str | None:
+    def _check(self, worker: _Sandbox, dims: dict, seed: int) -> str | None:
         """None if the candidate's outputs match the reference's (``Task.compare``), else why
         not. The worker saves output k at ``output_path(out.npy, k)``."""
-        import numpy as np
-
         from gfsim.live.worker import output_path
 
         path = worker.dir / "out.npy"
@@ -387,25 +583,36 @@ class TritonMeasurer(Measurer):
         if not ans["ok"]:
             raise _StageError(ans)
         ref = self._reference_output(dims, seed)
-        n = ans.get("n_outputs", 1)
-        if type(n) is not int or n != len(ref):  # the worker's word: checked before use
-            return f"{n} outputs where the reference has {len(ref)}"
-        try:
-            got = [np.load(output_path(path, k), allow_pickle=False) for k in range(n)]
-        except (OSError, ValueError) as exc:
-            return f"output unreadable ({type(exc).__name__}: {str(exc)[:200]})"
+        return self._compare_files(path, lambda k: output_path(path, k), ref)
+
+    def _compare_files(self, path: Path, name_of, ref: list) -> str | None:
+        import numpy as np
+
+        got = []
+        for k in range(len(ref)):
+            try:
+                got.append(np.load(name_of(k), allow_pickle=False))
+            except (OSError, ValueError) as exc:
+                return f"output {k} unreadable ({type(exc).__name__}: {str(exc)[:200]})"
+        if Path(name_of(len(ref))).exists():
+            return f"more outputs than the reference's {len(ref)}"
         return self.task.compare(got, ref)
+
+    def check_shapes(self) -> list[dict]:
+        """The task's check shapes and ``hidden_shapes`` more, drawn for this candidate."""
+        self._start_zygote()
+        extra = [self.task.hidden_shape(self._rng) for _ in range(self.config.hidden_shapes)]
+        return list(self.task.check_shapes) + extra
 
     def measure(self, candidate) -> dict:
         """One evaluation. Never raises for a candidate's own failure: that is an outcome.
 
-        The stage seconds partition ``wall_s``: ``compile_s`` runs from the start (a worker
-        started for this candidate included) to the first call's end, ``check_s`` covers the
+        The stage seconds partition ``wall_s``: ``compile_s`` runs from the start (the
+        candidate's fresh process included) to the first call's end, ``check_s`` covers the
         checks, ``timing_s`` everything after (the timing, a re-timing of the baseline when it
         is due, the energy window and the re-check on fresh inputs). A replay that books these
         stages therefore holds the GPU exactly as long as the live run did."""
         c = self.config
-        task = self.task
         rec: dict = {"candidate_id": candidate.candidate_id, "compile_s": 0.0, "check_s": 0.0,
                      "timing_s": 0.0, "timing_protocol": c.protocol}
         t_start = mark = time.perf_counter()
@@ -419,9 +626,17 @@ class TritonMeasurer(Measurer):
             mark = now
             stage = next_stage or stage
 
+        worker = None
         try:
-            worker = self._ensure_worker()
+            self._start_zygote()
+            if c.timing_tolerance and self._device() == "cuda" or c.cpu_timing:
+                # The baseline's process first, so its start is not booked to this candidate.
+                self._baseline_worker()
+            mark = t_start = time.perf_counter()
+            worker = self._spawn()
+            self.sandboxes += 1
             rec["network_isolated"] = worker.network_isolated
+            rec["sandbox"] = _sandbox_summary(worker.confined)
             shapes = self.timing_shapes(worker.device)
             for req in ({"op": "load", "code": candidate.code},
                         {"op": "compile", "dims": shapes[0], "seed": c.seed}):
@@ -429,11 +644,11 @@ class TritonMeasurer(Measurer):
                 if not ans["ok"]:
                     raise _StageError(ans)
             close_stage("check")
-            for k, dims in enumerate(task.check_shapes):
+            for k, dims in enumerate(self.check_shapes()):
                 why = self._check(worker, dims, c.seed + 1 + k)
                 if why:
                     close_stage(None)
-                    return self._finish(rec, "incorrect", t_start, reason=why)
+                    return self._finish(rec, "incorrect", t_start, reason=f"shape {dims}: {why}")
             close_stage("timing")
             if worker.device != "cuda" and not c.cpu_timing:
                 # No GPU (TRITON_INTERPRET=1 on CPU): correctness only, no timing. Not a log
@@ -441,35 +656,41 @@ class TritonMeasurer(Measurer):
                 return self._finish(rec, CORRECT_UNTIMED, t_start)
             if worker.device != "cuda":
                 rec["timing_protocol"] = "cpu-wallclock"
-            rec.update(self._time(worker, candidate, shapes))
+            rec.update(self._time(worker, shapes))
             rec["timing_s"] = 0.0  # _time's own figure is replaced by the stage's whole span
-            why = self._check(worker, task.check_shapes[0], c.seed + 10_000)  # fresh inputs
+            why = self._check(worker, self.task.check_shapes[0], c.seed + 10_000)  # fresh
             close_stage(None)
             if why:
                 return self._finish(rec, "incorrect", t_start, reason=f"after timing: {why}")
             return self._finish(rec, "success", t_start)
+        except _Incorrect as exc:
+            close_stage(None)
+            return self._finish(rec, "incorrect", t_start, reason=str(exc))
         except _StageError as exc:
             close_stage(None)
             kind = exc.answer.get("kind")
-            if kind == "cuda":
-                self._replace_worker()  # a sticky CUDA error poisons the process
             outcome = "compile_failed" if stage == "compile" and kind == "compile" else \
                 "runtime_error"
+            if kind == "forged":
+                rec["timing_forged"] = True
             return self._finish(rec, outcome, t_start, reason=exc.answer.get("error"),
                                 failed_stage=stage)
         except WorkerFailure as exc:
-            self._replace_worker()
             close_stage(None)
             outcome = "timeout" if exc.kind == "timeout" else "runtime_error"
             return self._finish(rec, outcome, t_start, reason=f"{stage}: {exc}",
                                 failed_stage=stage)
+        finally:
+            if worker is not None:
+                worker.close()  # never reused: the next candidate gets a fresh process
 
-    def _time(self, worker: _Worker, candidate, shapes: list[dict]) -> dict:
+    def _time(self, worker: _Sandbox, shapes: list[dict]) -> dict:
         c = self.config
         t0 = time.perf_counter()
         retimed = False
         if c.ref_retime_every and self._timed_since_ref >= c.ref_retime_every:
             self._ref_cache.clear()  # due: the baseline is timed again below
+            self._null_cache.clear()
             self._timed_since_ref = 0
         if not self._ref_cache:
             retimed = True
@@ -477,26 +698,23 @@ class TritonMeasurer(Measurer):
         e0 = self._energy_mj()
         cand, ref = [], []
         for dims in shapes:
-            w0 = time.perf_counter()
-            ans = worker.call({"op": "time", "dims": dims, "seed": c.seed,
-                               "options": self._timing_options()}, c.timing_timeout_s)
+            ans = worker.call({"op": "warmup", "dims": dims, "seed": c.seed,
+                               "protocol": c.protocol}, c.timing_timeout_s)
             if not ans["ok"]:
                 raise _StageError(ans)
-            wall = time.perf_counter() - w0
-            if ans["kernel_s"] > wall * 1.05 or ans["value_ms"] <= 0:
-                raise _StageError({"kind": "runtime", "error": "timing answer inconsistent "
-                                   f"with the parent's clock ({ans['kernel_s']:.3f} s of "
-                                   f"kernel time in {wall:.3f} s)"})
-            cand.append(ans)
+            cand.append(self._time_shape(worker, dims, "time"))
             ref.append(self.reference_times(dims))
         e1 = self._energy_mj()
         timing_s = time.perf_counter() - t0
         out = {"timing_s": timing_s,
                "runtime_ns": _geomean([a["value_ms"] for a in cand]) * 1e6,
                "ref_runtime_ns": _geomean([r["value_ms"] for r in ref]) * 1e6,
+               "trusted_runtime_ns": _geomean([max(a["trusted_ms"], 1e-9) for a in cand]) * 1e6,
                "timing_statistic": cand[0]["statistic"],
                "timing_reps": [a["reps"] for a in cand],
                "timing_rse": [a["rse"] for a in cand]}
+        if any(a["capped"] for a in cand):
+            out["timing_capped"] = [bool(a["capped"]) for a in cand]
         out["speedup"] = out["ref_runtime_ns"] / out["runtime_ns"]
         if retimed:
             out["ref_retimed"] = True
@@ -504,21 +722,108 @@ class TritonMeasurer(Measurer):
             out["energy_j"] = (e1 - e0) / 1e3  # the timing stage (may be under a second)
             out["energy_window_s"] = timing_s
             if c.energy_window_s > 0:
-                out.update(self._joules_per_call(worker))
+                out.update(self._joules_per_call(worker, cand[0]["value_ms"]))
         return out
 
-    def _joules_per_call(self, worker: _Worker) -> dict:
-        """NVML energy over a window of at least ``energy_window_s`` of back-to-back calls."""
+    def _batches(self):
+        """Batch sizes: min_reps (at least 5), then doubling, up to max_reps in all."""
+        c = self.config
+        n, total = max(c.min_reps, 5), 0
+        while total < c.max_reps:
+            n = min(n, c.max_reps - total)
+            yield n
+            total += n
+            n *= 2
+
+    def _time_shape(self, worker: _Sandbox, dims: dict, op: str) -> dict:
+        """Time one shape in batches and judge the claim against this process's clock.
+
+        ``trusted_ms`` is this process's view of one call: the batches' wall time (request
+        sent to answer sent, by the kernel's clock) less the loop's own cost (``_null_wall``),
+        per repetition. For a candidate, ``checked_reps`` repetitions per batch, chosen after
+        the batch, have their rows checked against the reference."""
+        from gfsim.live import timing
+        from gfsim.live.worker import rep_seed
+
+        c = self.config
+        candidate = op == "time"
+        times: list[float] = []
+        wall = null = spread = 0.0
+        started = time.perf_counter()
+        for b, n in enumerate(self._batches()):
+            seed = c.seed * 7_777 + 1_000 * (b + 1) + (17 if candidate else 0)
+            path = worker.dir / f"rows-{b}"
+            ans = worker.call({"op": op, "dims": dims, "seed": seed, "reps": n,
+                               "protocol": c.protocol, "rows": c.check_rows, "path": str(path)},
+                              c.timing_timeout_s)
+            if not ans["ok"]:
+                raise _StageError(ans)
+            batch_wall = ans["_sent_s"]
+            got = ans.get("times_ms")
+            if not isinstance(got, list) or len(got) != n or not all(
+                    isinstance(t, (int, float)) and math.isfinite(t) and t > 0 for t in got):
+                raise _StageError({"kind": "forged", "error": f"timing answer for {n} "
+                                   "repetitions is not n positive times"})
+            if candidate:
+                for r in sorted(self._rng.choice(n, size=min(n, c.checked_reps),
+                                                 replace=False).tolist()):
+                    self._check_rep(worker, path, dims, rep_seed(seed, r), r)
+            times += [float(t) for t in got]
+            wall += batch_wall
+            loop, loop_range = self._null_wall(dims, n)
+            null += loop
+            spread += loop_range
+            reps = len(times)
+            if reps >= c.min_reps and timing.rse(times) < c.rse_target:
+                break
+            if sum(times) / 1e3 >= c.max_kernel_s or time.perf_counter() - started >= \
+                    c.max_wall_s:
+                break
+        reps = len(times)
+        trusted_ms = max(wall - null, 0.0) / reps * 1e3
+        noise_ms = 2.0 * spread / reps * 1e3  # what the loop's own cost may be off by
+        statistic = "mean" if c.protocol == "reference" else "median"
+        value = statistics.fmean(times) if statistic == "mean" else statistics.median(times)
+        claimed = statistics.fmean(times)
+        capped = False
+        if candidate and claimed < c.forged_below * trusted_ms - noise_ms:
+            raise _StageError({"kind": "forged", "error": (
+                f"timing forged: shape {dims}: the candidate's process reports {claimed:.4g} ms "
+                f"a call, this process's clock saw {trusted_ms:.4g} ms")})
+        if candidate and claimed < (1.0 - c.timing_tolerance) * trusted_ms - noise_ms:
+            capped, value = True, trusted_ms
+        return {"value_ms": value, "trusted_ms": trusted_ms, "claimed_ms": claimed,
+                "noise_ms": noise_ms,
+                "capped": capped, "reps": reps, "rse": timing.rse(times),
+                "statistic": statistic, "wall_s": wall}
+
+    def _check_rep(self, worker: _Sandbox, path: Path, dims: dict, seed: int, rep: int):
+        """Rows of timed repetition ``rep``'s outputs, fetched after its batch, against the
+        reference on the same inputs."""
+        ans = worker.call({"op": "rows", "path": str(path), "rep": rep},
+                          self.config.check_timeout_s)
+        if not ans["ok"]:
+            raise _StageError(ans)
+        ref = self._reference_output(dims, seed, rows=self.config.check_rows)
+        why = self._compare_files(path, lambda k: f"{path}.{rep}.{k}.npy", ref)
+        if why:
+            raise _Incorrect(f"during timing (shape {dims}, repetition {rep}): {why}")
+
+    def _joules_per_call(self, worker: _Sandbox, value_ms: float) -> dict:
+        """NVML energy over a window of at least ``energy_window_s`` of back-to-back calls;
+        the call count is capped at what this process's clock allows at the timed speed."""
         c = self.config
         e0 = self._energy_mj()
         ans = worker.call({"op": "loop", "dims": self.task.bench_shapes[0], "seed": c.seed,
                            "seconds": c.energy_window_s}, c.timing_timeout_s)
         e1 = self._energy_mj()
-        if not ans["ok"] or e0 is None or e1 is None or not ans["calls"]:
+        if not ans["ok"] or e0 is None or e1 is None or not ans.get("calls"):
             return {}
+        seconds = ans["_sent_s"]
+        calls = min(int(ans["calls"]), max(1, int(seconds / (value_ms / 1e3) * 1.5)))
         joules = (e1 - e0) / 1e3
-        return {"joules_per_call": joules / ans["calls"], "energy_loop_s": ans["seconds"],
-                "energy_loop_w": joules / ans["seconds"]}
+        return {"joules_per_call": joules / calls, "energy_loop_s": seconds,
+                "energy_loop_w": joules / seconds}
 
     def _energy_mj(self) -> float | None:
         if self._nvml is None:
@@ -557,6 +862,22 @@ class TritonMeasurer(Measurer):
         if failed_stage:
             rec["failed_stage"] = failed_stage
         return rec
+
+
+class _Incorrect(Exception):
+    """A check failed inside a later stage (a timed repetition's rows)."""
+
+
+def _sandbox_summary(applied: dict) -> str:
+    """A short word for the log: which layers confined the candidate."""
+    parts = []
+    if applied.get("private_proc_shm"):
+        parts.append("namespaces")
+    if applied.get("landlock_abi"):
+        parts.append(f"landlock{applied['landlock_abi']}")
+    if applied.get("seccomp"):
+        parts.append("seccomp")
+    return "+".join(parts) or "none"
 
 
 class _StageError(Exception):

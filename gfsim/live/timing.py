@@ -1,23 +1,27 @@
-"""Timing a kernel launch with CUDA events: the two protocols a live measurement can use.
+"""Timing a kernel with CUDA events: the two protocols a live measurement can use.
 
 - ``gfsim``: the L2 cache is flushed (a large buffer is overwritten) before every repetition;
   only the candidate's call is between the events; the statistic is the median.
 - ``reference`` (the paper's): no flush, cloning the inputs is inside the timed region; the
   statistic is the mean.
-Both warm up first (at least 3 calls and 0.1 s), then repeat until the relative standard error of the mean is below
-``rse_target`` (from the 3rd repetition), or ``max_reps`` repetitions, or ``max_kernel_s`` of
-kernel time, or ``max_wall_s`` of wall time. Times are in milliseconds.
+
+``warm_up`` calls first (at least 3 calls and 0.1 s); ``time_reps`` then times a number of
+repetitions that the *measurer* chooses, batch by batch, until the relative standard error of
+the mean is below its target or a repetition, kernel-time or wall-time limit is reached (the
+candidate's process never decides how many repetitions it reports). Every repetition gets
+fresh inputs. Times are in milliseconds.
 
 The end event is recorded on the current stream right after the call, and the device is
 synchronised after it. (DESIGN.md first asked for a device sync *before* the end event, to count
 work a candidate puts on other streams; on the H200 that added ~24 us of host round trip to
 every repetition and tripled its noise: per-repetition CV 11% against 4%, run-to-run CV of the
-mean 1.8% against 0.2%, experiments/timing_diag.py. Work on other streams is therefore not
-counted; the parent's wall-clock check bounds how much could hide there.)
+mean 1.8% against 0.2%, experiments/timing_diag.py.) Work on other streams is not between the
+events, but it is inside the measurer's own clock, which the recorded time never undercuts
+(``gfsim.live.measurer``).
 
-This module is imported by the measurer's worker before any candidate code runs; it keeps its
-own references to the CUDA entry points it uses, so a candidate that patches them afterwards
-does not change what is measured.
+This module is imported by the sandbox's zygote before any candidate code runs and keeps its
+own references to the CUDA entry points it uses; a candidate can still patch anything in its
+own process, which is why the measurer trusts only its own clock and its own checks.
 """
 
 from __future__ import annotations
@@ -26,8 +30,12 @@ import math
 import statistics
 import time
 
-__all__ = ["PROTOCOLS", "STATISTIC", "TimingResult", "time_callable", "time_callable_cpu", "bind",
+__all__ = ["PROTOCOLS", "STATISTIC", "TimingResult", "warm_up", "time_reps", "rse", "bind",
            "CPU_PROTOCOL"]
+
+# Bound at import, before any candidate code runs: a candidate that replaces time.perf_counter
+# does not change the clock of this module (the measurer believes neither).
+_perf = time.perf_counter
 
 PROTOCOLS = ("gfsim", "reference")
 STATISTIC = {"gfsim": "median", "reference": "mean"}
@@ -61,92 +69,80 @@ def bind() -> None:
     _CUDA = _bound_cuda()
 
 
-def time_callable(fn, inputs, *, protocol: str = "gfsim", warmup: int = 3,
-                  warmup_s: float = 0.1,
-                  rse_target: float = 0.001, min_reps: int = 3, max_reps: int = 100,
-                  max_kernel_s: float = 10.0, max_wall_s: float = 120.0) -> TimingResult:
-    """Time ``fn(*inputs)`` on the current CUDA device under a protocol."""
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"unknown timing protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
-    if _CUDA is None:
-        bind()
-    c = _CUDA
-    flush = c["empty"](_FLUSH_BYTES, dtype=_uint8(), device="cuda") if protocol == "gfsim" \
-        else None
-    started = time.perf_counter()
-    # Warm up for at least ``warmup`` calls and ``warmup_s`` seconds: the GPU's clocks ramp up
-    # over tens of milliseconds, and a fixed count of fast calls ends before they do.
+def warm_up(fn, inputs, *, device: str, protocol: str = "gfsim", warmup: int = 3,
+            warmup_s: float = 0.1) -> int:
+    """Call ``fn(*inputs)`` at least ``warmup`` times and for ``warmup_s`` seconds (the GPU's
+    clocks ramp up over tens of milliseconds; a thread pool's first calls are slow). Returns
+    the number of calls."""
+    c = _cuda() if device == "cuda" else None
+    started = _perf()
     calls = 0
-    while calls < warmup or (time.perf_counter() - started < warmup_s and calls < 10_000):
+    while calls < warmup or (_perf() - started < warmup_s and calls < 10_000):
         fn(*_clone(inputs)) if protocol == "reference" else fn(*inputs)
         calls += 1
-        if calls % 8 == 0:
+        if c is not None and calls % 8 == 0:
             c["sync"]()
-    c["sync"]()
-    times: list[float] = []
-    kernel_ms = 0.0
-    while True:
-        if flush is not None:
-            flush.zero_()
-        start, end = c["Event"](enable_timing=True), c["Event"](enable_timing=True)
-        c["record"](start)
-        if protocol == "reference":
-            fn(*_clone(inputs))
-        else:
-            fn(*inputs)
-        c["record"](end)
+    if c is not None:
         c["sync"]()
-        ms = float(c["elapsed"](start, end))
+    return calls
+
+
+def time_reps(fn, inputs_for, reps: int, *, device: str, protocol: str = "gfsim",
+              on_output=None) -> TimingResult:
+    """Time exactly ``reps`` calls, each on fresh inputs ``inputs_for(r)`` (drawn before the
+    clock starts, so a candidate that caches by input pointer returns stale outputs).
+
+    On a GPU each call sits between two CUDA events, after the L2 flush (``gfsim``) or with
+    the clone of its inputs inside (``reference``), and the whole device is synchronised after
+    it (work on other streams included). On the CPU (the Triton interpreter) each call is
+    timed by ``time.perf_counter``: interpreter times, labelled ``cpu-wallclock``. After each
+    call and outside its timing, ``on_output(r, out)`` sees what it returned."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown timing protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
+    gpu = device == "cuda"
+    c = _cuda() if gpu else None
+    flush = c["empty"](_FLUSH_BYTES, dtype=_uint8(), device="cuda") \
+        if gpu and protocol == "gfsim" else None
+    clock = _perf
+    started = clock()
+    times: list[float] = []
+    for r in range(reps):
+        inputs = inputs_for(r)
+        if gpu:
+            if flush is not None:
+                flush.zero_()
+            start, end = c["Event"](enable_timing=True), c["Event"](enable_timing=True)
+            c["record"](start)
+            out = fn(*_clone(inputs)) if protocol == "reference" else fn(*inputs)
+            c["record"](end)
+            c["sync"]()
+            ms = float(c["elapsed"](start, end))
+        else:
+            t0 = clock()
+            out = fn(*_clone(inputs)) if protocol == "reference" else fn(*inputs)
+            ms = (clock() - t0) * 1e3
         times.append(ms)
-        kernel_ms += ms
-        n = len(times)
-        if n >= min_reps and _rse(times) < rse_target:
-            break
-        if n >= max_reps or kernel_ms / 1e3 >= max_kernel_s or \
-                time.perf_counter() - started >= max_wall_s:
-            break
+        if on_output is not None:
+            on_output(r, out)
     mean, median = statistics.fmean(times), statistics.median(times)
-    return TimingResult(times_ms=times, mean_ms=mean, median_ms=median,
-                        value_ms=median if protocol == "gfsim" else mean,
-                        statistic=STATISTIC[protocol], rse=_rse(times), reps=len(times),
-                        warmup=calls, protocol=protocol, kernel_s=kernel_ms / 1e3,
-                        wall_s=time.perf_counter() - started)
+    proto = protocol if gpu else CPU_PROTOCOL
+    value = median if proto != "reference" else mean
+    return TimingResult(times_ms=times, mean_ms=mean, median_ms=median, value_ms=value,
+                        statistic="mean" if proto == "reference" else "median",
+                        rse=rse(times), reps=len(times), protocol=proto,
+                        kernel_s=sum(times) / 1e3, wall_s=clock() - started)
+
+
+def _cuda():
+    if _CUDA is None:
+        bind()
+    return _CUDA
 
 
 CPU_PROTOCOL = "cpu-wallclock"
 
 
-def time_callable_cpu(fn, inputs, *, rse_target: float = 0.02, min_reps: int = 3,
-                      max_reps: int = 20, max_wall_s: float = 30.0, warmup: int = 3,
-                      warmup_s: float = 0.05, **_ignored) -> TimingResult:
-    """Wall-clock timing on the CPU (``time.perf_counter`` around each call; the median): for
-    a live run without a GPU, where Triton kernels run under ``TRITON_INTERPRET=1``. Such times
-    say how fast the interpreter is, not how fast a kernel would be on a GPU; a log made with
-    them says so in its header (protocol ``cpu-wallclock``). Warm-up: at least ``warmup``
-    calls and ``warmup_s`` seconds (a thread pool's first calls are slow)."""
-    started = time.perf_counter()
-    calls = 0
-    while calls < warmup or (time.perf_counter() - started < warmup_s and calls < 1000):
-        fn(*inputs)
-        calls += 1
-    times: list[float] = []
-    while True:
-        t0 = time.perf_counter()
-        fn(*inputs)
-        times.append((time.perf_counter() - t0) * 1e3)
-        n = len(times)
-        if n >= min_reps and _rse(times) < rse_target:
-            break
-        if n >= max_reps or time.perf_counter() - started >= max_wall_s:
-            break
-    mean, median = statistics.fmean(times), statistics.median(times)
-    return TimingResult(times_ms=times, mean_ms=mean, median_ms=median, value_ms=median,
-                        statistic="median", rse=_rse(times), reps=len(times), warmup=calls,
-                        protocol=CPU_PROTOCOL, kernel_s=sum(times) / 1e3,
-                        wall_s=time.perf_counter() - started)
-
-
-def _rse(times: list[float]) -> float:
+def rse(times: list[float]) -> float:
     n = len(times)
     if n < 2:
         return math.inf

@@ -1,11 +1,12 @@
-"""The measurement worker: runs untrusted candidate code in a separate process.
+"""The measurement worker: the request loop that runs candidate code (inside the sandbox, one
+process per candidate: ``gfsim.live.sandbox``) or times the task's baseline (a process of its
+own that never loads candidate code).
 
-Started by ``TritonMeasurer`` as ``python -m gfsim.live.worker TASK`` with an allow-listed
-environment, a private working directory and (where the kernel allows it) no network. It reads
-one JSON request per line on stdin and answers one JSON line on the stdout it was given; the
-candidate's own prints go to stderr. Outputs are written as .npy files into the private
-directory for the parent to check against the reference, which never runs here: while a
-candidate runs, the task's reference entry points (``Task.blocked``) raise instead.
+It reads one JSON request per line and answers one JSON line; the candidate's own prints go to
+stderr. Outputs are written as .npy files into the private folder for the measurer to check
+against the reference, which never runs here: while a candidate runs, the task's reference
+entry points (``Task.blocked``) raise instead. Nothing a worker says is believed: the measurer
+checks outputs itself and times the timing requests with its own clock.
 """
 
 from __future__ import annotations
@@ -14,11 +15,10 @@ import contextlib
 import importlib
 import json
 import os
-import sys
 import time
 import traceback
 
-__all__ = ["guard", "main", "output_path", "resolve"]
+__all__ = ["guard", "serve", "output_path", "rep_seed", "check_rows", "resolve"]
 
 
 class BlockedCall(RuntimeError):
@@ -74,6 +74,20 @@ def output_path(path: str, k: int) -> str:
     return f"{root}.{k}{ext}"
 
 
+def rep_seed(seed: int, rep: int) -> int:
+    """The input seed of timed repetition ``rep`` of a batch whose base seed is ``seed``."""
+    return (int(seed) * 1_000_003 + 7_919 * int(rep) + 1) % (1 << 62)
+
+
+def check_rows(n_rows: int, seed: int, k: int) -> list[int]:
+    """The rows of an output that repetition ``seed`` keeps for the measurer's check."""
+    import numpy as np
+
+    if n_rows <= k:
+        return list(range(n_rows))
+    return sorted(np.random.default_rng(seed).choice(n_rows, size=k, replace=False).tolist())
+
+
 def _error_kind(exc: BaseException) -> str:
     name = type(exc).__name__
     text = f"{name}: {exc}"
@@ -100,6 +114,8 @@ class Worker:
         self.task = get_task(task_name)
         self.device = "cuda" if gpu else "cpu"
         self.run = None
+        self.kept: dict = {}
+        self.ready: dict = {}  # op_time_null's outputs, by shape
 
     def _sync(self):
         if self.device == "cuda":
@@ -151,29 +167,87 @@ class Worker:
         t0 = time.perf_counter()
         out = self._call(inputs)
         seconds = time.perf_counter() - t0
+        _refuse_aliases(out, inputs)
         arrays = output_arrays(out)
         for k, arr in enumerate(arrays):
             np.save(output_path(req["path"], k), arr, allow_pickle=False)
         return {"seconds": seconds, "shape": list(arrays[0].shape), "n_outputs": len(arrays)}
 
-    def op_time(self, req):
+    def op_warmup(self, req):
         inputs = self.task.make_inputs(req["dims"], req["seed"], self.device)
-        timer = self.timing.time_callable if self.device == "cuda" else \
-            self.timing.time_callable_cpu  # interpreter mode: wall-clock, labelled as such
+        if req.get("baseline"):
+            self._trusted_only()
+        fn = self.task.baseline if req.get("baseline") else self.run
+        t0 = time.perf_counter()
+        with guard(() if req.get("baseline") else self.task.blocked):
+            calls = self.timing.warm_up(fn, inputs, device=self.device,
+                                        protocol=req.get("protocol", "gfsim"))
+        return {"calls": calls, "seconds": time.perf_counter() - t0}
+
+    def op_time(self, req):
+        """A batch of ``reps`` timed calls of the candidate (see ``_batch``)."""
         with guard(self.task.blocked):
-            result = timer(self.run, inputs, **req["options"])
-        return dict(result)
+            return self._batch(self.run, req)
 
     def op_time_baseline(self, req):
         """The task's own baseline (what a speedup is against), timed like a candidate. The
         measurer sends this only to a worker that never loaded candidate code."""
+        self._trusted_only()
+        return self._batch(self.task.baseline, req)
+
+    def op_time_null(self, req):
+        """The batch with a call that does nothing (returns a ready output): what the loop
+        itself costs (fresh inputs, flush, events, synchronisation, the rows kept, the answer),
+        so that the measurer can take it off its own clock. Trusted workers only; the ready
+        output is made by the first request for a shape (``prepare``), outside any clock."""
+        self._trusted_only()
+        key = json.dumps(req["dims"], sort_keys=True)
+        if req.get("prepare") or key not in self.ready:
+            self.ready[key] = self.task.baseline(*self.task.make_inputs(
+                req["dims"], req["seed"], self.device))
+            self._sync()
+        ready = self.ready[key]
+        return self._batch(lambda *_: ready, req)
+
+    def _trusted_only(self):
         if self.run is not None:
             raise RuntimeError("this worker has run candidate code: it does not time the "
                                "baseline")
-        timer = self.timing.time_callable if self.device == "cuda" else \
-            self.timing.time_callable_cpu
-        inputs = self.task.make_inputs(req["dims"], req["seed"], self.device)
-        return dict(timer(self.task.baseline, inputs, **req["options"]))
+
+    def _batch(self, fn, req):
+        """``reps`` calls, each on fresh inputs (``rep_seed``). After every call the same rows of
+        every output are gathered and kept (on the device), so no call looks different from
+        another; the measurer asks for one repetition's rows (``op_rows``) only after the
+        batch."""
+        import torch
+
+        dims, seed = req["dims"], req["seed"]
+        self.kept = {}
+
+        def inputs_for(r):
+            return self.task.make_inputs(dims, rep_seed(seed, r), self.device)
+
+        def on_output(r, out):
+            outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+            self.kept[r] = [o.reshape(1) if o.dim() == 0 else o.index_select(0, torch.as_tensor(
+                check_rows(o.shape[0], rep_seed(seed, r), req.get("rows", 16)),
+                device=o.device)) for o in outs]
+
+        result = self.timing.time_reps(fn, inputs_for, int(req["reps"]), device=self.device,
+                                       protocol=req.get("protocol", "gfsim"),
+                                       on_output=on_output)
+        return dict(result)
+
+    def op_rows(self, req):
+        """Save the kept rows of repetition ``rep`` of the last batch as
+        ``{path}.{rep}.{k}.npy``."""
+        import numpy as np
+
+        rep = int(req["rep"])
+        for k, t in enumerate(self.kept.get(rep, ())):
+            np.save(f"{req['path']}.{rep}.{k}.npy", t.detach().float().cpu().numpy(),
+                    allow_pickle=False)
+        return {"outputs": len(self.kept.get(rep, ()))}
 
     def op_loop(self, req):
         """Call the candidate until ``seconds`` have passed (an energy window)."""
@@ -201,20 +275,28 @@ class Worker:
                     f"{str(exc)[:2000]}", "trace": traceback.format_exc(limit=4)[-2000:]}
 
 
-def main() -> None:
-    # Answers go to a private copy of stdout; anything the candidate prints goes to stderr.
-    answers = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    worker = Worker(sys.argv[1])
-    answers.write(json.dumps({"ok": True, "ready": True, "pid": os.getpid(),
-                              "device": worker.device}) + "\n")
-    for line in sys.stdin:
+def _refuse_aliases(out, inputs) -> None:
+    """An output that shares memory with an input is refused (the check would compare the
+    caller's own buffer, which the candidate may keep writing to)."""
+    outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    seen = {}
+    for j, x in enumerate(inputs):
+        if hasattr(x, "untyped_storage"):
+            seen[x.untyped_storage().data_ptr()] = j
+    for k, o in enumerate(outs):
+        if hasattr(o, "untyped_storage") and o.untyped_storage().data_ptr() in seen:
+            raise RuntimeError(f"output {k} aliases input {seen[o.untyped_storage().data_ptr()]}"
+                               " (a kernel must write its own output)")
+
+
+def serve(task_name: str, requests, send, ready: dict | None = None) -> None:
+    """Answer requests from ``requests`` (lines of JSON) with ``send(bytes)``, one message per
+    answer, until ``exit`` or end of input."""
+    worker = Worker(task_name)
+    send(json.dumps({"ok": True, "ready": True, "pid": os.getpid(), "device": worker.device,
+                     **(ready or {})}).encode())
+    for line in requests:
         req = json.loads(line)
         if req.get("op") == "exit":
             break
-        answers.write(json.dumps(worker.handle(req)) + "\n")
-
-
-if __name__ == "__main__":
-    main()
+        send(json.dumps(worker.handle(req)).encode())

@@ -98,6 +98,7 @@ class Task(ABC):
     space: dict[str, dict[str, tuple]]
     defaults: dict[str, dict]
     switch_probability = 0.25  # mutate(): chance of changing the variant instead of a parameter
+    shape_steps: dict[str, int] = {}  # hidden_shape(): a dim that must be a multiple of this
 
     @abstractmethod
     def make_inputs(self, dims: dict, seed: int, device: str) -> tuple: ...
@@ -130,6 +131,18 @@ class Task(ABC):
                 worst = worst_excess([g], [r], self.atol, self.rtol)
                 return f"{what} differs from the reference (worst excess {worst:.3g})"
         return None
+
+    def hidden_shape(self, rng) -> dict:
+        """A check shape the candidate is not told about, drawn with the numpy ``rng``: each dim
+        uniform between the smallest and twice the largest value the check shapes give it
+        (rounded up to ``shape_steps``), so a kernel correct only on the listed shapes fails."""
+        out = {}
+        for key in self.check_shapes[0]:
+            values = [int(s[key]) for s in self.check_shapes]
+            step = int(self.shape_steps.get(key, 1))
+            v = int(rng.integers(min(values), 2 * max(values) + 1))
+            out[key] = max(step, -(-v // step) * step)
+        return out
 
     @abstractmethod
     def candidates(self) -> list[Candidate]: ...

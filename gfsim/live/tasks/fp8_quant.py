@@ -260,6 +260,7 @@ class Fp8GroupQuantTask(Task):
     blocked = ("torch.amax", "torch.Tensor.amax", "torch.max", "torch.Tensor.max",
                "torch.aminmax", "torch.Tensor.aminmax", "torch.linalg.vector_norm",
                "torch.linalg.norm", "torch.norm", "torch.Tensor.norm")
+    shape_steps = {"K": 128}  # whole groups
     bench_shapes = [{"M": 8192, "K": 7168}, {"M": 4096, "K": 16384}, {"M": 16384, "K": 2048}]
     check_shapes = [{"M": 3, "K": 384}, {"M": 1, "K": 128}, {"M": 5, "K": 1024},
                     {"M": 9, "K": 256}, {"M": 2, "K": 2048}]

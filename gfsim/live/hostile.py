@@ -1,0 +1,531 @@
+"""The hostile-candidate suite: kernels that try to fool or escape the measurer, and what each
+one must not achieve. ``experiments/hostile_suite.py`` prints the table; ``tests/test_hostile.py``
+runs the CPU rows; on a GPU every row runs.
+
+Each row is a candidate built around an honest kernel (so that, fooling aside, it would pass),
+plus a verdict that inspects the evaluation and the machine afterwards: a row is *contained*
+when the attack changed nothing the measurer reports or the host keeps. The forging rows are
+judged against the same honest kernel measured in the same run (``honest_ns``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import textwrap
+import threading
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+__all__ = ["Context", "Row", "ROWS", "honest_code", "run_row", "run_suite", "format_table"]
+
+# A plain-PyTorch softmax, row by row: the honest kernel of the CPU rows. (The interpreter would
+# make a Triton one slow; row by row, a call costs several times what the timing loop around it
+# does, so the measurer's clock resolves a forged claim on two busy CPU cores.)
+_TORCH_SOFTMAX = '''
+import torch
+def _honest(x):
+    y = torch.empty_like(x)
+    for i in range(x.shape[0]):
+        row = x[i].double()
+        e = torch.exp(row - row.max())
+        y[i] = (e / e.sum()).to(x.dtype)
+    return y
+'''
+
+
+def honest_code(task, device: str) -> str:
+    """The honest kernel the rows wrap, defining ``_honest(*inputs)``: the task's first
+    hand-written Triton candidate on a GPU; on the CPU a PyTorch softmax (task softmax)."""
+    if device == "cuda":
+        return task.candidates()[0].code.replace("\ndef run(", "\ndef _honest(")
+    if task.name != "softmax":
+        raise ValueError("the CPU rows wrap a softmax: run them with task softmax")
+    return _TORCH_SOFTMAX
+
+
+@dataclass
+class Context:
+    """What the rows share: the honest code, markers the host is searched for afterwards, the
+    paths and the socket an escape would reach."""
+
+    honest: str
+    device: str = "cpu"
+    marker: str = field(default_factory=lambda: "gfsimhostile" + uuid.uuid4().hex[:8])
+    outside: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="gfsim-host-")))
+    log_path: Path | None = None
+    parent_pid: int = field(default_factory=os.getpid)
+    package_dirs: list = field(default_factory=list)
+    honest_ns: float | None = None
+    secret: str = "GFSIM_HOSTILE_SECRET_VALUE"
+    unix_path: str | None = None
+    connections: list = field(default_factory=list)
+    _server: socket.socket | None = None
+
+    def __post_init__(self):
+        import gfsim
+
+        self.package_dirs = [str(Path(gfsim.__file__).resolve().parent.parent)]
+        os.environ["GFSIM_HOSTILE_SECRET"] = self.secret  # what read-environ looks for
+        self.log_path = self.outside / "live.jsonl"
+        self.log_path.write_text('{"kind": "header"}\n')
+        self.unix_path = str(self.outside / "host.sock")
+        self._server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._server.bind(self.unix_path)
+        self._server.listen(4)
+        self._server.settimeout(0.2)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while self._server is not None:
+            try:
+                conn, _ = self._server.accept()
+                self.connections.append(True)
+                conn.close()
+            except OSError:
+                continue
+
+    def close(self):
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        import shutil
+
+        shutil.rmtree(self.outside, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    attempt: str  # what the candidate tries
+    today: str  # what it achieved before the sandbox (issue 22's table)
+    body: Callable  # (Context) -> code after the honest part, defining run(*inputs)
+    verdict: Callable  # (evaluation, Context, host) -> (contained: bool, detail: str)
+    gpu_only: bool = False
+
+
+def _run(expr: str = "_honest(*inputs)") -> str:
+    return f"def run(*inputs):\n    return {expr}\n"
+
+
+def _forge(factor: float):
+    def body(ctx):
+        return textwrap.dedent(f'''
+            import sys
+            _t = sys.modules["gfsim.live.timing"]
+            _real = _t.time_reps
+            def _fake(*a, **k):
+                r = _real(*a, **k)
+                r["times_ms"] = [x / {factor!r} for x in r["times_ms"]]
+                for key in ("mean_ms", "median_ms", "value_ms"):
+                    r[key] /= {factor!r}
+                r["kernel_s"] /= {factor!r}
+                return r
+            _t.time_reps = _fake
+        ''') + _run()
+    return body
+
+
+def _timing_held(rec, ctx, host):
+    """A forgery is contained when it is refused, fails, or is recorded at no less than the
+    measurer's own clock allows (0.8x of it) and, on a GPU, within 10% of the honest kernel's
+    time. (On two busy CPU cores the interpreter's times vary by 2x from run to run, so there
+    the record's own trusted time is the yardstick.)"""
+    if rec["outcome"] != "success":
+        return True, f"refused ({rec['outcome']}): {rec.get('reason', '')[:80]}"
+    ratio = rec["runtime_ns"] / ctx.honest_ns
+    own = rec["runtime_ns"] / rec["trusted_runtime_ns"]
+    ok = own >= 0.8 and (ratio >= 0.9 or ctx.device != "cuda")
+    return ok, (f"recorded at {ratio:.2f}x the honest kernel's time, {own:.2f}x the "
+                f"measurer's clock" + (" (capped)" if rec.get("timing_capped") else ""))
+
+
+def _perf_counter(ctx):
+    return textwrap.dedent('''
+        import time
+        _real = time.perf_counter
+        _start = _real()
+        time.perf_counter = lambda: _start + (_real() - _start) / 1e6
+    ''') + _run()
+
+
+def _cache_by_pointer(ctx):
+    return textwrap.dedent('''
+        _cache = {}
+        def run(*inputs):
+            key = tuple((x.data_ptr(), tuple(x.shape)) for x in inputs)
+            if key not in _cache:
+                _cache[key] = _honest(*inputs)
+            return _cache[key]
+    ''')
+
+
+def _failed_or_honest(rec, ctx, host):
+    if rec["outcome"] != "success":
+        return rec["outcome"] in ("incorrect", "runtime_error"), \
+            f"{rec['outcome']}: {rec.get('reason', '')[:90]}"
+    ratio = rec["runtime_ns"] / ctx.honest_ns
+    own = rec["runtime_ns"] / rec["trusted_runtime_ns"]
+    ok = own >= 0.8 and (ratio >= 0.9 or ctx.device != "cuda")
+    return ok, f"success at {ratio:.2f}x the honest kernel's time, {own:.2f}x the clock's"
+
+
+def _sitecustomize(ctx):
+    dirs = [*ctx.package_dirs]
+    return textwrap.dedent(f'''
+        import os, sys
+        _wrote = []
+        for d in {dirs!r} + [p for p in sys.path if p] + os.environ.get("PYTHONPATH", "").split(":"):
+            try:
+                with open(os.path.join(d, "sitecustomize.py"), "w") as f:
+                    f.write("import time\\ntime.sleep(2)  # {ctx.marker}\\n")
+                _wrote.append(d)
+            except OSError:
+                pass
+    ''') + _run()
+
+
+def _no_sitecustomize(rec, ctx, host):
+    import sys
+
+    found = [d for d in {*ctx.package_dirs, *sys.path} if d and
+             Path(d, "sitecustomize.py").is_file() and
+             ctx.marker in Path(d, "sitecustomize.py").read_text(errors="replace")]
+    for d in found:  # never leave it behind, even when the row fails
+        Path(d, "sitecustomize.py").unlink()
+    return not found, "no sitecustomize.py written" if not found else f"written into {found}"
+
+
+def _threads(ctx):
+    return textwrap.dedent(f'''
+        import ctypes, threading
+        def _burn():
+            ctypes.CDLL(None).prctl(15, b"{ctx.marker[:15]}", 0, 0, 0)
+            while True:
+                pass
+        for _ in range(4):
+            threading.Thread(target=_burn, daemon=True).start()
+    ''') + _run()
+
+
+def _fork_hog(ctx):
+    return textwrap.dedent(f'''
+        import ctypes, os, time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                ctypes.CDLL(None).prctl(15, b"{ctx.marker[:15]}", 0, 0, 0)
+                hog = bytearray(2 * 1024 ** 3)
+                for i in range(0, len(hog), 4096):
+                    hog[i] = 1
+                time.sleep(3600)
+            os._exit(0)
+    ''') + _run()
+
+
+def _shm(ctx):
+    return textwrap.dedent(f'''
+        _f = open("/dev/shm/{ctx.marker}", "wb")
+        _chunk = b"x" * (64 * 1024 * 1024)
+        try:
+            for _ in range(19):  # about 1.2 GB
+                _f.write(_chunk)
+            _f.flush()
+        except OSError:
+            pass
+    ''') + _run()
+
+
+def _leftovers(rec, ctx, host):
+    """No process or thread named after the marker, no /dev/shm file of it on the host."""
+    import time
+
+    time.sleep(0.3)
+    left = []
+    tag = ctx.marker[:15]
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                if Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip() == tag:
+                    left.append(int(tid))
+        except OSError:
+            continue
+    shm = Path("/dev/shm", ctx.marker)
+    if shm.exists():
+        left.append("/dev/shm file")
+        shm.unlink()
+    for tid in left:
+        if isinstance(tid, int):
+            try:
+                os.kill(tid, 9)
+            except OSError:
+                pass
+    return not left, "nothing left behind" if not left else f"left behind: {left[:4]}"
+
+
+def _forge_log(ctx):
+    return textwrap.dedent(f'''
+        import json
+        try:
+            with open({str(ctx.log_path)!r}, "a") as f:
+                f.write(json.dumps({{"kind": "evaluation", "candidate_id": "forged",
+                                     "outcome": "success", "speedup": 1000.0}}) + "\\n")
+        except OSError:
+            pass
+    ''') + _run()
+
+
+def _log_intact(rec, ctx, host):
+    text = ctx.log_path.read_text()
+    ok = "forged" not in text
+    return ok, "the log is untouched" if ok else "a forged record was appended"
+
+
+def _kill_parent(ctx):
+    return textwrap.dedent(f'''
+        import os, signal
+        for pid in (os.getppid(), {ctx.parent_pid}, -1):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    ''') + _run()
+
+
+def _parent_alive(rec, ctx, host):
+    ok = host.get("zygote_alive", True)
+    return ok, "the measurer and its zygote survived" if ok else "the zygote died"
+
+
+def _environ(ctx):
+    return textwrap.dedent('''
+        import os
+        _found = []
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    _found.append(open(f"/proc/{pid}/environ", "rb").read().decode(errors="replace"))
+                except OSError:
+                    pass
+        _found.append(repr(dict(os.environ)))
+        raise RuntimeError("seen: " + " | ".join(_found))
+    ''') + _run()
+
+
+def _no_secret(rec, ctx, host):
+    text = repr(rec)
+    ok = ctx.secret not in text
+    return ok, "the secret stayed in the parent" if ok else "the secret leaked into the record"
+
+
+def _unix_socket(ctx):
+    return textwrap.dedent(f'''
+        import socket
+        try:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect({ctx.unix_path!r})
+            s.close()
+        except OSError:
+            pass
+    ''') + _run()
+
+
+def _no_connection(rec, ctx, host):
+    import time
+
+    time.sleep(0.3)
+    ok = not ctx.connections
+    return ok, "no connection reached the host's socket" if ok else "it connected"
+
+
+def _write_outside(ctx):
+    return textwrap.dedent(f'''
+        for _p in ({str(ctx.outside / ctx.marker)!r}, "/tmp/{ctx.marker}"):
+            try:
+                open(_p, "w").write("escaped")
+            except OSError:
+                pass
+    ''') + _run()
+
+
+def _nothing_outside(rec, ctx, host):
+    found = [p for p in (ctx.outside / ctx.marker, Path("/tmp", ctx.marker)) if p.exists()]
+    for p in found:
+        p.unlink()
+    return not found, "no file written outside its folder" if not found else f"wrote {found}"
+
+
+def _side_stream(ctx):
+    return textwrap.dedent('''
+        import torch
+        _side = torch.cuda.Stream()
+        def run(*inputs):
+            _side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(_side):
+                out = _honest(*inputs)
+            return out
+    ''')
+
+
+def _shape_special(ctx):
+    return textwrap.dedent('''
+        import torch
+        from gfsim.live.tasks import get_task
+        _told = set()
+        for _t in ("softmax", "layernorm", "matmul", "cross_entropy", "fp8_quant"):
+            for _s in get_task(_t).check_shapes:
+                _told.add(tuple(_s.values()))
+        def run(*inputs):
+            out = _honest(*inputs)
+            if tuple(inputs[0].shape) not in _told:
+                out = torch.zeros_like(out) if not isinstance(out, tuple) else out
+            return out
+    ''')
+
+
+def _alias(ctx):
+    return textwrap.dedent('''
+        def run(*inputs):
+            out = _honest(*inputs)
+            inputs[0].copy_(out)
+            return inputs[0]
+    ''')
+
+
+def _tell_checked(ctx):
+    return textwrap.dedent('''
+        import sys, torch
+        def run(*inputs):
+            f, names = sys._getframe(1), set()
+            while f is not None:
+                names.add(f.f_code.co_name)
+                f = f.f_back
+            if "time_reps" in names:  # a timed repetition: skip the work
+                return torch.empty_like(inputs[0])
+            return _honest(*inputs)
+    ''')
+
+
+def _count_calls(ctx):
+    return textwrap.dedent('''
+        import torch
+        _calls = [0]
+        def run(*inputs):
+            _calls[0] += 1
+            if _calls[0] > 12:  # the checks come first: honest for them, then cheap
+                return torch.empty_like(inputs[0])
+            return _honest(*inputs)
+    ''')
+
+
+def _hang(ctx):
+    return textwrap.dedent('''
+        _calls = [0]
+        def run(*inputs):
+            _calls[0] += 1
+            if _calls[0] > 8:
+                while True:
+                    pass
+            return _honest(*inputs)
+    ''')
+
+
+def _timed_out(rec, ctx, host):
+    return rec["outcome"] == "timeout", f"{rec['outcome']}: {rec.get('reason', '')[:80]}"
+
+
+ROWS: list[Row] = [
+    Row("forge-1.5x", "divides its reported times by 1.5", "(untested)", _forge(1.5),
+        _timing_held),
+    Row("forge-10x", "divides its reported times by 10", "(untested)", _forge(10.0),
+        _timing_held),
+    Row("forge-1e6x", "replaces the timing function: times / 10^6",
+        "18,045,902x success, and the next honest kernel in that worker too", _forge(1e6),
+        _timing_held),
+    Row("patch-perf-counter", "replaces time.perf_counter with a clock 10^6 times slower",
+        "18,045,902x success (CPU timing)", _perf_counter, _timing_held),
+    Row("cache-by-pointer", "caches its output keyed by input pointer",
+        "7,278x success; the fresh-input re-check passes", _cache_by_pointer,
+        _failed_or_honest),
+    Row("sitecustomize", "writes sitecustomize.py into folders on its sys.path",
+        "every later worker loads it (baseline 16.2 s, an honest kernel 1,046x)",
+        _sitecustomize, _no_sitecustomize),
+    Row("burning-threads", "leaves 4 threads burning CPU", "they survive; the next kernel is "
+        "slowed", _threads, _leftovers),
+    Row("fork-setsid-hog", "a fork+setsid grandchild holding 2 GB", "survives; memory is lost",
+        _fork_hog, _leftovers),
+    Row("dev-shm", "writes 1.2 GB into /dev/shm", "survives; memory is lost", _shm,
+        _leftovers),
+    Row("forge-log", "appends a forged evaluation to the live log",
+        "the log no longer validates; the run cannot resume", _forge_log, _log_intact),
+    Row("kill-parent", "SIGKILLs its parent, the measurer's pid and kill(-1)",
+        "3 of 3 --resume runs die", _kill_parent, _parent_alive),
+    Row("read-environ", "reads every /proc/<pid>/environ it can see",
+        "the parent's API key leaks into the log", _environ, _no_secret),
+    Row("unix-socket", "connects to a Unix socket by path", "succeeds", _unix_socket,
+        _no_connection),
+    Row("write-outside", "writes files outside its folder", "succeeds", _write_outside,
+        _nothing_outside),
+    Row("shape-special", "correct only on the shapes it is told about", "(untested)",
+        _shape_special, _failed_or_honest),
+    Row("alias-input", "writes its result into the input and returns it", "(untested)",
+        _alias, _failed_or_honest),
+    Row("tell-checked", "skips the work when called from the timing loop", "(untested)",
+        _tell_checked, _failed_or_honest),
+    Row("count-calls", "honest for the first 12 calls (the checks), then skips the work",
+        "(untested)", _count_calls, _failed_or_honest),
+    Row("hang", "spins forever once timing starts", "(a timeout)", _hang, _timed_out),
+    Row("side-stream", "launches its kernel on a side stream the events do not see",
+        "(untested)", _side_stream, _timing_held, gpu_only=True),
+]
+
+
+def run_row(row: Row, measurer, ctx: Context) -> dict:
+    """Measure ``row``'s candidate and judge it; returns the table's fields."""
+    from gfsim.live.candidates import CodeCandidate
+
+    code = ctx.honest + "\n" + row.body(ctx)
+    rec = measurer.measure(CodeCandidate(measurer.task_name, code))
+    zygote = getattr(measurer, "_zygote", None)
+    host = {"zygote_alive": zygote is not None and zygote.proc.poll() is None}
+    contained, detail = row.verdict(rec, ctx, host)
+    return {"row": row.name, "attempt": row.attempt, "today": row.today,
+            "outcome": rec["outcome"], "detail": detail, "contained": bool(contained),
+            "wall_s": rec.get("wall_s"), "record": rec}
+
+
+def run_suite(measurer, ctx: Context, rows=None, device: str = "cpu") -> list[dict]:
+    """The honest kernel first (``ctx.honest_ns``), then every row that runs on ``device``."""
+    from gfsim.live.candidates import CodeCandidate
+
+    honest = measurer.measure(CodeCandidate(measurer.task_name, ctx.honest + "\n" + _run()))
+    if honest["outcome"] != "success":
+        raise RuntimeError(f"the honest kernel did not measure: {honest}")
+    ctx.honest_ns = honest["runtime_ns"]
+    out = []
+    for row in rows or ROWS:
+        if row.gpu_only and device != "cuda":
+            continue
+        out.append(run_row(row, measurer, ctx))
+    after = measurer.measure(CodeCandidate(measurer.task_name, ctx.honest + "\n" + _run() +
+                                           "# again\n"))
+    out.append({"row": "honest-after", "attempt": "the honest kernel again, after all rows",
+                "today": "slowed or forged by what earlier rows left", "outcome":
+                after["outcome"], "detail": f"{after['runtime_ns'] / ctx.honest_ns:.2f}x the "
+                "first honest time", "contained": after["outcome"] == "success" and
+                after["runtime_ns"] / ctx.honest_ns < 1.5, "wall_s": after.get("wall_s"),
+                "record": after})
+    return out
+
+
+def format_table(rows: list[dict]) -> str:
+    lines = ["| hostile candidate | before the sandbox | now | contained |", "|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['row']}: {r['attempt']} | {r['today']} | {r['outcome']}: "
+                     f"{r['detail']} | {'yes' if r['contained'] else '**no**'} |")
+    return "\n".join(lines)

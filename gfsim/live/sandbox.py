@@ -1,0 +1,550 @@
+"""The sandbox candidate code runs in: one fresh, confined process per candidate.
+
+A *zygote* (``python -m gfsim.live.sandbox TASK FD``) imports torch, Triton and the task once,
+never initialises CUDA and never runs candidate code. For every candidate it forks twice:
+
+- the first child (outer) calls ``unshare`` for new user, PID, network, mount, IPC and UTS
+  namespaces, maps its uid to root *inside* the user namespace, forks the inner process,
+  reports the inner process's pid, waits for it and reports its exit status;
+- the inner process is PID 1 of its own PID namespace. It mounts a private ``/proc`` (so no
+  process outside is visible, the measurer and zygote included) and a private, size-limited
+  tmpfs on ``/dev/shm``, restricts itself with Landlock (writes only beneath its own folder,
+  device nodes writable but not creatable, no TCP, no signals or abstract Unix sockets beyond
+  its own domain) and with a seccomp filter (no ``socket()`` at all, so no Unix socket by path
+  either; no ``ptrace``, ``mount``, ``unshare``, ``setns``, ``bpf``, ``io_uring``...), and only
+  then loads the candidate (``gfsim.live.worker``). When it exits or is killed the kernel kills
+  every process left in its namespace, and the mount namespace (its ``/dev/shm`` with it) goes.
+
+The environment is allow-listed (no secrets), and the zygote is non-dumpable, so where
+namespaces are missing its ``/proc/<pid>/environ`` and memory cannot be read by a candidate.
+``probe()`` runs the same confinement in a throw-away child and says what this kernel allows;
+the measurer refuses untrusted code when something is missing unless the user passes
+``--trust-candidates``. Linux's Landlock and seccomp have no wrapper in the standard library:
+the few system calls are made through ctypes here (the PyPI ``landlock`` package covers only
+the filesystem part of the ABI, not network rules or scoping).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno as _errno
+import json
+import os
+import platform
+import signal
+import socket
+import sys
+from dataclasses import asdict, dataclass
+
+__all__ = ["Facilities", "probe", "probe_subprocess", "MISSING_HELP"]
+
+# -- Linux constants ---------------------------------------------------------------------------
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+CLONE_NEWCGROUP = 0x02000000
+_NS_FLAGS = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | \
+    CLONE_NEWNET | CLONE_NEWCGROUP
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 0x4000, 1 << 18
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 1, 4, 22, 38
+SECCOMP_MODE_FILTER = 2
+
+MISSING_HELP = ("gfsim runs LLM-written kernels only inside a sandbox (see docs: threat model); "
+                "pass --trust-candidates to run them with what this machine allows")
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(ret: int, what: str) -> int:
+    if ret == -1:
+        e = ctypes.get_errno()
+        raise OSError(e, f"{what}: {os.strerror(e)}")
+    return ret
+
+
+def prctl(option: int, arg: int = 0) -> None:
+    _check(_libc.prctl(option, ctypes.c_ulong(arg), 0, 0, 0), f"prctl({option})")
+
+
+def unshare(flags: int) -> None:
+    _check(_libc.unshare(flags), "unshare")
+
+
+def mount(source: str, target: str, fstype: str | None, flags: int, data: str | None = None):
+    _check(_libc.mount(source.encode() if source else None, target.encode(),
+                       fstype.encode() if fstype else None, ctypes.c_ulong(flags),
+                       data.encode() if data else None), f"mount {target}")
+
+
+# -- Landlock (Linux 5.13+; network rules ABI 4, scoping ABI 6) --------------------------------
+_SYS = {"x86_64": {"socket": 41, "ptrace": 101, "mount": 165, "umount2": 166,
+                   "pivot_root": 155, "unshare": 272, "setns": 308, "process_vm_readv": 310,
+                   "process_vm_writev": 311, "kexec_load": 246, "bpf": 321,
+                   "perf_event_open": 298, "open_by_handle_at": 304, "keyctl": 250,
+                   "add_key": 248, "request_key": 249, "userfaultfd": 323, "clone": 56,
+                   "chroot": 161},
+        "aarch64": {"socket": 198, "ptrace": 117, "mount": 40, "umount2": 39,
+                    "pivot_root": 41, "unshare": 97, "setns": 268, "process_vm_readv": 270,
+                    "process_vm_writev": 271, "kexec_load": 104, "bpf": 280,
+                    "perf_event_open": 241, "open_by_handle_at": 265, "keyctl": 219,
+                    "add_key": 217, "request_key": 218, "userfaultfd": 282, "clone": 220,
+                    "chroot": 51}}
+# The same numbers on every architecture (the unified table of Linux 5.1+).
+_COMMON = {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+           "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
+           "fsmount": 432, "fspick": 433, "clone3": 435, "mount_setattr": 442,
+           "landlock_create_ruleset": 444, "landlock_add_rule": 445,
+           "landlock_restrict_self": 446}
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+
+_FS_WRITE_FILE, _FS_TRUNCATE = 1 << 1, 1 << 14
+# Every right that changes the filesystem, by the ABI that introduced it.
+_FS_WRITES = {1: (1 << 1) | (1 << 4) | (1 << 5) | sum(1 << b for b in range(6, 13)),
+              2: 1 << 13, 3: 1 << 14}
+_NET_TCP = (1 << 0) | (1 << 1)  # bind, connect
+_SCOPE_ALL = (1 << 0) | (1 << 1)  # abstract Unix sockets, signals
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def _sys(name: str) -> int:
+    return _COMMON.get(name) or _SYS[platform.machine()][name]
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version, 0 where Landlock is missing or disabled."""
+    try:
+        v = _libc.syscall(_sys("landlock_create_ruleset"), None, ctypes.c_size_t(0),
+                          ctypes.c_uint32(1))
+    except KeyError:
+        return 0
+    return max(int(v), 0)
+
+
+def landlock_restrict(writable: list[str], devices: list[str], abi: int) -> dict:
+    """Allow writes only beneath ``writable`` (everything) and to existing files beneath
+    ``devices`` (open for writing: /dev/null, the GPU's nodes); deny TCP; scope signals and
+    abstract Unix sockets to this domain. Reading and executing stay allowed."""
+    fs = 0
+    for level, bits in _FS_WRITES.items():
+        if abi >= level:
+            fs |= bits
+    attr = _RulesetAttr(fs, _NET_TCP if abi >= 4 else 0, _SCOPE_ALL if abi >= 6 else 0)
+    size = 24 if abi >= 6 else 16 if abi >= 4 else 8
+    fd = _check(_libc.syscall(_sys("landlock_create_ruleset"), ctypes.byref(attr),
+                              ctypes.c_size_t(size), ctypes.c_uint32(0)), "landlock ruleset")
+    try:
+        for paths, rights in ((writable, fs), (devices, fs & (_FS_WRITE_FILE | _FS_TRUNCATE))):
+            for path in paths:
+                pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                try:
+                    rule = _PathBeneath(rights, pfd)
+                    _check(_libc.syscall(_sys("landlock_add_rule"), fd, 1, ctypes.byref(rule),
+                                         ctypes.c_uint32(0)), f"landlock rule {path}")
+                finally:
+                    os.close(pfd)
+        prctl(PR_SET_NO_NEW_PRIVS, 1)
+        _check(_libc.syscall(_sys("landlock_restrict_self"), fd, ctypes.c_uint32(0)),
+               "landlock restrict")
+    finally:
+        os.close(fd)
+    return {"landlock_abi": abi, "tcp": abi < 4, "scoped": abi >= 6}
+
+
+# -- seccomp: a small BPF filter ----------------------------------------------------------------
+_DENIED = ("socket", "ptrace", "mount", "umount2", "pivot_root", "chroot", "unshare", "setns",
+           "process_vm_readv", "process_vm_writev", "kexec_load", "bpf", "perf_event_open",
+           "open_by_handle_at", "keyctl", "add_key", "request_key", "userfaultfd",
+           "io_uring_setup", "io_uring_enter", "io_uring_register", "open_tree", "move_mount",
+           "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr")
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def seccomp_filter() -> dict:
+    """Install the filter: ``_DENIED`` calls fail with EPERM; ``clone`` with a namespace flag
+    fails with EPERM; ``clone3`` (whose flags a filter cannot read) fails with ENOSYS, so the C
+    library falls back to ``clone``; another architecture's calls kill the process."""
+    arch = platform.machine()
+    ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
+    allow, kill = 0x7FFF0000, 0x80000000
+
+    def err(code: int) -> int:
+        return 0x00050000 | code
+
+    denied = [_sys(n) for n in _DENIED]
+    prog = [(ld, 0, 0, 4), (jeq, 1, 0, _AUDIT_ARCH[arch]), (ret, 0, 0, kill), (ld, 0, 0, 0)]
+    if arch == "x86_64":  # the x32 ABI shares the architecture number: refuse it
+        prog += [(0x35, 0, 1, 0x40000000), (ret, 0, 0, err(_errno.EPERM))]
+    for nr in denied:
+        prog += [(jeq, 0, 1, nr), (ret, 0, 0, err(_errno.EPERM))]
+    prog += [(jeq, 0, 1, _sys("clone3")), (ret, 0, 0, err(_errno.ENOSYS)),
+             (jeq, 0, 3, _sys("clone")), (ld, 0, 0, 16),  # args[0], its low 32 bits
+             (jset, 0, 1, _NS_FLAGS), (ret, 0, 0, err(_errno.EPERM)), (ret, 0, 0, allow)]
+    arr = (_SockFilter * len(prog))(*[_SockFilter(*p) for p in prog])
+    fprog = _SockFprog(len(prog), arr)
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0),
+           "seccomp")
+    return {"seccomp": len(denied)}
+
+
+# -- what this machine allows --------------------------------------------------------------------
+@dataclass(frozen=True)
+class Facilities:
+    """What the kernel lets the sandbox do, as ``probe`` found it."""
+
+    user_ns: bool = False
+    pid_ns: bool = False
+    net_ns: bool = False
+    mount_ns: bool = False  # a private /proc and /dev/shm inside the PID namespace
+    landlock_abi: int = 0
+    seccomp: bool = False
+    errors: tuple = ()
+
+    def missing(self) -> list[str]:
+        """What full isolation needs and this machine lacks (empty: all of it is there)."""
+        out = [name for name, ok in (
+            ("user namespace", self.user_ns), ("PID namespace", self.pid_ns),
+            ("network namespace", self.net_ns), ("private /proc and /dev/shm", self.mount_ns),
+            ("seccomp", self.seccomp)) if not ok]
+        if self.landlock_abi < 6:
+            out.append(f"Landlock ABI >= 6 (have {self.landlock_abi or 'none'})")
+        return out
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["errors"] = list(self.errors)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Facilities:
+        return cls(**{**d, "errors": tuple(d.get("errors", ()))})
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def unshare_mapped(flags: int) -> None:
+    """``unshare(CLONE_NEWUSER | flags)`` and map this process's uid and gid to root inside.
+    The maps are written by a helper forked beforehand, which stays in the parent namespace:
+    since Linux 5.12 mapping an outer root needs CAP_SETFCAP there, which the process that
+    entered the new namespace no longer has."""
+    uid, gid = os.geteuid(), os.getegid()
+    go_r, go_w = os.pipe()
+    done_r, done_w = os.pipe()
+    helper = os.fork()
+    if helper == 0:  # pragma: no cover - the helper
+        code = 1
+        try:
+            os.close(go_w)
+            os.close(done_r)
+            if os.read(go_r, 1) == b"1":
+                target = os.getppid()
+                _write(f"/proc/{target}/setgroups", "deny")
+                _write(f"/proc/{target}/uid_map", f"0 {uid} 1")
+                _write(f"/proc/{target}/gid_map", f"0 {gid} 1")
+                os.write(done_w, b"1")
+                code = 0
+        finally:
+            os._exit(code)
+    os.close(go_r)
+    os.close(done_w)
+    try:
+        unshare(CLONE_NEWUSER | flags)
+        os.write(go_w, b"1")
+        ok = os.read(done_r, 1) == b"1"
+    finally:
+        os.close(go_w)
+        os.close(done_r)
+        os.waitpid(helper, 0)
+    if not ok:
+        raise OSError(_errno.EPERM, "could not map the uid into the user namespace")
+
+
+def enter_outer(fac: Facilities) -> int:
+    """In the outer child: new namespaces (what ``fac`` allows), uid mapped to root inside."""
+    flags = 0
+    if fac.user_ns:
+        flags = CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWCGROUP | \
+            (CLONE_NEWPID if fac.pid_ns else 0) | (CLONE_NEWNET if fac.net_ns else 0) | \
+            (CLONE_NEWNS if fac.mount_ns else 0)
+        unshare_mapped(flags)
+    return flags
+
+
+def enter_inner(fac: Facilities, folder: str, shm_mb: int) -> dict:
+    """In the inner process (PID 1 of the new namespace): private /proc and /dev/shm, then
+    Landlock and seccomp. Returns what was applied."""
+    applied: dict = {}
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if fac.mount_ns and fac.pid_ns:
+        mount("none", "/", None, MS_REC | MS_PRIVATE)
+        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
+              f"size={max(1, int(shm_mb))}m,mode=1777")
+        applied["private_proc_shm"] = True
+    if fac.landlock_abi:
+        writable = [folder] + (["/dev/shm"] if applied.get("private_proc_shm") else [])
+        applied.update(landlock_restrict(writable, ["/dev"], fac.landlock_abi))
+    if fac.seccomp:
+        applied.update(seccomp_filter())
+    return applied
+
+
+def probe() -> Facilities:
+    """Try every step of the confinement in a throw-away child and report what held. Call it
+    only from a single-threaded process (it forks)."""
+    import tempfile
+
+    r, w = os.pipe()
+    folder = tempfile.mkdtemp(prefix="gfsim-probe-")
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        code = 1
+        try:
+            os.close(r)
+            os.write(w, (json.dumps(_probe_child(folder)) + "\n").encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+    try:
+        return Facilities.from_dict(json.loads(data))
+    except ValueError:
+        return Facilities(errors=("the probe died",))
+
+
+def _probe_child(folder: str) -> dict:  # pragma: no cover - runs in a forked child
+    errors = []
+    abi = landlock_abi()
+    found = {"landlock_abi": abi}
+    try:
+        unshare_mapped(0)
+        uid_ok = True
+    except OSError as exc:
+        uid_ok = False
+        errors.append(f"user namespace: {exc}")
+    found["user_ns"] = uid_ok
+    for name, flag in (("net_ns", CLONE_NEWNET), ("mount_ns", CLONE_NEWNS),
+                       ("pid_ns", CLONE_NEWPID)):
+        try:
+            if not uid_ok:
+                raise OSError(_errno.EPERM, "needs the user namespace")
+            unshare(flag)
+            found[name] = True
+        except OSError as exc:
+            found[name] = False
+            errors.append(f"{name}: {exc}")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        inner = {}
+        try:
+            fac = Facilities(user_ns=found["user_ns"], pid_ns=found["pid_ns"],
+                             net_ns=found["net_ns"], mount_ns=found["mount_ns"],
+                             landlock_abi=abi, seccomp=True)
+            inner["pid1"] = os.getpid() == 1
+            try:
+                if fac.mount_ns and fac.pid_ns:
+                    mount("none", "/", None, MS_REC | MS_PRIVATE)
+                    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+                    mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m")
+                inner["mount_ns"] = True
+            except OSError as exc:
+                inner["mount_ns"] = False
+                inner["error"] = f"private /proc and /dev/shm: {exc}"
+            try:
+                if abi:
+                    landlock_restrict([folder], ["/dev"], abi)
+            except OSError as exc:
+                inner["landlock_abi"] = 0
+                inner["error_ll"] = f"landlock: {exc}"
+            try:
+                seccomp_filter()
+                try:
+                    socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).close()
+                    inner["seccomp"] = False
+                except OSError:
+                    inner["seccomp"] = True
+            except (OSError, KeyError) as exc:
+                inner["seccomp"] = False
+                inner["error_sc"] = f"seccomp: {exc}"
+        finally:
+            os.write(w, (json.dumps(inner) + "\n").encode())
+            os._exit(0)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.waitpid(pid, 0)
+    inner = json.loads(data or b"{}")
+    found["pid_ns"] = found["pid_ns"] and bool(inner.get("pid1"))
+    found["mount_ns"] = found["mount_ns"] and found["pid_ns"] and bool(inner.get("mount_ns"))
+    found["seccomp"] = bool(inner.get("seccomp"))
+    if "landlock_abi" in inner:
+        found["landlock_abi"] = inner["landlock_abi"]
+    errors += [inner[k] for k in ("error", "error_ll", "error_sc") if k in inner]
+    found["errors"] = errors
+    return found
+
+
+def probe_subprocess(timeout: float = 30.0) -> Facilities:
+    """``probe`` in a fresh interpreter (safe to call from a process with threads)."""
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-m", "gfsim.live.sandbox", "--probe"],
+                         capture_output=True, timeout=timeout, env=_plain_env())
+    try:
+        return Facilities.from_dict(json.loads(out.stdout.decode().strip().splitlines()[-1]))
+    except (ValueError, IndexError):
+        return Facilities(errors=(f"the probe failed: {out.stderr.decode()[-300:]}",))
+
+
+def _plain_env() -> dict:
+    from gfsim.live.measurer import ENV_ALLOWLIST, _package_root
+
+    env = {k: os.environ[k] for k in ENV_ALLOWLIST if k in os.environ}
+    env["PYTHONPATH"] = _package_root()
+    return env
+
+
+# -- the zygote ----------------------------------------------------------------------------------
+def _recv(sock: socket.socket):
+    msg, fds, _flags, _addr = socket.recv_fds(sock, 1 << 20, 8)
+    return (json.loads(msg) if msg else None), fds
+
+
+def zygote(task_name: str, sock_fd: int) -> None:  # pragma: no cover - its own process
+    """Prepare (imports, no CUDA), then fork one confined process per spawn request."""
+    prctl(PR_SET_DUMPABLE, 0)
+    sock = socket.socket(fileno=sock_fd)
+    import numpy  # noqa: F401 - imported once here, inherited by every candidate
+
+    import torch  # noqa: F401
+
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+    except ImportError:
+        pass
+    from gfsim.live import timing, worker  # noqa: F401
+    from gfsim.live.tasks import get_task
+
+    get_task(task_name)
+    fac = probe()
+    sock.send(json.dumps({"ready": True, "pid": os.getpid(), "facilities": fac.as_dict(),
+                          "cuda_initialised": bool(torch.cuda.is_initialized())}).encode())
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the outer children reap themselves
+    while True:
+        spec, fds = _recv(sock)
+        if spec is None or spec.get("op") == "exit":
+            return
+        pid = os.fork()
+        if pid == 0:
+            status = fds[2]
+            try:
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                _outer(spec, fds, sock_fd)
+            except BaseException as exc:  # noqa: BLE001 - report, then die
+                try:
+                    os.write(status, (json.dumps({"error": f"{type(exc).__name__}: {exc}"})
+                                      + "\n").encode())
+                finally:
+                    os._exit(70)
+            os._exit(0)
+        for fd in fds:
+            os.close(fd)
+        sock.send(json.dumps({"spawned": pid}).encode())
+
+
+def _outer(spec: dict, fds: list[int], sock_fd: int) -> None:  # pragma: no cover - child
+    req, ans, status = fds
+    os.setsid()
+    err = os.open(os.path.join(spec["dir"], "stderr.log"),
+                  os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    os.dup2(err, 1)
+    os.dup2(err, 2)
+    os.close(err)
+    os.close(sock_fd)
+    low = 3
+    for fd in sorted({req, ans, status}):  # nothing else of the zygote's stays open
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, os.sysconf("SC_OPEN_MAX"))
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    fac = Facilities.from_dict(spec["facilities"])
+    enter_outer(fac)
+    pid = os.fork()
+    if pid == 0:
+        os.close(status)
+        code = 0
+        try:
+            _inner(spec, fac, req, ans)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:  # noqa: BLE001
+            import traceback
+
+            traceback.print_exc()
+            code = 71
+        finally:
+            os._exit(code)
+    os.close(req)
+    os.close(ans)
+    os.write(status, (json.dumps({"pid": pid}) + "\n").encode())
+    _, st = os.waitpid(pid, 0)
+    os.write(status, (json.dumps({"exit": os.waitstatus_to_exitcode(st)}) + "\n").encode())
+
+
+def _inner(spec: dict, fac: Facilities, req: int, ans: int) -> None:  # pragma: no cover
+    folder = spec["dir"]
+    os.chdir(folder)
+    os.environ.clear()
+    os.environ.update(spec["env"])
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    applied = enter_inner(fac, folder, spec.get("shm_mb", 1024))
+    from gfsim.live import worker
+
+    answers = socket.socket(fileno=ans)
+    worker.serve(spec["task"], os.fdopen(req, "r"), answers.send,
+                 {"confined": applied, "namespace_pid": os.getpid()})
+
+
+if __name__ == "__main__":  # pragma: no cover
+    if sys.argv[1:] == ["--probe"]:
+        print(json.dumps(probe().as_dict()))
+    else:
+        zygote(sys.argv[1], int(sys.argv[2]))
