@@ -102,9 +102,13 @@ class MeasurerConfig:
     # Run candidates even where the kernel lacks part of the sandbox (gfsim.live.sandbox
     # .Facilities.missing): with what there is. Off, such a machine refuses untrusted code.
     trust_candidates: bool = False
-    # A reported time below (1 - timing_tolerance) x the measurer's own clock is capped at
-    # that clock; below forged_below x it, the evaluation is refused as forged.
-    timing_tolerance: float = 0.10
+    # The measurer's own clock of a call, less its noise and ``timing_slack_ms``, is a floor
+    # the true time is above: a reported time below (1 - timing_tolerance) x that floor is
+    # capped at it, one below forged_below x it refused as forged. The defaults kept every
+    # honest kernel of the task suite unflagged on the H200 (docs/live.md), at the price of
+    # resolving forgeries only for kernels above about 0.25 ms there.
+    timing_tolerance: float = 0.30
+    timing_slack_ms: float = 0.20
     forged_below: float = 0.5
     check_rows: int = 16  # rows of each output kept per timed repetition
     checked_reps: int = 2  # timed repetitions per batch whose rows are checked
@@ -141,7 +145,7 @@ class _Zygote:
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = {k: os.environ[k] for k in ENV_ALLOWLIST if k in os.environ}
         env.update(PYTHONNOUSERSITE="1", PYTHONDONTWRITEBYTECODE="1", HOME=str(root),
-                   PYTHONPATH=_package_root(), TRITON_CACHE_DIR=str(root / "triton-zygote"))
+                   PYTHONPATH=_python_path(), TRITON_CACHE_DIR=str(root / "triton-zygote"))
         if interpret:  # Triton reads it when it is imported, which the zygote does
             env["TRITON_INTERPRET"] = "1"
         self.stderr = open(root / "zygote.log", "wb")
@@ -241,6 +245,7 @@ class _Sandbox:
         ready = self.call(None, timeout=300.0)
         self.device = ready.get("device")
         self.confined = ready.get("confined", {})
+        self.init_s = float(ready.get("init_s") or 0.0)  # its torch and CUDA start
 
     def _status_line(self, timeout: float) -> dict:
         sel = selectors.DefaultSelector()
@@ -368,6 +373,12 @@ def _package_root() -> str:
     return str(Path(gfsim.__file__).resolve().parent.parent)
 
 
+def _python_path() -> str:
+    """gfsim's own root first, then the PYTHONPATH this process was given."""
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join([_package_root(), *rest])
+
+
 def _namespace_usage(pid: int | None, ns: int | None) -> tuple[float, int]:
     """(resident kB, processes) of a sandbox: every process in its PID namespace, plus what
     its private /dev/shm holds; without a namespace, the process group of ``pid``."""
@@ -425,7 +436,9 @@ class TritonMeasurer(Measurer):
         self._timed_since_ref = 0
         self._rng = None
         self.sandboxes = 0  # candidate processes started
-        self.spawn_s: list[float] = []  # seconds from asking for a process to its ready answer
+        # Seconds from asking for a candidate's process to its ready answer, its CUDA context
+        # included (the sandbox's whole cost per candidate, over a reused worker).
+        self.spawn_s: list[float] = []
         self.reference_log: list[dict] = []  # every (re-)timing of the baseline, in order
 
     # -- plumbing ----------------------------------------------------------------------------
@@ -712,7 +725,11 @@ class TritonMeasurer(Measurer):
                "trusted_runtime_ns": _geomean([max(a["trusted_ms"], 1e-9) for a in cand]) * 1e6,
                "timing_statistic": cand[0]["statistic"],
                "timing_reps": [a["reps"] for a in cand],
-               "timing_rse": [a["rse"] for a in cand]}
+               "timing_rse": [a["rse"] for a in cand],
+               # per shape: what the candidate's process claimed and what this one saw
+               "timing_claimed_ms": [a["claimed_ms"] for a in cand],
+               "timing_trusted_ms": [a["trusted_ms"] for a in cand],
+               "timing_noise_ms": [a["noise_ms"] for a in cand]}
         if any(a["capped"] for a in cand):
             out["timing_capped"] = [bool(a["capped"]) for a in cand]
         out["speedup"] = out["ref_runtime_ns"] / out["runtime_ns"]
@@ -782,18 +799,20 @@ class TritonMeasurer(Measurer):
         reps = len(times)
         trusted_ms = max(wall - null, 0.0) / reps * 1e3
         noise_ms = 2.0 * spread / reps * 1e3  # what the loop's own cost may be off by
+        floor_ms = trusted_ms - noise_ms - (c.timing_slack_ms if self._device() == "cuda"
+                                            else 0.0)
         statistic = "mean" if c.protocol == "reference" else "median"
         value = statistics.fmean(times) if statistic == "mean" else statistics.median(times)
         claimed = statistics.fmean(times)
         capped = False
-        if candidate and claimed < c.forged_below * trusted_ms - noise_ms:
+        if candidate and floor_ms > 0 and claimed < c.forged_below * floor_ms:
             raise _StageError({"kind": "forged", "error": (
                 f"timing forged: shape {dims}: the candidate's process reports {claimed:.4g} ms "
                 f"a call, this process's clock saw {trusted_ms:.4g} ms")})
-        if candidate and claimed < (1.0 - c.timing_tolerance) * trusted_ms - noise_ms:
-            capped, value = True, trusted_ms
+        if candidate and floor_ms > 0 and claimed < (1.0 - c.timing_tolerance) * floor_ms:
+            capped, value = True, floor_ms
         return {"value_ms": value, "trusted_ms": trusted_ms, "claimed_ms": claimed,
-                "noise_ms": noise_ms,
+                "noise_ms": noise_ms, "floor_ms": floor_ms,
                 "capped": capped, "reps": reps, "rse": timing.rse(times),
                 "statistic": statistic, "wall_s": wall}
 

@@ -81,13 +81,15 @@ _SYS = {"x86_64": {"socket": 41, "ptrace": 101, "mount": 165, "umount2": 166,
                    "process_vm_writev": 311, "kexec_load": 246, "bpf": 321,
                    "perf_event_open": 298, "open_by_handle_at": 304, "keyctl": 250,
                    "add_key": 248, "request_key": 249, "userfaultfd": 323, "clone": 56,
-                   "chroot": 161},
+                   "chroot": 161, "connect": 42, "sendto": 44, "sendmsg": 46,
+                   "sendmmsg": 307},
         "aarch64": {"socket": 198, "ptrace": 117, "mount": 40, "umount2": 39,
                     "pivot_root": 41, "unshare": 97, "setns": 268, "process_vm_readv": 270,
                     "process_vm_writev": 271, "kexec_load": 104, "bpf": 280,
                     "perf_event_open": 241, "open_by_handle_at": 265, "keyctl": 219,
                     "add_key": 217, "request_key": 218, "userfaultfd": 282, "clone": 220,
-                    "chroot": 51}}
+                    "chroot": 51, "connect": 203, "sendto": 206, "sendmsg": 211,
+                    "sendmmsg": 269}}
 # The same numbers on every architecture (the unified table of Linux 5.1+).
 _COMMON = {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
            "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
@@ -128,9 +130,9 @@ def landlock_abi() -> int:
     return max(int(v), 0)
 
 
-def landlock_restrict(writable: list[str], devices: list[str], abi: int) -> dict:
+def landlock_restrict(writable: list[str], existing: list[str], abi: int) -> dict:
     """Allow writes only beneath ``writable`` (everything) and to existing files beneath
-    ``devices`` (open for writing: /dev/null, the GPU's nodes); deny TCP; scope signals and
+    ``existing`` (open for writing: /dev/null, the GPU's nodes); deny TCP; scope signals and
     abstract Unix sockets to this domain. Reading and executing stay allowed."""
     fs = 0
     for level, bits in _FS_WRITES.items():
@@ -141,7 +143,7 @@ def landlock_restrict(writable: list[str], devices: list[str], abi: int) -> dict
     fd = _check(_libc.syscall(_sys("landlock_create_ruleset"), ctypes.byref(attr),
                               ctypes.c_size_t(size), ctypes.c_uint32(0)), "landlock ruleset")
     try:
-        for paths, rights in ((writable, fs), (devices, fs & (_FS_WRITE_FILE | _FS_TRUNCATE))):
+        for paths, rights in ((writable, fs), (existing, fs & (_FS_WRITE_FILE | _FS_TRUNCATE))):
             for path in paths:
                 pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
                 try:
@@ -159,11 +161,12 @@ def landlock_restrict(writable: list[str], devices: list[str], abi: int) -> dict
 
 
 # -- seccomp: a small BPF filter ----------------------------------------------------------------
-_DENIED = ("socket", "ptrace", "mount", "umount2", "pivot_root", "chroot", "unshare", "setns",
+_DENIED = ("ptrace", "mount", "umount2", "pivot_root", "chroot", "unshare", "setns",
            "process_vm_readv", "process_vm_writev", "kexec_load", "bpf", "perf_event_open",
            "open_by_handle_at", "keyctl", "add_key", "request_key", "userfaultfd",
            "io_uring_setup", "io_uring_enter", "io_uring_register", "open_tree", "move_mount",
-           "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr")
+           "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "sendmsg", "sendmmsg")
+_AF_UNIX = 1
 
 
 class _SockFilter(ctypes.Structure):
@@ -175,10 +178,19 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
 
 
+def _arg(i: int, high: bool = False) -> int:
+    """Offset of a system call argument's low (or high) 32 bits in ``seccomp_data``."""
+    return 16 + 8 * i + (4 if high else 0)
+
+
 def seccomp_filter() -> dict:
-    """Install the filter: ``_DENIED`` calls fail with EPERM; ``clone`` with a namespace flag
-    fails with EPERM; ``clone3`` (whose flags a filter cannot read) fails with ENOSYS, so the C
-    library falls back to ``clone``; another architecture's calls kill the process."""
+    """Install the filter. The ``_DENIED`` calls fail with EPERM. ``socket`` is allowed for
+    AF_UNIX only (the CUDA driver opens one at initialisation), but ``connect`` always fails
+    (ECONNREFUSED: CUDA then takes it that no MPS daemon runs), ``sendto`` with an address
+    fails and ``sendmsg`` is refused, so no Unix socket outside can be reached by path.
+    ``clone`` with a namespace flag fails; ``clone3`` (whose flags a filter cannot read) fails
+    with ENOSYS, so the C library falls back to ``clone``; another architecture's calls kill
+    the process."""
     arch = platform.machine()
     ld, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
     allow, kill = 0x7FFF0000, 0x80000000
@@ -186,21 +198,29 @@ def seccomp_filter() -> dict:
     def err(code: int) -> int:
         return 0x00050000 | code
 
-    denied = [_sys(n) for n in _DENIED]
     prog = [(ld, 0, 0, 4), (jeq, 1, 0, _AUDIT_ARCH[arch]), (ret, 0, 0, kill), (ld, 0, 0, 0)]
     if arch == "x86_64":  # the x32 ABI shares the architecture number: refuse it
         prog += [(0x35, 0, 1, 0x40000000), (ret, 0, 0, err(_errno.EPERM))]
-    for nr in denied:
-        prog += [(jeq, 0, 1, nr), (ret, 0, 0, err(_errno.EPERM))]
+    for name in _DENIED:
+        prog += [(jeq, 0, 1, _sys(name)), (ret, 0, 0, err(_errno.EPERM))]
     prog += [(jeq, 0, 1, _sys("clone3")), (ret, 0, 0, err(_errno.ENOSYS)),
-             (jeq, 0, 3, _sys("clone")), (ld, 0, 0, 16),  # args[0], its low 32 bits
+             (jeq, 0, 1, _sys("connect")), (ret, 0, 0, err(_errno.ECONNREFUSED)),
+             # socket(domain, ...): AF_UNIX only
+             (jeq, 0, 4, _sys("socket")), (ld, 0, 0, _arg(0)), (jeq, 0, 1, _AF_UNIX),
+             (ret, 0, 0, allow), (ret, 0, 0, err(_errno.EAFNOSUPPORT)),
+             # sendto(..., dest_addr, addrlen): only without an address
+             (jeq, 0, 6, _sys("sendto")), (ld, 0, 0, _arg(4)), (jeq, 0, 3, 0),
+             (ld, 0, 0, _arg(4, high=True)), (jeq, 0, 1, 0), (ret, 0, 0, allow),
+             (ret, 0, 0, err(_errno.EPERM)),
+             # clone(flags, ...): no namespace flags (last: the argument replaces the number)
+             (jeq, 0, 3, _sys("clone")), (ld, 0, 0, _arg(0)),
              (jset, 0, 1, _NS_FLAGS), (ret, 0, 0, err(_errno.EPERM)), (ret, 0, 0, allow)]
     arr = (_SockFilter * len(prog))(*[_SockFilter(*p) for p in prog])
     fprog = _SockFprog(len(prog), arr)
     prctl(PR_SET_NO_NEW_PRIVS, 1)
     _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0),
            "seccomp")
-    return {"seccomp": len(denied)}
+    return {"seccomp": len(_DENIED) + 4}
 
 
 # -- what this machine allows --------------------------------------------------------------------
@@ -305,7 +325,9 @@ def enter_inner(fac: Facilities, folder: str, shm_mb: int) -> dict:
         applied["private_proc_shm"] = True
     if fac.landlock_abi:
         writable = [folder] + (["/dev/shm"] if applied.get("private_proc_shm") else [])
-        applied.update(landlock_restrict(writable, ["/dev"], fac.landlock_abi))
+        # Existing files only: device nodes, and this process's own /proc entries (the CUDA
+        # driver names its threads through /proc/self/task/*/comm).
+        applied.update(landlock_restrict(writable, ["/dev", "/proc/self"], fac.landlock_abi))
     if fac.seccomp:
         applied.update(seccomp_filter())
     return applied
@@ -384,14 +406,14 @@ def _probe_child(folder: str) -> dict:  # pragma: no cover - runs in a forked ch
                 inner["error"] = f"private /proc and /dev/shm: {exc}"
             try:
                 if abi:
-                    landlock_restrict([folder], ["/dev"], abi)
+                    landlock_restrict([folder], ["/dev", "/proc/self"], abi)
             except OSError as exc:
                 inner["landlock_abi"] = 0
                 inner["error_ll"] = f"landlock: {exc}"
             try:
                 seccomp_filter()
                 try:
-                    socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).close()
+                    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).close()
                     inner["seccomp"] = False
                 except OSError:
                     inner["seccomp"] = True
@@ -430,10 +452,10 @@ def probe_subprocess(timeout: float = 30.0) -> Facilities:
 
 
 def _plain_env() -> dict:
-    from gfsim.live.measurer import ENV_ALLOWLIST, _package_root
+    from gfsim.live.measurer import ENV_ALLOWLIST, _python_path
 
     env = {k: os.environ[k] for k in ENV_ALLOWLIST if k in os.environ}
-    env["PYTHONPATH"] = _package_root()
+    env["PYTHONPATH"] = _python_path()
     return env
 
 
@@ -533,6 +555,9 @@ def _inner(spec: dict, fac: Facilities, req: int, ans: int) -> None:  # pragma: 
     os.environ.clear()
     os.environ.update(spec["env"])
     import resource
+    import tempfile
+
+    tempfile.tempdir = folder  # the zygote's cached answer would be /tmp, not writable here
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     applied = enter_inner(fac, folder, spec.get("shm_mb", 1024))

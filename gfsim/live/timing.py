@@ -11,13 +11,13 @@ the mean is below its target or a repetition, kernel-time or wall-time limit is 
 candidate's process never decides how many repetitions it reports). Every repetition gets
 fresh inputs. Times are in milliseconds.
 
-The end event is recorded on the current stream right after the call, and the device is
-synchronised after it. (DESIGN.md first asked for a device sync *before* the end event, to count
-work a candidate puts on other streams; on the H200 that added ~24 us of host round trip to
-every repetition and tripled its noise: per-repetition CV 11% against 4%, run-to-run CV of the
-mean 1.8% against 0.2%, experiments/timing_diag.py.) Work on other streams is not between the
-events, but it is inside the measurer's own clock, which the recorded time never undercuts
-(``gfsim.live.measurer``).
+The end event is recorded on the current stream right after the call, and the repetitions of a
+batch are queued without a synchronisation between them (DESIGN.md first asked for a device
+sync *before* each end event, to count work a candidate puts on other streams; on the H200 that
+added ~24 us of host round trip to every repetition and tripled its noise, experiments/
+timing_diag.py). Work on other streams is not between the events, but it is inside the
+measurer's own clock of the batch, which ends with a device-wide synchronisation and which the
+recorded time never undercuts (``gfsim.live.measurer``).
 
 This module is imported by the sandbox's zygote before any candidate code runs and keeps its
 own references to the CUDA entry points it uses; a candidate can still patch anything in its
@@ -30,16 +30,20 @@ import math
 import statistics
 import time
 
-__all__ = ["PROTOCOLS", "STATISTIC", "TimingResult", "warm_up", "time_reps", "rse", "bind",
+__all__ = ["PROTOCOLS", "STATISTIC", "TimingResult", "warm_up", "time_reps", "rse", "bind", "perf",
            "CPU_PROTOCOL"]
 
 # Bound at import, before any candidate code runs: a candidate that replaces time.perf_counter
 # does not change the clock of this module (the measurer believes neither).
-_perf = time.perf_counter
+perf = _perf = time.perf_counter
 
 PROTOCOLS = ("gfsim", "reference")
 STATISTIC = {"gfsim": "median", "reference": "mean"}
 _FLUSH_BYTES = 256 * 1024 * 1024  # several times the H200's 60 MB L2
+# A spin of this many GPU cycles (about 0.5 ms on an H200) before each repetition, outside its
+# events: the batch stays bound by the GPU's work rather than by the host's launch overhead, so
+# the measurer's clock of a batch, less the loop's own cost, is the kernels' GPU time.
+_PAD_CYCLES = 1_000_000
 
 
 class TimingResult(dict):
@@ -57,6 +61,7 @@ def _bound_cuda():
         "elapsed": Event.elapsed_time,
         "sync": torch.cuda.synchronize,
         "empty": torch.empty,
+        "sleep": torch.cuda._sleep,
     }
 
 
@@ -89,41 +94,51 @@ def warm_up(fn, inputs, *, device: str, protocol: str = "gfsim", warmup: int = 3
 
 def time_reps(fn, inputs_for, reps: int, *, device: str, protocol: str = "gfsim",
               on_output=None) -> TimingResult:
-    """Time exactly ``reps`` calls, each on fresh inputs ``inputs_for(r)`` (drawn before the
-    clock starts, so a candidate that caches by input pointer returns stale outputs).
+    """Time exactly ``reps`` calls, each on fresh inputs ``inputs_for(r)`` (drawn on the
+    device before the call, so a candidate that caches by input pointer returns stale
+    outputs).
 
-    On a GPU each call sits between two CUDA events, after the L2 flush (``gfsim``) or with
-    the clone of its inputs inside (``reference``), and the whole device is synchronised after
-    it (work on other streams included). On the CPU (the Triton interpreter) each call is
-    timed by ``time.perf_counter``: interpreter times, labelled ``cpu-wallclock``. After each
-    call and outside its timing, ``on_output(r, out)`` sees what it returned."""
+    On a GPU each call sits between two CUDA events, after the L2 flush (``gfsim``) or with the
+    clone of its inputs inside (``reference``). The repetitions are queued back to back and
+    the whole device is synchronised once, after the last (work on other streams included), so
+    the batch's wall time is the GPU's work and little else: the measurer's clock of a batch
+    is then precise enough to judge the events' claim. On the CPU (the Triton interpreter)
+    each call is timed by ``time.perf_counter``: interpreter times, labelled
+    ``cpu-wallclock``. After each call and outside its timing, ``on_output(r, out)`` sees what
+    it returned (asynchronously: it must not synchronise)."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown timing protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
     gpu = device == "cuda"
-    c = _cuda() if gpu else None
-    flush = c["empty"](_FLUSH_BYTES, dtype=_uint8(), device="cuda") \
-        if gpu and protocol == "gfsim" else None
     clock = _perf
     started = clock()
     times: list[float] = []
-    for r in range(reps):
-        inputs = inputs_for(r)
-        if gpu:
+    if gpu:
+        c = _cuda()
+        flush = _flush_buffer() if protocol == "gfsim" else None
+        events = []
+        for r in range(reps):
+            inputs = inputs_for(r)
+            c["sleep"](_PAD_CYCLES)
             if flush is not None:
                 flush.zero_()
             start, end = c["Event"](enable_timing=True), c["Event"](enable_timing=True)
             c["record"](start)
             out = fn(*_clone(inputs)) if protocol == "reference" else fn(*inputs)
             c["record"](end)
-            c["sync"]()
-            ms = float(c["elapsed"](start, end))
-        else:
+            events.append((start, end))
+            if on_output is not None:
+                on_output(r, out)
+            del out
+        c["sync"]()
+        times = [float(c["elapsed"](a, b)) for a, b in events]
+    else:
+        for r in range(reps):
+            inputs = inputs_for(r)
             t0 = clock()
             out = fn(*_clone(inputs)) if protocol == "reference" else fn(*inputs)
-            ms = (clock() - t0) * 1e3
-        times.append(ms)
-        if on_output is not None:
-            on_output(r, out)
+            times.append((clock() - t0) * 1e3)
+            if on_output is not None:
+                on_output(r, out)
     mean, median = statistics.fmean(times), statistics.median(times)
     proto = protocol if gpu else CPU_PROTOCOL
     value = median if proto != "reference" else mean
@@ -131,6 +146,17 @@ def time_reps(fn, inputs_for, reps: int, *, device: str, protocol: str = "gfsim"
                         statistic="mean" if proto == "reference" else "median",
                         rse=rse(times), reps=len(times), protocol=proto,
                         kernel_s=sum(times) / 1e3, wall_s=clock() - started)
+
+
+_FLUSH = None
+
+
+def _flush_buffer():
+    """The L2 flush buffer, allocated once per process."""
+    global _FLUSH
+    if _FLUSH is None:
+        _FLUSH = _cuda()["empty"](_FLUSH_BYTES, dtype=_uint8(), device="cuda")
+    return _FLUSH
 
 
 def _cuda():
