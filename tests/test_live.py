@@ -290,3 +290,67 @@ def test_an_llm_mutator_drives_a_live_run(vllm_server, tmp_path):
     assert (log.candidates["gen_service_s"] > 0).all()
     assert len(log.evaluations) == 0 and summary["searches"][0]["gpu_evals"] == 0
     assert log.header["generator"]["name"] == "llm"
+
+
+_DYING = '''
+import os, signal, sys
+from gfsim.live.driver import LiveOptions, LiveRun
+from gfsim.live.measurer import MeasurerConfig, TritonMeasurer
+from gfsim.live.sources import MutationSource
+from gfsim.simulator.puct_engine import SearchConfig
+
+out, work, die_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+
+class Dying(TritonMeasurer):
+    """Kills this whole process on its die_at-th measurement: what a candidate that hangs the
+    GPU until the user kills the run (or one that escaped and killed it) leaves behind."""
+
+    calls = 0
+
+    def measure(self, candidate):
+        Dying.calls += 1
+        if Dying.calls == die_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().measure(candidate)
+
+
+cfg = MeasurerConfig(interpret=True, cpu_timing=True, rse_target=0.2, max_reps=3)
+opts = LiveOptions(tasks=["softmax"], search=SearchConfig(steps=2, samples_per_parent=2),
+                   seed=3)
+LiveRun(out, opts, MutationSource(), lambda t: Dying(t, cfg, workdir=work), None,
+        resume=os.path.exists(out), hardware={"device_name": "cpu (Triton interpreter)"},
+        provenance={"kind": "measured", "note": "test"}).run()
+'''
+
+
+def test_a_candidate_that_kills_the_run_is_a_failure_on_resume_not_redone_forever(tmp_path):
+    """Each measurement begins with an ``attempt`` record (fsynced). The run is killed while
+    measuring the first child, and again when the resumed run measures it; the third session
+    records it as a failure from its two attempts and finishes the search."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "dying.jsonl"
+    script = tmp_path / "dying.py"
+    script.write_text(_DYING)
+
+    def session(die_at):
+        return subprocess.run([sys.executable, str(script), str(out), str(tmp_path), str(die_at)],
+                              capture_output=True, timeout=600)
+
+    assert session(2).returncode == -9  # measure 1: the seed; 2: the first child
+    recs = [r for _, r in iter_records(out)]
+    victim = [r for r in recs if r["kind"] == "attempt"][-1]["candidate_id"]
+    assert not any(r["kind"] == "evaluation" and r["candidate_id"] == victim for r in recs)
+    assert session(1).returncode == -9  # the resumed run dies on the same candidate
+    done = session(0)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    recs = [r for _, r in iter_records(out)]
+    attempts = [r for r in recs if r["kind"] == "attempt" and r["candidate_id"] == victim]
+    assert [r["attempt"] for r in attempts] == [1, 2]
+    ev = [r for r in recs if r["kind"] == "evaluation" and r["candidate_id"] == victim]
+    assert len(ev) == 1 and ev[0]["outcome"] == "runtime_error"
+    assert ev[0]["failed_stage"] == "attempt" and "begun 2 times" in ev[0]["reason"]
+    log = load_log(out)  # the log is valid, and the search went on past the victim
+    assert len(log.steps) == 2 and (log.evaluations["outcome"] == "success").any()

@@ -144,17 +144,23 @@ def _forge(factor: float):
 
 
 def _timing_held(rec, ctx, host):
-    """A forgery is contained when it is refused, fails, or is recorded at no less than the
-    measurer's own clock allows (0.8x of it) and, on a GPU, within 10% of the honest kernel's
-    time. (On two busy CPU cores the interpreter's times vary by 2x from run to run, so there
-    the record's own trusted time is the yardstick.)"""
+    """A forgery is contained when it is refused or fails, or when every shape is recorded at
+    no less than 0.7x the floor the measurer's own clock vouches for (the loosest tolerance)
+    and, on a GPU, the whole within 10% of the honest kernel's time. (On two busy CPU cores the
+    interpreter's times vary by 2x from run to run, so there the record's own floor is the
+    yardstick.)"""
     if rec["outcome"] != "success":
         return True, f"refused ({rec['outcome']}): {rec.get('reason', '')[:80]}"
+    return _held(rec, ctx)
+
+
+def _held(rec, ctx):
     ratio = rec["runtime_ns"] / ctx.honest_ns
-    own = rec["runtime_ns"] / rec["trusted_runtime_ns"]
-    ok = own >= 0.8 and (ratio >= 0.9 or ctx.device != "cuda")
-    return ok, (f"recorded at {ratio:.2f}x the honest kernel's time, {own:.2f}x the "
-                f"measurer's clock" + (" (capped)" if rec.get("timing_capped") else ""))
+    floors = [(v, f) for v, f in zip(rec["timing_value_ms"], rec["timing_floor_ms"]) if f > 0]
+    own = min((v / f for v, f in floors), default=float("inf"))
+    ok = own >= 0.7 and (ratio >= 0.9 or ctx.device != "cuda")
+    return ok, (f"recorded at {ratio:.2f}x the honest kernel's time, at least {own:.2f}x the "
+                "measurer's floor" + (" (capped)" if rec.get("timing_capped") else ""))
 
 
 def _perf_counter(ctx):
@@ -181,10 +187,7 @@ def _failed_or_honest(rec, ctx, host):
     if rec["outcome"] != "success":
         return rec["outcome"] in ("incorrect", "runtime_error"), \
             f"{rec['outcome']}: {rec.get('reason', '')[:90]}"
-    ratio = rec["runtime_ns"] / ctx.honest_ns
-    own = rec["runtime_ns"] / rec["trusted_runtime_ns"]
-    ok = own >= 0.8 and (ratio >= 0.9 or ctx.device != "cuda")
-    return ok, f"success at {ratio:.2f}x the honest kernel's time, {own:.2f}x the clock's"
+    return _held(rec, ctx)
 
 
 def _sitecustomize(ctx):

@@ -39,15 +39,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from gfsim.core.errors import GfsimError
+from gfsim.live.sandbox import ENV_ALLOWLIST, python_path
 
 __all__ = ["Measurer", "LogMeasurer", "TritonMeasurer", "MeasurerConfig", "ENV_ALLOWLIST",
            "CORRECT_UNTIMED", "UntrustedRefused"]
 
 CORRECT_UNTIMED = "correct_untimed"
-
-ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
-                 "CUDA_HOME", "TRITON_INTERPRET", "NCCL_NVLS_ENABLE",
-                 "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
 
 
 class Measurer(ABC):
@@ -111,7 +108,7 @@ class MeasurerConfig:
     timing_slack_ms: float = 0.20
     forged_below: float = 0.5
     check_rows: int = 16  # rows of each output kept per timed repetition
-    checked_reps: int = 2  # timed repetitions per batch whose rows are checked
+    checked_reps: int = 3  # timed repetitions per batch whose rows are checked
     hidden_shapes: int = 1  # extra check shapes drawn at random per candidate
     # Without a GPU (TRITON_INTERPRET=1): time candidates by wall clock on the CPU (protocol
     # "cpu-wallclock", on ``cpu_shapes`` or the task's first two check shapes) instead of
@@ -145,7 +142,7 @@ class _Zygote:
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = {k: os.environ[k] for k in ENV_ALLOWLIST if k in os.environ}
         env.update(PYTHONNOUSERSITE="1", PYTHONDONTWRITEBYTECODE="1", HOME=str(root),
-                   PYTHONPATH=_python_path(), TRITON_CACHE_DIR=str(root / "triton-zygote"))
+                   PYTHONPATH=python_path(), TRITON_CACHE_DIR=str(root / "triton-zygote"))
         if interpret:  # Triton reads it when it is imported, which the zygote does
             env["TRITON_INTERPRET"] = "1"
         self.stderr = open(root / "zygote.log", "wb")
@@ -367,18 +364,6 @@ class _Sandbox:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _package_root() -> str:
-    import gfsim
-
-    return str(Path(gfsim.__file__).resolve().parent.parent)
-
-
-def _python_path() -> str:
-    """gfsim's own root first, then the PYTHONPATH this process was given."""
-    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    return os.pathsep.join([_package_root(), *rest])
-
-
 def _namespace_usage(pid: int | None, ns: int | None) -> tuple[float, int]:
     """(resident kB, processes) of a sandbox: every process in its PID namespace, plus what
     its private /dev/shm holds; without a namespace, the process group of ``pid``."""
@@ -596,6 +581,9 @@ class TritonMeasurer(Measurer):
         if not ans["ok"]:
             raise _StageError(ans)
         ref = self._reference_output(dims, seed)
+        n = ans.get("n_outputs", 1)
+        if type(n) is not int or n != len(ref):  # the worker's word, used only to refuse
+            return f"{n} outputs where the reference has {len(ref)}"
         return self._compare_files(path, lambda k: output_path(path, k), ref)
 
     def _compare_files(self, path: Path, name_of, ref: list) -> str | None:
@@ -642,7 +630,7 @@ class TritonMeasurer(Measurer):
         worker = None
         try:
             self._start_zygote()
-            if c.timing_tolerance and self._device() == "cuda" or c.cpu_timing:
+            if self._device() == "cuda" or c.cpu_timing:
                 # The baseline's process first, so its start is not booked to this candidate.
                 self._baseline_worker()
             mark = t_start = time.perf_counter()
@@ -729,7 +717,9 @@ class TritonMeasurer(Measurer):
                # per shape: what the candidate's process claimed and what this one saw
                "timing_claimed_ms": [a["claimed_ms"] for a in cand],
                "timing_trusted_ms": [a["trusted_ms"] for a in cand],
-               "timing_noise_ms": [a["noise_ms"] for a in cand]}
+               "timing_noise_ms": [a["noise_ms"] for a in cand],
+               "timing_floor_ms": [a["floor_ms"] for a in cand],
+               "timing_value_ms": [a["value_ms"] for a in cand]}
         if any(a["capped"] for a in cand):
             out["timing_capped"] = [bool(a["capped"]) for a in cand]
         out["speedup"] = out["ref_runtime_ns"] / out["runtime_ns"]

@@ -36,7 +36,13 @@ import socket
 import sys
 from dataclasses import asdict, dataclass
 
-__all__ = ["Facilities", "probe", "probe_subprocess", "MISSING_HELP"]
+__all__ = ["Facilities", "probe", "probe_subprocess", "MISSING_HELP", "ENV_ALLOWLIST",
+           "python_path"]
+
+# What a sandboxed process (and the zygote) inherits of the environment: nothing secret.
+ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
+                 "CUDA_HOME", "TRITON_INTERPRET", "NCCL_NVLS_ENABLE",
+                 "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
 
 # -- Linux constants ---------------------------------------------------------------------------
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
@@ -452,11 +458,19 @@ def probe_subprocess(timeout: float = 30.0) -> Facilities:
 
 
 def _plain_env() -> dict:
-    from gfsim.live.measurer import ENV_ALLOWLIST, _python_path
-
     env = {k: os.environ[k] for k in ENV_ALLOWLIST if k in os.environ}
-    env["PYTHONPATH"] = _python_path()
+    env["PYTHONPATH"] = python_path()
     return env
+
+
+def python_path() -> str:
+    """gfsim's own root first, then the PYTHONPATH this process was given."""
+    from pathlib import Path
+
+    import gfsim
+
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join([str(Path(gfsim.__file__).resolve().parent.parent), *rest])
 
 
 # -- the zygote ----------------------------------------------------------------------------------

@@ -1,0 +1,50 @@
+"""The hostile-candidate suite (gfsim.live.hostile) on CPU: each row is a kernel that tries to
+forge its timing, cheat the checks, or escape the sandbox, and each must be contained. The GPU
+rows and the H200 figures: experiments/hostile_suite.py, docs/live.md."""
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from gfsim.live.candidates import CodeCandidate  # noqa: E402
+from gfsim.live.hostile import ROWS, Context, format_table, honest_code, run_row  # noqa: E402
+from gfsim.live.measurer import MeasurerConfig, TritonMeasurer  # noqa: E402
+from gfsim.live.tasks import get_task  # noqa: E402
+
+CPU_ROWS = [r for r in ROWS if not r.gpu_only]
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory):
+    cfg = MeasurerConfig(cpu_timing=True, rse_target=0.05, max_reps=40,
+                         cpu_shapes=({"M": 64, "N": 4096},), timing_timeout_s=10,
+                         check_timeout_s=30, compile_timeout_s=60, memory_limit_mb=3000,
+                         energy_window_s=0, timing_tolerance=0.1,
+                         checked_reps=6)  # a partial cheat is caught, not just likely caught
+    m = TritonMeasurer("softmax", cfg, workdir=tmp_path_factory.mktemp("hostile"))
+    ctx = Context(honest_code(get_task("softmax"), "cpu"))
+    honest = m.measure(CodeCandidate("softmax", ctx.honest + "\ndef run(*inputs):\n"
+                                     "    return _honest(*inputs)\n"))
+    assert honest["outcome"] == "success", honest
+    ctx.honest_ns = honest["runtime_ns"]
+    yield m, ctx
+    m.close()
+    ctx.close()
+
+
+@pytest.mark.parametrize("row", CPU_ROWS, ids=[r.name for r in CPU_ROWS])
+def test_a_hostile_candidate_is_contained(suite, row):
+    m, ctx = suite
+    result = run_row(row, m, ctx)
+    assert result["contained"], format_table([result]) + f"\n{result['record']}"
+
+
+def test_after_the_hostile_rows_an_honest_kernel_measures_as_before(suite):
+    """Runs after the rows (pytest keeps file order): nothing they did outlived them."""
+    m, ctx = suite
+    again = m.measure(CodeCandidate("softmax", ctx.honest + "\ndef run(*inputs):\n"
+                                    "    return _honest(*inputs)\n# again\n"))
+    assert again["outcome"] == "success" and not again.get("timing_capped"), again
+    assert again["runtime_ns"] < 3 * ctx.honest_ns  # CPU interpreter times vary by up to 2x
+    assert m._zygote.proc.poll() is None and m.sandboxes == len(CPU_ROWS) + 2
