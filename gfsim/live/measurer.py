@@ -35,11 +35,11 @@ import tempfile
 import threading
 import time
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from gfsim.core.errors import GfsimError
-from gfsim.live.sandbox import ENV_ALLOWLIST, python_path
+from gfsim.live.sandbox import ENV_ALLOWLIST, plain_env
 
 __all__ = ["Measurer", "LogMeasurer", "TritonMeasurer", "MeasurerConfig", "ENV_ALLOWLIST",
            "CORRECT_UNTIMED", "UntrustedRefused"]
@@ -140,9 +140,9 @@ class _Zygote:
 
     def __init__(self, task: str, root: Path, interpret: bool):
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = {k: os.environ[k] for k in ENV_ALLOWLIST if k in os.environ}
+        env = plain_env()
         env.update(PYTHONNOUSERSITE="1", PYTHONDONTWRITEBYTECODE="1", HOME=str(root),
-                   PYTHONPATH=python_path(), TRITON_CACHE_DIR=str(root / "triton-zygote"))
+                   TRITON_CACHE_DIR=str(root / "triton-zygote"))
         if interpret:  # Triton reads it when it is imported, which the zygote does
             env["TRITON_INTERPRET"] = "1"
         self.stderr = open(root / "zygote.log", "wb")
@@ -419,7 +419,10 @@ class TritonMeasurer(Measurer):
         self._null_cache: dict = {}
         self._nvml = None
         self._timed_since_ref = 0
-        self._rng = None
+        import numpy as np
+
+        # Hidden shapes and checked repetitions: chosen here, never known to a candidate.
+        self._rng = np.random.default_rng([config.seed, 0x5A4D])
         self.sandboxes = 0  # candidate processes started
         # Seconds from asking for a candidate's process to its ready answer, its CUDA context
         # included (the sandbox's whole cost per candidate, over a reused worker).
@@ -442,14 +445,11 @@ class TritonMeasurer(Measurer):
 
     def _start_zygote(self) -> _Zygote:
         if self._zygote is None or self._zygote.proc.poll() is not None:
-            import numpy as np
-
             from gfsim.live.sandbox import MISSING_HELP, PR_SET_DUMPABLE, prctl
 
             if self._root is None:
                 self._root = Path(tempfile.mkdtemp(prefix="gfsim-measure-", dir=self.workdir))
             self._zygote = _Zygote(self.task_name, self._root, self.config.interpret)
-            self._rng = np.random.default_rng([self.config.seed, 0x5A4D])
             fac = self._zygote.facilities
             missing = fac.missing()
             if self._zygote.cuda_initialised:
@@ -522,10 +522,10 @@ class TritonMeasurer(Measurer):
             ans = worker.call({"op": "warmup", "dims": dims, "seed": self.config.seed,
                                "protocol": self.config.protocol, "baseline": True},
                               self.config.timing_timeout_s)
-            timed = self._time_shape(worker, dims, "time_baseline")
             if not ans["ok"]:
                 raise GfsimError(f"task {self.task_name}: timing the baseline failed: "
                                  f"{ans.get('error')}")
+            timed = self._time_shape(worker, dims, "time_baseline")
             self._ref_cache[key] = timed
             self.reference_log.append({"dims": dims, "value_ms": timed["value_ms"],
                                        "seconds": time.perf_counter() - t0})
@@ -601,7 +601,6 @@ class TritonMeasurer(Measurer):
 
     def check_shapes(self) -> list[dict]:
         """The task's check shapes and ``hidden_shapes`` more, drawn for this candidate."""
-        self._start_zygote()
         extra = [self.task.hidden_shape(self._rng) for _ in range(self.config.hidden_shapes)]
         return list(self.task.check_shapes) + extra
 
@@ -898,6 +897,3 @@ class _StageError(Exception):
 def _geomean(values) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
-
-def config_dict(config: MeasurerConfig) -> dict:
-    return asdict(config)

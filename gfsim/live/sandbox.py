@@ -37,7 +37,7 @@ import sys
 from dataclasses import asdict, dataclass
 
 __all__ = ["Facilities", "probe", "probe_subprocess", "MISSING_HELP", "ENV_ALLOWLIST",
-           "python_path"]
+           "python_path", "plain_env"]
 
 # What a sandboxed process (and the zygote) inherits of the environment: nothing secret.
 ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
@@ -318,22 +318,30 @@ def enter_outer(fac: Facilities) -> int:
     return flags
 
 
+# Existing files a sandbox may open for writing (not create): device nodes, and its own /proc
+# entries (the CUDA driver names its threads through /proc/self/task/*/comm).
+_EXISTING_WRITABLE = ("/dev", "/proc/self")
+
+
+def private_proc_shm(shm_mb: int) -> None:
+    """In a new mount and PID namespace: a private /proc and a size-capped /dev/shm."""
+    mount("none", "/", None, MS_REC | MS_PRIVATE)
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
+          f"size={max(1, int(shm_mb))}m,mode=1777")
+
+
 def enter_inner(fac: Facilities, folder: str, shm_mb: int) -> dict:
     """In the inner process (PID 1 of the new namespace): private /proc and /dev/shm, then
     Landlock and seccomp. Returns what was applied."""
     applied: dict = {}
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if fac.mount_ns and fac.pid_ns:
-        mount("none", "/", None, MS_REC | MS_PRIVATE)
-        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
-              f"size={max(1, int(shm_mb))}m,mode=1777")
+        private_proc_shm(shm_mb)
         applied["private_proc_shm"] = True
     if fac.landlock_abi:
         writable = [folder] + (["/dev/shm"] if applied.get("private_proc_shm") else [])
-        # Existing files only: device nodes, and this process's own /proc entries (the CUDA
-        # driver names its threads through /proc/self/task/*/comm).
-        applied.update(landlock_restrict(writable, ["/dev", "/proc/self"], fac.landlock_abi))
+        applied.update(landlock_restrict(writable, list(_EXISTING_WRITABLE), fac.landlock_abi))
     if fac.seccomp:
         applied.update(seccomp_filter())
     return applied
@@ -403,16 +411,14 @@ def _probe_child(folder: str) -> dict:  # pragma: no cover - runs in a forked ch
             inner["pid1"] = os.getpid() == 1
             try:
                 if fac.mount_ns and fac.pid_ns:
-                    mount("none", "/", None, MS_REC | MS_PRIVATE)
-                    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-                    mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m")
+                    private_proc_shm(1)
                 inner["mount_ns"] = True
             except OSError as exc:
                 inner["mount_ns"] = False
                 inner["error"] = f"private /proc and /dev/shm: {exc}"
             try:
                 if abi:
-                    landlock_restrict([folder], ["/dev", "/proc/self"], abi)
+                    landlock_restrict([folder], list(_EXISTING_WRITABLE), abi)
             except OSError as exc:
                 inner["landlock_abi"] = 0
                 inner["error_ll"] = f"landlock: {exc}"
@@ -450,14 +456,14 @@ def probe_subprocess(timeout: float = 30.0) -> Facilities:
     import subprocess
 
     out = subprocess.run([sys.executable, "-m", "gfsim.live.sandbox", "--probe"],
-                         capture_output=True, timeout=timeout, env=_plain_env())
+                         capture_output=True, timeout=timeout, env=plain_env())
     try:
         return Facilities.from_dict(json.loads(out.stdout.decode().strip().splitlines()[-1]))
     except (ValueError, IndexError):
         return Facilities(errors=(f"the probe failed: {out.stderr.decode()[-300:]}",))
 
 
-def _plain_env() -> dict:
+def plain_env() -> dict:
     env = {k: os.environ[k] for k in ENV_ALLOWLIST if k in os.environ}
     env["PYTHONPATH"] = python_path()
     return env
