@@ -30,6 +30,10 @@ def main() -> int:
     ap.add_argument("--honest", type=int, default=0, help="measure the task suite's honest "
                     "kernels this many times each instead")
     ap.add_argument("--tasks", default=None, help="with --honest: comma-separated tasks")
+    ap.add_argument("--pad-cycles", type=int, default=0, help="a GPU spin before each timed "
+                    "repetition (MeasurerConfig.pad_cycles; a diagnostic)")
+    ap.add_argument("--seed", type=int, default=0, help="the measurer's seed (inputs, hidden "
+                    "shapes, checked repetitions)")
     args = ap.parse_args()
     if args.honest:
         return honest(args)
@@ -39,7 +43,7 @@ def main() -> int:
     task = get_task(args.task)
     if device == "cuda":
         cfg = MeasurerConfig(timing_timeout_s=20, check_timeout_s=30, compile_timeout_s=120,
-                             memory_limit_mb=8000)
+                             memory_limit_mb=8000, pad_cycles=args.pad_cycles, seed=args.seed)
     else:
         cfg = MeasurerConfig(cpu_timing=True, rse_target=0.05, max_reps=40,
                              cpu_shapes=({"M": 64, "N": 4096},), timing_timeout_s=20,
@@ -78,9 +82,11 @@ def honest(args) -> int:
     from gfsim.live.tasks import TASKS
 
     names = args.tasks.split(",") if args.tasks else list(TASKS)
-    cfg = MeasurerConfig(energy_window_s=0) if torch.cuda.is_available() else MeasurerConfig(
-        cpu_timing=True, rse_target=0.05, max_reps=20, energy_window_s=0, interpret=True)
-    rows, spawn = [], []
+    cfg = MeasurerConfig(energy_window_s=0, pad_cycles=args.pad_cycles, seed=args.seed) \
+        if torch.cuda.is_available() else MeasurerConfig(
+            cpu_timing=True, rse_target=0.05, max_reps=20, energy_window_s=0, interpret=True,
+            seed=args.seed)
+    rows, spawn, primes = [], [], {}
     for name in names:
         task = get_task(name)
         with TritonMeasurer(name, cfg) as m:
@@ -98,6 +104,7 @@ def honest(args) -> int:
                           f"{ratio:5.2f} wall {r['wall_s']:5.2f}s flagged {flagged}",
                           flush=True)
             spawn += m.spawn_s
+            primes[name] = m.prime_log
     ok = [r for r in rows if r["outcome"] == "success" or r.get("timing_forged")]
     flags = sum(r["flagged"] for r in ok)
     walls = [r["wall_s"] for r in rows]
@@ -105,7 +112,12 @@ def honest(args) -> int:
                "false_flag_rate": flags / max(len(ok), 1),
                "spawn_s_median": statistics.median(spawn), "spawn_s_max": max(spawn),
                "gpu_s_per_candidate_median": statistics.median(walls),
-               "gpu_s_per_candidate_mean": statistics.fmean(walls)}
+               "gpu_s_per_candidate_mean": statistics.fmean(walls),
+               "compile_s_median": statistics.median(r["compile_s"] for r in rows),
+               "seed": args.seed, "pad_cycles": args.pad_cycles,
+               "thresholds": {k: getattr(cfg, k) for k in (
+                   "timing_tolerance", "timing_slack_ms", "forged_below")},
+               "primed": primes}
     print(json.dumps(summary, indent=1))
     if args.json:
         with open(args.json, "w") as f:

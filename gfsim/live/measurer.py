@@ -13,9 +13,9 @@ reference on the check shapes, on a shape it was never told about, on rows of ra
 timed repetitions (every repetition has fresh inputs; which ones are checked is decided after
 the batch) and again on fresh inputs after timing. Its timings are batches whose size this
 process chooses and times with its own clock (the kernel's timestamp of the answer, so a busy
-thread here cannot inflate it); the loop's own cost, measured in the baseline's process, comes
-off that clock. A claim below it by more than ``timing_tolerance`` is capped at it, and one
-below ``forged_below`` times it is refused as forged.
+thread here cannot inflate it); the loop's own cost, measured in the baseline's process just
+before and just after each batch, comes off that clock. ``judge_timing`` turns the claim and
+that clock into what is recorded: capped, refused as forged, or as claimed.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ from gfsim.core.errors import GfsimError
 from gfsim.live.sandbox import ENV_ALLOWLIST, plain_env
 
 __all__ = ["Measurer", "LogMeasurer", "TritonMeasurer", "MeasurerConfig", "ENV_ALLOWLIST",
-           "CORRECT_UNTIMED", "UntrustedRefused"]
+           "CORRECT_UNTIMED", "UntrustedRefused", "judge_timing",
+           "harvest_triton_cache"]
 
 CORRECT_UNTIMED = "correct_untimed"
 
@@ -101,12 +102,20 @@ class MeasurerConfig:
     trust_candidates: bool = False
     # The measurer's own clock of a call, less its noise and ``timing_slack_ms``, is a floor
     # the true time is above: a reported time below (1 - timing_tolerance) x that floor is
-    # capped at it, one below forged_below x it refused as forged. The defaults kept every
-    # honest kernel of the task suite unflagged on the H200 (docs/live.md), at the price of
-    # resolving forgeries only for kernels above about 0.25 ms there.
+    # capped at it, one below forged_below x it refused as forged (``judge_timing``). The
+    # defaults flagged none of 117 honest measurements of the task suite on the H200
+    # (docs/live.md), at the price of resolving forgeries only for kernels above about
+    # 0.25 ms there.
     timing_tolerance: float = 0.30
     timing_slack_ms: float = 0.20
     forged_below: float = 0.5
+    # A GPU spin of this many cycles before each timed repetition (0: none). A diagnostic: a
+    # candidate that rewrites the loop in its process can skip it and so hide its length.
+    pad_cycles: int = 0
+    # Copy the C modules Triton built for the task's own kernels (driver utilities,
+    # launchers; built once in the baseline's trusted process) into every candidate's empty
+    # Triton cache, so that no candidate pays for building them again.
+    prime_cache: bool = True
     check_rows: int = 16  # rows of each output kept per timed repetition
     checked_reps: int = 3  # timed repetitions per batch whose rows are checked
     hidden_shapes: int = 1  # extra check shapes drawn at random per candidate
@@ -132,6 +141,10 @@ class UntrustedRefused(GfsimError):
 
 
 _SO_TIMESTAMPNS = 35  # Linux: the kernel stamps each message with the time it was sent
+# Held by a watchdog's scan of /proc and by ``_Sandbox.call`` from reading the clock to writing
+# the request, so that a scan (Python holding the GIL) cannot slip in between and lengthen a
+# timed batch as this process sees it.
+_QUIET = threading.Lock()
 
 
 class _Zygote:
@@ -198,8 +211,10 @@ class _Sandbox:
     or process limit."""
 
     def __init__(self, zygote: _Zygote, task: str, config: MeasurerConfig, root: Path,
-                 facilities):
+                 facilities, seed_cache: Path | None = None):
         self.dir = Path(tempfile.mkdtemp(prefix="gfsim-worker-", dir=root))
+        if seed_cache is not None:
+            seed_triton_cache(seed_cache, self.dir / "triton-cache")
         env = dict(zygote.env)
         env.update(HOME=str(self.dir), TMPDIR=str(self.dir),
                    TRITON_CACHE_DIR=str(self.dir / "triton-cache"))
@@ -260,7 +275,8 @@ class _Sandbox:
 
     def _watch_memory(self) -> None:
         while not self._stop.wait(0.05):
-            kb, n = _namespace_usage(self.pid, self.ns)
+            with _QUIET:
+                kb, n = _namespace_usage(self.pid, self.ns)
             if kb > self.limit_kb or n > 512:
                 self.killed_for = "memory" if kb > self.limit_kb else "processes"
                 self.kill()
@@ -269,12 +285,17 @@ class _Sandbox:
     def call(self, req: dict | None, timeout: float) -> dict:
         """Send one request (None: read the ready message) and wait for its answer; the
         answer's ``_sent_s`` is how long after the request it was sent (the kernel's clock)."""
-        t0 = time.time()
-        if req is not None:
+        payload = (json.dumps(req) + "\n").encode() if req is not None else b""
+        written = True
+        with _QUIET:  # no watchdog scan between the clock's start and the request's write
+            t0 = time.time()
             try:
-                os.write(self.req, (json.dumps(req) + "\n").encode())
+                if payload:
+                    os.write(self.req, payload)
             except OSError:
-                raise self._failure() from None
+                written = False
+        if not written:
+            raise self._failure()
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
@@ -416,7 +437,7 @@ class TritonMeasurer(Measurer):
         self._ref_worker: _Sandbox | None = None  # times the baseline; never runs candidates
         self._root: Path | None = None
         self._ref_cache: dict = {}
-        self._null_cache: dict = {}
+        self._null_ready: set = set()  # shapes the baseline's process has a null output for
         self._nvml = None
         self._timed_since_ref = 0
         import numpy as np
@@ -428,6 +449,7 @@ class TritonMeasurer(Measurer):
         # included (the sandbox's whole cost per candidate, over a reused worker).
         self.spawn_s: list[float] = []
         self.reference_log: list[dict] = []  # every (re-)timing of the baseline, in order
+        self.prime_log: dict = {}  # what priming the Triton cache did (_prime)
 
     # -- plumbing ----------------------------------------------------------------------------
     @property
@@ -465,12 +487,24 @@ class TritonMeasurer(Measurer):
                 prctl(PR_SET_DUMPABLE, 0)
         return self._zygote
 
-    def _spawn(self) -> _Sandbox:
+    def _spawn(self, trusted: bool = False) -> _Sandbox:
         zygote = self._start_zygote()
+        seed = self._root / "triton-trusted"
         t0 = time.perf_counter()
-        box = _Sandbox(zygote, self.task_name, self.config, self._root, zygote.facilities)
+        box = _Sandbox(zygote, self.task_name, self.config, self._root, zygote.facilities,
+                       seed_cache=seed if seed.is_dir() else None)
         self.spawn_s.append(time.perf_counter() - t0)
+        if trusted and self.config.prime_cache and box.device == "cuda" and not seed.is_dir():
+            self._prime(box, seed)
         return box
+
+    def _prime(self, box: _Sandbox, seed: Path) -> None:
+        """Run the task's own kernels in the trusted ``box`` and keep the C modules its Triton
+        cache then holds (``harvest_triton_cache``) for every later candidate's cache."""
+        ans = box.call({"op": "prime", "seed": self.config.seed}, self.config.compile_timeout_s)
+        self.prime_log = {k: ans.get(k) for k in ("ok", "ran", "errors", "seconds", "error")}
+        if ans.get("ok"):
+            self.prime_log["modules"] = harvest_triton_cache(box.dir / "triton-cache", seed)
 
     def close(self) -> None:
         if self._ref_worker is not None:
@@ -535,30 +569,28 @@ class TritonMeasurer(Measurer):
         if self._ref_worker is None or self._ref_worker.exit_code is not None:
             if self._ref_worker is not None:
                 self._ref_worker.close()
-            self._ref_worker = self._spawn()
+            self._ref_worker = self._spawn(trusted=True)
         return self._ref_worker
 
-    def _null_wall(self, dims: dict, reps: int) -> tuple[float, float]:
-        """Seconds the timing loop itself takes for ``reps`` repetitions (fresh inputs, flush,
-        events, synchronisation, the rows kept, the answer) with a call that does nothing, in
-        the baseline's process: the median of three batches after a warm-up, and their
-        range."""
-        key = (json.dumps(dims, sort_keys=True), reps, self.config.protocol)
-        if key not in self._null_cache:
-            walls = []
-            for k in range(4):  # the first is a warm-up (allocations, first-call costs)
-                ans = self._baseline_worker().call(
-                    {"op": "time_null", "dims": dims, "seed": self.config.seed + k,
-                     "reps": reps, "protocol": self.config.protocol, "prepare": k == 0,
-                     "rows": self.config.check_rows}, self.config.timing_timeout_s)
-                if not ans["ok"]:
-                    raise GfsimError(f"task {self.task_name}: timing the loop failed: "
-                                     f"{ans.get('error')}")
-                if k:
-                    walls.append(ans["_sent_s"])
-            walls.sort()
-            self._null_cache[key] = (walls[1], walls[2] - walls[0])
-        return self._null_cache[key]
+    def _null_batch(self, dims: dict, reps: int, seed: int) -> float:
+        """Seconds one batch of the timing loop takes with a call that does nothing (fresh
+        inputs, flush, events, synchronisation, the rows kept, the answer), in the baseline's
+        trusted process. The measurer asks for one just before and one just after every timed
+        batch, so that the loop's cost comes off that batch under the same clocks and heat; the
+        first for a shape is a discarded warm-up (allocations, first-call costs)."""
+        key = json.dumps(dims, sort_keys=True)
+        first = key not in self._null_ready
+        for prepare in ((True, False) if first else (False,)):
+            ans = self._baseline_worker().call(
+                {"op": "time_null", "dims": dims, "seed": seed, "reps": reps,
+                 "protocol": self.config.protocol, "prepare": prepare,
+                 "rows": self.config.check_rows, "pad_cycles": self.config.pad_cycles},
+                self.config.timing_timeout_s)
+            if not ans["ok"]:
+                raise GfsimError(f"task {self.task_name}: timing the loop failed: "
+                                 f"{ans.get('error')}")
+        self._null_ready.add(key)
+        return ans["_sent_s"]
 
     def timing_shapes(self, device: str) -> list[dict]:
         """The shapes a candidate is timed on: the task's benchmark shapes on a GPU; on the CPU
@@ -690,7 +722,6 @@ class TritonMeasurer(Measurer):
         retimed = False
         if c.ref_retime_every and self._timed_since_ref >= c.ref_retime_every:
             self._ref_cache.clear()  # due: the baseline is timed again below
-            self._null_cache.clear()
             self._timed_since_ref = 0
         if not self._ref_cache:
             retimed = True
@@ -706,6 +737,11 @@ class TritonMeasurer(Measurer):
             ref.append(self.reference_times(dims))
         e1 = self._energy_mj()
         timing_s = time.perf_counter() - t0
+        if any(a["capped"] for a in cand):
+            # Caught misreporting on one shape, the candidate's claims are believed on none:
+            # every shape is recorded at no less than this process's clock of it.
+            for a in cand:
+                a["value_ms"] = max(a["value_ms"], a["trusted_ms"])
         out = {"timing_s": timing_s,
                "runtime_ns": _geomean([a["value_ms"] for a in cand]) * 1e6,
                "ref_runtime_ns": _geomean([r["value_ms"] for r in ref]) * 1e6,
@@ -745,9 +781,12 @@ class TritonMeasurer(Measurer):
         """Time one shape in batches and judge the claim against this process's clock.
 
         ``trusted_ms`` is this process's view of one call: the batches' wall time (request
-        sent to answer sent, by the kernel's clock) less the loop's own cost (``_null_wall``),
-        per repetition. For a candidate, ``checked_reps`` repetitions per batch, chosen after
-        the batch, have their rows checked against the reference."""
+        sent to answer sent, by the kernel's clock) less the loop's own cost (``_null_batch``,
+        the mean of the null batches just before and just after each), per repetition;
+        ``noise_ms`` is twice the summed difference between those two null batches, per
+        repetition (only trusted processes' batches: a candidate cannot widen it). For a
+        candidate, ``checked_reps`` repetitions per batch, chosen after the batch, have their
+        rows checked against the reference."""
         from gfsim.live import timing
         from gfsim.live.worker import rep_seed
 
@@ -759,12 +798,14 @@ class TritonMeasurer(Measurer):
         for b, n in enumerate(self._batches()):
             seed = c.seed * 7_777 + 1_000 * (b + 1) + (17 if candidate else 0)
             path = worker.dir / f"rows-{b}"
+            before = self._null_batch(dims, n, seed + 1)
             ans = worker.call({"op": op, "dims": dims, "seed": seed, "reps": n,
-                               "protocol": c.protocol, "rows": c.check_rows, "path": str(path)},
-                              c.timing_timeout_s)
+                               "protocol": c.protocol, "rows": c.check_rows, "path": str(path),
+                               "pad_cycles": c.pad_cycles}, c.timing_timeout_s)
             if not ans["ok"]:
                 raise _StageError(ans)
             batch_wall = ans["_sent_s"]
+            after = self._null_batch(dims, n, seed + 2)  # before the checks: adjacent in time
             got = ans.get("times_ms")
             if not isinstance(got, list) or len(got) != n or not all(
                     isinstance(t, (int, float)) and math.isfinite(t) and t > 0 for t in got):
@@ -776,9 +817,8 @@ class TritonMeasurer(Measurer):
                     self._check_rep(worker, path, dims, rep_seed(seed, r), r)
             times += [float(t) for t in got]
             wall += batch_wall
-            loop, loop_range = self._null_wall(dims, n)
-            null += loop
-            spread += loop_range
+            null += (before + after) / 2.0
+            spread += abs(after - before)
             reps = len(times)
             if reps >= c.min_reps and timing.rse(times) < c.rse_target:
                 break
@@ -786,24 +826,21 @@ class TritonMeasurer(Measurer):
                     c.max_wall_s:
                 break
         reps = len(times)
-        trusted_ms = max(wall - null, 0.0) / reps * 1e3
-        noise_ms = 2.0 * spread / reps * 1e3  # what the loop's own cost may be off by
-        floor_ms = trusted_ms - noise_ms - (c.timing_slack_ms if self._device() == "cuda"
-                                            else 0.0)
         statistic = "mean" if c.protocol == "reference" else "median"
         value = statistics.fmean(times) if statistic == "mean" else statistics.median(times)
-        claimed = statistics.fmean(times)
-        capped = False
-        if candidate and floor_ms > 0 and claimed < c.forged_below * floor_ms:
+        verdict = judge_timing(
+            claimed_ms=statistics.fmean(times), value_ms=value,
+            trusted_ms=(wall - null) / reps * 1e3,
+            noise_ms=2.0 * spread / reps * 1e3,  # what the loop's own cost may be off by
+            config=c, gpu=self._device() == "cuda")
+        if candidate and verdict["forged"]:
             raise _StageError({"kind": "forged", "error": (
-                f"timing forged: shape {dims}: the candidate's process reports {claimed:.4g} ms "
-                f"a call, this process's clock saw {trusted_ms:.4g} ms")})
-        if candidate and floor_ms > 0 and claimed < (1.0 - c.timing_tolerance) * floor_ms:
-            capped, value = True, floor_ms
-        return {"value_ms": value, "trusted_ms": trusted_ms, "claimed_ms": claimed,
-                "noise_ms": noise_ms, "floor_ms": floor_ms,
-                "capped": capped, "reps": reps, "rse": timing.rse(times),
-                "statistic": statistic, "wall_s": wall}
+                f"timing forged: shape {dims}: {verdict['forged']}")})
+        if not candidate:
+            verdict.update(value_ms=value, capped=False)
+        del verdict["forged"]
+        return {**verdict, "reps": reps, "rse": timing.rse(times), "statistic": statistic,
+                "wall_s": wall}
 
     def _check_rep(self, worker: _Sandbox, path: Path, dims: dict, seed: int, rep: int):
         """Rows of timed repetition ``rep``'s outputs, fetched after its batch, against the
@@ -870,6 +907,70 @@ class TritonMeasurer(Measurer):
         if failed_stage:
             rec["failed_stage"] = failed_stage
         return rec
+
+
+def judge_timing(*, claimed_ms: float, value_ms: float, trusted_ms: float, noise_ms: float,
+                 config: MeasurerConfig, gpu: bool) -> dict:
+    """What is recorded for one shape, from the candidate's claim and this process's clock.
+
+    ``claimed_ms`` is the mean of the times the candidate's process reported, ``value_ms`` the
+    statistic that would be recorded from them, ``trusted_ms`` this process's clock of a call
+    (the batches' wall time less the loop's own cost, per repetition; it may come out below
+    zero) and ``noise_ms`` what that loop cost may be off by. ``floor = trusted - noise -
+    timing_slack_ms`` (the slack on a GPU only) is a time the call cannot have been faster
+    than. The claim is refused as forged (``forged`` says why) when it is below
+    ``forged_below`` x floor, or when the batches were over ``timing_tolerance`` faster than
+    the calls they claim to contain (``trusted + noise < (1 - timing_tolerance) x claim``:
+    only a process that skipped the loop's own work can do that); otherwise a claim below
+    ``(1 - timing_tolerance)`` x floor is capped at the floor."""
+    tol = config.timing_tolerance
+    slack = config.timing_slack_ms if gpu else 0.0
+    floor_ms = trusted_ms - noise_ms - slack
+    forged = None
+    if floor_ms > 0 and claimed_ms < config.forged_below * floor_ms:
+        forged = (f"the candidate's process reports {claimed_ms:.4g} ms a call, this process's "
+                  f"clock saw {trusted_ms:.4g} ms")
+    elif gpu and trusted_ms + noise_ms < (1.0 - tol) * claimed_ms:
+        forged = (f"the batches took {max(trusted_ms, 0.0):.4g} ms a call beyond the loop's own "
+                  f"work, less than the {claimed_ms:.4g} ms a call the candidate's process "
+                  "reports: it skipped part of the loop")
+    capped = floor_ms > 0 and claimed_ms < (1.0 - tol) * floor_ms
+    return {"value_ms": floor_ms if capped else value_ms, "trusted_ms": trusted_ms,
+            "claimed_ms": claimed_ms, "noise_ms": noise_ms, "floor_ms": floor_ms,
+            "capped": capped, "forged": forged}
+
+
+def harvest_triton_cache(cache: Path, into: Path) -> int:
+    """Copy the compiled C modules of a trusted process's Triton cache into ``into``: every
+    entry (one folder per key) that holds a shared object and no kernel group file. Kernels'
+    own binaries are not copied (a candidate's compile stage keeps its true cost). Returns
+    how many entries were copied."""
+    import sysconfig
+
+    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+    n = 0
+    if not cache.is_dir():
+        return 0
+    for entry in sorted(cache.iterdir()):
+        if not entry.is_dir() or entry.name.startswith("tmp"):
+            continue
+        names = [f.name for f in entry.iterdir() if f.is_file()]
+        if any(x.startswith("__grp__") for x in names) or not any(
+                x.endswith(suffix) for x in names):
+            continue
+        dest = into / entry.name
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            if name.endswith(suffix):
+                shutil.copy2(entry / name, dest / name)
+        n += 1
+    return n
+
+
+def seed_triton_cache(seed: Path, cache: Path) -> None:
+    """Give a new sandbox's Triton cache copies (never links: the sandbox may write its own
+    folder) of the trusted modules ``harvest_triton_cache`` kept."""
+    shutil.copytree(seed, cache, dirs_exist_ok=True)
 
 
 class _Incorrect(Exception):

@@ -12,7 +12,10 @@ candidate's process never decides how many repetitions it reports). Every repeti
 fresh inputs. Times are in milliseconds.
 
 The end event is recorded on the current stream right after the call, and the repetitions of a
-batch are queued without a synchronisation between them (DESIGN.md first asked for a device
+batch are queued without a synchronisation between them (and, by default, without a GPU spin
+between them: whatever the loop does besides the candidate's call is work a candidate that
+rewrites the loop in its own process could skip, so the measurer keeps it as small as the
+inputs and the L2 flush allow) (DESIGN.md first asked for a device
 sync *before* each end event, to count work a candidate puts on other streams; on the H200 that
 added ~24 us of host round trip to every repetition and tripled its noise, experiments/
 timing_diag.py). Work on other streams is not between the events, but it is inside the
@@ -31,7 +34,7 @@ import statistics
 import time
 
 __all__ = ["PROTOCOLS", "STATISTIC", "TimingResult", "warm_up", "time_reps", "rse", "bind", "perf",
-           "CPU_PROTOCOL"]
+           "CPU_PROTOCOL", "flush_bytes"]
 
 # Bound at import, before any candidate code runs: a candidate that replaces time.perf_counter
 # does not change the clock of this module (the measurer believes neither).
@@ -39,11 +42,9 @@ perf = _perf = time.perf_counter
 
 PROTOCOLS = ("gfsim", "reference")
 STATISTIC = {"gfsim": "median", "reference": "mean"}
-_FLUSH_BYTES = 256 * 1024 * 1024  # several times the H200's 60 MB L2
-# A spin of this many GPU cycles (about 0.5 ms on an H200) before each repetition, outside its
-# events: the batch stays bound by the GPU's work rather than by the host's launch overhead, so
-# the measurer's clock of a batch, less the loop's own cost, is the kernels' GPU time.
-_PAD_CYCLES = 1_000_000
+# The L2 flush overwrites twice the device's L2 (120 MB on an H200), at least 32 MB: enough to
+# evict it, and little for a candidate to gain by skipping it.
+_FLUSH_MIN_BYTES = 32 * 1024 * 1024
 
 
 class TimingResult(dict):
@@ -93,7 +94,7 @@ def warm_up(fn, inputs, *, device: str, protocol: str = "gfsim", warmup: int = 3
 
 
 def time_reps(fn, inputs_for, reps: int, *, device: str, protocol: str = "gfsim",
-              on_output=None) -> TimingResult:
+              on_output=None, pad_cycles: int = 0) -> TimingResult:
     """Time exactly ``reps`` calls, each on fresh inputs ``inputs_for(r)`` (drawn on the
     device before the call, so a candidate that caches by input pointer returns stale
     outputs).
@@ -105,7 +106,9 @@ def time_reps(fn, inputs_for, reps: int, *, device: str, protocol: str = "gfsim"
     is then precise enough to judge the events' claim. On the CPU (the Triton interpreter)
     each call is timed by ``time.perf_counter``: interpreter times, labelled
     ``cpu-wallclock``. After each call and outside its timing, ``on_output(r, out)`` sees what
-    it returned (asynchronously: it must not synchronise)."""
+    it returned (asynchronously: it must not synchronise). ``pad_cycles`` > 0 spins the GPU for
+    that many of its cycles before each repetition, outside the events (a diagnostic: the
+    spin's length follows the SM clock, and a candidate can skip it)."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown timing protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
     gpu = device == "cuda"
@@ -118,7 +121,8 @@ def time_reps(fn, inputs_for, reps: int, *, device: str, protocol: str = "gfsim"
         events = []
         for r in range(reps):
             inputs = inputs_for(r)
-            c["sleep"](_PAD_CYCLES)
+            if pad_cycles > 0:
+                c["sleep"](int(pad_cycles))
             if flush is not None:
                 flush.zero_()
             start, end = c["Event"](enable_timing=True), c["Event"](enable_timing=True)
@@ -155,8 +159,17 @@ def _flush_buffer():
     """The L2 flush buffer, allocated once per process."""
     global _FLUSH
     if _FLUSH is None:
-        _FLUSH = _cuda()["empty"](_FLUSH_BYTES, dtype=_uint8(), device="cuda")
+        _FLUSH = _cuda()["empty"](flush_bytes(), dtype=_uint8(), device="cuda")
     return _FLUSH
+
+
+def flush_bytes() -> int:
+    """Bytes the ``gfsim`` protocol overwrites before each repetition: twice the L2."""
+    import torch
+
+    l2 = int(getattr(torch.cuda.get_device_properties(torch.cuda.current_device()),
+                     "L2_cache_size", 0) or 0)
+    return max(2 * l2, _FLUSH_MIN_BYTES)
 
 
 def _cuda():

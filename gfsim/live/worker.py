@@ -217,6 +217,31 @@ class Worker:
         ready = self.ready[key]
         return self._batch(lambda *_: ready, req)
 
+    def op_prime(self, req):
+        """Compile and run the task's own hand-written kernels once (trusted code, never a
+        candidate's), so that this process's Triton cache holds the C modules Triton builds
+        for any kernel (its driver utilities, launchers), which the measurer then copies into
+        every candidate's empty cache. Trusted workers only; ``self.run`` stays unset."""
+        import importlib.util
+
+        self._trusted_only()
+        dims = self.task.check_shapes[0]
+        t0, ran, errors = time.perf_counter(), 0, []
+        for n, cand in enumerate(self.task.candidates()):
+            path = os.path.join(os.getcwd(), f"prime_{n}.py")
+            with open(path, "w") as fh:
+                fh.write(cand.code)
+            try:
+                spec = importlib.util.spec_from_file_location(f"prime_{n}", path)
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+                module.run(*self.task.make_inputs(dims, int(req.get("seed", 0)), self.device))
+                self._sync()
+                ran += 1
+            except Exception as exc:  # noqa: BLE001 - a priming miss only costs time later
+                errors.append(f"{cand.variant}: {type(exc).__name__}: {str(exc)[:200]}")
+        return {"ran": ran, "errors": errors, "seconds": time.perf_counter() - t0}
+
     def _trusted_only(self):
         if self.run is not None:
             raise RuntimeError("this worker has run candidate code: it does not time the "
@@ -231,7 +256,7 @@ class Worker:
 
         dims, seed, k = req["dims"], req["seed"], req.get("rows", 16)
         reps = int(req["reps"])
-        self.kept = {}
+        self.kept = kept = {}
         index: dict = {}
 
         def inputs_for(r):
@@ -245,15 +270,18 @@ class Worker:
                     rows.append(o.reshape(1).clone())
                     continue
                 if j not in index:  # every repetition's rows of output j, copied once
-                    index[j] = torch.as_tensor(
-                        [check_rows(o.shape[0], rep_seed(seed, q), k) for q in range(reps)],
-                        device=o.device).reshape(reps, -1)
+                    rows_j = torch.as_tensor([check_rows(o.shape[0], rep_seed(seed, q), k)
+                                              for q in range(reps)]).reshape(reps, -1)
+                    if o.is_cuda:  # pinned, so that the copy does not wait for the device
+                        rows_j = rows_j.pin_memory().to(o.device, non_blocking=True)
+                    index[j] = rows_j.to(o.device)
                 rows.append(o.index_select(0, index[j][r]))
-            self.kept[r] = rows
+            kept[r] = rows
 
         result = self.timing.time_reps(fn, inputs_for, reps, device=self.device,
                                        protocol=req.get("protocol", "gfsim"),
-                                       on_output=on_output)
+                                       on_output=on_output,
+                                       pad_cycles=int(req.get("pad_cycles", 0)))
         return dict(result)
 
     def op_rows(self, req):
@@ -262,10 +290,11 @@ class Worker:
         import numpy as np
 
         rep = int(req["rep"])
-        for k, t in enumerate(self.kept.get(rep, ())):
+        rows = self.kept.get(rep, ())
+        for k, t in enumerate(rows):
             np.save(f"{req['path']}.{rep}.{k}.npy", t.detach().float().cpu().numpy(),
                     allow_pickle=False)
-        return {"outputs": len(self.kept.get(rep, ()))}
+        return {"outputs": len(rows)}
 
     def op_loop(self, req):
         """Call the candidate until ``seconds`` have passed (an energy window)."""

@@ -311,8 +311,10 @@ class CrossEntropyTask(Task):
         x = x + 6.0 * (torch.rand(m, v, generator=gen, device=device) < 0.001)
         t = torch.randint(0, v, (m,), generator=gen, device=device, dtype=torch.int64)
         if m >= 2:
-            t[0], t[-1] = v - 1, 0
-            x[0, v - 1] = x[0].max() + 1.0
+            # fills and copies into one-element views: no host read, so no device sync
+            t[:1].fill_(v - 1)
+            t[m - 1:].fill_(0)
+            x[0, v - 1:].copy_(x[0].max().reshape(1) + 1.0)
         return x.to(getattr(torch, self.dtype)).to(device), t
 
     def reference(self, x, t):

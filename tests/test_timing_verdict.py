@@ -1,0 +1,69 @@
+"""The measurer's verdict on a timing claim (``judge_timing``) and the Triton cache it hands
+every candidate (``harvest_triton_cache``): pure functions, so tested here with numbers and
+folders; the GPU runs of both are in docs/live.md."""
+
+import sysconfig
+
+import pytest
+
+from gfsim.live.measurer import MeasurerConfig, harvest_triton_cache, judge_timing
+
+CFG = MeasurerConfig(timing_tolerance=0.3, timing_slack_ms=0.02, forged_below=0.5)
+
+
+def verdict(claimed, trusted, noise=0.005, gpu=True, cfg=CFG):
+    return judge_timing(claimed_ms=claimed, value_ms=claimed, trusted_ms=trusted,
+                        noise_ms=noise, config=cfg, gpu=gpu)
+
+
+def test_an_honest_claim_is_recorded_as_claimed():
+    v = verdict(0.100, 0.112)
+    assert (v["value_ms"], v["capped"], v["forged"]) == (0.100, False, None)
+    assert v["floor_ms"] == pytest.approx(0.112 - 0.005 - 0.02)
+
+
+def test_a_claim_below_the_floor_by_more_than_the_tolerance_is_capped_at_the_floor():
+    v = verdict(0.060, 0.110)  # floor 0.085, and 0.060 is above 0.7 x 0.085 = 0.0595
+    assert not v["capped"]
+    v = verdict(0.055, 0.110)
+    assert v["capped"] and v["value_ms"] == pytest.approx(0.085) and not v["forged"]
+
+
+def test_a_claim_far_below_the_floor_is_refused_as_forged():
+    v = verdict(0.010, 0.110)
+    assert v["forged"] and "0.01 ms" in v["forged"]
+
+
+def test_batches_faster_than_the_calls_they_claim_are_forged_on_a_gpu_only():
+    # the loop's own work skipped: the batches beat the claim itself
+    v = verdict(0.100, 0.040)
+    assert v["forged"] and "skipped part of the loop" in v["forged"]
+    assert verdict(0.100, 0.040, gpu=False)["forged"] is None
+    assert verdict(0.100, -0.3)["forged"]  # a batch shorter than the loop's own cost
+    assert verdict(0.100, 0.066, noise=0.005)["forged"] is None  # within the tolerance
+
+
+def test_the_slack_applies_on_a_gpu_only():
+    assert verdict(0.1, 0.2, gpu=False)["floor_ms"] == pytest.approx(0.195)
+    assert verdict(0.1, 0.2, gpu=True)["floor_ms"] == pytest.approx(0.175)
+
+
+def test_harvest_keeps_built_modules_and_never_kernels(tmp_path):
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    cache, into = tmp_path / "cache", tmp_path / "trusted"
+    (cache / "KEYUTILS").mkdir(parents=True)
+    (cache / "KEYUTILS" / f"cuda_utils{suffix}").write_bytes(b"\x7fELF utils")
+    (cache / "KEYLAUNCH").mkdir()
+    (cache / "KEYLAUNCH" / f"__triton_launcher{suffix}").write_bytes(b"\x7fELF launcher")
+    (cache / "KEYLAUNCH" / "lock").write_text("")
+    kernel = cache / "KEYKERNEL"
+    kernel.mkdir()
+    (kernel / "kernel.cubin").write_bytes(b"cubin")
+    (kernel / "__grp__kernel.json").write_text("{}")
+    (kernel / f"odd{suffix}").write_bytes(b"not a module of ours")
+    (cache / "tmp.pid_1_x").mkdir()
+    (cache / "tmp.pid_1_x" / f"half{suffix}").write_bytes(b"torn")
+    assert harvest_triton_cache(cache, into) == 2
+    assert sorted(p.relative_to(into).as_posix() for p in into.rglob("*") if p.is_file()) == [
+        f"KEYLAUNCH/__triton_launcher{suffix}", f"KEYUTILS/cuda_utils{suffix}"]
+    assert harvest_triton_cache(tmp_path / "missing", into) == 0
