@@ -273,8 +273,8 @@ class Worker:
                     rows_j = torch.as_tensor([check_rows(o.shape[0], rep_seed(seed, q), k)
                                               for q in range(reps)]).reshape(reps, -1)
                     if o.is_cuda:  # pinned, so that the copy does not wait for the device
-                        rows_j = rows_j.pin_memory().to(o.device, non_blocking=True)
-                    index[j] = rows_j.to(o.device)
+                        rows_j = rows_j.pin_memory()
+                    index[j] = rows_j.to(o.device, non_blocking=True)
                 rows.append(o.index_select(0, index[j][r]))
             kept[r] = rows
 
