@@ -107,13 +107,17 @@ def honest(args) -> int:
             primes[name] = m.prime_log
     ok = [r for r in rows if r["outcome"] == "success" or r.get("timing_forged")]
     flags = sum(r["flagged"] for r in ok)
-    walls = [r["wall_s"] for r in rows]
+    # The GPU clock's per-candidate null and (when due) baseline timing run before the
+    # candidate's process starts (clock_prep_s): the measurer's GPU time, counted here.
+    walls = [r["wall_s"] + r.get("clock_prep_s", 0.0) for r in rows]
     summary = {"kernels": len(rows), "timed": len(ok), "false_flags": flags,
                "false_flag_rate": flags / max(len(ok), 1),
                "spawn_s_median": statistics.median(spawn), "spawn_s_max": max(spawn),
                "gpu_s_per_candidate_median": statistics.median(walls),
                "gpu_s_per_candidate_mean": statistics.fmean(walls),
                "compile_s_median": statistics.median(r["compile_s"] for r in rows),
+               "not_success": sum(r["outcome"] != "success" for r in rows),
+               "clock": sorted({str(r.get("timing_clock", "wall")) for r in rows}),
                "seed": args.seed, "pad_cycles": args.pad_cycles,
                "thresholds": {k: getattr(cfg, k) for k in (
                    "timing_tolerance", "timing_slack_ms", "forged_below")},

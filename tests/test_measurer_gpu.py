@@ -23,6 +23,10 @@ def test_a_hand_written_candidate_is_measured(name, protocol):
     assert r["speedup"] == pytest.approx(r["ref_runtime_ns"] / r["runtime_ns"])
     assert min(r["timing_reps"]) >= 3 and r["compile_s"] > 0 and r["timing_s"] > 0
     assert r["timing_statistic"] == ("median" if protocol == "gfsim" else "mean")
+    if protocol == "reference":  # clones are timed inside the call: never the GPU clock
+        assert r["timing_clock"] == "wall"
+    elif r["timing_clock"] == "gpu":
+        assert all(n > 0 for n in r["timing_null_ms"]) and r["clock_prep_s"] > 0
     if "energy_j" in r:
         assert r["energy_j"] > 0 and r["joules_per_call"] > 0
 

@@ -95,6 +95,12 @@ def live(
         help="Run candidate code even where this machine lacks part of the sandbox (user, "
              "PID, network or mount namespaces, Landlock >= 6, seccomp); without it such a "
              "machine refuses to run LLM-written kernels."),
+    clock: str = typer.Option(
+        "auto", "--clock",
+        help="Whose clock a GPU timing is: gpu (the measurer times every call on the GPU "
+             "itself, over memory it shares with the candidate's process), wall (the "
+             "candidate's process times its loop, judged by the measurer's wall clock), or "
+             "auto (gpu where it can run; each evaluation's timing_clock says which)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Run a live search with real parts and write its replay log as it goes; it ends with the
@@ -157,6 +163,8 @@ def live(
     from gfsim.live.measurer import MeasurerConfig, TritonMeasurer
 
     interpret = measurer == "interpret"
+    if clock not in ("auto", "gpu", "wall"):
+        raise GfsimError(f"--clock {clock!r}: expected auto, gpu or wall")
     if not interpret and not torch.cuda.is_available():
         raise GfsimError("--measurer triton needs a CUDA GPU, and torch sees none; use "
                          "--measurer interpret to run the kernels under the Triton "
@@ -166,7 +174,7 @@ def live(
                              max_reps=min(max_reps, 10) if interpret else max_reps,
                              energy_window_s=0.0 if interpret else energy_window,
                              interpret=interpret, cpu_timing=interpret,
-                             trust_candidates=trust_candidates)
+                             trust_candidates=trust_candidates, clock=clock)
     from gfsim.live.sandbox import MISSING_HELP, probe_subprocess
 
     facilities = probe_subprocess()

@@ -51,7 +51,8 @@ _EVAL_KEEP = ("outcome", "speedup", "runtime_ns", "ref_runtime_ns", "compile_s",
               "timing_s", "wall_s", "service_s", "energy_j", "reason", "failed_stage",
               "timing_protocol", "timing_statistic", "timing_reps", "timing_rse",
               "ref_retimed", "joules_per_call", "energy_window_s", "network_isolated",
-              "sandbox", "trusted_runtime_ns", "timing_capped", "timing_forged")
+              "sandbox", "trusted_runtime_ns", "timing_capped", "timing_forged",
+              "timing_clock", "clock_prep_s")
 
 
 @dataclass

@@ -585,7 +585,7 @@ def _inner(spec: dict, fac: Facilities, req: int, ans: int) -> None:  # pragma: 
 
     answers = socket.socket(fileno=ans)
     worker.serve(spec["task"], os.fdopen(req, "r"), answers.send,
-                 {"confined": applied, "namespace_pid": os.getpid()})
+                 {"confined": applied, "namespace_pid": os.getpid()}, sock=answers)
 
 
 if __name__ == "__main__":  # pragma: no cover

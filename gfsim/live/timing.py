@@ -22,6 +22,10 @@ timing_diag.py). Work on other streams is not between the events, but it is insi
 measurer's own clock of the batch, which ends with a device-wide synchronisation and which the
 recorded time never undercuts (``gfsim.live.measurer``).
 
+Where it can, on a GPU, the measurer does not use this loop at all: it times each call on its
+own GPU clock (``gfsim.live.gpushare``, ``MeasurerConfig.clock``). This loop serves the CPU,
+the paper's ``reference`` protocol, and GPUs where that clock cannot run.
+
 This module is imported by the sandbox's zygote before any candidate code runs and keeps its
 own references to the CUDA entry points it uses; a candidate can still patch anything in its
 own process, which is why the measurer trusts only its own clock and its own checks.

@@ -100,7 +100,7 @@ def _error_kind(exc: BaseException) -> str:
 
 
 class Worker:
-    def __init__(self, task_name: str):
+    def __init__(self, task_name: str, sock=None):
         from gfsim.live import timing
         from gfsim.live.tasks import get_task
 
@@ -121,6 +121,8 @@ class Worker:
         self.run = None
         self.kept: dict = {}
         self.ready: dict = {}  # op_time_null's outputs, by shape
+        self.sock = sock  # the answer socket: descriptors arrive on it (op_attach)
+        self.shared = None  # the measurer's region, once attached (gfsim.live.gpushare)
 
     def _sync(self):
         if self.device == "cuda":
@@ -296,6 +298,86 @@ class Worker:
                     allow_pickle=False)
         return {"outputs": len(rows)}
 
+    # -- the measurer's GPU clock (gfsim.live.gpushare) -----------------------------------------
+    def op_attach(self, req):
+        """Map the measurer's shared region (its descriptor arrives on the answer socket just
+        before this request) and make the pool every later queued call allocates from."""
+        import ctypes
+        import socket
+
+        from gfsim.live import gpushare
+
+        torch = self.torch
+        _msg, fds, _flags, _addr = socket.recv_fds(self.sock, 64, 1)
+        if len(fds) != 1:
+            raise RuntimeError("op_attach: no descriptor on the answer socket")
+        region = gpushare.Region.attach(fds[0], int(req["size"]))
+        pool_ptr, pool_size = region.ptr + int(req["pool_at"]), int(req["pool_size"])
+        lib = ctypes.CDLL(req["allocator"])
+        lib.gfsim_arena_set(ctypes.c_void_p(pool_ptr), ctypes.c_size_t(pool_size))
+        alloc = torch.cuda.memory.CUDAPluggableAllocator(req["allocator"], "gfsim_arena_alloc",
+                                                         "gfsim_arena_free")
+        self.shared = {"region": region, "pool_ptr": pool_ptr, "lib": lib, "alloc": alloc,
+                       "pool": torch.cuda.MemPool(alloc.allocator()),
+                       "layouts": req["layouts"], "stream": torch.cuda.Stream(), "ready": {}}
+        return {"pool_ptr": pool_ptr}
+
+    def op_enqueue(self, req):
+        """Queue ``reps`` calls on the shared inputs, each behind the measurer's GO signal and
+        followed by this process's DONE (``gfsim.live.gpushare``); answer where each call's
+        outputs lie in the pool. ``call`` is ``candidate``, or (trusted workers only)
+        ``baseline`` or ``null`` (a ready output: what the protocol itself costs). One call
+        first, unqueued and synchronised, so that CUDA's lazy module loading never happens
+        while the stream waits (a load waits for the context to go idle). A call that
+        synchronises the device while queued raises (torch's sync debug mode) or waits for
+        ever (the measurer's deadline ends it): the trusted clock cannot time it."""
+        from gfsim.live import gpushare
+
+        torch = self.torch
+        sh = self.shared
+        if sh is None:
+            raise RuntimeError("op_enqueue before op_attach")
+        kind = req.get("call", "candidate")
+        if kind != "candidate":
+            self._trusted_only()
+        key = json.dumps(req["dims"], sort_keys=True)
+        inputs = [sh["region"].view(s) for s in sh["layouts"][key]]
+        fn = self.run if kind == "candidate" else self.task.baseline
+        stream, sig = sh["stream"], sh["region"].ptr
+        k0, reps = int(req["k0"]), int(req["reps"])
+        specs = []
+        with torch.cuda.stream(stream), torch.cuda.use_mem_pool(sh["pool"]), \
+                guard(self.task.blocked if kind == "candidate" else ()):
+            if kind == "null":
+                if key not in sh["ready"]:
+                    # A ready output, and one element a kernel writes in each repetition:
+                    # stream memory operations alone do not need this context to run on
+                    # the GPU, and any real call does (a context switch each way, the bulk
+                    # of the protocol's cost).
+                    sh["ready"][key] = (fn(*inputs), torch.zeros(1, device="cuda"))
+                ready, tick = sh["ready"][key]
+                tick.add_(1)
+            else:
+                out = fn(*inputs)
+                del out
+            stream.synchronize()
+            mode = torch.cuda.get_sync_debug_mode()
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                for r in range(reps):
+                    gpushare.wait_geq(stream, sig, gpushare.GO, k0 + r)
+                    if kind == "null":
+                        tick.add_(1)
+                        out = ready
+                    else:
+                        out = fn(*inputs)
+                    specs.append(gpushare.output_specs(out, sh["pool_ptr"]))
+                    gpushare.write(stream, sig, gpushare.DONE, k0 + r)
+                    del out
+            finally:
+                torch.cuda.set_sync_debug_mode(mode)
+        return {"outputs": specs, "pool_used": int(sh["lib"].gfsim_arena_used())}
+
     def op_loop(self, req):
         """Call the candidate until ``seconds`` have passed (an energy window)."""
         inputs = self.task.make_inputs(req["dims"], req["seed"], self.device)
@@ -337,10 +419,11 @@ def _refuse_aliases(out, inputs) -> None:
                                " (a kernel must write its own output)")
 
 
-def serve(task_name: str, requests, send, ready: dict | None = None) -> None:
+def serve(task_name: str, requests, send, ready: dict | None = None, sock=None) -> None:
     """Answer requests from ``requests`` (lines of JSON) with ``send(bytes)``, one message per
-    answer, until ``exit`` or end of input."""
-    worker = Worker(task_name)
+    answer, until ``exit`` or end of input. ``sock`` is the answer socket, on which the
+    measurer sends descriptors (``op_attach``)."""
+    worker = Worker(task_name, sock)
     send(json.dumps({"ok": True, "ready": True, "pid": os.getpid(), "device": worker.device,
                      "init_s": worker.init_s, **(ready or {})}).encode())
     for line in requests:
