@@ -135,3 +135,15 @@ def test_without_a_gpu_the_measurer_keeps_its_wall_clock_and_says_why():
         m.clock_mode()
     m = TritonMeasurer("softmax", MeasurerConfig(interpret=True, clock="wall"))
     assert m.clock_mode() == "wall"
+
+
+def test_closing_a_region_gives_back_its_descriptor_and_never_raises():
+    import os
+
+    fd = os.open(os.devnull, os.O_RDONLY)
+    region = gpushare.Region(None, 0, 0, fd)
+    region.close()
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    region.close()  # twice is fine
+    assert region.fd is None and region.handle is None

@@ -201,6 +201,28 @@ class Region:
         os.close(fd)
         return cls(handle, _map(cu, handle, int(size), device), int(size), None)
 
+    def close(self) -> None:
+        """Unmap and release this process's hold on the region (its memory is freed once
+        every process that mapped it has let go). Never raises: it runs at shutdown."""
+        if self.ptr or self.handle is not None:
+            try:
+                cu = _driver()
+                steps = (lambda: cu.cuMemUnmap(self.ptr, self.size) if self.ptr else 0,
+                         lambda: cu.cuMemAddressFree(self.ptr, self.size) if self.ptr else 0,
+                         lambda: cu.cuMemRelease(self.handle) if self.handle is not None
+                         else 0)
+            except ImportError:
+                steps = ()
+            for step in steps:
+                try:
+                    _ok(step())
+                except Exception:  # noqa: BLE001 - best effort at shutdown
+                    pass
+        self.ptr, self.handle = 0, None
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
     def bytes(self, offset: int = 0, nbytes: int | None = None):
         """A uint8 torch tensor over ``[offset, offset + nbytes)`` of the region."""
         import torch

@@ -473,6 +473,29 @@ def _hang(ctx):
     ''')
 
 
+def _clock_attack(kind: str):
+    """Attack the GPU clock's protocol from the candidate's process: ``skip-go`` queues its
+    calls without waiting for the measurer's GO (they run at once, on whatever inputs the
+    region holds then); ``early-done`` signals DONE as soon as GO arrives, before its call."""
+    if kind == "skip-go":
+        patch = "_g.wait_geq = lambda *a, **k: None"
+    else:
+        patch = textwrap.dedent("""
+            _wait, _write = _g.wait_geq, _g.write
+            def _wait_then_done(stream, sig, word, value):
+                _wait(stream, sig, word, value)
+                if word == _g.GO:
+                    _write(stream, sig, _g.DONE, value)
+            _g.wait_geq = _wait_then_done
+            _g.write = lambda stream, sig, word, value: None if word == _g.DONE else \\
+                _write(stream, sig, word, value)
+        """)
+
+    def body(ctx):
+        return "import gfsim.live.gpushare as _g\n" + patch + "\n" + _run()
+    return body
+
+
 def _timed_out(rec, ctx, host):
     return rec["outcome"] == "timeout", f"{rec['outcome']}: {rec.get('reason', '')[:80]}"
 
@@ -523,6 +546,10 @@ ROWS: list[Row] = [
     Row("hang", "spins forever once timing starts", "(a timeout)", _hang, _timed_out),
     Row("side-stream", "launches its kernel on a side stream the events do not see",
         "(untested)", _side_stream, _timing_held, gpu_only=True),
+    Row("skip-go", "GPU clock: queues its calls without waiting for the measurer's GO",
+        "(untested)", _clock_attack("skip-go"), _failed_or_honest, gpu_only=True),
+    Row("early-done", "GPU clock: signals DONE as soon as GO arrives, before its call",
+        "(untested)", _clock_attack("early-done"), _failed_or_honest, gpu_only=True),
 ]
 
 

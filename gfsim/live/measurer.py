@@ -528,7 +528,9 @@ class TritonMeasurer(Measurer):
         if self._ref_worker is not None:
             self._ref_worker.close()
             self._ref_worker = None
-        self._gpu_clock = None
+        if self._gpu_clock is not None:
+            self._gpu_clock.close()
+            self._gpu_clock = None
         if self._zygote is not None:
             self._zygote.close()
             self._zygote = None
@@ -623,6 +625,8 @@ class TritonMeasurer(Measurer):
                         self._attach_partner()
                     self._null_gpu(self.timing_shapes("cuda")[0], 3, c.seed)
                 except Exception as exc:  # noqa: BLE001 - said in clock_note, or raised
+                    if self._gpu_clock is not None:
+                        self._gpu_clock.close()
                     self._clock_mode, self._gpu_clock = None, None
                     if self._ref_worker is not None:
                         self._ref_worker.close()
@@ -1228,6 +1232,18 @@ class _GpuClock:
         self.kept: dict = {}
         self.null_calib: dict = {}  # per shape: the null with no candidate process alive
 
+    def close(self) -> None:
+        """Give the lanes' device memory back (the timed processes are gone by now)."""
+        import torch
+
+        try:
+            torch.cuda.synchronize()
+        except Exception:  # noqa: BLE001 - a broken context frees everything at exit anyway
+            return
+        self.kept = {}
+        for lane in self.lanes.values():
+            lane.region.close()
+
     def attach(self, box: _Sandbox, lane: str, timeout: float) -> None:
         ln = self.lanes[lane]
         ans = box.call({"op": "attach", "size": ln.region.size, "pool_at": ln.pool_at,
@@ -1251,9 +1267,11 @@ class _GpuClock:
         key = _key(dims)
         slots = [ln.region.view(s) for s in self.layouts[key]]
         # Valid inputs of this shape before the call's unqueued first run reads them (the
-        # region's input bytes are shared by every shape's layout).
+        # region's input bytes are shared by every shape's layout), drawn with a seed no
+        # repetition uses: a call that ran before its GO computed none of the batch's outputs.
         with torch.cuda.stream(self.stream):
-            for slot, x in zip(slots, self.task.make_inputs(dims, rep_seed(seed, 0), "cuda")):
+            for slot, x in zip(slots, self.task.make_inputs(dims, rep_seed(seed, reps + 7),
+                                                            "cuda")):
                 slot.copy_(x)
         self.stream.synchronize()
         ans = box.call({"op": "enqueue", "dims": dims, "k0": k0, "reps": reps, "call": call},
