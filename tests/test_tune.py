@@ -208,3 +208,22 @@ def test_the_default_storage_is_a_journal_file_and_an_old_sqlite_study_resumes(t
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert out["storage"] == "sqlite:///old.db" and (out["trials"], out["ran_now"]) == (3, 1)
+
+
+@pytest.mark.parametrize("kind", ["corrupt", "folder", "no-parent"])
+def test_a_journal_storage_that_cannot_be_used_is_one_line_and_left_as_it_is(tmp_path, kind):
+    path = tmp_path / "s.journal"
+    if kind == "corrupt":
+        path.write_text('{"op_code": 0, "worker_id": "w"\n{not json\n')
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        path = tmp_path / "missing" / "s.journal"
+    before = path.read_bytes() if kind == "corrupt" else None
+    res = runner.invoke(app, ["tune", "--log", "synthetic-mini", "--param", "tau=0.3:0.99",
+                              "--trials", "1", "--storage", str(path), "--study", "j"])
+    assert res.exit_code == 2, res.output
+    assert f"--storage {path}:" in res.output and "Traceback" not in res.output
+    assert ("not a journal file" if kind == "corrupt" else "cannot be opened") in res.output
+    if before is not None:
+        assert path.read_bytes() == before

@@ -78,7 +78,13 @@ def make_storage(url: str, heartbeat: int | None = None, retries: int = 1):
     if url.endswith(".journal"):
         from optuna.storages.journal import JournalFileBackend
 
-        return optuna.storages.JournalStorage(JournalFileBackend(url))
+        try:
+            return optuna.storages.JournalStorage(JournalFileBackend(url))
+        except (OSError, ValueError) as exc:  # unwritable, a folder, not a journal (JSON)
+            what = "is not a journal file Optuna can read" if isinstance(exc, ValueError) \
+                else "cannot be opened for appending"
+            raise GfsimError(f"--storage {url}: {what} ({type(exc).__name__}: "
+                             f"{str(exc)[:200]}); the file is left as it is") from None
     if url.split(":", 1)[0].split("+", 1)[0] in ("sqlite", "postgresql", "mysql"):
         import warnings
 
