@@ -1302,9 +1302,7 @@ class _GpuClock:
                             "cuda", non_blocking=True)
             # Every operation of the loop once, before the stream waits: CUDA loads modules
             # lazily, and a load waits for the context to go idle, which a stream held on a
-            # signal never does.
-            for slot, x in zip(slots, self.task.make_inputs(dims, rep_seed(seed, 0), "cuda")):
-                slot.copy_(x)
+            # signal never does (the inputs' draw and copy ran in the pre-fill above).
             self.flush.zero_()
             if rows:
                 [v.index_select(0, index[0, j]) if v.dim() else v.reshape(1).clone()
