@@ -67,3 +67,23 @@ def test_harvest_keeps_built_modules_and_never_kernels(tmp_path):
     assert sorted(p.relative_to(into).as_posix() for p in into.rglob("*") if p.is_file()) == [
         f"KEYLAUNCH/__triton_launcher{suffix}", f"KEYUTILS/cuda_utils{suffix}"]
     assert harvest_triton_cache(tmp_path / "missing", into) == 0
+
+
+@pytest.mark.parametrize("clone", [True, False])
+def test_the_reference_protocols_clones_can_be_left_out_of_a_null_batch(clone):
+    """Under ``reference`` a call's clones are inside its events; the measurer's null batch
+    leaves them out (``clone=False``), or the clones would cancel out of the difference it
+    judges and an honest kernel would look as if it skipped part of the loop."""
+    np = pytest.importorskip("numpy")
+    from gfsim.live import timing
+
+    class Arr(np.ndarray):  # an array with torch's clone()
+        def clone(self):
+            return self.copy()
+
+    originals = [np.arange(4.0).view(Arr) for _ in range(3)]
+    seen = []
+    timing.time_reps(lambda x: seen.append(x) or x, lambda r: (originals[r],), 3,
+                     device="cpu", protocol="reference", clone=clone)
+    assert [s is o for s, o in zip(seen, originals)] == [not clone] * 3
+    assert all((s == o).all() for s, o in zip(seen, originals))

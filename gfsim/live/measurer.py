@@ -128,6 +128,10 @@ class MeasurerConfig:
     # (and at least 20 repetitions ran): a window also holds the fresh inputs' generation,
     # which for large inputs (cross_entropy's logits) costs milliseconds.
     gpu_clock_shape_s: float = 0.2
+    # On the GPU clock each batch first makes one unqueued call (``timing_timeout_s``); the
+    # queued calls after it only launch, and must be queued within this many seconds (a call
+    # that waits for the device while queued waits for ever).
+    gpu_queue_timeout_s: float = 30.0
     check_rows: int = 16  # rows of each output kept per timed repetition
     checked_reps: int = 3  # timed repetitions per batch whose rows are checked
     hidden_shapes: int = 1  # extra check shapes drawn at random per candidate
@@ -648,8 +652,10 @@ class TritonMeasurer(Measurer):
     def _null_gpu(self, dims: dict, reps: int, seed: int) -> float:
         """The GPU clock's median window (ms) of a repetition whose call does nothing, in the
         baseline's process: what the protocol itself costs."""
+        c = self.config
         times = self._clock().batch(self._baseline_worker(), "partner", dims, seed, reps,
-                                    "null", self.config.check_rows, self.config.timing_timeout_s)
+                                    "null", c.check_rows, c.timing_timeout_s,
+                                    c.gpu_queue_timeout_s)
         return statistics.median(times)
 
     def _prepare_gpu_clock(self) -> bool:
@@ -976,8 +982,8 @@ class TritonMeasurer(Measurer):
             seed = c.seed * 7_777 + 1_000 * (b + 1) + (17 if candidate else 0)
             if b == 0:  # the null's windows vary by microseconds: ten repetitions suffice
                 nulls.append(self._null_gpu(dims, 10, seed + 1))
-            got = clock.batch(box, lane, dims, seed, n, call,
-                              c.check_rows, timeout)  # rows gathered in every window
+            got = clock.batch(box, lane, dims, seed, n, call, c.check_rows, timeout,
+                              c.gpu_queue_timeout_s)  # rows gathered in every window
             kept = clock.kept
             if candidate:
                 for r in sorted(self._rng.choice(n, size=min(n, c.checked_reps),
@@ -1253,9 +1259,11 @@ class _GpuClock:
             raise _StageError(ans)
 
     def batch(self, box: _Sandbox, lane: str, dims: dict, seed: int, reps: int, call: str,
-              rows: int, timeout: float) -> list[float]:
+              rows: int, timeout: float, queue_timeout: float = 30.0) -> list[float]:
         """Per-repetition windows (ms) of ``reps`` calls by ``box`` on fresh inputs (seeds
-        ``rep_seed(seed, r)``), the check rows of every repetition kept in ``self.kept``."""
+        ``rep_seed(seed, r)``), the check rows of every repetition kept in ``self.kept``.
+        ``timeout`` bounds the unqueued first call and the queued calls' run on the GPU,
+        ``queue_timeout`` the queueing itself."""
         import torch
 
         from gfsim.live import gpushare
@@ -1274,10 +1282,11 @@ class _GpuClock:
                                                             "cuda")):
                 slot.copy_(x)
         self.stream.synchronize()
-        ans = box.call({"op": "enqueue", "dims": dims, "k0": k0, "reps": reps, "call": call},
-                       timeout)
-        if not ans["ok"]:
-            raise _StageError(ans)
+        req = {"op": "enqueue", "dims": dims, "k0": k0, "reps": reps, "call": call}
+        for warm, limit in ((True, timeout), (False, min(timeout, queue_timeout))):
+            ans = box.call({**req, "warm": warm}, limit)
+            if not ans["ok"]:
+                raise _StageError(ans)
         outs = ans.get("outputs")
         try:
             if not isinstance(outs, list) or len(outs) != reps or not all(
@@ -1285,6 +1294,14 @@ class _GpuClock:
                 raise gpushare.SpecError(f"no outputs for each of the {reps} repetitions")
             views = [[ln.region.view(gpushare.check_output_spec(s, ln.pool_size), ln.pool_at)
                       for s in rep] for rep in outs]
+            # One index of check rows per output for the whole batch, so every repetition's
+            # outputs must have the first one's shapes (an index beyond a row count would be
+            # a device-side fault in this process).
+            shapes = [tuple(v.shape) for v in views[0]]
+            for r, rep in enumerate(views):
+                if [tuple(v.shape) for v in rep] != shapes:
+                    raise gpushare.SpecError(f"repetition {r}'s outputs are not shaped as the "
+                                             f"first's {shapes}")
         except (gpushare.SpecError, RuntimeError, ValueError, TypeError) as exc:
             raise _StageError({"kind": "runtime", "error": f"timing: {str(exc)[:300]}"}) \
                 from None
@@ -1293,19 +1310,18 @@ class _GpuClock:
         kept: dict = {}
         events = []
         with torch.cuda.stream(stream):
-            index = {}
-            for r in range(reps):
-                for j, v in enumerate(views[r]):
-                    if rows and v.dim():
-                        index[r, j] = torch.as_tensor(
-                            check_rows(v.shape[0], rep_seed(seed, r), rows)).pin_memory().to(
-                            "cuda", non_blocking=True)
+            index = {}  # output j's rows of every repetition, one (reps, k) copy per output
+            for j, v in enumerate(views[0]):
+                if rows and v.dim():
+                    idx = [check_rows(v.shape[0], rep_seed(seed, r), rows) for r in range(reps)]
+                    index[j] = torch.as_tensor(idx, dtype=torch.int64).reshape(
+                        reps, len(idx[0])).pin_memory().to("cuda", non_blocking=True)
             # Every operation of the loop once, before the stream waits: CUDA loads modules
             # lazily, and a load waits for the context to go idle, which a stream held on a
             # signal never does (the inputs' draw and copy ran in the pre-fill above).
             self.flush.zero_()
             if rows:
-                [v.index_select(0, index[0, j]) if v.dim() else v.reshape(1).clone()
+                [v.index_select(0, index[j][0]) if v.dim() else v.reshape(1).clone()
                  for j, v in enumerate(views[0])]
             stream.synchronize()
             ln.hold += 1
@@ -1322,7 +1338,7 @@ class _GpuClock:
                 gpushare.write(stream, sig, gpushare.GO, k0 + r)
                 gpushare.wait_geq(stream, sig, gpushare.DONE, k0 + r)
                 if rows:
-                    kept[r] = [v.index_select(0, index[r, j]) if v.dim() else
+                    kept[r] = [v.index_select(0, index[j][r]) if v.dim() else
                                v.reshape(1).clone() for j, v in enumerate(views[r])]
                 end.record(stream)
                 events.append((start, end))

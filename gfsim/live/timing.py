@@ -98,7 +98,7 @@ def warm_up(fn, inputs, *, device: str, protocol: str = "gfsim", warmup: int = 3
 
 
 def time_reps(fn, inputs_for, reps: int, *, device: str, protocol: str = "gfsim",
-              on_output=None, pad_cycles: int = 0) -> TimingResult:
+              on_output=None, pad_cycles: int = 0, clone: bool = True) -> TimingResult:
     """Time exactly ``reps`` calls, each on fresh inputs ``inputs_for(r)`` (drawn on the
     device before the call, so a candidate that caches by input pointer returns stale
     outputs).
@@ -112,7 +112,9 @@ def time_reps(fn, inputs_for, reps: int, *, device: str, protocol: str = "gfsim"
     ``cpu-wallclock``. After each call and outside its timing, ``on_output(r, out)`` sees what
     it returned (asynchronously: it must not synchronise). ``pad_cycles`` > 0 spins the GPU for
     that many of its cycles before each repetition, outside the events (a diagnostic: the
-    spin's length follows the SM clock, and a candidate can skip it)."""
+    spin's length follows the SM clock, and a candidate can skip it). ``clone=False`` leaves
+    the ``reference`` protocol's clones out: the measurer's null batch, whose difference from
+    a timed batch must hold the clones the candidate's events saw."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown timing protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
     gpu = device == "cuda"
@@ -131,7 +133,7 @@ def time_reps(fn, inputs_for, reps: int, *, device: str, protocol: str = "gfsim"
                 flush.zero_()
             start, end = c["Event"](enable_timing=True), c["Event"](enable_timing=True)
             c["record"](start)
-            out = fn(*_clone(inputs)) if protocol == "reference" else fn(*inputs)
+            out = fn(*_clone(inputs)) if protocol == "reference" and clone else fn(*inputs)
             c["record"](end)
             events.append((start, end))
             if on_output is not None:
@@ -143,7 +145,7 @@ def time_reps(fn, inputs_for, reps: int, *, device: str, protocol: str = "gfsim"
         for r in range(reps):
             inputs = inputs_for(r)
             t0 = clock()
-            out = fn(*_clone(inputs)) if protocol == "reference" else fn(*inputs)
+            out = fn(*_clone(inputs)) if protocol == "reference" and clone else fn(*inputs)
             times.append((clock() - t0) * 1e3)
             if on_output is not None:
                 on_output(r, out)

@@ -217,7 +217,9 @@ class Worker:
                 req["dims"], req["seed"], self.device))
             self._sync()
         ready = self.ready[key]
-        return self._batch(lambda *_: ready, req)
+        # Under the reference protocol a call's events hold the clones of its inputs: the
+        # null leaves them out, so that they stay in the difference the measurer judges.
+        return self._batch(lambda *_: ready, req, clone=False)
 
     def op_prime(self, req):
         """Compile and run the task's own hand-written kernels once (trusted code, never a
@@ -249,7 +251,7 @@ class Worker:
             raise RuntimeError("this worker has run candidate code: it does not time the "
                                "baseline")
 
-    def _batch(self, fn, req):
+    def _batch(self, fn, req, clone: bool = True):
         """``reps`` calls, each on fresh inputs (``rep_seed``). After every call the same rows of
         every output are gathered and kept (on the device, asynchronously), so no call looks
         different from another; the measurer asks for one repetition's rows (``op_rows``) only
@@ -283,7 +285,7 @@ class Worker:
         result = self.timing.time_reps(fn, inputs_for, reps, device=self.device,
                                        protocol=req.get("protocol", "gfsim"),
                                        on_output=on_output,
-                                       pad_cycles=int(req.get("pad_cycles", 0)))
+                                       pad_cycles=int(req.get("pad_cycles", 0)), clone=clone)
         return dict(result)
 
     def op_rows(self, req):
@@ -326,11 +328,13 @@ class Worker:
         """Queue ``reps`` calls on the shared inputs, each behind the measurer's GO signal and
         followed by this process's DONE (``gfsim.live.gpushare``); answer where each call's
         outputs lie in the pool. ``call`` is ``candidate``, or (trusted workers only)
-        ``baseline`` or ``null`` (a ready output: what the protocol itself costs). One call
-        first, unqueued and synchronised, so that CUDA's lazy module loading never happens
-        while the stream waits (a load waits for the context to go idle). A call that
-        synchronises the device while queued raises (torch's sync debug mode) or waits for
-        ever (the measurer's deadline ends it): the trusted clock cannot time it."""
+        ``baseline`` or ``null`` (a ready output: what the protocol itself costs). With
+        ``warm`` the request makes one call only, unqueued and synchronised, which the measurer
+        sends first, so that CUDA's lazy module loading never happens while the stream waits
+        (a load waits for the context to go idle); the queued request then only launches, and
+        the measurer gives it a short deadline. A call that synchronises the device while
+        queued raises (torch's sync debug mode) or waits for ever (that deadline ends it): the
+        trusted clock cannot time it."""
         from gfsim.live import gpushare
 
         torch = self.torch
@@ -348,19 +352,24 @@ class Worker:
         specs = []
         with torch.cuda.stream(stream), torch.cuda.use_mem_pool(sh["pool"]), \
                 guard(self.task.blocked if kind == "candidate" else ()):
+            if req.get("warm"):
+                if kind == "null":
+                    if key not in sh["ready"]:
+                        # A ready output, and one element a kernel writes in each
+                        # repetition: stream memory operations alone do not need this
+                        # context to run on the GPU, and any real call does (a context
+                        # switch each way, the bulk of the protocol's cost).
+                        sh["ready"][key] = (fn(*inputs), torch.zeros(1, device="cuda"))
+                    sh["ready"][key][1].add_(1)
+                else:
+                    out = fn(*inputs)
+                    del out
+                stream.synchronize()
+                return {"outputs": [], "pool_used": int(sh["lib"].gfsim_arena_used())}
             if kind == "null":
                 if key not in sh["ready"]:
-                    # A ready output, and one element a kernel writes in each repetition:
-                    # stream memory operations alone do not need this context to run on
-                    # the GPU, and any real call does (a context switch each way, the bulk
-                    # of the protocol's cost).
-                    sh["ready"][key] = (fn(*inputs), torch.zeros(1, device="cuda"))
+                    raise RuntimeError("a queued null before its warm call")
                 ready, tick = sh["ready"][key]
-                tick.add_(1)
-            else:
-                out = fn(*inputs)
-                del out
-            stream.synchronize()
             mode = torch.cuda.get_sync_debug_mode()
             torch.cuda.set_sync_debug_mode("error")
             try:
