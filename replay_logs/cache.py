@@ -24,10 +24,11 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import msgspec
+
+from gfsim.core.durable import fsync_dir, owned_tempdir
 import numpy as np
 import pandas as pd
 
@@ -110,7 +111,7 @@ def store(path: str, raw: bytes, log) -> Path | None:
     for folder in cache_dir_for(path, digest):
         try:
             folder.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder.parent))
+            tmp = owned_tempdir(".tmp-", dir=folder.parent)  # a killed writer's is removed
         except OSError:
             continue
         try:
@@ -118,6 +119,7 @@ def store(path: str, raw: bytes, log) -> Path | None:
             _replace_stale(folder)
             try:
                 os.rename(tmp, folder)
+                fsync_dir(folder.parent)
             except OSError:  # another process wrote the same bytes' cache first
                 shutil.rmtree(tmp, ignore_errors=True)
             return folder

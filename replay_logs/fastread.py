@@ -186,8 +186,8 @@ def fast_columns(header_line: int, header: dict, rest: bytes):
         return None
     try:
         recs = _DECODER.decode_lines(rest)
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        return None
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        return None  # (nesting too deep for msgspec: the validating reader names the line)
     if rest.count(b"\n") != len(recs):  # a line with two records (no line is blank)
         return None
     first = header_line + 1
@@ -223,6 +223,9 @@ def fast_columns(header_line: int, header: dict, rest: bytes):
     if header["log_shape"] == "trajectory" and any(
             get_run(sid, ln) >= ln for sid, ln in zip(cand_search_ids, cand_lines)):
         return None
+    if header["log_shape"] != "pairs" and len(set(zip(cand_search_ids, cand_tasks))) != len(
+            set(cand_search_ids)):
+        return None  # a search with candidates of two tasks
     cand_search = dict(zip(cand_ids, cand_search_ids))
     get_line = cand_line.get
     for p, sid, ln in zip(parent_ids, cand_search_ids, cand_lines):

@@ -18,6 +18,7 @@ import zlib
 from pathlib import Path
 from typing import Iterator
 
+from gfsim.core.durable import fsync_dir
 from gfsim.core.errors import LogError
 
 __all__ = ["TruncatedTailWarning", "iter_lines", "iter_records", "read_raw", "decompress",
@@ -230,7 +231,10 @@ class LogWriter:
     def _open(self) -> io.BufferedWriter:
         if self._fh is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            new = not self.path.exists()
             self._fh = open(self.path, "ab")
+            if new:  # the file's directory entry must reach the disk too
+                fsync_dir(self.path.parent)
         return self._fh
 
     def append(self, record: dict) -> None:

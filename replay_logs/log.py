@@ -176,6 +176,7 @@ def _validating_columns(path: str, loaded: tuple[bytes, bool]) -> dict:
     search_ids: set[str] = set()
     cand_index: dict[str, int] = {}
     cand_search: list[str] = []
+    search_task: dict[str, str] = {}
     evaluated: set[str] = set()
     counts: Counter = Counter()
     task_ids: set[str] = set()
@@ -230,6 +231,11 @@ def _validating_columns(path: str, loaded: tuple[bytes, bool]) -> dict:
             if header["log_shape"] == "trajectory" and rec["search_id"] not in search_ids:
                 fail(line, f"unknown search {rec['search_id']!r} (no run record before it)",
                      "search_id")
+            if header["log_shape"] != "pairs":
+                first = search_task.setdefault(rec["search_id"], rec["task_id"])
+                if first != rec["task_id"]:
+                    fail(line, f"search {rec['search_id']!r} is for task {first!r}; one task "
+                         "per search", "task_id")
             parent = rec.get("parent_id")
             if parent is not None:
                 if parent not in cand_index:

@@ -3,9 +3,9 @@ different tasks, made on the same machine under the same timing protocol)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from gfsim.core.durable import replace
 from gfsim.core.errors import GfsimError
 
 __all__ = ["merge_logs", "MUST_AGREE"]
@@ -70,7 +70,7 @@ def merge_logs(paths, out) -> dict:
                 w.append_many(batch)
                 n += len(batch)
         load_log(tmp)  # the result must be a valid log before it takes the name
-        os.replace(tmp, out)
+        replace(tmp, out)  # and the directory fsynced
     finally:
         tmp.unlink(missing_ok=True)
     return {"out": str(out), "inputs": paths, "searches": len(searches),

@@ -137,6 +137,8 @@ def build_traces(
         raise GfsimError(
             f"{log.path}: a 'pairs' log has no search order or parents; use it with `gfsim score`"
         )
+    if not len(log.candidates):
+        raise GfsimError(f"{log.path}: the log holds no candidates: nothing to replay")
     pri = model.priors
     name = pick_forecaster(log, forecaster)
     cands = log.candidates

@@ -182,17 +182,29 @@ def proxy(vllm_server):
         p.close()
 
 
+# Strings that have broken readers and printers: rich markup, lone surrogates (which JSON
+# escapes as \ud800 and UTF-8 cannot carry), a right-to-left override, NUL, a very long name.
+HOSTILE_TEXT = ("[/b]", "[bold red]x[/]", "[link=file:///etc]y", "\ud800", "x\udfffy",
+                "\u202e", "\x00", "n" * 100_000, "", " ")
+
+
 @pytest.fixture(scope="session")
 def json_values():
-    """A hypothesis strategy for any JSON value (huge integers, odd text, nesting), for tests
-    that throw bad input at readers: draw from it with ``data.draw(json_values)``."""
+    """A hypothesis strategy for any JSON value, for tests that throw bad input at readers:
+    draw from it with ``data.draw(json_values)``. Integers up to 10^400 (and the 64-bit
+    edges), NaN and infinities (``json.dumps`` writes them as ``NaN``/``Infinity``, which a
+    strict reader must refuse), markup, lone surrogates, very long strings, nesting."""
     from hypothesis import strategies as st
 
+    leaves = (st.none() | st.booleans()
+              | st.integers(min_value=-10**400, max_value=10**400)
+              | st.sampled_from([2**63, -2**63 - 1, 2**64, 2**53 + 1])
+              | st.floats() | st.sampled_from([1e308, -1e308, 5e-324, -0.0])
+              | st.text(max_size=12) | st.sampled_from(HOSTILE_TEXT))
     return st.recursive(
-        st.none() | st.booleans() | st.integers(min_value=-10**30, max_value=10**30)
-        | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12),
-        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
-                                                                   max_size=3),
+        leaves,
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+            st.text(max_size=6) | st.sampled_from(HOSTILE_TEXT[:6]), inner, max_size=3),
         max_leaves=8)
 
 

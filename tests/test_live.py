@@ -354,3 +354,73 @@ def test_a_candidate_that_kills_the_run_is_a_failure_on_resume_not_redone_foreve
     assert ev[0]["failed_stage"] == "attempt" and "begun 2 times" in ev[0]["reason"]
     log = load_log(out)  # the log is valid, and the search went on past the victim
     assert len(log.steps) == 2 and (log.evaluations["outcome"] == "success").any()
+
+
+def _cpu_run(out, tmp_path, forecaster=None, steps=3):
+    from gfsim.live.driver import LiveOptions, LiveRun
+    from gfsim.live.measurer import MeasurerConfig, TritonMeasurer
+    from gfsim.live.sources import MutationSource
+    from gfsim.simulator.puct_engine import SearchConfig
+
+    opts = LiveOptions(tasks=["softmax"], search=SearchConfig(steps=steps, samples_per_parent=2),
+                       seed=2)
+    cfg = MeasurerConfig(interpret=True, cpu_timing=True, rse_target=0.2, max_reps=3)
+    return LiveRun(out, opts, MutationSource(),
+                   lambda t: TritonMeasurer(t, cfg, workdir=tmp_path), forecaster,
+                   resume=out.exists(), hardware={"device_name": "cpu (Triton interpreter)"},
+                   provenance={"kind": "measured", "note": "test"})
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz"])
+def test_a_header_cut_by_a_crash_starts_the_run_afresh_on_resume(tmp_path, suffix):
+    import gzip
+
+    out = tmp_path / f"torn{suffix}"
+    line = json.dumps({"kind": "header", "schema_version": 1, "log_id": "torn"}).encode()
+    out.write_bytes(gzip.compress(line + b"\n")[:-9] if suffix.endswith(".gz") else line[:25])
+    summary = _cpu_run(out, tmp_path, steps=1).run()
+    assert summary["dropped_tail"]
+    recs = [r for _, r in iter_records(out)]
+    assert recs[0]["kind"] == "header" and [r["kind"] for r in recs].count("header") == 1
+    load_log(out)
+
+
+def test_a_decision_batch_cut_by_a_crash_is_completed_not_decided_again(tmp_path):
+    out = tmp_path / "decisions.jsonl"  # plain text: the lines before a cut survive
+    _cpu_run(out, tmp_path).run()
+    lines = out.read_bytes().splitlines(keepends=True)
+    kinds = [json.loads(x)["kind"] for x in lines]
+    # the last batch of two or more decisions: cut inside its second line
+    starts = [i for i in range(1, len(kinds) - 1) if kinds[i] == "decision"
+              and kinds[i + 1] == "decision" and kinds[i - 1] != "decision"]
+    i = starts[-1]
+    kept = json.loads(lines[i])
+    out.write_bytes(b"".join(lines[:i + 1]) + lines[i + 1][:10])
+    summary = _cpu_run(out, tmp_path).run()
+    assert summary["dropped_tail"]
+    decisions = Counter(r["candidate_id"] for _, r in iter_records(out) if r["kind"] ==
+                        "decision")
+    assert decisions and set(decisions.values()) == {1}  # no candidate decided twice
+    assert [r for _, r in iter_records(out) if r["kind"] == "decision"
+            and r["candidate_id"] == kept["candidate_id"]] == [kept]
+    load_log(out)
+
+
+def test_an_evaluation_whose_what_if_forecast_a_crash_cut_gets_it_on_resume(tmp_path):
+    from gfsim.forecasts.whatif import parse_whatif
+
+    out = tmp_path / "whatif.jsonl"
+    _cpu_run(out, tmp_path, parse_whatif("paper:gemini3-flash"), steps=2).run()
+    recs = [r for _, r in iter_records(out)]
+    # the last successful evaluation: its forecast (written just after it) removed
+    last = max(k for k, r in enumerate(recs) if r["kind"] == "evaluation"
+               and r["outcome"] == "success" and k + 1 < len(recs)
+               and recs[k + 1]["kind"] == "forecast")
+    cid = recs[last]["candidate_id"]
+    with open(out, "w") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in recs[:last + 1])
+    _cpu_run(out, tmp_path, parse_whatif("paper:gemini3-flash"), steps=2).run()
+    after = [r for _, r in iter_records(out)]
+    assert [r["kind"] for r in after if r.get("candidate_id") == cid].count("forecast") == 1
+    assert [r["kind"] for r in after if r.get("candidate_id") == cid].count("evaluation") == 1
+    load_log(out)

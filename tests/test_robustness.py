@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -110,3 +111,86 @@ def test_the_log_reader_names_the_line_of_any_bad_record(tmp_path_factory, json_
     except GfsimError as exc:
         one_line_error(exc, path)
         assert str(exc).startswith(f"{path}:") or "empty log" in str(exc)
+
+
+# -- found by experiments/fuzz_logs.py -----------------------------------------------------------
+def _run(args):
+    from typer.testing import CliRunner
+
+    from gfsim.cli.main import app
+
+    return CliRunner().invoke(app, args)
+
+
+def test_a_search_of_two_tasks_is_refused_by_validate_naming_line_and_field(tmp_path):
+    b = LogBuilder({"t": 1.0, "u": 1.0})
+    b.candidate("t", 0, speedup=1.5)
+    b.candidate("u", 0, speedup=1.2)
+    b.records[-2]["search_id"] = "s-t"  # u's candidate in t's search
+    path = b.write(tmp_path / "mixed.jsonl")
+    line = 1 + next(i for i, r in enumerate(b.records, start=1)
+                    if r["kind"] == "candidate" and r["task_id"] == "u")
+    for loader in ("fast", "validating"):
+        with pytest.raises(GfsimError, match=rf":{line}: field 'task_id': search 's-t' is for "
+                           "task 't'"):
+            if loader == "fast":
+                load_log(path)
+            else:
+                from gfsim.replay_logs.log import _validating_columns
+                from gfsim.replay_logs.io import _read_bytes
+
+                _validating_columns(str(path), _read_bytes(path))
+    res = _run(["validate", str(path)])
+    assert res.exit_code == 2 and "one task per search" in res.output
+
+
+def test_a_log_without_candidates_is_refused_by_replay_in_one_line(tmp_path):
+    b = LogBuilder()
+    path = b.write(tmp_path / "empty.jsonl")
+    assert _run(["validate", str(path)]).exit_code == 0  # a valid log, if an empty one
+    res = _run(["replay", "--log", str(path), "--policy", "all"])
+    assert res.exit_code == 2
+    assert res.output.strip() == f"gfsim: error: {path}: the log holds no candidates: " \
+        "nothing to replay"
+
+
+def test_json_nested_beyond_the_fast_readers_depth_is_one_line(tmp_path):
+    path = _small_log(tmp_path)
+    lines = path.read_text().splitlines()
+    lines.insert(2, '{"kind":' + "[" * 5000 + "]" * 5000 + "}")
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(GfsimError) as exc:
+        load_log(path)
+    one_line_error(exc.value, path)
+    assert f"{path}:3:" in str(exc.value)
+
+
+MARKUP = {"t": "[/b]alpha", "f": "[/]fc[link=x]", "gpu": "[/i]gpu"}
+
+
+def test_names_that_look_like_rich_markup_are_printed_as_they_are(tmp_path):
+    b = LogBuilder({MARKUP["t"]: 1.0}, device_name=MARKUP["gpu"])
+    a = b.candidate(MARKUP["t"], 0, probs=LogBuilder.onehot(5), speedup=1.5)
+    b.candidate(MARKUP["t"], 1, parent=a, probs=LogBuilder.onehot(6), speedup=2.0)
+    b.candidate(MARKUP["t"], 1, parent=a, probs=LogBuilder.onehot(3), speedup=0.4)
+    for r in b.records:
+        if r["kind"] == "forecast":
+            r["forecaster"] = MARKUP["f"]
+    path = b.write(tmp_path / "[bold]markup.jsonl")
+    out = {}
+    for cmd in (["validate", str(path)], ["score", "--log", str(path), "--by-task"],
+                ["replay", "--log", str(path)], ["savings", "--log", str(path), "--seeds", "2"]):
+        res = _run(cmd)
+        assert res.exit_code == 0, (cmd, res.output, res.exception)
+        out[cmd[0]] = " ".join(res.output.split())
+    assert MARKUP["t"] in out["validate"] and MARKUP["f"] in out["validate"]
+    assert str(path.name) in out["validate"]
+    assert MARKUP["f"] in out["score"] and MARKUP["t"] in out["score"]
+
+
+def test_esc_cuts_long_strings_and_keeps_undecodable_bytes_printable():
+    from gfsim.cli.common import esc
+
+    assert esc("n" * 500, 20) == "n" * 19 + "\u2026"
+    assert esc("[/b]") == "\\[/b]"
+    assert esc("a\udcffb") == "a\\udcffb"  # a path's undecodable byte (surrogateescape)

@@ -11,7 +11,7 @@ import typer
 
 from gfsim.core.errors import GfsimError
 
-__all__ = ["handles_errors", "print_json", "console", "search_config"]
+__all__ = ["handles_errors", "print_json", "console", "esc", "search_config"]
 
 EXIT_INPUT_ERROR = 2
 
@@ -20,6 +20,18 @@ def console():
     from rich.console import Console
 
     return Console()
+
+
+def esc(value: Any, limit: int = 200) -> str:
+    """A user's or a log's string, ready for rich output: cut to ``limit`` characters, rich
+    markup escaped (a name such as ``[/b]`` is printed, not parsed) and any character that
+    UTF-8 cannot carry (an undecodable byte of a path) written as an escape."""
+    from rich.markup import escape
+
+    text = str(value)
+    if len(text) > limit:
+        text = text[: limit - 1] + "\u2026"
+    return escape(text.encode("utf-8", "backslashreplace").decode("utf-8"))
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from gfsim.cli.common import console, handles_errors, print_json
+from gfsim.cli.common import console, esc, handles_errors, print_json
 
 __all__ = ["forecast"]
 
@@ -69,9 +69,9 @@ def forecast(
                                drop_existing=drop_existing, limit=limit, progress=progress)
     con = console()
     fc = summary["forecaster"]
-    con.print(f"[bold]gfsim forecast[/bold]  {summary['log']} -> {summary['out']}  "
-              f"forecaster {fc['name']} ({fc['mode']})" + ("  [resumed]" if summary["resumed"]
-                                                          else ""))
+    con.print(f"[bold]gfsim forecast[/bold]  {esc(summary['log'], 400)} -> "
+              f"{esc(summary['out'], 400)}  forecaster {esc(fc['name'])} ({fc['mode']})"
+              + ("  \\[resumed]" if summary["resumed"] else ""))
     if fc["mode"] == "whatif":
         con.print(f"what-if forecasts for candidates with a measured speedup: "
                   f"{summary['forecast_now']} now ({summary['parse_failed']} parse failures), "
@@ -85,4 +85,4 @@ def forecast(
         con.print(f"tokens {summary['input_tokens']:,} in / {summary['output_tokens']:,} out; "
                   f"mean latency {lat:.3f} s" if lat is not None else "no answers this run")
     if summary["error"]:
-        con.print(f"[yellow]note: {summary['note']}[/yellow]")
+        con.print(f"[yellow]note: {esc(summary['note'], 2000)}[/yellow]")

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from gfsim.cli.common import console, handles_errors, print_json
+from gfsim.cli.common import console, esc, handles_errors, print_json
 
 __all__ = ["app"]
 
@@ -20,10 +20,10 @@ def _done(summary: dict, as_json: bool) -> None:
         print_json(summary)
         return
     con = console()
-    con.print(f"wrote {summary['out']} from {summary['source']}")
+    con.print(f"wrote {esc(summary['out'], 400)} from {esc(summary['source'], 400)}")
     for k, v in summary.items():
         if k not in ("out", "source"):
-            con.print(f"  {k}: {v}", highlight=False)
+            con.print(f"  {k}: {esc(v, 400)}", highlight=False)
 
 
 @app.command("kernel-tuner")

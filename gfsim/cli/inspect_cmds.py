@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gfsim.cli.common import console, handles_errors, print_json
+from gfsim.cli.common import console, esc, handles_errors, print_json
 
 __all__ = ["validate", "logs", "policies"]
 
@@ -40,12 +40,14 @@ def validate(
         print_json({"valid": True, **summary})
         return
     con = console()
-    con.print(f"[green]valid[/green] {summary['path']}: schema v1, {summary['shape']}, "
-              f"{summary['provenance']}")
-    con.print(f"  tasks: {', '.join(summary['tasks'])}; searches: {summary['searches']}")
+    con.print(f"[green]valid[/green] {esc(summary['path'], 400)}: schema v1, "
+              f"{summary['shape']}, {summary['provenance']}")
+    tasks = ", ".join(esc(t, 80) for t in summary["tasks"][:20]) + (
+        f", ... ({len(summary['tasks'])} in all)" if len(summary["tasks"]) > 20 else "")
+    con.print(f"  tasks: {tasks}; searches: {summary['searches']}")
     con.print("  records: " + ", ".join(f"{k} {v}" for k, v in summary["records"].items()))
     con.print("  candidates: " + ", ".join(f"{k} {v}" for k, v in summary["statuses"].items()))
-    con.print(f"  forecasters: {', '.join(summary['forecasters']) or 'none'}")
+    con.print(f"  forecasters: {', '.join(esc(f, 80) for f in summary['forecasters']) or 'none'}")
 
 
 @handles_errors

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from gfsim.cli.common import console, handles_errors, print_json, search_config
+from gfsim.cli.common import console, esc, handles_errors, print_json, search_config
 
 __all__ = ["live", "merge", "fidelity"]
 
@@ -274,9 +274,9 @@ def _print_fidelity(fid: dict) -> None:
     con = console()
     t = Table("search", "steps", "measured", "live wall s", "replay wall s", "error",
               "live GPU s", "replay GPU s", "error",
-              title=f"{fid['log']}: replayed with the run's capacities")
+              title=f"{esc(fid['log'], 400)}: replayed with the run's capacities")
     for r in fid["searches"]:
-        t.add_row(r["search_id"], str(r["steps"]), str(r["gpu_evals"]),
+        t.add_row(esc(r["search_id"], 80), str(r["steps"]), str(r["gpu_evals"]),
                   f"{r['live_wall_s']:.2f}", f"{r['replay_wall_s']:.2f}",
                   f"{r['wall_error']:+.2%}", f"{r['live_gpu_busy_s']:.2f}",
                   f"{r['replay_gpu_busy_s']:.2f}", f"{r['gpu_busy_error']:+.2%}")
@@ -290,15 +290,16 @@ def _print_fidelity(fid: dict) -> None:
     con.print(f"{verdict} tolerance (every search: wall {fid['tolerance']['wall']:.0%}, GPU "
               f"busy {fid['tolerance']['gpu_busy']:.0%}); capacities {fid['capacities']}")
     for n in fid["notes"]:
-        con.print(f"note: {n}")
+        con.print(f"note: {esc(n, 2000)}")
 
 
 def _print(summary: dict) -> None:
     from rich.table import Table
 
     con = console()
-    con.print(f"[bold]gfsim live[/bold]  {summary['log']}  session {summary['session']} "
-              f"({summary['session_s']:.0f} s)" + (f"  stopped: {summary['stopped']}"
+    con.print(f"[bold]gfsim live[/bold]  {esc(summary['log'], 400)}  session "
+              f"{summary['session']} ({summary['session_s']:.0f} s)"
+              + (f"  stopped: {esc(summary['stopped'])}"
                                                    if summary["stopped"] else ""))
     if summary["dropped_tail"]:
         con.print("the log's last write had been cut by a crash; it was dropped before "
@@ -306,14 +307,14 @@ def _print(summary: dict) -> None:
     t = Table("search", "steps", "candidates", "measured", "seed", "best", "live s",
               "GPU busy s", "stopped by")
     for s in summary["searches"]:
-        t.add_row(s["search_id"], str(s["steps"]), str(s["candidates"]), str(s["gpu_evals"]),
+        t.add_row(esc(s["search_id"], 80), str(s["steps"]), str(s["candidates"]), str(s["gpu_evals"]),
                   f"{s['seed_speedup']:.3f}x", f"{s['best_speedup']:.3f}x",
                   f"{s['live_wall_s']:.1f}", f"{s['live_gpu_busy_s']:.1f}",
                   str(s["stopped_by"] or "-"))
     con.print(t)
     fid = summary.get("fidelity") or {}
     if "error" in fid:
-        con.print(f"fidelity: not compared ({fid['error']})")
+        con.print(f"fidelity: not compared ({esc(fid['error'], 2000)})")
         return
     _print_fidelity(fid)
 
@@ -332,6 +333,6 @@ def merge(
     if as_json:
         print_json(summary)
         return
-    console().print(f"[bold]gfsim merge[/bold]  {len(logs)} logs -> {summary['out']}: "
+    console().print(f"[bold]gfsim merge[/bold]  {len(logs)} logs -> {esc(summary['out'], 400)}: "
                     f"{summary['searches']} searches, {summary['candidates']} candidates, "
                     f"{summary['records']} records")

@@ -10,6 +10,7 @@ import typer
 from gfsim.cli.common import (
     CHILDREN_HELP,
     console,
+    esc,
     handles_errors,
     print_json,
     puct_children,
@@ -245,8 +246,8 @@ def _print_report(out: dict) -> None:
 
     con = console()
     base = out["baseline"]
-    con.print(f"[bold]gfsim replay[/bold]  log={out['log']}  policy={out['policy']}  "
-              f"cost={out['cost_model']}  seed={out['seed']}")
+    con.print(f"[bold]gfsim replay[/bold]  log={esc(out['log'], 400)}  "
+              f"policy={esc(out['policy'])}  cost={esc(out['cost_model'])}  seed={out['seed']}")
     con.print(f"[dim]driver {out['driver']}; pipeline {out['pipeline']}; engine "
               f"{', '.join(out['engines'])}; simulated in {out['simulation_s']:.2f} s[/dim]")
     if "search" in out:
@@ -257,7 +258,7 @@ def _print_report(out: dict) -> None:
                   f"{out['fallback_share']:.0%}"
                   + (" [bold red]EXTRAPOLATED[/bold red]" if out["extrapolated"] else ""))
     table = Table(show_edge=False)
-    for col in ("", "policy", f"baseline ({base['policy']})", "delta"):
+    for col in ("", "policy", f"baseline ({esc(base['policy'])})", "delta"):
         table.add_column(col, justify="right" if col else "left")
     rows = [
         ("best speedup (geo-mean, measured)", "best_speedup", "{:.3f}x"),
@@ -303,6 +304,6 @@ def _print_report(out: dict) -> None:
     if "intervals" in out:
         _print_intervals(con, out["intervals"])
     if "plot" in out:
-        con.print(f"anytime curves: {out['plot']}")
+        con.print(f"anytime curves: {esc(out['plot'], 400)}")
     for note in out["notes"]:
-        con.print(f"[dim]note: {note}[/dim]")
+        con.print(f"[dim]note: {esc(note, 2000)}[/dim]")

@@ -9,6 +9,7 @@ import typer
 from gfsim.cli.common import (
     CHILDREN_HELP,
     console,
+    esc,
     handles_errors,
     print_json,
     puct_children,
@@ -95,9 +96,10 @@ def _report(out: dict) -> None:
 
     con = console()
     i = out["inputs"]
-    con.print(f"[bold]gfsim savings[/bold]  {i['policy']} vs {i['baseline']}  log={i['log']}  "
-              f"cost={i['cost_model']}  driver={i['driver']}  {out['seeds']} paired seeds")
-    con.print(f"[bold]{out['verdict']}[/bold]")
+    con.print(f"[bold]gfsim savings[/bold]  {esc(i['policy'])} vs {esc(i['baseline'])}  "
+              f"log={esc(i['log'], 400)}  cost={esc(i['cost_model'])}  driver={i['driver']}  "
+              f"{out['seeds']} paired seeds")
+    con.print(f"[bold]{esc(out['verdict'], 2000)}[/bold]")
     if i.get("policy_draws"):
         con.print(f"children: {i['children']}; the policy's children the log never held: "
                   f"{i['policy_draws']['invented_share']:.0%} (baseline "
@@ -113,7 +115,7 @@ def _report(out: dict) -> None:
 
         per, sv = out[f"{key}_per_search"], out[f"{key}_saved_per_search"]
         t.add_row(label, fmt(per["policy"]), fmt(per["baseline"]),
-                  f"{fmt(sv['mean'])} [{fmt(sv['lo'])}, {fmt(sv['hi'])}]"
+                  esc(f"{fmt(sv['mean'])} [{fmt(sv['lo'])}, {fmt(sv['hi'])}]")
                   + (" (includes 0)" if sv["includes_zero"] else ""))
     con.print(t)
     r = Table(title="reaching a target (quantile of the baseline's final best, per task)",
@@ -124,10 +126,10 @@ def _report(out: dict) -> None:
     for name, c in out["cost_to_target"].items():
         p = out["reach_probability"][name]
         s = c["saved_usd"]
-        r.add_row(f"{name} ({_targets(out['targets'][name])})", f"{p['policy']:.0%}",
+        r.add_row(esc(f"{name} ({_targets(out['targets'][name])})"), f"{p['policy']:.0%}",
                   f"{p['baseline']:.0%}", usd_text(c["policy_usd"]),
                   usd_text(c["baseline_usd"]),
-                  f"{usd_text(s['mean'])} [{usd_text(s['lo'])}, {usd_text(s['hi'])}]")
+                  esc(f"{usd_text(s['mean'])} [{usd_text(s['lo'])}, {usd_text(s['hi'])}]"))
     con.print(r)
     be = out["break_even"]
     con.print(f"break-even: the policy {be['summary']}; "

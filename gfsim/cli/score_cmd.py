@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from gfsim.cli.common import console, handles_errors, print_json
+from gfsim.cli.common import console, esc, handles_errors, print_json
 
 __all__ = ["score"]
 
@@ -68,19 +68,20 @@ def _print(log, results: list[dict], plot) -> None:
 
     con = console()
     prov = log.header["provenance"].get("kind")
-    con.print(f"[bold]gfsim score[/bold]  log={log.name} ({prov})  labels in the "
+    con.print(f"[bold]gfsim score[/bold]  log={esc(log.name, 400)} ({prov})  labels in the "
               f"{log.header['label_bin_convention']} bin convention, forecasts relative to the "
               f"{log.header.get('forecast_relative_to')}")
     table = Table(show_edge=False)  # metrics as rows: fits a narrow terminal
     table.add_column("metric")
     for r in results:
-        table.add_column(r["forecaster"], justify="right")
+        table.add_column(esc(r["forecaster"], 60), justify="right")
     for key, fmt in _TABLE:
         table.add_row(key, *[fmt.format(r[key]) if r[key] == r[key] else "-" for r in results])
     con.print(table)
     for r in results:
         rec = ", ".join(f"{b}%: {v:.1%}" for b, v in r["recovered"].items())
-        con.print(f"{r['forecaster']}: speedup recovered at {rec} (ranked by expected speedup)")
+        con.print(f"{esc(r['forecaster'], 80)}: speedup recovered at {rec} (ranked by expected "
+                  "speedup)")
         if "calibration" in r:
             c = r["calibration"]
             con.print(f"  {c['method']} recalibration (out of fold): ECE {c['ece_before']:.3f} "
@@ -90,10 +91,10 @@ def _print(log, results: list[dict], plot) -> None:
                       f"{r['selection']['coverage']:.0%}; inverse-propensity-weighted accuracy "
                       f"{r['ipw']['accuracy']:.3f}, ECE {r['ipw']['ece']:.3f}")
         for t, v in r.get("by_task", {}).items():
-            con.print(f"  {t}: n {v['n']}, accuracy {v['accuracy']:.3f}, ECE {v['ece']:.3f}, "
+            con.print(f"  {esc(t, 80)}: n {v['n']}, accuracy {v['accuracy']:.3f}, ECE {v['ece']:.3f}, "
                       f"recovered {v['recovered_mean']:.1%}")
     con.print("[dim]recovered: per task, the best true speedup among the top b% by expected "
               "speedup over the best among all (gfsim's definition; the paper's code has none)."
               " Parse failures: uniform in Brier/CRPS/NLL, excluded from accuracy and ECE.[/dim]")
     if plot is not None:
-        con.print(f"wrote {plot}")
+        con.print(f"wrote {esc(plot, 400)}")

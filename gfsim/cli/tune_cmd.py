@@ -10,6 +10,7 @@ import typer
 from gfsim.cli.common import (
     CHILDREN_HELP,
     console,
+    esc,
     handles_errors,
     print_json,
     puct_children,
@@ -240,9 +241,9 @@ def _report(out: dict) -> None:
 
     con = console()
     names = [n for n, _ in out["objectives"]]
-    con.print(f"[bold]gfsim tune[/bold]  study={out['study']} ({out['storage']})  "
-              f"log={out['log']}  policy={out['policy']}  driver={out['driver']}  "
-              f"cost={out['cost_model']}")
+    con.print(f"[bold]gfsim tune[/bold]  study={esc(out['study'])} ({esc(out['storage'], 400)})"
+              f"  log={esc(out['log'], 400)}  policy={esc(out['policy'])}  "
+              f"driver={out['driver']}  cost={esc(out['cost_model'])}")
     con.print(f"{out['trials']} finished trials ({out['ran_now']} now), {out['seeds']} seeds "
               f"each; objectives {', '.join(f'{n} ({d})' for n, d in out['objectives'])}"
               + (f"; constraint {out['constraint']}" if out["constraint"] else ""))
@@ -260,7 +261,7 @@ def _report(out: dict) -> None:
         s = r["search"] or {}
         shape = f" (F {s['overgen']}, spp {s['samples_per_parent']}, k {s['k_per_parent']})" \
             if s else ""
-        table.add_row(str(r["number"]), r["spec"] + shape, f"{m['best_speedup']:.3f}x",
+        table.add_row(str(r["number"]), esc(r["spec"] + shape), f"{m['best_speedup']:.3f}x",
                       f"{m['score']:.3f}", f"${m['usd']:.2f}", f"{m['gpu_evals']:.0f}",
                       str(r["clipped"]), "yes" if r["feasible"] else "no")
     con.print(table)
@@ -278,7 +279,7 @@ def _report(out: dict) -> None:
             cells = []
             for n in names:
                 cells += [f"{r['in_sample'][n]:.4g}", f"{r['fresh_seeds'][n]:.4g}"]
-            oos.add_row(str(r["number"]), r["spec"], *cells)
+            oos.add_row(str(r["number"]), esc(r["spec"]), *cells)
         con.print(oos)
     if out["leave_one_task_out"]:
         lo = Table(title=f"leave one task out ({names[0]})", show_edge=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gfsim.core.durable import replace
 from gfsim.core.errors import GfsimError
 
 __all__ = ["write_validated"]
@@ -25,4 +26,4 @@ def write_validated(records: list[dict], out: Path, source: Path) -> None:
     except GfsimError as exc:
         tmp.unlink()
         raise GfsimError(f"{source}: the imported records do not validate ({exc})") from None
-    tmp.replace(out)
+    replace(tmp, out)  # and the directory fsynced

@@ -115,8 +115,11 @@ class RecordedLog:
         if any(issubclass(w.category, TruncatedTailWarning) for w in caught):
             # A crash cut the last write. Appending after a cut line or gzip member would
             # corrupt the file, so the complete records are written back first (atomically).
-            self._rewrite(records)
             self.dropped_tail = True
+            if not records:  # the header itself was cut: nothing was recorded
+                self.path.unlink()
+                return
+            self._rewrite(records)
         load_log(self.path)  # the whole file must be a valid log before anything is added
         for rec in records:
             kind = rec["kind"]
@@ -142,15 +145,14 @@ class RecordedLog:
                 self.evaluations[rec["candidate_id"]] = rec
 
     def _rewrite(self, records: list[dict]) -> None:
-        import os
-
+        from gfsim.core.durable import replace
         from gfsim.replay_logs.io import LogWriter
 
         tmp = self.path.with_name(".repair-" + self.path.name)  # keeps the .gz suffix
         tmp.unlink(missing_ok=True)
         with LogWriter(tmp) as w:
             w.append_many(records)
-        os.replace(tmp, self.path)
+        replace(tmp, self.path)
 
     def code(self, rec: dict) -> str | None:
         if rec.get("code") is not None:
@@ -245,8 +247,9 @@ class LiveRun:
         self.timing_protocol = timing_protocol
         self.on_step = on_step
         self.log = RecordedLog(self.out)
-        if resume and self.log.header is None:
+        if resume and self.log.header is None and not self.log.dropped_tail:
             raise GfsimError(f"{self.out}: nothing to resume (no header)")
+        # (a header cut by a crash recorded nothing: the run starts afresh)
         self._measurers: dict = {}
         self._gpu = threading.Lock()
         self._gen_pool = ThreadPoolExecutor(max(1, options.generator_slots), "gfsim-gen")
@@ -550,8 +553,9 @@ class LiveRun:
     def _decide(self, s: _Search, state, ids: list[str], forecasts) -> np.ndarray:
         from gfsim.policies.base import Batch
 
-        if all(cid in self.log.decisions for cid in ids):
-            return np.array([self.log.decisions[c]["action"] == "measure" for c in ids])
+        recorded = [self.log.decisions.get(c) for c in ids]
+        if all(r is not None for r in recorded):
+            return np.array([r["action"] == "measure" for r in recorded])
         probs = np.zeros((len(ids), 8))
         has = np.zeros(len(ids), bool)
         failed = np.zeros(len(ids), bool)
@@ -569,9 +573,16 @@ class LiveRun:
         with s.lock:
             now = replace(state, best_speedup=s.best)
         d = self.policy.decide(batch, now)
-        measure = cap_per_parent(batch, d.measure, self.options.search.k_per_parent)
+        measure = np.array(cap_per_parent(batch, d.measure, self.options.search.k_per_parent),
+                           dtype=bool)
         recs = []
         for r, cid in enumerate(ids):
+            if recorded[r] is not None:
+                # A batch whose decisions a crash cut short (a plain-text log keeps the
+                # lines before the cut): what was recorded stands, and only the rest of the
+                # batch is decided and written, so no candidate is decided twice.
+                measure[r] = recorded[r]["action"] == "measure"
+                continue
             rec = {"kind": "decision", "candidate_id": cid, "policy": self.policy.spec(),
                    "action": "measure" if measure[r] else "skip"}
             score = float(d.score[r])
@@ -628,6 +639,8 @@ class LiveRun:
         else:
             with s.lock:
                 s.evals += 1
+            if self.whatif and rec["outcome"] == "success":
+                self._whatif(cid, rec["speedup"])  # a crash may have come between the two
         with s.lock:
             s.measured.setdefault(sha, cid)
             if rec["outcome"] == "success":

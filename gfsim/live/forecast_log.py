@@ -17,10 +17,10 @@ hold both, and ``drop_existing`` leaves them out.
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 from pathlib import Path
 
+from gfsim.core.durable import replace
 from gfsim.core.errors import GfsimError
 from gfsim.forecasts.bins import PAPER_EDGES
 
@@ -105,7 +105,7 @@ def _write_copy(src: Path, out: Path, header: dict, drop_existing: bool) -> None
                 w.append_many(batch)
                 batch = []
         w.append_many(batch)
-    os.replace(tmp, out)
+    replace(tmp, out)  # and the directory fsynced
 
 
 def forecast_log(src, forecaster, out, *, repeat: int = 0, drop_existing: bool = False,

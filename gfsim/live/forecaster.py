@@ -18,7 +18,11 @@ Failures are kept apart: an answer that cannot be parsed is a *parse failure* (`
 probabilities all zero); no answer at all (server down, timeouts, HTTP errors, a body that is
 not JSON), after ``retries`` retries with exponential backoff, is an *error*: the record carries
 ``error`` and the candidate counts as unforecast (policies measure it unless told otherwise).
-Nothing is dropped. Tokens and latency add over every attempt (what the forecasts cost);
+So is a request the server refuses (an HTTP 4xx: a prompt too long for the model, say), unless
+the refusal says the server itself is misconfigured (an unknown model or route, no tool-call
+parser), or the first ``REFUSALS_TO_STOP`` requests were all refused: then the run stops with a
+``ForecasterError``. An answer of any other shape (strings where numbers belong, a log
+probability above 0, tool calls that are not objects) is a parse failure. Nothing is dropped. Tokens and latency add over every attempt (what the forecasts cost);
 ``attempts`` says how many there were.
 """
 
@@ -33,7 +37,14 @@ from dataclasses import dataclass, field
 
 from gfsim.core.errors import GfsimError, SpecError
 from gfsim.live import prompt as P
-from gfsim.live.client import HttpTransport, NoAnswer, new_tally, server_spec
+from gfsim.live.client import HttpTransport, NoAnswer, Rejected, new_tally, server_spec
+
+# Refusals (HTTP 4xx) in a row, with no answer ever, after which a server is taken to be
+# misconfigured rather than refusing one candidate.
+REFUSALS_TO_STOP = 5
+# What reading a malformed answer can raise; any of them makes the forecast a parse failure.
+_MALFORMED = (AttributeError, TypeError, KeyError, IndexError, ValueError, OverflowError,
+              RecursionError)
 from gfsim.live.prompt import PromptTooLong, fit_prompt, renormalise
 
 __all__ = ["Forecaster", "ForecastRequest", "Forecast", "VllmForecaster", "VllmLocalForecaster",
@@ -206,14 +217,19 @@ class VllmForecaster(Forecaster, HttpTransport):
         self._label_text: dict[str, int] = {lab: i for i, lab in enumerate(self.labels)}
         self._client = None
         self._setup_lock = threading.Lock()
+        self._answers = 0  # requests answered, and refused in a row before any answer
+        self._refused = 0
 
     # -- transport -----------------------------------------------------------------------------
     def _rejected(self, url: str, resp) -> Exception:
-        hint = ""
+        msg = f"{url}: HTTP {resp.status_code}: {resp.text[:300]}"
         if "tool-call-parser" in resp.text:
-            hint = (" (start vLLM with --enable-auto-tool-choice --tool-call-parser NAME, or "
-                    "use tool_transport=json or tool_transport=regex)")
-        return ForecasterError(f"{url}: HTTP {resp.status_code}: {resp.text[:300]}{hint}")
+            return ForecasterError(msg + " (start vLLM with --enable-auto-tool-choice "
+                                   "--tool-call-parser NAME, or use tool_transport=json or "
+                                   "tool_transport=regex)")
+        if resp.status_code in (401, 403, 404, 405):  # no such model or route, no access
+            return ForecasterError(msg)
+        return Rejected(msg)  # this request only (a prompt too long for the model, say)
 
     # -- labels ----------------------------------------------------------------------------------
     def _ensure_labels(self) -> dict[int, int]:
@@ -228,7 +244,7 @@ class VllmForecaster(Forecaster, HttpTransport):
                     body = self._post(f"{self.root_url}/tokenize",
                                       {"model": self.model, "prompt": label,
                                        "add_special_tokens": False}, tally)
-                except NoAnswer as exc:
+                except (NoAnswer, Rejected) as exc:
                     raise ForecasterError(f"{self.root_url}/tokenize: {exc}") from None
                 tokens = body.get("tokens")
                 if not isinstance(tokens, list) or len(tokens) != 1:
@@ -256,7 +272,7 @@ class VllmForecaster(Forecaster, HttpTransport):
                 out.prompt_truncated = truncated
                 body = self._post(f"{self.base_url}/chat/completions",
                                   self._logprobs_payload(messages, ids), tally)
-                self._read_logprobs(body, ids, out)
+                self._read(lambda: self._read_logprobs(body, ids, out), out)
             else:
                 messages, truncated = self._fit(
                     lambda *shares: P.tool_messages(request, *shares), tools=True)
@@ -264,10 +280,19 @@ class VllmForecaster(Forecaster, HttpTransport):
                 for attempt in range(2):  # one new request after a parse failure
                     body = self._post(f"{self.base_url}/chat/completions",
                                       self._tool_payload(messages), tally)
-                    P.read_tool_answer(body, out, self.tool_transport)
+                    self._read(lambda: P.read_tool_answer(body, out, self.tool_transport), out)
                     if not out.parse_failed:
                         break
-        except NoAnswer as exc:
+            with self._setup_lock:
+                self._answers += 1
+        except (NoAnswer, Rejected) as exc:
+            if isinstance(exc, Rejected):
+                with self._setup_lock:
+                    self._refused += 1
+                    if not self._answers and self._refused >= REFUSALS_TO_STOP:
+                        raise ForecasterError(f"{exc} (the first {self._refused} requests "
+                                              "were all refused: the server's configuration, "
+                                              "not one candidate)") from None
             out.error = str(exc)
             out.parse_failed = False
             out.probs = [0.0] * N_BINS
@@ -293,20 +318,38 @@ class VllmForecaster(Forecaster, HttpTransport):
         return {"model": self.model, "messages": messages, "max_tokens": self.max_tokens,
                 "temperature": self.temperature, **P.tool_request(self.tool_transport)}
 
+    @staticmethod
+    def _read(read, out: Forecast) -> None:
+        """``read()`` fills ``out`` from an answer; an answer it cannot read is a parse
+        failure, whatever its shape."""
+        try:
+            read()
+        except _MALFORMED as exc:
+            out.parse_failed = True
+            out.parse_error = f"malformed answer ({type(exc).__name__}: {str(exc)[:200]})"
+            out.probs, out.raw_probability_sum, out.predicted_bin = [0.0] * N_BINS, None, None
+
     def _read_logprobs(self, body: dict, ids: dict[int, int], out: Forecast) -> None:
         try:
             entries = body["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
         except (KeyError, IndexError, TypeError):
             out.parse_failed, out.parse_error = True, "no top_logprobs in the answer"
             return
+        if not isinstance(entries, list):
+            out.parse_failed, out.parse_error = True, "top_logprobs is not a list"
+            return
         raw = [0.0] * N_BINS
         found = 0
-        for e in entries or ():
+        for e in entries:
+            if not isinstance(e, dict):
+                continue
             i = self._label_index(e, ids)
             if i is not None and raw[i] == 0.0:
                 lp = e.get("logprob")
-                if isinstance(lp, (int, float)) and math.isfinite(lp):
-                    raw[i] = math.exp(lp)
+                # a log-probability is at most 0 (a little above: rounding)
+                if isinstance(lp, (int, float)) and not isinstance(lp, bool) and \
+                        math.isfinite(lp) and lp <= 1e-6:
+                    raw[i] = math.exp(min(lp, 0.0))
                     found += 1
         probs, total, err = renormalise(raw)
         if err is not None or found == 0:
@@ -335,10 +378,10 @@ class VllmForecaster(Forecaster, HttpTransport):
             payload["tools"] = [P.TOOL]
         try:  # counting is not forecasting: its requests are not charged to the forecast
             body = self._post(f"{self.root_url}/tokenize", payload, new_tally())
-        except NoAnswer as exc:
+        except NoAnswer as exc:  # (a refusal fails this candidate's forecast only)
             raise ForecasterError(f"{self.root_url}/tokenize: {exc}") from None
         count = body.get("count")
-        if not isinstance(count, int):
+        if isinstance(count, bool) or not isinstance(count, int):
             raise ForecasterError(f"{self.root_url}/tokenize gave no token count")
         return count
 

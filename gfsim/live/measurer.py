@@ -492,7 +492,11 @@ class TritonMeasurer(Measurer):
             from gfsim.live.sandbox import MISSING_HELP, PR_SET_DUMPABLE, prctl
 
             if self._root is None:
-                self._root = Path(tempfile.mkdtemp(prefix="gfsim-measure-", dir=self.workdir))
+                from gfsim.core.durable import owned_tempdir
+
+                # (named after this process: a run that was killed leaves its folder, with
+                # every candidate's Triton cache, and the next measurer removes it)
+                self._root = owned_tempdir("gfsim-measure-", dir=self.workdir)
             self._zygote = _Zygote(self.task_name, self._root, self.config.interpret)
             fac = self._zygote.facilities
             missing = fac.missing()

@@ -1,0 +1,499 @@
+"""A standing fuzz benchmark of the log reader, ``gfsim validate`` and ``gfsim replay``.
+
+Each case mutates one valid base log, writes it to a file, and runs ``gfsim validate`` on it,
+then ``gfsim replay`` (the trace driver under ``all`` and ``threshold:0.7``, and on every fourth
+case the puct driver for three steps). Each command runs in a worker process, in-process
+through the Typer app, with a hang limit per case (10 s). A case fails as
+
+- **crashed**: a command ended in an exception other than gfsim's one-line input error (a
+  traceback for the user), or its error message spans lines;
+- **hung**: the case ran past the hang limit (the worker is killed and replaced);
+- **misreported**: ``validate`` accepted a log that ``replay`` then refused.
+
+The mutation mix, one class per case, drawn uniformly:
+
+- ``byte_flip``: one to four bytes of the text set to random values (mostly invalid JSON or
+  UTF-8);
+- ``gzip``: the log gzipped (one member per line group, as a live run writes it), then bytes
+  flipped or the file cut short;
+- ``line_edit``: a line deleted, duplicated, moved, cut short, or a blank or garbage line
+  inserted;
+- ``type_change``: one value anywhere in one record replaced by a value of another JSON type;
+- ``extreme_value``: one value replaced by an extreme (integers beyond 64 bits or with
+  thousands of digits, 1e308, subnormals, -0.0, NaN and Infinity literals, lone surrogate
+  escapes, rich markup, control characters, 100,000-character strings, deep nesting);
+- ``link_corruption``: an id made to point elsewhere (an unknown or another record's
+  candidate, parent or search, a self-parent, a cycle), a duplicated record, a step or seq
+  changed.
+
+All but ``byte_flip`` and ``gzip`` leave every line valid JSON, so most mutants reach
+``replay``; the summary says how many did.
+
+    python experiments/fuzz_logs.py --cases 10000            # a fresh seed, printed
+    python experiments/fuzz_logs.py --cases 2000 --seed 7 --save-failures /tmp/fails
+    python experiments/fuzz_logs.py --corpus tests/data/fuzz  # the regression corpus only
+
+Exit status 1 if any case failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import io
+import json
+import multiprocessing as mp
+import os
+import random
+import secrets
+import sys
+import tempfile
+import time
+import traceback
+from collections import Counter, defaultdict
+from multiprocessing.connection import wait
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CLASSES = ("byte_flip", "gzip", "line_edit", "type_change", "extreme_value", "link_corruption")
+HANG_S = 10.0
+
+
+# -- base logs ---------------------------------------------------------------------------------
+def _records(path: Path) -> list[dict]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def _first_search(records: list[dict], max_step: int) -> list[dict]:
+    """The header, the first search's run record, and that search's records up to ``max_step``
+    (a small, still valid slice of a large log)."""
+    runs = [r for r in records if r["kind"] == "run"]
+    if not runs:
+        return records
+    sid = runs[0]["search_id"]
+    keep_ids = {r["candidate_id"] for r in records if r["kind"] == "candidate"
+                and r["search_id"] == sid and r["step"] <= max_step}
+    out = []
+    for r in records:
+        k = r["kind"]
+        if k == "header" or (k == "run" and r["search_id"] == sid) or (
+                k == "step" and r["search_id"] == sid and r["step"] <= max_step) or (
+                k not in ("header", "run", "step") and r.get("candidate_id") in keep_ids):
+            out.append(r)
+    return out
+
+
+def base_logs() -> dict[str, list[str]]:
+    """Name -> lines (JSON text) of each valid base log."""
+    shipped = ROOT / "replay_logs" / "data"
+    bases = {
+        "tiny": _records(ROOT / "tests" / "data" / "tiny.jsonl"),
+        "tiny-no-forecasts": _records(ROOT / "tests" / "data" / "tiny-no-forecasts.jsonl"),
+        "h200-suite-v0": _records(shipped / "h200-suite-v0.jsonl.gz"),
+        "synthetic-mini[0]": _first_search(_records(shipped / "synthetic-mini.jsonl.gz"), 3),
+        "h200-live-v1[0]": _first_search(_records(shipped / "h200-live-v1.jsonl.gz"), 2),
+    }
+    return {name: [json.dumps(r, ensure_ascii=False) for r in recs]
+            for name, recs in bases.items()}
+
+
+# -- mutations ---------------------------------------------------------------------------------
+EXTREMES_TEXT = [  # JSON texts spliced in as values
+    "18446744073709551616", "-9223372036854775809", "9" * 4400, "1" + "0" * 400, "1e308",
+    "-1e308", "1e999", "-1e999", "5e-324", "-0.0", "0", "-1", "NaN", "Infinity", "-Infinity",
+    '"\\ud800"', '"x\\udfffy"', '"[/b]"', '"[bold red]x[/]"', '"\\u0000"', '"\\u202e"',
+    '"' + "n" * 100_000 + '"', '""', '" "', "[" * 5000 + "]" * 5000, '{"a":' * 3000 + "1" +
+    "}" * 3000, "[]", "{}", "true", "null", '"\\n"', "1.7976931348623157e308", "4294967296",
+]
+TYPE_VALUES = [0, 1, -1, 2.5, "", "x", True, False, None, [], {}, [1, 2], {"k": "v"}, "1.0"]
+
+
+def _paths(doc, prefix=()):
+    out = [prefix] if prefix else []
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            out += _paths(v, prefix + (k,))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc[:12]):
+            out += _paths(v, prefix + (i,))
+    return out
+
+
+def _set(doc, path, value):
+    parent = doc
+    for k in path[:-1]:
+        parent = parent[k]
+    parent[path[-1]] = value
+
+
+SENTINEL = "\u0001GFSIM-FUZZ\u0001"
+
+
+def _splice(rec: dict, path, text: str) -> str:
+    """The record's JSON with the value at ``path`` replaced by the raw JSON ``text``."""
+    _set(rec, path, SENTINEL)
+    return json.dumps(rec, ensure_ascii=False).replace(json.dumps(SENTINEL), text, 1)
+
+
+def mutate(lines: list[str], cls: str, rng: random.Random) -> tuple[bytes, str, str]:
+    """(file bytes, suffix, what was done) of one mutant of ``lines``."""
+    lines = list(lines)
+    i = rng.randrange(len(lines))
+    if cls == "byte_flip" or cls == "gzip":
+        data = bytearray(("\n".join(lines) + "\n").encode("utf-8"))
+        if cls == "gzip":
+            groups, k = [], 0
+            while k < len(lines):  # one gzip member per batch of lines, as LogWriter writes
+                n = rng.randint(1, 6)
+                groups.append(gzip.compress(("\n".join(lines[k:k + n]) + "\n").encode(),
+                                            mtime=0))
+                k += n
+            data = bytearray(b"".join(groups))
+            if rng.random() < 0.5:
+                cut = rng.randrange(1, len(data))
+                return bytes(data[:cut]), ".jsonl.gz", f"gzip cut at byte {cut} of {len(data)}"
+        flips = []
+        for _ in range(rng.randint(1, 4)):
+            pos = rng.randrange(len(data))
+            data[pos] = rng.randrange(256)
+            flips.append(pos)
+        return bytes(data), ".jsonl.gz" if cls == "gzip" else ".jsonl", f"bytes at {flips}"
+    if cls == "line_edit":
+        op = rng.choice(["delete", "duplicate", "move", "cut", "blank", "garbage", "header"])
+        if op == "delete":
+            del lines[i]
+        elif op == "duplicate":
+            lines.insert(rng.randrange(len(lines) + 1), lines[i])
+        elif op == "move":
+            lines.insert(rng.randrange(len(lines)), lines.pop(i))
+        elif op == "cut":
+            lines[i] = lines[i][:rng.randrange(max(len(lines[i]), 1))]
+        elif op == "blank":
+            lines.insert(i, " \t")
+        elif op == "garbage":
+            lines.insert(i, rng.choice(["{}", "[]", "1", '"x"', "null", '{"kind":null}',
+                                        '{"kind":"header"}', '{"kind":"bogus"}', "{" * 200]))
+        else:
+            lines.append(lines.pop(0))
+        end = "" if op == "cut" and i == len(lines) - 1 else "\n"
+        return ("\n".join(lines) + end).encode("utf-8"), ".jsonl", f"line {i + 1}: {op}"
+    rec = json.loads(lines[i])
+    if cls == "type_change":
+        paths = _paths(rec)
+        path = rng.choice(paths)
+        _set(rec, path, rng.choice(TYPE_VALUES))
+        lines[i] = json.dumps(rec, ensure_ascii=False)
+        return _join(lines), ".jsonl", f"line {i + 1}: {'.'.join(map(str, path))} retyped"
+    if cls == "extreme_value":
+        paths = _paths(rec)
+        path = rng.choice(paths)
+        text = rng.choice(EXTREMES_TEXT)
+        lines[i] = _splice(rec, path, text)
+        return _join(lines), ".jsonl", f"line {i + 1}: {'.'.join(map(str, path))} = {text[:30]}"
+    # link_corruption
+    records = [json.loads(x) for x in lines]
+    ids = [r["candidate_id"] for r in records if r.get("kind") == "candidate"]
+    searches = sorted({r["search_id"] for r in records if "search_id" in r})
+    op = rng.choice(["candidate_id", "parent_id", "self_parent", "cycle", "search_id",
+                     "task_id", "parent_ids", "step", "seq", "duplicate_record"])
+    linked = [k for k, r in enumerate(records) if "candidate_id" in r]
+    cands = [k for k, r in enumerate(records) if r.get("kind") == "candidate"]
+    if op == "candidate_id" and linked:
+        k = rng.choice(linked)
+        records[k]["candidate_id"] = rng.choice(ids + ["no-such-candidate"])
+    elif op in ("parent_id", "self_parent", "cycle") and cands:
+        k = rng.choice(cands)
+        me = records[k]["candidate_id"]
+        if op == "parent_id":
+            records[k]["parent_id"] = rng.choice(ids + ["no-such-parent"])
+        elif op == "self_parent":
+            records[k]["parent_id"] = me
+        else:  # me -> other -> me
+            j = rng.choice(cands)
+            records[k]["parent_id"] = records[j]["candidate_id"]
+            records[j]["parent_id"] = me
+    elif op == "search_id" and searches:
+        k = rng.choice([k for k, r in enumerate(records) if "search_id" in r])
+        records[k]["search_id"] = rng.choice(searches + ["no-such-search"])
+    elif op == "task_id" and cands:
+        records[rng.choice(cands)]["task_id"] = rng.choice(["no-such-task", "alpha", "softmax"])
+    elif op == "parent_ids":
+        steps = [k for k, r in enumerate(records) if r.get("kind") == "step"]
+        if steps:
+            k = rng.choice(steps)
+            records[k]["parent_ids"] = rng.sample(ids + ["no-such-parent"],
+                                                  min(len(ids) + 1, rng.randint(0, 3)))
+    elif op in ("step", "seq"):
+        withstep = [k for k, r in enumerate(records) if op in r]
+        if withstep:
+            records[rng.choice(withstep)][op] = rng.choice([0, 1, 2, 3, 7, 10_000, 2**62])
+    else:
+        k = rng.randrange(len(records))
+        records.insert(rng.randrange(len(records) + 1), dict(records[k]))
+    return _join([json.dumps(r, ensure_ascii=False) for r in records]), ".jsonl", \
+        f"link: {op}"
+
+
+def _join(lines: list[str]) -> bytes:
+    return ("\n".join(lines) + "\n").encode("utf-8", "surrogatepass")
+
+
+# -- running a case ----------------------------------------------------------------------------
+def commands(path: str, puct: bool) -> list[list[str]]:
+    """validate, then replay: the human tables (where user strings are printed) and JSON."""
+    cmds = [["validate", path],
+            ["replay", "--log", path, "--policy", "all"],
+            ["replay", "--log", path, "--policy", "threshold:0.7", "--json"]]
+    if puct:
+        cmds.append(["replay", "--log", path, "--policy", "threshold:0.7", "--driver", "puct",
+                     "--steps", "3"])
+    return cmds
+
+
+def run_command(app, args: list[str]) -> tuple[str, str]:
+    """("ok" | "error" | "crash", detail) of one command, run in this process."""
+    import click
+
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        try:
+            # Without standalone mode click returns an Exit's code instead of raising it
+            # (and a command's own return value, None, otherwise).
+            ret = app(args, standalone_mode=False)
+            code = ret if isinstance(ret, int) else 0
+        except click.exceptions.Exit as exc:
+            code = exc.exit_code
+        except click.ClickException as exc:  # a usage error: fine, but not expected here
+            return "crash", f"click {type(exc).__name__}: {exc.format_message()[:200]}"
+        except BaseException as exc:  # noqa: BLE001 - the point: anything else is a crash
+            tb = traceback.extract_tb(exc.__traceback__)
+            where = next((f"{Path(f.filename).name}:{f.lineno}" for f in reversed(tb)
+                          if "gfsim" in f.filename or "/replay_logs/" in f.filename
+                          or "/simulator/" in f.filename or "/policies/" in f.filename),
+                         "?")
+            return "crash", f"{type(exc).__name__} at {where}: {str(exc)[:160]}"
+    text = err.getvalue()
+    errors = [ln for ln in text.splitlines() if ln.startswith("gfsim: error:")]
+    if code == 0:
+        return "ok", ""
+    if code != 2 or len(errors) != 1 or len(text.strip().splitlines()) > len(errors) + \
+            text.count("gfsim: warning:"):
+        return "crash", f"exit {code} with output {text[:200]!r}"
+    return "error", errors[0][len("gfsim: error: "):][:200]
+
+
+# Refusals that say the log does not suit the command (a 'pairs' log has no search to replay; a
+# policy that reads forecasts needs a log with some), not that the log is invalid: a valid log
+# may draw them, so they are not misreports.
+USAGE = ("has no search order or parents", "reads forecasts and the log has none",
+         "holds no candidates: nothing to replay")
+
+
+def judge(results: list[tuple[str, str]]) -> tuple[str, str, bool]:
+    """The case's verdict and detail from its commands' results (validate first), and whether
+    a replay ran to its end."""
+    replayed = any(status == "ok" for status, _ in results[1:])
+    for status, detail in results:
+        if status == "crash":
+            return "crashed", detail, replayed
+    if results[0][0] == "ok":
+        for status, detail in results[1:]:
+            if status == "error" and not any(u in detail for u in USAGE):
+                return "misreported", detail, replayed
+    return "ok", "", replayed
+
+
+def _worker(conn, tmp: str) -> None:
+    import shutil
+    import warnings
+
+    warnings.simplefilter("ignore")
+    os.environ["GFSIM_CACHE_DIR"] = os.path.join(tmp, "cache")
+    from gfsim.cli.main import app
+
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            return
+        case_id, data, suffix, puct = msg
+        path = os.path.join(tmp, f"case-{os.getpid()}{suffix}")
+        with open(path, "wb") as fh:
+            fh.write(data)
+        results = []
+        for args in commands(path, puct):
+            results.append(run_command(app, args))
+            if results[0][0] != "ok" and args[0] == "validate":
+                # replay of a refused log must still not crash: run one policy only
+                results.append(run_command(app, commands(path, False)[2]))
+                break
+        shutil.rmtree(os.path.join(tmp, ".gfsim-cache"), ignore_errors=True)
+        shutil.rmtree(os.path.join(tmp, "cache"), ignore_errors=True)
+        conn.send((case_id, results))
+
+
+class Pool:
+    """Worker processes, each answering one case at a time; a case past ``HANG_S`` kills its
+    worker (a fresh one takes its place)."""
+
+    def __init__(self, jobs: int, tmp: str):
+        self.ctx = mp.get_context("spawn")
+        self.tmp, self.workers = tmp, []
+        for _ in range(jobs):
+            self.workers.append(self._start())
+
+    def _start(self):
+        parent, child = self.ctx.Pipe()
+        wdir = tempfile.mkdtemp(dir=self.tmp)
+        proc = self.ctx.Process(target=_worker, args=(child, wdir), daemon=True)
+        proc.start()
+        return {"proc": proc, "conn": parent, "case": None, "since": 0.0}
+
+    def run(self, cases, on_result) -> None:
+        pending = iter(cases)
+        exhausted = False
+        while True:
+            for w in self.workers:
+                if w["case"] is None and not exhausted:
+                    case = next(pending, None)
+                    if case is None:
+                        exhausted = True
+                        break
+                    w["case"], w["since"] = case, time.monotonic()
+                    w["conn"].send((case["id"], case["data"], case["suffix"], case["puct"]))
+            busy = [w for w in self.workers if w["case"] is not None]
+            if not busy:
+                return
+            now = time.monotonic()
+            timeout = max(0.0, min(w["since"] + HANG_S - now for w in busy))
+            ready = wait([w["conn"] for w in busy], timeout=timeout)
+            for w in busy:
+                if w["conn"] in ready:
+                    try:
+                        _case_id, results = w["conn"].recv()
+                    except EOFError:  # the worker died (a crash of the interpreter itself)
+                        on_result(w["case"], "crashed", "the worker process died", False)
+                        self._replace(w)
+                        continue
+                    on_result(w["case"], *judge(results))
+                    w["case"] = None
+                elif time.monotonic() - w["since"] > HANG_S:
+                    on_result(w["case"], "hung", f"no answer within {HANG_S:.0f} s", False)
+                    self._replace(w)
+
+    def _replace(self, w) -> None:
+        w["proc"].kill()
+        w["proc"].join()
+        w.update(self._start(), case=None)
+
+    def close(self) -> None:
+        for w in self.workers:
+            with contextlib.suppress(Exception):
+                w["conn"].send(None)
+            w["proc"].join(timeout=5)
+            if w["proc"].is_alive():
+                w["proc"].kill()
+
+
+def make_cases(n: int, seed: int, bases: dict[str, list[str]]):
+    names = sorted(bases)
+    for k in range(n):
+        rng = random.Random(f"{seed}:{k}")
+        cls = CLASSES[k % len(CLASSES)] if n >= len(CLASSES) else rng.choice(CLASSES)
+        base = rng.choice(names)
+        data, suffix, what = mutate(bases[base], cls, rng)
+        yield {"id": k, "class": cls, "base": base, "data": data, "suffix": suffix,
+               "what": what, "puct": k % 4 == 0}
+
+
+def corpus_cases(folder: Path):
+    for k, path in enumerate(sorted(p for p in folder.iterdir() if ".jsonl" in p.name)):
+        yield {"id": k, "class": path.name.split("--")[0], "base": path.name,
+               "data": path.read_bytes(), "suffix": ".jsonl.gz" if path.name.endswith(".gz")
+               else ".jsonl", "what": path.name, "puct": True}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=None, help="default: a fresh one, printed")
+    ap.add_argument("--jobs", type=int, default=max(1, min(4, os.cpu_count() or 1)))
+    ap.add_argument("--corpus", type=Path, help="run this folder's mutants instead")
+    ap.add_argument("--save-failures", type=Path, help="write each failing mutant here")
+    ap.add_argument("--json", type=Path, help="write the summary and failures here")
+    args = ap.parse_args()
+    seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
+    if args.corpus:
+        cases = list(corpus_cases(args.corpus))
+        print(f"regression corpus {args.corpus}: {len(cases)} cases", file=sys.stderr)
+    else:
+        cases = make_cases(args.cases, seed, base_logs())
+        print(f"seed {seed}: {args.cases} cases, {args.jobs} workers", file=sys.stderr)
+    counts: dict[str, Counter] = defaultdict(Counter)
+    failures = []
+    started = time.monotonic()
+    done = [0]
+
+    def on_result(case, verdict, detail, replayed):
+        c = counts[case["class"]]
+        c["cases"] += 1
+        c[verdict] += 1
+        c["replayed"] += replayed
+        try:
+            text = case["data"].decode("utf-8")
+            c["valid_json"] += all(_is_json(x) for x in text.splitlines() if x.strip())
+        except UnicodeDecodeError:
+            pass
+        if verdict != "ok":
+            failures.append({"id": case["id"], "class": case["class"], "base": case["base"],
+                             "what": case["what"], "verdict": verdict, "detail": detail})
+            if args.save_failures:
+                args.save_failures.mkdir(parents=True, exist_ok=True)
+                name = f"{case['class']}--{verdict}--{seed}-{case['id']}{case['suffix']}"
+                (args.save_failures / name).write_bytes(case["data"])
+        done[0] += 1
+        if done[0] % 500 == 0:
+            print(f"  {done[0]} cases, {len(failures)} failures, "
+                  f"{time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="gfsim-fuzz-") as tmp:
+        pool = Pool(args.jobs, tmp)
+        try:
+            pool.run(cases, on_result)
+        finally:
+            pool.close()
+    total = Counter()
+    head = ("class", "cases", "valid JSON", "replayed", "crashed", "hung", "misreported")
+    print("\n{:16s} {:>6s} {:>10s} {:>8s} {:>8s} {:>5s} {:>11s}".format(*head))
+    row = "{:16s} {:6d} {:10d} {:8d} {:8d} {:5d} {:11d}"
+    for cls in sorted(counts):
+        c = counts[cls]
+        total.update(c)
+        print(row.format(cls, *(c[k] for k in ("cases", "valid_json", "replayed", "crashed",
+                                                 "hung", "misreported"))))
+    print(row.format("all", *(total[k] for k in ("cases", "valid_json", "replayed", "crashed",
+                                                   "hung", "misreported"))))
+    failed = total["crashed"] + total["hung"] + total["misreported"]
+    print(f"\n{failed} of {total['cases']} cases failed (seed {seed}; "
+          f"{time.monotonic() - started:.0f} s)")
+    by_detail = Counter((f["verdict"], f["detail"][:120]) for f in failures)
+    for (verdict, detail), n in by_detail.most_common(25):
+        print(f"  {n:5d} {verdict}: {detail}")
+    if args.json:
+        args.json.write_text(json.dumps({"seed": seed, "counts": counts, "failures": failures},
+                                        indent=1))
+    return 1 if failed else 0
+
+
+def _is_json(line: str) -> bool:
+    try:
+        json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+if __name__ == "__main__":
+    sys.exit(main())
