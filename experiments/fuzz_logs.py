@@ -340,6 +340,11 @@ class Pool:
 
     def __init__(self, jobs: int, tmp: str):
         self.ctx = mp.get_context("spawn")
+        here = str(Path(__file__).resolve().parent)
+        if __name__ != "__main__" and here not in sys.path:
+            # imported by name (the tests): a spawned worker imports it by that name, with
+            # this process's sys.path
+            sys.path.append(here)
         self.tmp, self.workers = tmp, []
         for _ in range(jobs):
             self.workers.append(self._start())

@@ -49,3 +49,15 @@ def test_folders_of_dead_processes_are_removed_and_live_ones_kept(tmp_path):
         mine.name, f"gfsim-measure-{os.getppid()}-live", "gfsim-measure-old-style",
         f"other-{dead_pid}-x"])
     assert durable.remove_orphans("gfsim-measure-", tmp_path) == []  # nothing more to remove
+
+
+def test_temporary_is_removed_at_exit_and_on_an_error(tmp_path):
+    import pytest
+
+    with durable.temporary("gfsim-t-", dir=tmp_path) as d:
+        (d / "f").write_text("x")
+        assert d.is_dir() and d.name.startswith(f"gfsim-t-{os.getpid()}-")
+    assert not d.exists()
+    with pytest.raises(RuntimeError), durable.temporary("gfsim-t-", dir=tmp_path) as d2:
+        raise RuntimeError
+    assert not d2.exists() and list(tmp_path.iterdir()) == []

@@ -194,3 +194,32 @@ def test_esc_cuts_long_strings_and_keeps_undecodable_bytes_printable():
     assert esc("n" * 500, 20) == "n" * 19 + "\u2026"
     assert esc("[/b]") == "\\[/b]"
     assert esc("a\udcffb") == "a\\udcffb"  # a path's undecodable byte (surrogateescape)
+
+
+def test_an_error_message_is_one_printable_line_whatever_it_quotes(tmp_path):
+    from gfsim.cli.common import one_line
+
+    assert one_line("a\nb\rc") == "a\\nb\\rc"
+    assert one_line("bad \udcff byte") == "bad \\udcff byte"
+    long = one_line("x" * 100_000, limit=2000)
+    assert len(long) < 2100 and "98,000 characters cut" in long
+    b = LogBuilder()
+    b.candidate("t", 0, speedup=1.5)
+    b.records[-1]["candidate_id"] = "n" * 100_000  # an evaluation of an unknown candidate
+    path = b.write(tmp_path / "long.jsonl")
+    res = _run(["validate", str(path)])
+    assert res.exit_code == 2 and len(res.output) < 2200 and res.output.count("\n") == 1
+
+
+def test_an_import_whose_records_json_cannot_hold_leaves_nothing(tmp_path):
+    from gfsim.importers.common import write_validated
+
+    b = LogBuilder()
+    b.candidate("t", 0, speedup=1.5)
+    b.records[-1]["compile_s"] = float("nan")
+    out, src = tmp_path / "out.jsonl", tmp_path / "source.json"
+    with pytest.raises(GfsimError) as exc:
+        write_validated([b.header, *b.records], out, src)
+    one_line_error(exc.value, src)
+    assert "cannot be written as a log" in str(exc.value)
+    assert list(tmp_path.iterdir()) == []  # neither the output nor its .partial

@@ -11,7 +11,7 @@ import typer
 
 from gfsim.core.errors import GfsimError
 
-__all__ = ["handles_errors", "print_json", "console", "esc", "search_config"]
+__all__ = ["handles_errors", "print_json", "console", "esc", "one_line", "search_config"]
 
 EXIT_INPUT_ERROR = 2
 
@@ -20,6 +20,18 @@ def console():
     from rich.console import Console
 
     return Console()
+
+
+def one_line(message: str, limit: int = 2000) -> str:
+    """An error message as one printable line of at most about ``limit`` characters: line
+    breaks written as ``\\n``, characters UTF-8 cannot carry escaped, and the middle of a long
+    message (a 100,000-character name quoted in it, say) cut."""
+    text = message.replace("\r", "\\r").replace("\n", "\\n")
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) > limit:
+        cut = len(text) - limit
+        text = f"{text[:limit * 3 // 4]} ... ({cut:,} characters cut) ... {text[-limit // 4:]}"
+    return text
 
 
 def esc(value: Any, limit: int = 200) -> str:
@@ -47,7 +59,7 @@ def handles_errors(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except GfsimError as exc:
-            print(f"gfsim: error: {exc}", file=sys.stderr)
+            print(f"gfsim: error: {one_line(str(exc))}", file=sys.stderr)
             raise typer.Exit(EXIT_INPUT_ERROR) from None
 
     return wrapper

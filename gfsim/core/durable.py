@@ -14,9 +14,10 @@ import os
 import re
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["fsync_dir", "replace", "owned_tempdir", "remove_orphans"]
+__all__ = ["fsync_dir", "replace", "owned_tempdir", "remove_orphans", "temporary"]
 
 
 def fsync_dir(path: str | os.PathLike) -> None:
@@ -79,3 +80,14 @@ def remove_orphans(prefix: str, dir: str | os.PathLike | None = None) -> list[Pa
         except OSError:
             continue
     return removed
+
+
+@contextmanager
+def temporary(prefix: str, dir: str | os.PathLike | None = None):
+    """``tempfile.TemporaryDirectory`` whose folder, if a kill leaves it, the next
+    ``owned_tempdir``/``temporary`` of the same prefix removes."""
+    path = owned_tempdir(prefix, dir)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

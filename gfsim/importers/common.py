@@ -17,13 +17,18 @@ def write_validated(records: list[dict], out: Path, source: Path) -> None:
     from gfsim.replay_logs import LogWriter, load_log
 
     tmp = out.with_name(out.stem + ".partial" + out.suffix)  # keeps .gz: compressed by suffix
-    if tmp.exists():
-        tmp.unlink()
-    with LogWriter(tmp) as w:
-        w.append_many([{k: v for k, v in r.items() if v is not None} for r in records])
+    tmp.unlink(missing_ok=True)  # (what an import killed earlier left)
     try:
+        with LogWriter(tmp) as w:
+            w.append_many([{k: v for k, v in r.items() if v is not None} for r in records])
         load_log(tmp)
-    except GfsimError as exc:
-        tmp.unlink()
-        raise GfsimError(f"{source}: the imported records do not validate ({exc})") from None
+    except BaseException as exc:  # nothing of a failed import is left behind
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, GfsimError):
+            raise GfsimError(f"{source}: the imported records do not validate ({exc})") \
+                from None
+        if isinstance(exc, (ValueError, TypeError, OverflowError)):  # NaN, or not JSON
+            raise GfsimError(f"{source}: the imported records cannot be written as a log "
+                             f"({type(exc).__name__}: {str(exc)[:200]})") from None
+        raise
     replace(tmp, out)  # and the directory fsynced

@@ -39,12 +39,12 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
+from gfsim.core.durable import temporary
 from gfsim.core.errors import GfsimError
 
 __all__ = ["BenchSpec", "run_world_seed", "summarize_world", "targets", "compare_sources",
@@ -133,7 +133,7 @@ def _log_of(world, world_seed: int, steps: int, name: str):
                                 log_id=f"counterfactual-seed{world_seed}",
                                 command=f"gfsim synth --world {name} --seed {world_seed} "
                                         f"--driver puct --steps {steps}")
-    with tempfile.TemporaryDirectory(prefix="gfsim-cf-") as tmp:
+    with temporary("gfsim-cf-") as tmp:  # (a killed run's is removed by the next)
         path = Path(tmp) / f"world-{world_seed}.jsonl"
         with LogWriter(path) as w:
             w.append_many(records)

@@ -20,8 +20,9 @@ What it checks, on a small tree (``width`` children of the root, of each of its 
 from __future__ import annotations
 
 import math
-import tempfile
 from pathlib import Path
+
+from gfsim.core.durable import temporary
 
 __all__ = ["assert_world_conforms", "check_world"]
 
@@ -217,7 +218,7 @@ def _validate_as_log(world, tasks, trees) -> list[str]:
                             "parent_id": None if node.parent_id == root_id else node.parent_id,
                             "step": step, "seq": seq[step], "generation": gen})
             records += [r for r in (fc, ev) if r is not None]
-    with tempfile.TemporaryDirectory(prefix="gfsim-conformance-") as tmp:
+    with temporary("gfsim-conformance-") as tmp:
         path = Path(tmp) / "world.jsonl"
         try:
             with LogWriter(path) as w:

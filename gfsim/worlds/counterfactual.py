@@ -11,12 +11,12 @@ share. Everything here is SYNTHETIC.
 from __future__ import annotations
 
 import math
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
+from gfsim.core.durable import temporary
 from gfsim.cost_models import load_cost_model
 from gfsim.policies import make_policy
 from gfsim.replay_logs import LogWriter, load_log
@@ -52,7 +52,7 @@ def compare(seeds, policies, overgens, *, tasks: int = 2, steps: int = 40,
             cost: str = "serverless-a100") -> list[Comparison]:
     model = load_cost_model(cost)
     rows: list[Comparison] = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with temporary("gfsim-compare-") as tmp:
         for seed in seeds:
             records = build_records(seed=seed, candidates=None, tasks=tasks, driver="puct",
                                     steps=steps)
