@@ -286,10 +286,11 @@ def run_command(app, args: list[str]) -> tuple[str, str]:
 
 
 # Refusals that say the log does not suit the command (a 'pairs' log has no search to replay; a
-# policy that reads forecasts needs a log with some), not that the log is invalid: a valid log
-# may draw them, so they are not misreports.
+# policy that reads forecasts needs a log with some; the puct driver needs parents and
+# children), not that the log is invalid: a valid log may draw them, so they are not misreports.
 USAGE = ("has no search order or parents", "reads forecasts and the log has none",
-         "holds no candidates: nothing to replay")
+         "holds no candidates: nothing to replay", "the puct driver needs a trajectory log",
+         "a config_space log allows only policies that need no forecast")
 
 
 def judge(results: list[tuple[str, str]]) -> tuple[str, str, bool]:

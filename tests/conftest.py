@@ -1,6 +1,9 @@
-"""Shared fixtures. ``proxy``: a ``FaultProxy`` (below) in front of the vLLM server. ``vllm_server``: the real vLLM OpenAI-compatible server the live forecaster
-tests talk to (``.ci/run`` starts it with ../shared/live/start_vllm_cpu.sh). Where it is not
-running the tests skip, unless ``GFSIM_REQUIRE_VLLM=1``, under which they fail."""
+"""Shared fixtures. ``proxy``: a ``FaultProxy`` (below) in front of the vLLM server.
+``vllm_server``: the real vLLM OpenAI-compatible server the live forecaster tests talk to
+(``scripts/test-all`` and ``.ci/run`` start it with ``scripts/start_vllm_cpu.sh``). Where it is
+not running the tests skip, unless ``GFSIM_REQUIRE_VLLM=1``, under which they fail. The real
+Kernel Tuner caches the tests use ship in ``tests/data/kernel_tuner/benchmark_hub``; the worlds
+built on them find them through ``GFSIM_KERNEL_TUNER_DIR``, set here unless already set."""
 
 from __future__ import annotations
 
@@ -9,8 +12,12 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
+
+KERNEL_TUNER_CACHES = Path(__file__).parent / "data" / "kernel_tuner" / "benchmark_hub"
+os.environ.setdefault("GFSIM_KERNEL_TUNER_DIR", str(KERNEL_TUNER_CACHES))
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -49,7 +56,7 @@ def vllm_server() -> VllmServer:
     except Exception as exc:  # noqa: BLE001 - any failure means: no server here
         ok, why = False, f"{type(exc).__name__}: {exc}"
     if not ok:
-        msg = f"no vLLM server at {url} ({why}); start one with ../shared/live/start_vllm_cpu.sh"
+        msg = f"no vLLM server at {url} ({why}); start one with scripts/start_vllm_cpu.sh DIR PORT"
         if os.environ.get("GFSIM_REQUIRE_VLLM") == "1":
             pytest.fail(msg + " (GFSIM_REQUIRE_VLLM=1)")
         pytest.skip(msg)

@@ -1,11 +1,10 @@
 """gfsim import kernel-tuner: caches and T4 files as config_space logs, checked side by side
-with Kernel Tuner's own simulation mode on the real caches in ../shared/data/benchmark_hub."""
+with Kernel Tuner's own simulation mode on the real caches in tests/data/kernel_tuner/benchmark_hub."""
 
 from __future__ import annotations
 
 import gzip
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -25,12 +24,8 @@ ONE_GPU = Capacities(generator=1, forecaster=1, compile_workers=1, gpus=1)
 
 
 def hub() -> Path:
-    """The shared Kernel Tuner caches (real measurements), wherever this checkout sits."""
-    here = Path(__file__).resolve().parents[1]
-    for d in (os.environ.get("GFSIM_SHARED"), here.parent / "shared", "/work/shared"):
-        if d and (Path(d) / "data" / "benchmark_hub").is_dir():
-            return Path(d) / "data" / "benchmark_hub"
-    pytest.skip("../shared/data/benchmark_hub not found (set GFSIM_SHARED)")
+    """The real Kernel Tuner caches this repository ships (their README says where from)."""
+    return DATA / "benchmark_hub"
 
 
 def test_a_small_cache_becomes_one_candidate_per_configuration(tmp_path):
