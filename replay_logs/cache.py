@@ -34,7 +34,7 @@ import pandas as pd
 
 __all__ = ["load", "store", "cache_dir_for", "FORMAT"]
 
-FORMAT = 1  # bump when the tables a load builds change
+FORMAT = 2  # bump when the tables a load builds change (2: truncated logs are not cached)
 _TABLES = ("candidates", "forecasts", "decisions", "evaluations", "forecast_errors")
 _MANIFEST = "manifest.json"
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,13 @@ import numpy as np
 import pandas as pd
 
 from gfsim.core.errors import LogError
-from gfsim.replay_logs.io import decompress, iter_records, loads_record, read_raw
+from gfsim.replay_logs.io import (
+    TruncatedTailWarning,
+    decompress,
+    iter_records,
+    loads_record,
+    read_raw,
+)
 from gfsim.replay_logs.schema import FIELDS, check_record
 
 __all__ = ["ReplayLog", "load_log", "CANDIDATE_STATUSES"]
@@ -49,6 +56,9 @@ class ReplayLog:
     label: str | None = None  # the shipped name it was loaded by, if any
     # Forecast records that carry ``error`` (no answer): kept apart, never used as forecasts.
     forecast_errors: pd.DataFrame | None = None
+    # What a crash cut from the end of the file (the reader's warning), or None: such a log
+    # is never cached, so every load says so again.
+    truncated: str | None = None
 
     @property
     def name(self) -> str:
@@ -100,12 +110,18 @@ def load_log(path, *, cache: bool = False) -> ReplayLog:
         if hit is not None:
             return ReplayLog(path=path, **hit)
     data, cut = decompress(Path(path), raw)
-    with _no_gc():  # hundreds of thousands of acyclic objects: nothing for the collector
-        cols = None if cut else _fast_columns(path, data)
-        if cols is None:
-            cols = _validating_columns(path, (data, cut))
-        log = _build(path, cols)
-    if cache:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TruncatedTailWarning)
+        with _no_gc():  # hundreds of thousands of acyclic objects: nothing for the collector
+            cols = None if cut else _fast_columns(path, data)
+            if cols is None:
+                cols = _validating_columns(path, (data, cut))
+            log = _build(path, cols)
+    for w in caught:  # said to the caller as they were raised
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    cuts = [w for w in caught if issubclass(w.category, TruncatedTailWarning)]
+    log.truncated = str(cuts[0].message) if cuts else None
+    if cache and log.truncated is None:
         log_cache.store(path, raw, log)
     return log
 

@@ -177,3 +177,85 @@ except SystemExit as e:
                           cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "replay" in proc.stdout
+
+
+# -- small defects (issue 24) -----------------------------------------------------------------------
+def test_seeds_below_one_are_refused():
+    for cmd in (["replay", "--seeds", "0"], ["savings", "--seeds", "0"]):
+        res = runner.invoke(app, cmd)
+        assert res.exit_code == 2 and "--seeds" in res.output, (cmd, res.output)
+
+
+def test_synth_refuses_a_missing_folder_as_plot_does(tmp_path):
+    res = runner.invoke(app, ["synth", "--out", str(tmp_path / "no" / "such" / "x.jsonl")])
+    assert res.exit_code == 2 and "does not exist" in res.output
+    assert not (tmp_path / "no").exists()
+
+
+def test_validate_refuses_a_truncated_log_unless_allowed_every_time(tmp_path):
+    import gzip
+
+    data = gzip.open(resolve_log("synthetic-mini"), "rb").read()
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(gzip.compress(data)[:-2000])
+    for _ in range(2):  # the second load must not come from a cache that forgot the cut
+        res = runner.invoke(app, ["validate", str(cut)])
+        assert res.exit_code == 2 and "gzip stream ends early" in res.output
+        assert "--allow-truncated" in res.output and "complete lines" in res.output
+    res = runner.invoke(app, ["validate", str(cut), "--allow-truncated", "--json"])
+    assert res.exit_code == 0
+    assert "ends early" in json.loads(res.stdout[res.stdout.index("{"):])["truncated"]
+
+
+def test_interval_tables_are_in_the_reports_units():
+    res = runner.invoke(app, ["replay", "--seeds", "2"])
+    assert res.exit_code == 0, res.output
+    table = res.output[res.output.index("2 seeds: mean"):]
+    assert "wall-clock h" in table and "$" in table and "e+0" not in table
+
+
+def test_no_flag_is_shown_as_taking_a_value_and_every_option_says_what_it_does():
+    import click
+    import typer
+
+    cmd = typer.main.get_command(app)
+    undocumented, commands = [], []
+
+    def walk(c, name):
+        if isinstance(c, click.Group):
+            for n, sub in c.commands.items():
+                walk(sub, f"{name} {n}")
+            return
+        commands.append(name.split()[1:])
+        undocumented.extend(f"{name} {p.opts[0]}" for p in c.params
+                            if isinstance(p, click.Option) and not (p.help or "").strip())
+
+    walk(cmd, "gfsim")
+    assert undocumented == []
+    for args in commands:
+        res = runner.invoke(app, [*args, "--help"], terminal_width=200)
+        shown = [ln for ln in res.output.splitlines() if "<bool>" in ln
+                 and "Show this message" not in ln]  # (typer's own --help says <bool>)
+        assert res.exit_code == 0 and shown == [], (args, shown)
+
+
+def test_plots_of_a_synthetic_log_say_so_in_their_title(tmp_path, monkeypatch):
+    from gfsim.analysis import plots
+
+    titles = []
+    for name in ("plot_anytime", "plot_scores"):
+        real = getattr(plots, name)
+        monkeypatch.setattr(plots, name, lambda *a, real=real, **k: titles.append(
+            k.get("title", "")) or real(*a, **k))
+    assert runner.invoke(app, ["replay", "--plot", str(tmp_path / "a.png")]).exit_code == 0
+    assert runner.invoke(app, ["score", "--plot", str(tmp_path / "s.png")]).exit_code == 0
+    assert len(titles) == 2 and all("SYNTHETIC" in t for t in titles), titles
+
+
+def test_a_live_forecaster_without_the_live_extra_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "httpx", None)  # as if the extra were not installed
+    res = runner.invoke(app, ["forecast", "--log", "h200-live-v1", "--forecaster",
+                              "vllm:http://127.0.0.1:9/v1,model=m", "--out",
+                              str(tmp_path / "f.jsonl")])
+    assert res.exit_code == 2 and "needs the live extra" in res.output
+    assert res.output.count("\n") == 1

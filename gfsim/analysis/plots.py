@@ -9,9 +9,9 @@ import numpy as np
 __all__ = ["plot_scores", "plot_anytime", "anytime_panels", "anytime_on_grid"]
 
 
-def plot_scores(curves: list[dict], path: str | Path) -> Path:
+def plot_scores(curves: list[dict], path: str | Path, title: str = "") -> Path:
     """``curves``: per forecaster {name, reliability: [...buckets], coverage, risk}. Writes a
-    two-panel PNG (reliability diagram, risk-coverage curve)."""
+    two-panel PNG (reliability diagram, risk-coverage curve) under ``title``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -34,6 +34,8 @@ def plot_scores(curves: list[dict], path: str | Path) -> Path:
     for ax in (ax_rel, ax_rc):
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=120)

@@ -117,7 +117,7 @@ def _print_model(out: dict) -> None:
 @handles_errors
 def costs(
     spec: Optional[str] = typer.Argument(None, metavar="[PRESET_SPEC]", help=SPEC_HELP + "."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON.", metavar=""),
 ) -> None:
     """List cost presets and LLM endpoints, or every figure of one cost model with its source."""
     if spec is None:

@@ -53,7 +53,7 @@ def counterfactual(
                                       "(gfsim policies)."),
     overgen: str = typer.Option("1,2,4,8", "--overgen", "-F",
                                 help="Overgeneration factors to compare."),
-    seeds: int = typer.Option(6, "--seeds", "-n", help="World seeds per world (each: one "
+    seeds: int = typer.Option(6, "--seeds", "-n", min=1, help="World seeds per world (each: one "
                                                        "logged search, its replays and the "
                                                        "direct runs)."),
     split: str = typer.Option("heldout", "--split",
@@ -74,8 +74,9 @@ def counterfactual(
                                       "log; model:crb or model:gbm name its family) or own "
                                       "(none invented)."),
     jobs: int = typer.Option(0, "--jobs", "-j", help="Processes (0: one per core, at most 8)."),
-    as_json: bool = typer.Option(False, "--json", help="Print every figure as JSON."),
-    list_worlds: bool = typer.Option(False, "--list-worlds", help="List built-in worlds."),
+    as_json: bool = typer.Option(False, "--json", help="Print every figure as JSON.", metavar=""),
+    list_worlds: bool = typer.Option(False, "--list-worlds", help="List built-in worlds.",
+                                     metavar=""),
 ) -> None:
     """Log a standard search on a world, replay each (policy, F) from the log and run it
     directly on the world under the same USD budget; print how far the replay is off and

@@ -28,10 +28,11 @@ def forecast(
     out: Path = typer.Option(..., "--out", "-o", help="Output log; an existing one is resumed."),
     repeat: int = typer.Option(0, "--repeat", help="Repeat index written into each forecast."),
     drop_existing: bool = typer.Option(False, "--drop-existing",
-                                       help="Leave the input's own forecasts out of the output."),
+                                       help="Leave the input's own forecasts out of the output.",
+                                       metavar=""),
     limit: Optional[int] = typer.Option(None, "--limit", help="Forecast at most N candidates "
                                                                "this run."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
 ) -> None:
     """Add a forecaster's forecasts to a log (resumable): a live one for candidates with code,
     or a what-if one for candidates with a measured speedup."""
@@ -39,6 +40,14 @@ def forecast(
     from gfsim.live.forecast_log import forecast_log
     from gfsim.live.forecaster import parse_forecaster
 
+    if not is_whatif(forecaster):
+        try:
+            import httpx  # noqa: F401 - the live forecaster's client
+        except ImportError as exc:
+            from gfsim.core.errors import GfsimError
+
+            raise GfsimError(f"--forecaster {forecaster.partition(',')[0]}: a live forecaster "
+                             f"needs the live extra (pip install 'gfsim[live]'): {exc}") from None
     the_forecaster = parse_whatif(forecaster) if is_whatif(forecaster) else \
         parse_forecaster(forecaster)
     if as_json:

@@ -36,7 +36,7 @@ def kernel_tuner(
                                             help="key=value,... of the configuration speedups "
                                                  "are against (default: the file's first "
                                                  "configuration that ran)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
 ) -> None:
     """A Kernel Tuner cache or T4 file as a config_space log (every configuration a
     candidate with its compile, verification and benchmark times)."""
@@ -79,7 +79,7 @@ def gpu_forecasters_events(
                                                              "kernel_task, or the file name)."),
     device: Optional[str] = typer.Option(None, "--device", help="GPU name, where the events "
                                                                  "do not say."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
 ) -> None:
     """The reference's search events (standard or filtered) as a trajectory log."""
     from gfsim.importers.gpu_forecasters import import_events
@@ -97,8 +97,8 @@ def gpu_forecasters_eval_set(
     predictions: Optional[Path] = typer.Option(None, "--predictions",
                                                help="Predictions (.jsonl[.gz] or .parquet)."),
     hf: bool = typer.Option(False, "--hf", help="Download both from the HuggingFace hub with "
-                                                "`datasets` (needs the network)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+                                                "`datasets` (needs the network).", metavar=""),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
 ) -> None:
     """The paper's evaluation pairs and predictions as a pairs log for `gfsim score`."""
     from gfsim.core.errors import GfsimError

@@ -22,6 +22,7 @@ def _log_summary(log) -> dict:
         "statuses": log.status_counts(),
         "forecasters": log.forecasters(),
         "label_bin_convention": log.header["label_bin_convention"],
+        "truncated": log.truncated,
         "forecast_relative_to": log.header.get("forecast_relative_to"),
     }
 
@@ -29,12 +30,20 @@ def _log_summary(log) -> dict:
 @handles_errors
 def validate(
     path: str = typer.Argument(..., help="Log file (.jsonl or .jsonl.gz) or shipped log name."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object.", metavar=""),
+    allow_truncated: bool = typer.Option(False, "--allow-truncated",
+                                         help="Accept a log whose end a crash cut (its "
+                                              "complete records are kept), exit 0.", metavar=""),
 ) -> None:
-    """Check a log against schema v1; exit 2 naming the file, line and field of a problem."""
+    """Check a log against schema v1; exit 2 naming the file, line and field of a problem, or
+    saying what a crash cut from its end (unless --allow-truncated)."""
+    from gfsim.core.errors import GfsimError
     from gfsim.replay_logs import open_log
 
     log = open_log(path)
+    if log.truncated and not allow_truncated:
+        raise GfsimError(f"{log.truncated}; the records before the cut are valid (pass "
+                         "--allow-truncated to accept them)")
     summary = _log_summary(log)
     if as_json:
         print_json({"valid": True, **summary})
@@ -51,7 +60,7 @@ def validate(
 
 
 @handles_errors
-def logs(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def logs(as_json: bool = typer.Option(False, "--json", help="Print JSON.", metavar="")) -> None:
     """List the logs shipped with gfsim (usable as --log NAME)."""
     from rich.table import Table
 
@@ -76,7 +85,7 @@ def logs(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> N
 
 
 @handles_errors
-def policies(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+def policies(as_json: bool = typer.Option(False, "--json", help="Print JSON.", metavar="")) -> None:
     """List policies, their parameters and defaults (spec: NAME:VALUE or NAME:key=value,...)."""
     from gfsim.policies import POLICIES
 

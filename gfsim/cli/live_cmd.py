@@ -53,7 +53,7 @@ def live(
                               help="Comma-separated task names (see gfsim.live.tasks)."),
     out: Path = typer.Option(..., "--out", "-o", help="The log to write (.jsonl or .jsonl.gz)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out: nothing it "
-                                                        "recorded is done again."),
+                                                        "recorded is done again.", metavar=""),
     driver: str = typer.Option("puct", "--driver", help="puct (the only live driver)."),
     policy: str = typer.Option("all", "--policy", "-p", help="Policy spec (gfsim policies)."),
     forecaster: Optional[str] = typer.Option(
@@ -70,20 +70,31 @@ def live(
     preset: Optional[str] = typer.Option(None, "--search",
                                          help="Search preset: paper-standard (default) or "
                                               "paper-filtered."),
-    steps: Optional[int] = typer.Option(None, "--steps"),
-    parents_per_step: Optional[int] = typer.Option(None, "--parents-per-step"),
-    samples_per_parent: Optional[int] = typer.Option(None, "--samples-per-parent"),
-    overgen: Optional[int] = typer.Option(None, "--overgen"),
-    k_per_parent: Optional[int] = typer.Option(None, "--k-per-parent"),
+    steps: Optional[int] = typer.Option(None, "--steps", min=1,
+                                        help="Steps of the search (the preset's: 40)."),
+    parents_per_step: Optional[int] = typer.Option(None, "--parents-per-step", min=1,
+                                                   help="Parents expanded per step (2)."),
+    samples_per_parent: Optional[int] = typer.Option(None, "--samples-per-parent", min=1,
+                                                     help="Children asked of the source per "
+                                                          "parent, before overgeneration (4)."),
+    overgen: Optional[int] = typer.Option(None, "--overgen", min=1,
+                                          help="Overgeneration F: children per parent = "
+                                               "samples x F (paper-standard 1, "
+                                               "paper-filtered 4)."),
+    k_per_parent: Optional[int] = typer.Option(None, "--k-per-parent", min=1,
+                                               help="At most this many of a parent's children "
+                                                    "measured and admitted (4)."),
     budget: Optional[str] = typer.Option(None, "--budget",
                                          help="Per search: gpu_evals=N,seconds=S,steps=N."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", help="Seed of the search, the sources and the "
+                                               "measurer's inputs (keyed streams)."),
     capacity: str = typer.Option("generator=4,forecaster=4", "--capacity",
                                  help="Generations and forecasts in flight at once."),
     protocol: str = typer.Option("gfsim", "--protocol", help="Timing protocol: gfsim (L2 "
                                                              "flush, median) or reference."),
     rse: float = typer.Option(0.001, "--rse", help="Stop timing at this relative std error."),
-    max_reps: int = typer.Option(100, "--max-reps"),
+    max_reps: int = typer.Option(100, "--max-reps", min=1,
+                                 help="At most this many timed repetitions per shape."),
     energy_window: float = typer.Option(1.0, "--energy-window",
                                         help="Seconds of back-to-back calls for NVML energy "
                                              "per call (0: off)."),
@@ -94,14 +105,14 @@ def live(
         False, "--trust-candidates",
         help="Run candidate code even where this machine lacks part of the sandbox (user, "
              "PID, network or mount namespaces, Landlock >= 6, seccomp); without it such a "
-             "machine refuses to run LLM-written kernels."),
+             "machine refuses to run LLM-written kernels.", metavar=""),
     clock: str = typer.Option(
         "auto", "--clock",
         help="Whose clock a GPU timing is: gpu (the measurer times every call on the GPU "
              "itself, over memory it shares with the candidate's process), wall (the "
              "candidate's process times its loop, judged by the measurer's wall clock), or "
              "auto (gpu where it can run; each evaluation's timing_clock says which)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
 ) -> None:
     """Run a live search with real parts and write its replay log as it goes; it ends with the
     replay of that log (the simulator checked against the run)."""
@@ -254,7 +265,7 @@ def live(
 @handles_errors
 def fidelity(
     log: str = typer.Option(..., "--log", "-l", help="A live log (path or shipped name)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON.", metavar=""),
 ) -> None:
     """Replay a live log with the live run's own capacities and compare wall-clock and
     GPU-busy time with what the run recorded, search by search."""
@@ -307,7 +318,8 @@ def _print(summary: dict) -> None:
     t = Table("search", "steps", "candidates", "measured", "seed", "best", "live s",
               "GPU busy s", "stopped by")
     for s in summary["searches"]:
-        t.add_row(esc(s["search_id"], 80), str(s["steps"]), str(s["candidates"]), str(s["gpu_evals"]),
+        t.add_row(esc(s["search_id"], 80), str(s["steps"]), str(s["candidates"]),
+                  str(s["gpu_evals"]),
                   f"{s['seed_speedup']:.3f}x", f"{s['best_speedup']:.3f}x",
                   f"{s['live_wall_s']:.1f}", f"{s['live_gpu_busy_s']:.1f}",
                   str(s["stopped_by"] or "-"))
@@ -323,7 +335,7 @@ def _print(summary: dict) -> None:
 def merge(
     logs: list[str] = typer.Argument(..., help="Logs to merge (their searches must differ)."),
     out: Path = typer.Option(..., "--out", "-o", help="The merged log (must not exist)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
 ) -> None:
     """Merge logs of the same hardware and timing protocol (e.g. live runs with different seeds
     or tasks) into one; every input is validated first, and the output written atomically."""

@@ -108,7 +108,7 @@ def replay(
                                                      "every measured runtime (an assumption); "
                                                      "reports the confirmed (re-measured) best "
                                                      "beside the raw best."),
-    seeds: int = typer.Option(1, "--seeds",
+    seeds: int = typer.Option(1, "--seeds", min=1,
                               help="Replay seeds --seed .. --seed+N-1 and report bootstrap 95% "
                                    "intervals (over tasks, then seeds; paired with the "
                                    "baseline). Seeds resample one log."),
@@ -120,10 +120,10 @@ def replay(
     candidates_out: Optional[Path] = typer.Option(None, "--candidates-out",
                                                   help="Write the per-candidate table "
                                                        "(.csv or .parquet)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object.", metavar=""),
     detail: bool = typer.Option(False, "--detail",
                                 help="With --json: every anytime row of every search (one "
-                                     "per measurement), not at most 100 per search."),
+                                     "per measurement), not at most 100 per search.", metavar=""),
 ) -> None:
     """Replay a logged search under a policy and cost model; compare with a baseline."""
     from gfsim.cost_models import load_cost_model, with_gen_tokens
@@ -171,7 +171,7 @@ def replay(
                                  search=config, noise=noise, **puct_only))
         out["intervals"] = _intervals(pairs, seed)
     if plot is not None:
-        out["plot"] = str(_plot(pairs, out, plot))
+        out["plot"] = str(_plot(pairs, out, plot, the_log.is_synthetic))
     out["pipeline"] = str(the_pipeline)
     out["calibration"] = calibrate
     out["gen_tokens_prior"] = {"input": model.priors.gen_input_tokens,
@@ -202,7 +202,7 @@ def _intervals(pairs, seed: int) -> dict:
                            SeedTable.from_results(seed_list, [p[1] for p in pairs]), seed=seed)
 
 
-def _plot(pairs, out: dict, path: Path) -> Path:
+def _plot(pairs, out: dict, path: Path, synthetic: bool) -> Path:
     from gfsim.analysis.plots import plot_anytime
     from gfsim.core.errors import GfsimError
 
@@ -212,8 +212,24 @@ def _plot(pairs, out: dict, path: Path) -> Path:
         raise GfsimError(f"{path}: folder {path.parent} does not exist")
     series = {f"policy {out['policy']}": [p[0] for p in pairs],
               f"baseline {out['baseline']['policy']}": [p[1] for p in pairs]}
-    return plot_anytime(series, path, title=f"gfsim replay: log {out['log']}, cost "
-                                            f"{out['cost_model']}, driver {out['driver']}")
+    return plot_anytime(series, path, title=("SYNTHETIC log (nothing measured): "
+                                             if synthetic else "")
+                        + f"gfsim replay: log {out['log']}, cost {out['cost_model']}, "
+                          f"driver {out['driver']}")
+
+
+def _usd(x: float) -> str:
+    return f"-${-x:,.2f}" if x < 0 else f"${x:,.2f}"
+
+
+# The interval table's metrics in the units of the report above it (hours, dollars, kWh).
+_HUMAN = {
+    "best_speedup": ("best speedup", lambda x: f"{x:.3f}x"),
+    "usd": ("USD", _usd),
+    "wall_s": ("wall-clock h", lambda x: f"{x / 3600:,.2f}"),
+    "joules": ("energy kWh", lambda x: f"{x / 3.6e6:,.3f}"),
+    "gpu_evals": ("GPU evaluations", lambda x: f"{x:,.0f}"),
+}
 
 
 def _print_intervals(con, iv: dict) -> None:
@@ -223,9 +239,13 @@ def _print_intervals(con, iv: dict) -> None:
     for col in ("", "policy", "baseline", "delta (policy - baseline)"):
         table.add_column(col, justify="right" if col else "left")
     for m, e in iv["overall"].items():
-        cell = (lambda d: f"{d['mean']:,.3g} [{d['lo']:,.3g}, {d['hi']:,.3g}]")
+        label, fmt = _HUMAN.get(m, (m, lambda x: f"{x:,.3g}"))
+
+        def cell(d, fmt=fmt):
+            return f"{fmt(d['mean'])} [{fmt(d['lo'])}, {fmt(d['hi'])}]"
+
         delta = cell(e["delta"]) + (" (includes 0)" if e["delta"]["includes_zero"] else "")
-        table.add_row(m, cell(e["policy"]), cell(e["baseline"]), delta)
+        table.add_row(label, cell(e["policy"]), cell(e["baseline"]), delta)
     con.print(table)
     con.print(f"[dim]note: {iv['note']}[/dim]")
 

@@ -37,10 +37,10 @@ def savings(
                                              help="A logged forecaster's name, or a what-if "
                                                   "one (paper:gemini3-flash, synthetic:...)."),
     children: str = typer.Option("fallback", "--children", help=CHILDREN_HELP),
-    seeds: int = typer.Option(32, "--seeds", help="Paired seeds."),
+    seeds: int = typer.Option(32, "--seeds", min=1, help="Paired seeds."),
     seed: int = typer.Option(0, "--seed", help="First seed."),
     jobs: int = typer.Option(1, "--jobs", help="Processes for the seeds."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object.", metavar=""),
 ) -> None:
     """Dollars, seconds and joules a policy saves per search against a baseline, with
     intervals; cost to reach targets; the speedup at equal cost; break-even prices."""

@@ -24,7 +24,7 @@ def score(
     forecaster: Optional[str] = typer.Option(None, "--forecaster",
                                              help="Score only this forecaster."),
     task: Optional[str] = typer.Option(None, "--task", help="Score only this task."),
-    by_task: bool = typer.Option(False, "--by-task", help="Also report each task."),
+    by_task: bool = typer.Option(False, "--by-task", help="Also report each task.", metavar=""),
     selective: str = typer.Option("maxprob", "--score",
                                   help="Confidence score for the risk-coverage curve: maxprob, "
                                        "negentropy or margin."),
@@ -35,7 +35,7 @@ def score(
                                         help="Write a reliability diagram and a risk-coverage "
                                              "curve (PNG)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON: one object per forecaster "
-                                                       "(a list when several)."),
+                                                       "(a list when several).", metavar=""),
 ) -> None:
     """Score the forecasts in a log: accuracy, ECE, Brier, CRPS, NLL, recovery, AURC."""
     from gfsim.forecasts.scoring import score_log
@@ -48,7 +48,9 @@ def score(
         from gfsim.analysis.plots import plot_scores
 
         plot_scores([{"name": r["forecaster"], "ece": r["ece"], "aurc": r["aurc"], **r["_curves"]}
-                     for r in results], plot)
+                     for r in results], plot,
+                    title=f"gfsim score: log {the_log.name}"
+                    + (" (SYNTHETIC: nothing measured)" if the_log.is_synthetic else ""))
     clean = [_without_curves(r) for r in results]
     if as_json:
         print_json(clean[0] if len(clean) == 1 else clean)
@@ -91,7 +93,8 @@ def _print(log, results: list[dict], plot) -> None:
                       f"{r['selection']['coverage']:.0%}; inverse-propensity-weighted accuracy "
                       f"{r['ipw']['accuracy']:.3f}, ECE {r['ipw']['ece']:.3f}")
         for t, v in r.get("by_task", {}).items():
-            con.print(f"  {esc(t, 80)}: n {v['n']}, accuracy {v['accuracy']:.3f}, ECE {v['ece']:.3f}, "
+            con.print(f"  {esc(t, 80)}: n {v['n']}, accuracy {v['accuracy']:.3f}, "
+                      f"ECE {v['ece']:.3f}, "
                       f"recovered {v['recovered_mean']:.1%}")
     con.print("[dim]recovered: per task, the best true speedup among the top b% by expected "
               "speedup over the best among all (gfsim's definition; the paper's code has none)."

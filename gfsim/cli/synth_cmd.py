@@ -35,18 +35,19 @@ def synth(
                                         help="Search this world instead of the landscape "
                                              "(puct driver): a built-in name, "
                                              "kernel-tuner:CACHE, PATH.py:NAME or module:NAME."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
 ) -> None:
     """Write a SYNTHETIC log (nothing measured): same arguments, same bytes.
 
     Every distribution parameter is a stated assumption, recorded in the log's header.
     """
+    from gfsim.core.errors import GfsimError
     from gfsim.worlds.synth import SHAPES, summary_lines, synthesize
 
     if shape not in SHAPES:
-        from gfsim.core.errors import GfsimError
-
         raise GfsimError(f"--shape: unknown shape {shape!r}; valid: {', '.join(SHAPES)}")
+    if not out.parent.is_dir():  # as --plot: a typo in a folder name is not a new folder
+        raise GfsimError(f"{out}: folder {out.parent} does not exist")
     if candidates is not None and candidates >= _PROGRESS_FROM and not as_json:
         from rich.console import Console
         from rich.progress import (
@@ -63,7 +64,7 @@ def synth(
             job = bar.add_task("synth", total=candidates)
             summary = synthesize(out, seed=seed, candidates=candidates, tasks=tasks, shape=shape,
                                  progress=lambda n: bar.advance(job, n), driver=driver,
-                                 steps=steps)
+                                 steps=steps, world=world)
     else:
         summary = synthesize(out, seed=seed, candidates=candidates, tasks=tasks, shape=shape,
                              driver=driver, steps=steps, world=world)

@@ -58,7 +58,7 @@ def tune(
                                       "configurations better than the fallback in every world "
                                       "of the counterfactual benchmark; else fallback. "
                                       + CHILDREN_HELP),
-    seeds: int = typer.Option(8, "--seeds", help="Seeds per trial (the same for every "
+    seeds: int = typer.Option(8, "--seeds", min=1, help="Seeds per trial (the same for every "
                                                  "trial: common random numbers)."),
     seed: int = typer.Option(0, "--seed", help="First seed; the sampler's seed too."),
     trials: int = typer.Option(50, "--trials", help="Finished trials the study should hold "
@@ -84,7 +84,7 @@ def tune(
                                                       "skips it)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Folder for history and Pareto "
                                                              "front PNGs."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object.", metavar=""),
 ) -> None:
     """Tune a policy (and the puct search's overgeneration) over replayed searches."""
     from gfsim.core.errors import GfsimError
