@@ -1,7 +1,7 @@
 """Where the time goes, and whether the speed targets are met (a benchmark, not a test).
 
     python experiments/bench_speed.py [--candidates 100000] [--repeat 3] [--skip-tune]
-                                      [--million] [--markdown docs/benchmarks.md]
+                                      [--million] [--markdown docs/experiments/benchmarks.md]
 
 Every figure is measured in this run, on this machine, and each is put beside a baseline
 measured in the same run (these machines are noisy; ratios travel better than seconds):

@@ -1,4 +1,5 @@
-"""The counterfactual benchmark on the frozen family, as the tables of docs/counterfactual.md.
+"""The counterfactual benchmark on the frozen family, as the tables of
+docs/experiments/counterfactual-benchmark.md.
 
     python experiments/counterfactual_benchmark.py --seeds 12 --jobs 2
     python experiments/counterfactual_benchmark.py --from experiments/data/counterfactual_model.json
@@ -18,7 +19,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MARKERS = ("results", "model-choice")  # the blocks of docs/counterfactual.md this fills
+# the blocks of docs/experiments/counterfactual-benchmark.md this fills
+MARKERS = ("results", "model-choice")
 
 
 def _f(x, fmt="{:.2f}") -> str:
@@ -156,7 +158,7 @@ def main() -> None:
     ap.add_argument("--cells", action="store_true",
                     help="also write each world's table of cells (on by default for results)")
     ap.add_argument("--json", default=str(ROOT / "experiments/data/counterfactual_model.json"))
-    ap.add_argument("--doc", default=str(ROOT / "docs/counterfactual.md"))
+    ap.add_argument("--doc", default=str(ROOT / "docs/experiments/counterfactual-benchmark.md"))
     args = ap.parse_args()
     seconds = None
     if args.source:

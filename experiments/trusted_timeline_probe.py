@@ -1,6 +1,7 @@
 """Can a trusted process time a call made by a process in another PID namespace, on the GPU?
 
-A feasibility probe for the measurer (docs/live.md, "What is left open"): today the timing loop
+A feasibility probe for the measurer (docs/concepts/live-measurement.md, "What is left
+open"): today the timing loop
 runs in the candidate's process, so the measurer's own clock is a wall clock over a whole batch
 and cannot resolve lies of 1.5x on kernels under about 0.25 ms. Here the trusted process owns
 the GPU timeline instead:

@@ -1,7 +1,8 @@
 """The parts of the measurer's GPU clock (``gfsim.live.gpushare``) that need no GPU: how the
 clock reads a timed process's description of its outputs, how inputs are laid out in the
 shared region, the pool's allocator (compiled and run here on host memory), and how the
-measurer chooses its clock. The protocol itself runs on the H200 (docs/live.md)."""
+measurer chooses its clock. The protocol itself runs on the H200
+(docs/concepts/live-measurement.md)."""
 
 import ctypes
 import sys

@@ -1,6 +1,6 @@
 """The hostile-candidate suite (gfsim.live.hostile) on CPU: each row is a kernel that tries to
 forge its timing, cheat the checks, or escape the sandbox, and each must be contained. The GPU
-rows and the H200 figures: experiments/hostile_suite.py, docs/live.md."""
+rows and the H200 figures: experiments/hostile_suite.py, docs/concepts/live-measurement.md."""
 
 import pytest
 

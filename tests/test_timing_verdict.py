@@ -1,6 +1,6 @@
 """The measurer's verdict on a timing claim (``judge_timing``) and the Triton cache it hands
 every candidate (``harvest_triton_cache``): pure functions, so tested here with numbers and
-folders; the GPU runs of both are in docs/live.md."""
+folders; the GPU runs of both are in docs/concepts/live-measurement.md."""
 
 import sysconfig
 

@@ -99,7 +99,8 @@ def print_json(obj: Any) -> None:
 CHILDREN_HELP = ("puct: where children the log never held come from: fallback (logged children "
                  "of other parents in the node's speedup bin, rescaled), model (a world model "
                  "fitted to the log: model:crb, a conditional residual bootstrap, the default; "
-                 "model:gbm, gradient-boosted quantile trees; docs/counterfactual.md) or own "
+                 "model:gbm, gradient-boosted quantile trees; "
+                 "docs/experiments/counterfactual-benchmark.md) or own "
                  "(none: only the logged children).")
 
 

@@ -46,7 +46,7 @@ def synth(
 
     if shape not in SHAPES:
         raise GfsimError(f"--shape: unknown shape {shape!r}; valid: {', '.join(SHAPES)}")
-    if not out.parent.is_dir():  # as --plot: a typo in a folder name is not a new folder
+    if not out.parent.exists():  # as --plot: a typo in a folder name is not a new folder
         raise GfsimError(f"{out}: folder {out.parent} does not exist")
     if candidates is not None and candidates >= _PROGRESS_FROM and not as_json:
         from rich.console import Console

@@ -193,7 +193,7 @@ def tune(
             "chooses the best trial on the other tasks and scores it on the held-out one",
         ] + ([f"overgen is tuned with --children {children}: most children at F >= 2 were "
               "never logged, and how far such replays are off is measured by gfsim "
-              "counterfactual (docs/counterfactual.md)"]
+              "counterfactual (docs/experiments/counterfactual-benchmark.md)"]
              if any(p.name == "overgen" for p in params) else [])
           + (["the log is SYNTHETIC: a tau tuned on it is a demonstration, not a "
               "recommendation"] if the_log.is_synthetic else []),

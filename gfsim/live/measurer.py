@@ -1,12 +1,12 @@
 """Measurers: where an evaluation comes from. ``LogMeasurer`` looks it up in a replay log;
 ``TritonMeasurer`` compiles, checks and times a real Triton candidate in a sandbox.
 
-Isolation (``gfsim.live.sandbox``, threat model in docs/live.md): every candidate runs in a
-fresh process forked from a prepared zygote and never reused, in its own user, PID, network and
-mount namespaces, with writes confined by Landlock to its own folder, no sockets (seccomp), an
-allow-listed environment, a memory watchdog over its whole namespace and wall-clock limits per
-stage. The reference implementation runs only in this process, and the baseline only in a
-process of its own that never loads candidate code.
+Isolation (``gfsim.live.sandbox``, threat model in docs/concepts/live-measurement.md): every
+candidate runs in a fresh process forked from a prepared zygote and never reused, in its own
+user, PID, network and mount namespaces, with writes confined by Landlock to its own folder, no
+sockets (seccomp), an allow-listed environment, a memory watchdog over its whole namespace and
+wall-clock limits per stage. The reference implementation runs only in this process, and the
+baseline only in a process of its own that never loads candidate code.
 
 Nothing the candidate's process says is believed. Its outputs are checked here against the
 reference on the check shapes, on a shape it was never told about, on rows of randomly chosen
@@ -104,7 +104,8 @@ class MeasurerConfig:
     # the true time is above: a reported time below (1 - timing_tolerance) x that floor is
     # capped at it, one below forged_below x it refused as forged (``judge_timing``). The
     # defaults flagged none of 117 honest measurements of the task suite on the H200
-    # (docs/live.md), at the price of resolving forgeries only for kernels above about
+    # (docs/concepts/live-measurement.md), at the price of resolving forgeries only for kernels
+    # above about
     # 0.25 ms there.
     timing_tolerance: float = 0.30
     timing_slack_ms: float = 0.20

@@ -1,0 +1,1 @@
+../../../gfsim/testing.py
