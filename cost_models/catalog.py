@@ -1,4 +1,4 @@
-"""The figures behind the presets, each with its source (REFERENCE.md section 6) or the word
+"""The figures behind the presets, each with its source (docs/concepts/paper.md) or the word
 "assumption"/"estimate". Plain tables: ``presets`` turns them into cost models.
 """
 

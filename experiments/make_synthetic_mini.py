@@ -61,7 +61,7 @@ OUTCOME_RATES = {  # of generated candidates; success takes the rest
 }
 GEN_SERVICE_MEDIAN_S, GEN_SERVICE_SIGMA = 30.0, 0.5
 # Medians chosen so that a successful evaluation takes ~5.4 GPU-minutes all-in, as the reference's
-# serverless A100 setup does (~30 GPU-hours per 40-step search, REFERENCE.md section 4).
+# serverless A100 setup does (~30 GPU-hours per 40-step search, docs/concepts/paper.md).
 STAGE_MEDIAN_S = {"cold_start_s": 60.0, "compile_s": 15.0, "check_s": 60.0, "timing_s": 190.0}
 STAGE_SIGMA = 0.4
 TIMEOUT_S = 900.0
@@ -70,10 +70,10 @@ P_SHIFT_1, P_SHIFT_2 = 0.15, 0.05  # forecast peak off by one / by two bins
 FORECAST_WIDTH_BINS = (0.5, 1.8)  # uniform range of the Gaussian width over bins
 FORECAST_JITTER_SIGMA = 0.3  # log-normal noise on each bin's weight
 RAW_SUM_RANGE = (0.81, 1.09)  # inside [0.8, 1.1] even after rounding each prob to 1e-4
-FC_INPUT_TOKENS_MEDIAN, FC_INPUT_SIGMA = 3800.0, 0.3  # REFERENCE.md section 6
-FC_OUTPUT_TOKENS_MEDIAN, FC_OUTPUT_SIGMA = 8800.0, 0.6  # REFERENCE.md section 6
+FC_INPUT_TOKENS_MEDIAN, FC_INPUT_SIGMA = 3800.0, 0.3  # docs/concepts/paper.md
+FC_OUTPUT_TOKENS_MEDIAN, FC_OUTPUT_SIGMA = 8800.0, 0.6  # docs/concepts/paper.md
 FC_TOKENS_PER_S_MEDIAN, FC_RATE_SIGMA = FC_OUTPUT_TOKENS_MEDIAN / 41.0, 0.2  # median ~41 s
-# Observed ranges of the same rows (REFERENCE.md section 6); draws are clipped to them.
+# Observed ranges of the same rows (docs/concepts/paper.md); draws are clipped to them.
 FC_INPUT_RANGE, FC_OUTPUT_RANGE, FC_LATENCY_RANGE_S = (2100, 7200), (200, 21000), (2.0, 207.0)
 
 

@@ -1,4 +1,4 @@
-"""Replay-log schema v1 (DESIGN.md "Replay log"): record kinds, their fields and field checks.
+"""Replay-log schema v1 (docs/concepts/logs.md): record kinds, their fields and field checks.
 
 A record is one JSON object per line with ``kind`` first. Units live in field names. Unknown
 fields are kept (the reader stores them); unknown kinds are an error. Each check below returns

@@ -1,4 +1,4 @@
-"""Measurement noise (DESIGN.md "Noise"): a search keeps the best of noisy measurements.
+"""Measurement noise (docs/concepts/replay.md): a search keeps the best of noisy measurements.
 
 ``--measure-noise cv=0.02`` multiplies every measured runtime by a keyed log-normal factor
 exp(sigma z), z ~ N(0, 1), with sigma = sqrt(ln(1 + cv^2)) so that the factor's coefficient of

@@ -1,4 +1,4 @@
-"""The reference search's archive and parent selection (REFERENCE.md section 4), as pure state.
+"""The reference search's archive and parent selection (docs/concepts/paper.md), as pure state.
 
 Score of an archive node s: Q(s) + c * scale * P(s) * sqrt(1 + T) / (1 + n(s)), where
 - Q(s) is the best reward among s's children once s has been visited, else s's own reward;

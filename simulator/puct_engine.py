@@ -1,4 +1,4 @@
-"""The ``puct`` driver: the reference search (REFERENCE.md section 4) re-run in the simulator.
+"""The ``puct`` driver: the reference search (docs/concepts/paper.md) re-run in the simulator.
 
 Each step selects parents from the archive (``simulator.puct``), draws spp x F children per
 parent from a ``ChildSource``, runs each parent's batch through the same pipeline as the trace

@@ -1,4 +1,4 @@
-"""REFERENCE.md section 2-3 vectors for bins and selective-prediction scores."""
+"""docs/concepts/paper.md vectors for bins and selective-prediction scores."""
 
 import math
 import subprocess

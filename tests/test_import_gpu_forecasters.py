@@ -1,5 +1,5 @@
 """gfsim import gpu-forecasters-events / -eval-set, on fixtures written from the published
-schema (REFERENCE.md section 5), not on the published files themselves."""
+schema (docs/concepts/paper.md), not on the published files themselves."""
 
 from __future__ import annotations
 

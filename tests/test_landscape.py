@@ -228,7 +228,7 @@ def test_forecasts_are_keyed_and_well_formed(land):
         assert f["predicted_bin"] == 1 + int(np.argmax(f["probs"]))
     assert parsed > 0.9 * len(nodes)
     latencies = [land.forecast(n)["latency_s"] for n in nodes]
-    assert 30 < statistics.median(latencies) < 55  # REFERENCE.md section 6: ~41 s
+    assert 30 < statistics.median(latencies) < 55  # docs/concepts/paper.md: ~41 s
 
 
 def test_parse_failure_rate_is_roughly_as_set():

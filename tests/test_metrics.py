@@ -1,4 +1,4 @@
-"""Every test vector of REFERENCE.md section 3 (section 2's are in test_bins_and_scores.py)."""
+"""Every metric test vector of docs/concepts/paper.md (the bins' are in test_bins_and_scores.py)."""
 
 import math
 

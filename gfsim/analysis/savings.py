@@ -1,4 +1,4 @@
-"""What a policy saves per search against a baseline (DESIGN.md "Statistics").
+"""What a policy saves per search against a baseline (docs/concepts/design.md "Statistics").
 
 Both are replayed for the same seeds (common random numbers), so every figure is a *paired*
 difference per (seed, task), signed as baseline minus policy: positive means the policy saved.

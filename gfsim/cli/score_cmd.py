@@ -1,4 +1,4 @@
-"""``gfsim score``: forecast quality of a log's forecasters (REFERENCE.md section 3)."""
+"""``gfsim score``: forecast quality of a log's forecasters (docs/concepts/paper.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Keyed random streams (DESIGN.md "Randomness").
+"""Keyed random streams (docs/concepts/design.md "Randomness").
 
 Every draw comes from a generator keyed by what it is about, e.g. ``stream(seed, cid, "noise")``,
 never from a sequential or global RNG. Two runs with the same seed therefore see the same world

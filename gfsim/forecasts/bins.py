@@ -1,4 +1,4 @@
-"""Speedup bins: the two conventions of the paper and its reference code (REFERENCE.md section 2).
+"""Speedup bins: the two conventions of the paper and its reference code (docs/concepts/paper.md).
 
 Speedup S = reference runtime / candidate runtime. Bins are numbered 1..8 in the logs and
 0..7 in arrays here.

@@ -1,4 +1,4 @@
-"""Scores of a forecast distribution over the 8 bins (REFERENCE.md section 3).
+"""Scores of a forecast distribution over the 8 bins (docs/concepts/paper.md).
 
 All functions take probabilities of shape (n, 8) (rows renormalised) and return shape (n,).
 """

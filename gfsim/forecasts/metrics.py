@@ -1,4 +1,4 @@
-"""Forecast-quality metrics, as the paper's reference code defines them (REFERENCE.md section 3).
+"""Forecast-quality metrics, as the paper's reference code defines them (docs/concepts/paper.md).
 
 Every function takes plain arrays: ``probs`` (n, 8) renormalised forecasts (rows of zeros for
 parse failures), ``parsed`` (n,) bool, bins numbered 1..8, speedups > 0. Parse failures are
@@ -57,7 +57,7 @@ def declared_bins(probs: np.ndarray, predicted_bin) -> np.ndarray:
 
 
 def confidence_on_declared(probs: np.ndarray, pred_bin: np.ndarray) -> np.ndarray:
-    """The probability a forecast puts on its declared bin (REFERENCE.md: ECE's confidence)."""
+    """The probability a forecast puts on its declared bin (ECE's confidence; the paper page)."""
     p = np.asarray(probs, dtype=float)
     return p[np.arange(len(p)), np.asarray(pred_bin, int) - 1] if len(p) else np.zeros(0)
 

@@ -17,7 +17,7 @@ outputs of (sigma, beta, temp), not inputs.
 Presets ``paper:NAME`` are this model with (sigma, temp) fitted so that, on a synthetic replica of
 the paper's evaluation set (424 pairs x 3 repeats, bin-balanced, correct kernels only, six tasks:
 ``gfsim.worlds.replica``), gfsim's speedup-recovered and ECE land on the published figures
-(REFERENCE.md section 1; ``experiments/fit_paper_forecasters.py`` redoes the fit). This is a
+(docs/concepts/paper.md; ``experiments/fit_paper_forecasters.py`` redoes the fit). This is a
 calibration to a population, not a reproduction: the figures depend on what is forecast, and
 "recovered" is gfsim's definition.
 """
@@ -85,7 +85,7 @@ class WhatIfForecaster:
         return {k: v for k, v in asdict(self).items() if k != "name"}
 
 
-# Published figures (REFERENCE.md section 1): speedup recovered (percent, mean over the five
+# Published figures (docs/concepts/paper.md): speedup recovered (percent, mean over the five
 # budgets and six tasks) and ECE; None where the paper gives none.
 PAPER_TARGETS = {
     "gemini3-flash": (93.12, 0.624),

@@ -1,4 +1,4 @@
-"""The reference's search event logs (``events.jsonl``, REFERENCE.md section 5) as trajectory logs.
+"""The reference's search event logs (``events.jsonl``, docs/concepts/paper.md) as trajectory logs.
 
 Two dialects, told apart by their events:
 - *standard* (the measure-all PUCT search): a mutation and its evaluation have different

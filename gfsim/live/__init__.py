@@ -1,4 +1,4 @@
-"""Live mode: real forecasts and real Triton measurements (DESIGN.md "Live mode").
+"""Live mode: real forecasts and real Triton measurements (docs/concepts/design.md "Live mode").
 
 Forecasters (``forecaster``, with the prompt in ``prompt`` and the HTTP client in ``client``)
 and candidate sources (``candidates``, ``sources``, ``mutator``) feed the live PUCT driver

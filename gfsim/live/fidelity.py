@@ -1,5 +1,5 @@
 """The simulator checked against reality: replay a live log with the live run's own capacities
-and compare wall-clock and GPU-busy time, search by search (DESIGN.md "Live mode": within 5% and
+and compare wall-clock and GPU-busy time, search by search (docs/concepts/design.md: within 5% and
 2%).
 
 The replay is the ``puct`` driver re-running the logged search: the logged policy, search shape,

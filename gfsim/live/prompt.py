@@ -1,4 +1,4 @@
-"""The forecasting prompt, its tool, and how an answer is read (REFERENCE.md sections 1-2).
+"""The forecasting prompt, its tool, and how an answer is read (docs/concepts/paper.md).
 
 Structure follows the reference forecaster (read for understanding in the authors' public code;
 the wording here is gfsim's own): a system message that defines the speedup and the 8 bins (the
@@ -28,7 +28,7 @@ __all__ = ["SYSTEM", "TOOL", "TOOL_NAME", "PROB_FIELDS", "BINS", "HARDWARE", "TR
            "ARGUMENTS_REGEX", "tool_messages", "label_messages", "hardware_rows", "tool_request",
            "read_tool_answer", "renormalise", "fit_prompt", "PromptTooLong", "cut_text"]
 
-# (name, range as the prompt states it, plain words); edges are the paper's (REFERENCE.md 2).
+# (name, range as the prompt states it, plain words); edges are the paper's (docs/concepts/paper.md)
 BINS = (
     ("SEVERE_SLOWDOWN", "S <= 0.25", "at least 4x slower"),
     ("SIGNIFICANT_SLOWDOWN", "0.25 < S <= 0.5", "2x to 4x slower"),

@@ -15,7 +15,7 @@ The end event is recorded on the current stream right after the call, and the re
 batch are queued without a synchronisation between them (and, by default, without a GPU spin
 between them: whatever the loop does besides the candidate's call is work a candidate that
 rewrites the loop in its own process could skip, so the measurer keeps it as small as the
-inputs and the L2 flush allow) (DESIGN.md first asked for a device
+inputs and the L2 flush allow) (the first design asked for a device
 sync *before* each end event, to count work a candidate puts on other streams; on the H200 that
 added ~24 us of host round trip to every repetition and tripled its noise, experiments/
 timing_diag.py). Work on other streams is not between the events, but it is inside the

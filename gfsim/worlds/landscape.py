@@ -6,8 +6,8 @@ metadata says what it means and why its default was chosen, and ``gfsim synth`` 
 all into the log header.
 
 The landscape is a tree per task. The root is the task's seed kernel; ``child(parent, index)``
-is the ``index``-th mutation of ``parent``. Every draw is *keyed*, never sequential
-(DESIGN.md "Randomness"): a child comes from one generator keyed by (seed, task_id, parent
+is the ``index``-th mutation of ``parent``. Every draw is *keyed*, never sequential (the design
+page's randomness): a child comes from one generator keyed by (seed, task_id, parent
 node_id, index), a forecast from one keyed by (seed, node_id, forecaster, repeat). So the same
 node has the same speedup, outcome, stage times and forecasts whatever else was asked for and in
 whatever order, which is what a closed-loop driver that expands arbitrary nodes needs.

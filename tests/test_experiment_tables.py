@@ -1,0 +1,42 @@
+"""The experiment tables in the docs are what their scripts print: the shipped log's policy table
+(``experiments/readme_table.py``, run here: 21 replays, seconds) and the counterfactual
+benchmark's blocks (``experiments/counterfactual_benchmark.py`` re-renders them from the JSON it
+saved; running it again takes hours)."""
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs" / "experiments"
+
+
+def _rows(text: str) -> list[str]:
+    return [ln.strip() for ln in text.splitlines() if ln.startswith("| ") and "---" not in ln]
+
+
+def test_the_shipped_logs_policy_table_is_what_its_script_prints(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "experiments" / "readme_table.py")],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300, check=True)
+    printed, doc = _rows(out.stdout), _rows((DOCS / "shipped-log.md").read_text())
+    assert len(printed) > 20 and printed == doc[:len(printed)]
+
+
+@pytest.mark.parametrize("marker, saved, cells", [
+    ("results", "counterfactual_model.json", True),
+    ("model-choice", "counterfactual_dev_choice.json", False)])
+def test_the_counterfactual_tables_are_rendered_from_the_saved_run(marker, saved, cells):
+    spec = importlib.util.spec_from_file_location(
+        "counterfactual_benchmark", ROOT / "experiments" / "counterfactual_benchmark.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = json.loads((ROOT / "experiments" / "data" / saved).read_text())
+    doc = (DOCS / "counterfactual-benchmark.md").read_text()
+    block = re.search(re.escape(f"<!-- {marker}:start -->") + r"\n(.*?)\n"
+                      + re.escape(f"<!-- {marker}:end -->"), doc, re.S).group(1)
+    assert module.render(out, out.get("seconds"), cells) == block
