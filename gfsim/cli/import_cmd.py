@@ -45,6 +45,31 @@ def kernel_tuner(
     _done(import_kernel_tuner(cache, out, reference=reference), as_json)
 
 
+@app.command("search")
+@handles_errors
+def search(
+    source: Path = typer.Argument(..., help="A bring-your-own-search file: one JSON object per "
+                                            "candidate (id, parent, outcome, speedup or "
+                                            "runtime_ns, ...; docs/how-to/import-your-search.md)."),
+    out: Path = typer.Option(..., "--out", "-o", help="The trajectory log to write."),
+    reference_runtime_ns: Optional[float] = typer.Option(
+        None, "--reference-runtime-ns",
+        help="The reference runtime speedups are against (default: each task's first root "
+             "with a runtime_ns)."),
+    device: str = typer.Option("unknown", "--device", help="The GPU it was measured on."),
+    provenance: str = typer.Option("measured", "--provenance",
+                                   help="measured, synthetic or mixed: where the numbers came "
+                                        "from, said in the log's header."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
+) -> None:
+    """Your own search tool's output as a trajectory log (the smallest record set: one JSON
+    object per candidate)."""
+    from gfsim.importers.search import import_search
+
+    _done(import_search(source, out, reference_runtime_ns=reference_runtime_ns, device=device,
+                        provenance=provenance), as_json)
+
+
 def _capacities(text: str | None) -> dict | None:
     from gfsim.core.errors import SpecError
     from gfsim.core.specs import parse_kv
