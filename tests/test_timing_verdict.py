@@ -87,3 +87,11 @@ def test_the_reference_protocols_clones_can_be_left_out_of_a_null_batch(clone):
                      device="cpu", protocol="reference", clone=clone)
     assert [s is o for s, o in zip(seen, originals)] == [not clone] * 3
     assert all((s == o).all() for s, o in zip(seen, originals))
+
+
+def test_a_low_median_is_capped_even_when_one_huge_time_lifts_the_mean():
+    """Times reported as [0.05] x 99 + [20]: the mean (0.25 ms) clears the floor, the median
+    (0.05 ms), which is what would be recorded, does not."""
+    v = judge_timing(claimed_ms=0.25, value_ms=0.05, trusted_ms=0.25, noise_ms=0.005,
+                     config=CFG, gpu=True)
+    assert v["capped"] and v["value_ms"] == pytest.approx(0.25 - 0.005 - 0.02)
