@@ -22,12 +22,17 @@ def console():
     return Console()
 
 
+def _printable(text: str) -> str:
+    """``text`` with what UTF-8 cannot carry (a lone surrogate, as from an undecodable byte of
+    a path) written as an escape."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def one_line(message: str, limit: int = 2000) -> str:
     """An error message as one printable line of at most about ``limit`` characters: line
     breaks written as ``\\n``, characters UTF-8 cannot carry escaped, and the middle of a long
     message (a 100,000-character name quoted in it, say) cut."""
-    text = message.replace("\r", "\\r").replace("\n", "\\n")
-    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    text = _printable(message.replace("\r", "\\r").replace("\n", "\\n"))
     if len(text) > limit:
         cut = len(text) - limit
         text = f"{text[:limit * 3 // 4]} ... ({cut:,} characters cut) ... {text[-limit // 4:]}"
@@ -43,7 +48,7 @@ def esc(value: Any, limit: int = 200) -> str:
     text = str(value)
     if len(text) > limit:
         text = text[: limit - 1] + "\u2026"
-    return escape(text.encode("utf-8", "backslashreplace").decode("utf-8"))
+    return escape(_printable(text))
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):

@@ -67,6 +67,10 @@ def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**53
+
+
 def _text(v) -> bool:
     return isinstance(v, str) and v != ""
 
@@ -114,9 +118,7 @@ def _check(path: Path, line: int, rec: dict) -> None:
         if rec.get(f) is not None and not (_number(rec[f]) and rec[f] >= 0):
             bad(f, "expected seconds >= 0")
     for f in _TOKENS:
-        v = rec.get(f)
-        if v is not None and not (isinstance(v, int) and not isinstance(v, bool)
-                                  and 0 <= v < 2**53):
+        if rec.get(f) is not None and not _count(rec[f]):
             bad(f, "expected a whole number >= 0")
     fc = rec.get("forecast")
     if fc is not None:
@@ -132,9 +134,7 @@ def _check(path: Path, line: int, rec: dict) -> None:
             if fc.get(f) is not None and not (_number(fc[f]) and fc[f] >= 0):
                 bad(f"forecast.{f}", "expected seconds >= 0")
         for f in _TOKENS:
-            v = fc.get(f)
-            if v is not None and not (isinstance(v, int) and not isinstance(v, bool)
-                                      and 0 <= v < 2**53):
+            if fc.get(f) is not None and not _count(fc[f]):
                 bad(f"forecast.{f}", "expected a whole number >= 0")
 
 
