@@ -85,7 +85,8 @@ class Task(ABC):
     - ``space[variant][param]`` lists the valid values of each tunable parameter in order (so
       that a "neighbouring value" means something); ``defaults[variant]`` is a valid point.
     - ``mutate(parent, rng)`` is deterministic given the numpy ``rng`` and always changes the
-      code.
+      code; ``neighbourhood(parent)`` lists the wider operator's children (what the measured
+      worlds search), ``points()`` the whole space.
     """
 
     name: str
@@ -202,6 +203,33 @@ class Task(ABC):
         keys = list(self.space[variant])
         for values in itertools.product(*(self.space[variant][k] for k in keys)):
             yield Candidate(self.name, variant, dict(zip(keys, values)))
+
+    def points(self):
+        """Every candidate of the task's space (``gfsim.core.spaces.points``), variant by
+        variant, in a fixed order."""
+        from gfsim.core.spaces import points
+
+        for variant, params in points(self.space):
+            yield Candidate(self.name, variant, params)
+
+    def neighbourhood(self, parent: Candidate) -> list[Candidate]:
+        """The wide mutation operator's children of ``parent``, distinct and in a fixed order:
+        one or two of its parameters changed to any other value, or another variant with its
+        parameters carried over and up to two of that variant's changed
+        (``gfsim.core.spaces.neighbours``). Where ``mutate`` moves one parameter one step, this
+        is the wider neighbourhood an LLM's rewrite reaches: every point of every task has at
+        least 64 neighbours (``tests/test_neighbourhood.py``), and the measured worlds count
+        them by compiled binary too."""
+        from gfsim.core.spaces import neighbours
+
+        self.validate(parent.variant, parent.params)
+        return [Candidate(self.name, v, p, parent=parent.candidate_id)
+                for v, p in neighbours(self.space, self.defaults, parent.variant, parent.params)]
+
+    def mutate_wide(self, parent: Candidate, rng) -> Candidate:
+        """A child drawn uniformly from ``neighbourhood(parent)`` with the numpy ``rng``."""
+        options = self.neighbourhood(parent)
+        return options[int(rng.integers(len(options)))]
 
     def mutate(self, parent: Candidate, rng) -> Candidate:
         """A child: one parameter moved to a neighbouring value, or another variant.

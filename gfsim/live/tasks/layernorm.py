@@ -23,6 +23,7 @@ from gfsim.live.tasks.base import Candidate, Task, render_header, seeded
 __all__ = ["LayerNormTask"]
 
 _WARPS = (1, 2, 4, 8, 16)
+_STAGES = (1, 2, 3)  # software pipelining of the looped variants' loops (Triton's default: 3)
 _BLOCKS = (256, 512, 1024, 2048, 4096)
 
 # Shared by every variant: the separate affine kernel and the launcher.
@@ -64,7 +65,7 @@ def aot_specs(dims):
            "n_cols": "i32", "x_row_stride": "i32", "y_row_stride": "i32", "eps": "fp32"}
     sig.update({k: "constexpr" for k in _constexprs(dims["N"], 1)})
     specs = [(KERNEL, sig, _constexprs(dims["N"], int(fused)),
-              {"num_warps": _warps(dims["N"])})]
+              {"num_warps": _warps(dims["N"]), **_stages()})]
     if not fused:
         sig = {"z_ptr": "*fp32", "w_ptr": ptr, "b_ptr": ptr, "y_ptr": ptr, "n_elements": "i32",
                "n_cols": "i32", "BLOCK": "constexpr"}
@@ -104,6 +105,10 @@ def _warps(n_cols):
     return max(NUM_WARPS, min(16, triton.next_power_of_2(n_cols) // 4096))
 
 
+def _stages():
+    return {}  # no loop to pipeline
+
+
 def _normalise(x, w, b, y, n_rows, n_cols, affine):
     layernorm_registers_kernel[(n_rows,)](x, w, b, y, n_cols, x.stride(0), y.stride(0), EPS,
                                           **_constexprs(n_cols, affine), num_warps=_warps(n_cols))
@@ -133,9 +138,14 @@ def _warps(n_cols):
     return NUM_WARPS
 
 
+def _stages():
+    return {"num_stages": NUM_STAGES}  # the loops' software-pipelining depth
+
+
 def _normalise(x, w, b, y, n_rows, n_cols, affine):
     args = (x, w, b, y, n_cols, x.stride(0), y.stride(0), EPS)
-    NORMALISE_KERNEL[(n_rows,)](*args, **_constexprs(n_cols, affine), num_warps=NUM_WARPS)
+    NORMALISE_KERNEL[(n_rows,)](*args, **_constexprs(n_cols, affine), num_warps=NUM_WARPS,
+                                num_stages=NUM_STAGES)
 '''
 
 _WELFORD = '''
@@ -215,13 +225,14 @@ class LayerNormTask(Task):
     space = {
         "two_pass_registers": {"NUM_WARPS": _WARPS, "AFFINE": ("fused", "separate")},
         "welford_looped": {"NUM_WARPS": _WARPS, "BLOCK": _BLOCKS,
-                           "AFFINE": ("fused", "separate")},
-        "two_loop": {"NUM_WARPS": _WARPS, "BLOCK": _BLOCKS, "AFFINE": ("fused", "separate")},
+                           "AFFINE": ("fused", "separate"), "NUM_STAGES": _STAGES},
+        "two_loop": {"NUM_WARPS": _WARPS, "BLOCK": _BLOCKS, "AFFINE": ("fused", "separate"),
+                     "NUM_STAGES": _STAGES},
     }
     defaults = {
         "two_pass_registers": {"NUM_WARPS": 8, "AFFINE": "fused"},
-        "welford_looped": {"NUM_WARPS": 4, "BLOCK": 1024, "AFFINE": "fused"},
-        "two_loop": {"NUM_WARPS": 4, "BLOCK": 1024, "AFFINE": "fused"},
+        "welford_looped": {"NUM_WARPS": 4, "BLOCK": 1024, "AFFINE": "fused", "NUM_STAGES": 3},
+        "two_loop": {"NUM_WARPS": 4, "BLOCK": 1024, "AFFINE": "fused", "NUM_STAGES": 3},
     }
 
     def __init__(self, dtype: str = "float16"):

@@ -204,12 +204,12 @@ class MatmulTask(Task):
     check_shapes = [{"M": 33, "N": 47, "K": 65}, {"M": 64, "N": 32, "K": 16},
                     {"M": 1, "N": 7, "K": 5}, {"M": 140, "N": 24, "K": 40}]
     space = {
-        "tiled": {"BLOCK_M": _TILE, "BLOCK_N": _TILE, "BLOCK_K": (32, 64), "GROUP_M": (1, 8),
+        "tiled": {"BLOCK_M": _TILE, "BLOCK_N": _TILE, "BLOCK_K": (32, 64), "GROUP_M": (1, 4, 8),
                   "NUM_STAGES": (2, 3, 4), "NUM_WARPS": (4, 8)},
         "split_k": {"BLOCK_M": _TILE, "BLOCK_N": _TILE, "BLOCK_K": (32, 64), "GROUP_M": (1, 8),
                     "SPLIT_K": (2, 4, 8), "NUM_STAGES": (2, 3, 4), "NUM_WARPS": (4, 8)},
-        "naive_k_loop": {"BLOCK_M": (16, 32), "BLOCK_N": (16, 32), "BLOCK_K": (16, 32),
-                         "NUM_STAGES": (1, 2), "NUM_WARPS": (1, 2, 4)},
+        "naive_k_loop": {"BLOCK_M": (16, 32, 64), "BLOCK_N": (16, 32, 64), "BLOCK_K": (16, 32),
+                         "NUM_STAGES": (1, 2, 3), "NUM_WARPS": (1, 2, 4)},
     }
     defaults = {
         "tiled": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "GROUP_M": 8, "NUM_STAGES": 3,

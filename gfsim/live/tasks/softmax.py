@@ -7,7 +7,8 @@ Variants:
 - ``online``: looped online softmax: running max and rescaled sum over column blocks of BLOCK,
   then a second loop that writes the outputs. ``LANES=1`` keeps a running max/sum per lane and
   reduces once at the end (no reduction per block); ``EVICT="l2"`` asks the first loop to keep the
-  row in L2 for the second.
+  row in L2 for the second; NUM_STAGES is the loops' software-pipelining depth (Triton's
+  default is 3).
 - ``multi_row``: a [ROWS, next_pow2(n_cols)] tile per program (for short rows); ROWS is capped so
   that a tile holds at most MAX_TILE elements.
 
@@ -131,7 +132,7 @@ def run(x):
     y = torch.empty_like(x)
     softmax_online_kernel[(n_rows,)](x, y, n_cols, x.stride(0), y.stride(0), BLOCK=BLOCK,
                                      LANES=LANES, EVICT_L2=int(EVICT == "l2"),
-                                     num_warps=NUM_WARPS)
+                                     num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     return y
 
 
@@ -141,7 +142,8 @@ def aot_specs(dims):
            "y_row_stride": "i32", "BLOCK": "constexpr", "LANES": "constexpr",
            "EVICT_L2": "constexpr"}
     const = {"BLOCK": BLOCK, "LANES": LANES, "EVICT_L2": int(EVICT == "l2")}
-    return [("softmax_online_kernel", sig, const, {"num_warps": NUM_WARPS})]
+    return [("softmax_online_kernel", sig, const,
+             {"num_warps": NUM_WARPS, "num_stages": NUM_STAGES})]
 '''
 
 _MULTI_ROW = '''
@@ -210,12 +212,13 @@ class SoftmaxTask(Task):
     space = {
         "one_pass": {"NUM_WARPS": _WARPS, "HINTS": (0, 1)},
         "online": {"NUM_WARPS": _WARPS, "BLOCK": (256, 512, 1024, 2048, 4096),
-                   "LANES": (0, 1), "EVICT": ("none", "l2")},
+                   "LANES": (0, 1), "EVICT": ("none", "l2"), "NUM_STAGES": (1, 2, 3)},
         "multi_row": {"NUM_WARPS": _WARPS, "ROWS": (2, 4, 8, 16)},
     }
     defaults = {
         "one_pass": {"NUM_WARPS": 8, "HINTS": 0},
-        "online": {"NUM_WARPS": 4, "BLOCK": 1024, "LANES": 0, "EVICT": "none"},
+        "online": {"NUM_WARPS": 4, "BLOCK": 1024, "LANES": 0, "EVICT": "none",
+                   "NUM_STAGES": 3},
         "multi_row": {"NUM_WARPS": 4, "ROWS": 4},
     }
 
