@@ -167,13 +167,21 @@ def counterfactual(
            "skipped": skipped,
            **({"against_fallback": bm.compare_sources(results)}
               if "fallback" in spec.children and len(spec.children) > 1 else {}),
-           "note": ("SYNTHETIC searches: every world but the Kernel Tuner ones is synthetic, "
-                    "and there the runtimes alone are measured. Intervals are over world "
-                    "seeds.")}
+           "note": _note(results)}
     if as_json:
         print_json(out)
         return
     _print(out)
+
+
+def _note(results: list[dict]) -> str:
+    kinds = {w["kind"] for w in results}
+    if kinds == {"synthetic"}:
+        return "SYNTHETIC worlds throughout. Intervals are over world seeds."
+    return ("In a MEASURED world (Kernel Tuner caches, the H200 tables) the kernels' outcomes, "
+            "runtimes and stage seconds are measurements; its searches' mutations, forecasts "
+            "(what-if) and generation seconds are SYNTHETIC, as is every other world. "
+            "Intervals are over world seeds.")
 
 
 def _target(name: str, t: dict) -> str:

@@ -36,7 +36,8 @@ kernel's identity for the archive's duplicate check (default: ``node_id``, every
 kernel).
 
 A world is loaded by ``--world SPEC``: a built-in name (``gfsim counterfactual --list-worlds``),
-``kernel-tuner:CACHE[,CACHE...]``, or ``PATH.py:NAME`` / ``module:NAME`` where ``NAME`` is a
+``kernel-tuner:CACHE[,CACHE...]``, ``h200:TASK[,TASK...]`` (a measured world,
+``gfsim.worlds.measured``), or ``PATH.py:NAME`` / ``module:NAME`` where ``NAME`` is a
 world or a callable taking ``seed=`` that makes one (a callable gives a different world per seed;
 an instance is one world whatever the seed). ``gfsim.worlds.conformance.check_world`` is the
 test every world must pass (keyed determinism, record fields, units).
@@ -184,5 +185,15 @@ def resolve_world(spec: str) -> tuple[str, WorldFactory, bool]:
             raise GfsimError("--world kernel-tuner: needs a cache path, kernel-tuner:FILE")
         KernelTunerWorld.check_paths(paths)
         return spec, (lambda seed: KernelTunerWorld(paths, seed=seed)), True
+    if spec.startswith("h200:"):
+        from gfsim.worlds.measured import MeasuredWorld, find_table
+
+        names = [p for p in spec.partition(":")[2].split(",") if p]
+        if not names:
+            raise GfsimError("--world h200: needs a task, h200:TASK (shipped: gfsim "
+                             "counterfactual --list-worlds) or h200:PATH/TASK.jsonl.gz")
+        for n in names:
+            find_table(n)
+        return spec, (lambda seed: MeasuredWorld(names, seed=seed)), True
     factory, seeded = _as_factory(_load_object(spec), spec)
     return spec, factory, seeded
