@@ -24,7 +24,9 @@ def forecast(
                                         "api_key_env=VAR,...]; or a what-if forecaster, "
                                         "paper:gemini3-flash (gpt-oss-120b, gpt-oss-20b, "
                                         "deepseek-v4, gpt-oss-20b-brier) or synthetic:sigma=..,"
-                                        "beta=..,temp=..,parse_fail=.."),
+                                        "beta=..,temp=..,parse_fail=..; or a learned cost "
+                                        "model, costmodel[:min_train=8,prior_sigma=1,...], "
+                                        "trained prequentially on the log's measurements"),
     out: Path = typer.Option(..., "--out", "-o", help="Output log; an existing one is resumed."),
     repeat: int = typer.Option(0, "--repeat", help="Repeat index written into each forecast."),
     drop_existing: bool = typer.Option(False, "--drop-existing",
@@ -36,10 +38,27 @@ def forecast(
 ) -> None:
     """Add a forecaster's forecasts to a log (resumable): a live one for candidates with code,
     or a what-if one for candidates with a measured speedup."""
+    from gfsim.forecasts.costmodel import is_costmodel, parse_costmodel
     from gfsim.forecasts.whatif import is_whatif, parse_whatif
     from gfsim.live.forecast_log import forecast_log
     from gfsim.live.forecaster import parse_forecaster
 
+    if is_costmodel(forecaster):
+        summary = forecast_log(log, parse_costmodel(forecaster), out, repeat=repeat,
+                               drop_existing=drop_existing, limit=limit)
+        if as_json:
+            print_json(summary)
+            return
+        cm = summary["costmodel"]
+        console().print(f"[bold]gfsim forecast[/bold]  {esc(summary['log'], 400)} -> "
+                        f"{esc(summary['out'], 400)}  forecaster "
+                        f"{esc(summary['forecaster']['name'])} (costmodel): "
+                        f"{summary['forecast_now']} forecasts now, "
+                        f"{summary['already_forecast']} already there; {cm['with_features']} "
+                        f"of {cm['candidates']} candidates carry features; {cm['prior']} "
+                        f"forecast by the prior, {cm['learned']} by trees trained on earlier "
+                        f"steps ({summary['seconds']:.1f} s)")
+        return
     if not is_whatif(forecaster):
         try:
             import httpx  # noqa: F401 - the live forecaster's client

@@ -203,7 +203,13 @@ def attach(log, forecaster: WhatIfForecaster, repeats: int = 1):
 
 def resolve(log, forecaster: str | None):
     """(log, forecaster name) for ``--forecaster``: a what-if spec is drawn onto the log in
-    memory; anything else names a logged forecaster."""
+    memory, a cost-model spec (``gfsim.forecasts.costmodel``) is trained on it prequentially;
+    anything else names a logged forecaster."""
+    from gfsim.forecasts.costmodel import attach_costmodel, is_costmodel, parse_costmodel
+
+    if is_costmodel(forecaster):
+        spec = parse_costmodel(forecaster)
+        return attach_costmodel(log, spec), spec.name
     if not is_whatif(forecaster):
         return log, forecaster
     f = parse_whatif(forecaster)

@@ -123,6 +123,10 @@ def forecast_log(src, forecaster, out, *, repeat: int = 0, drop_existing: bool =
     log = load_log(src)
     if isinstance(forecaster, WhatIfForecaster):
         return _whatif(src, log, forecaster, out, repeat, drop_existing)
+    from gfsim.forecasts.costmodel import CostModelSpec
+
+    if isinstance(forecaster, CostModelSpec):
+        return _costmodel(src, log, forecaster, out, drop_existing)
     header, requests, no_code = requests_from_log(src)
     if not requests:
         raise GfsimError(f"{src}: no candidate carries code, so there is nothing to show a "
@@ -185,6 +189,64 @@ def forecast_log(src, forecaster, out, *, repeat: int = 0, drop_existing: bool =
     }
 
 
+def _derived_header(src: Path, log, header: dict, entry: dict, drop_existing: bool) -> dict:
+    """The header of a copy of ``src`` that adds a forecaster's records in the paper's bins."""
+    out_header = dict(header)
+    if not (len(log.forecasts) and not drop_existing):
+        out_header.setdefault("forecast_relative_to", "reference")
+        out_header["forecast_bin_edges"] = list(PAPER_EDGES)
+    elif tuple(header.get("forecast_bin_edges") or ()) != PAPER_EDGES:
+        raise GfsimError(f"{src}: its forecasts use other bin edges than the paper's: pass "
+                         "--drop-existing")
+    out_header["forecasters"] = [*(header.get("forecasters") or []), entry]
+    out_header["derived_from"] = {"log_id": header.get("log_id"), "path": str(src),
+                                  "sha256": _sha256(src)}
+    return out_header
+
+
+def _costmodel(src: Path, log, spec, out: Path, drop_existing: bool) -> dict:
+    """Cost-model forecasts need no server: trees trained prequentially on the log's own
+    measurements (``gfsim.forecasts.costmodel``); every candidate with features gets one. A
+    rerun rewrites nothing: the forecasts of an existing output are kept."""
+    from dataclasses import asdict
+
+    from gfsim.forecasts.costmodel import prequential_records
+    from gfsim.replay_logs import LogWriter, load_log
+    from gfsim.replay_logs.io import iter_records
+
+    header = next(rec for _, rec in iter_records(src) if rec.get("kind") == "header")
+    t0 = time.perf_counter()
+    recs, summary = prequential_records(log, spec)
+    resumed = out.exists()
+    if resumed:
+        prev = load_log(out)
+        if (prev.header.get("derived_from") or {}).get("log_id") != header.get("log_id"):
+            raise GfsimError(f"{out}: exists and was derived from another log; choose another "
+                             "--out")
+        fc = prev.forecasts
+        done = set(fc.loc[fc["forecaster"] == spec.name, "candidate_id"]) if len(fc) else set()
+    else:
+        entry = {"name": spec.name, "mode": "costmodel", "params": asdict(spec),
+                 "note": "a learned cost model (gradient-boosted trees over a candidate's "
+                         "parameters and compile features), trained prequentially on the "
+                         "log's own measurements: each step forecast from earlier steps only"}
+        _write_copy(src, out, _derived_header(src, log, header, entry, drop_existing),
+                    drop_existing)
+        done = set()
+    recs = [r for r in recs if r["candidate_id"] not in done]
+    with LogWriter(out) as w:
+        w.append_many(recs)
+    return {"log": str(src), "out": str(out),
+            "forecaster": {"name": spec.name, "mode": "costmodel", **asdict(spec)},
+            "repeat": 0, "resumed": resumed, "candidates_with_code": 0, "without_code": 0,
+            "already_forecast": len(done), "forecast_now": len(recs),
+            "answered": len(recs), "parse_failed": 0, "error": 0, "input_tokens": 0,
+            "output_tokens": 0, "mean_latency_s": None,
+            "seconds": round(time.perf_counter() - t0, 3), "costmodel": summary,
+            "note": "cost-model forecasts: prequential, from the candidates' source_meta "
+                    "(variant, parameters, compile features)"}
+
+
 def _whatif(src: Path, log, forecaster, out: Path, repeat: int, drop_existing: bool) -> dict:
     """What-if forecasts need no code and no server: they are drawn from each candidate's
     measured speedup (``gfsim.forecasts.whatif``), so every candidate with one gets a forecast."""
@@ -203,21 +265,11 @@ def _whatif(src: Path, log, forecaster, out: Path, repeat: int, drop_existing: b
         done = set(fc.loc[(fc["forecaster"] == forecaster.name) & (fc["repeat"] == repeat),
                           "candidate_id"]) if len(fc) else set()
     else:
-        out_header = dict(header)
-        if not (len(log.forecasts) and not drop_existing):
-            out_header.setdefault("forecast_relative_to", "reference")
-            out_header["forecast_bin_edges"] = list(PAPER_EDGES)
-        elif tuple(header.get("forecast_bin_edges") or ()) != PAPER_EDGES:
-            raise GfsimError(f"{src}: its forecasts use other bin edges than the paper's: pass "
-                             "--drop-existing")
-        out_header["forecasters"] = [*(header.get("forecasters") or []),
-                                     {"name": forecaster.name, "mode": "whatif",
-                                      "params": forecaster.params(),
-                                      "note": "a what-if forecaster: synthetic forecasts drawn "
-                                              "from the log's own measured speedups"}]
-        out_header["derived_from"] = {"log_id": header.get("log_id"), "path": str(src),
-                                      "sha256": _sha256(src)}
-        _write_copy(src, out, out_header, drop_existing)
+        entry = {"name": forecaster.name, "mode": "whatif", "params": forecaster.params(),
+                 "note": "a what-if forecaster: synthetic forecasts drawn from the log's own "
+                         "measured speedups"}
+        _write_copy(src, out, _derived_header(src, log, header, entry, drop_existing),
+                    drop_existing)
         done = set()
     recs = [r for r in whatif_records(log, forecaster, repeat + 1) if r["repeat"] == repeat
             and r["candidate_id"] not in done]

@@ -210,6 +210,10 @@ class MeasuredWorld(KitWorld):
     """One task per measured table (module docstring). ``tables``: task names or paths;
     ``forecaster``: the what-if forecaster's sigma, beta, temp and parse_fail."""
 
+    # Logs of this world score forecasts against labels in the paper's bins, the bins its
+    # forecasts (what-if, cost model) are given in.
+    label_bin_convention = "paper"
+
     def __init__(self, tables, seed: int = 0, forecaster: dict | None = None):
         self.seed = self._check_seed(seed)
         if isinstance(tables, (str, Path)):
@@ -279,6 +283,14 @@ class MeasuredWorld(KitWorld):
         else:
             key = parent.state[0]
         return self._node(tid, key, nid, parent, parent.depth + 1, None)
+
+    def describe(self, node: KitNode) -> dict:
+        """The candidate's ``source_meta``: its variant, parameters and what its ahead-of-time
+        compile reported (``gfsim.live.tasks.aot.FEATURES``, compile seconds included)."""
+        p = self.tables[node.task_id].points[node.state[0]]
+        feats = {k: p[k] for k in ("kernels", "regs_max", "shared_max", "local_max",
+                                   "sass_instructions", "seconds") if k in p}
+        return {"variant": p["variant"], "params": dict(p["params"]), "features": feats}
 
     def provenance(self) -> dict:
         tables = []

@@ -26,6 +26,9 @@ A world has tasks and a keyed tree of kernels per task:
 - ``evaluation(node)``: an ``evaluation`` record (``outcome``; on success ``speedup`` and
   ``runtime_ns`` = reference runtime / speedup; stage seconds ``cold_start_s``, ``compile_s``,
   ``check_s``, ``timing_s``, ``wall_s``);
+- optionally ``describe(node)``: what the kernel is, written as the candidate record's
+  ``source_meta`` (a measured world gives its variant, parameters and compile features, which
+  the cost-model forecaster reads);
 - ``provenance()``: a dict for the log header: ``kind`` (``synthetic`` or ``measured``), a
   ``note`` saying what in the world is real and what is assumed, and anything else worth keeping.
 

@@ -82,6 +82,9 @@ def puct_search_records(land, task_id: str, config: SearchConfig, seed: int,
             cand = {"kind": "candidate", "candidate_id": cid, "search_id": search_id,
                     "task_id": task_id, "parent_id": None if parent == root_id else parent,
                     "step": step, "seq": seq, "generation": gen}
+            describe = getattr(land, "describe", None)
+            if callable(describe):  # what the kernel is (a variant, parameters, features)
+                cand["source_meta"] = describe(source.nodes[cid])
             ident = getattr(source.nodes[cid], "code_id", None)
             if ident is not None:  # the kernel's identity, so that a replay sees duplicates
                 cand["code_sha256"] = hashlib.sha256(str(ident).encode()).hexdigest()
@@ -118,7 +121,11 @@ def world_log_records(world, *, seed: int, steps: int, log_id: str, command: str
     header = {
         "kind": "header", "schema_version": SCHEMA_VERSION, "log_id": log_id,
         "created_at": "2026-01-01T00:00:00Z", "provenance": provenance,
-        "log_shape": "trajectory", "label_bin_convention": "reference-code",
+        "log_shape": "trajectory",
+        # How a score bins the measured speedups: the reference code's convention unless the
+        # world says otherwise (a measured world scores in the paper's bins, those its
+        # forecasts are given in).
+        "label_bin_convention": getattr(world, "label_bin_convention", "reference-code"),
         "forecast_bin_edges": list(PAPER_EDGES), "forecast_relative_to": "reference",
         "hardware": {"device_name": device or "none (a world: nothing was run for this log)"},
         "tasks": [t.header_entry() for t in world.tasks],

@@ -1,0 +1,301 @@
+"""A learned cost-model forecaster: gradient-boosted trees over what a candidate is, trained
+prequentially on what the search has measured so far. No LLM.
+
+What it reads about a candidate (its *features*, from the log's candidate records):
+
+- ``source_meta.variant`` and ``source_meta.params``: the kernel family's variant and tunable
+  parameters (live runs and measured worlds write them). A numeric parameter enters as its log2,
+  a string one as one indicator per value;
+- ``source_meta.features``: what the candidate's ahead-of-time compile reports without a GPU
+  (``gfsim.live.tasks.aot.binary_features``, computed on the trusted side): the most registers
+  per thread, shared and local memory (spills and stack) of any of its kernels, its kernel
+  count and SASS instruction count, each as log2(1 + x);
+- the parent's measured log2 speedup (the root's: the task's seed kernel).
+
+The model is scikit-learn's ``HistGradientBoostingRegressor`` on the log2 speedup of measured
+successes: already a dependency of gfsim (the world model), fast on the few hundred rows a
+search holds, and it takes missing features (NaN) without imputation. Its 8-bin distribution is
+a Gaussian around the prediction, integrated over the paper's bins, whose width is the root mean
+square of the model's own past prequential errors (the last ``window``; the prior width until
+``min_errors`` of them exist), floored at ``min_sigma``.
+
+Prequential: within a search, every candidate of step s is forecast by a model fitted on the
+evaluations of steps < s only. At step 0, and until ``min_train`` successes are measured, the
+forecast is the PRIOR: centred on the parent's log2 speedup with width ``prior_sigma`` (1 log2,
+an assumption). A failed candidate is forecast like any other; the model learns only from
+successes. Nothing about a candidate's own measurement reaches its forecast.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from gfsim.core.errors import GfsimError, SpecError
+from gfsim.forecasts.bins import PAPER_EDGES
+
+__all__ = ["CostModelSpec", "CostModel", "parse_costmodel", "is_costmodel", "encode",
+           "candidate_features", "prequential_records", "attach_costmodel", "PREFIX"]
+
+PREFIX = "costmodel"
+_BINARY = ("kernels", "regs_max", "shared_max", "local_max", "sass_instructions")
+
+
+@dataclass(frozen=True)
+class CostModelSpec:
+    """The forecaster's settings (``costmodel:k=v,...``); defaults are stated choices."""
+
+    min_train: int = 8  # successes measured before the trees replace the prior
+    prior_sigma: float = 1.0  # log2 width of the prior (an ASSUMPTION)
+    min_sigma: float = 0.05  # floor of the learned width, log2
+    min_errors: int = 5  # past errors needed before the width is learned
+    window: int = 64  # past errors the width is learned from
+    max_iter: int = 100  # boosting iterations
+    max_depth: int = 3
+    learning_rate: float = 0.1
+    seed: int = 0
+
+    @property
+    def name(self) -> str:
+        base = CostModelSpec()
+        diff = [f"{k}={v:g}" for k, v in asdict(self).items() if getattr(base, k) != v]
+        return PREFIX + (":" + ",".join(diff) if diff else "")
+
+    def __post_init__(self):
+        for key, lo, hi in (("min_train", 2, 10**6), ("prior_sigma", 1e-3, 10.0),
+                            ("min_sigma", 1e-4, 10.0), ("min_errors", 1, 10**6),
+                            ("window", 1, 10**6), ("max_iter", 1, 10**5), ("max_depth", 1, 64),
+                            ("learning_rate", 1e-4, 1.0), ("seed", 0, 2**32 - 1)):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
+                raise SpecError(f"--forecaster {PREFIX}: {key}={v!r} outside [{lo}, {hi}]")
+
+
+def is_costmodel(spec: str | None) -> bool:
+    return isinstance(spec, str) and (spec == PREFIX or spec.startswith(PREFIX + ":"))
+
+
+def parse_costmodel(spec: str) -> CostModelSpec:
+    """``costmodel`` or ``costmodel:min_train=8,prior_sigma=1,...`` (``CostModelSpec``)."""
+    from gfsim.core.specs import parse_kv
+
+    _, _, rest = spec.partition(":")
+    fields = CostModelSpec.__dataclass_fields__
+    kw: dict = {}
+    for key, raw in parse_kv(rest, "--forecaster") if rest else []:
+        if key not in fields:
+            raise SpecError(f"--forecaster {spec!r}: unknown key {key!r}; valid: "
+                            f"{', '.join(fields)}")
+        kind = int if fields[key].type in ("int", int) else float
+        try:
+            kw[key] = kind(raw)
+        except ValueError:
+            raise SpecError(f"--forecaster {spec!r}: {key}={raw!r} is not "
+                            f"{'a whole number' if kind is int else 'a number'}") from None
+    return CostModelSpec(**kw)
+
+
+def encode(meta: dict | None, parent_log2: float | None) -> dict[str, float]:
+    """A candidate's features as named numbers (module docstring)."""
+    out: dict[str, float] = {}
+    meta = meta or {}
+    if meta.get("variant") is not None:
+        out[f"variant={meta['variant']}"] = 1.0
+    for k, v in sorted((meta.get("params") or {}).items()):
+        if isinstance(v, bool):
+            out[f"p:{k}"] = float(v)
+        elif isinstance(v, (int, float)) and math.isfinite(v):
+            out[f"p:{k}"] = math.log2(v) if v > 0 else float(v)
+        else:
+            out[f"p:{k}={v}"] = 1.0
+    for k in _BINARY:
+        v = (meta.get("features") or {}).get(k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0:
+            out[f"b:{k}"] = math.log2(1.0 + v)
+    if parent_log2 is not None and math.isfinite(parent_log2):
+        out["parent_log2"] = float(parent_log2)
+    return out
+
+
+def candidate_features(extra) -> dict | None:
+    """The ``source_meta`` a candidate record carries, or None."""
+    if isinstance(extra, dict) and isinstance(extra.get("source_meta"), dict):
+        return extra["source_meta"]
+    return None
+
+
+class CostModel:
+    """The online model: ``observe`` measured successes, ``forecast`` a batch, ``score`` the
+    batch's outcomes afterwards (for the width)."""
+
+    def __init__(self, spec: CostModelSpec = CostModelSpec()):
+        self.spec = spec
+        self.rows: list[dict[str, float]] = []
+        self.y: list[float] = []
+        self.errors: list[float] = []
+        self._model = None
+        self._columns: list[str] = []
+        self._fitted_on = 0
+
+    def observe(self, features: dict[str, float], log2_speedup: float) -> None:
+        self.rows.append(features)
+        self.y.append(float(log2_speedup))
+
+    def score(self, predicted: float, log2_speedup: float) -> None:
+        self.errors.append(float(predicted) - float(log2_speedup))
+
+    @property
+    def learned(self) -> bool:
+        return len(self.y) >= self.spec.min_train
+
+    def _fit(self) -> None:
+        from sklearn.ensemble import HistGradientBoostingRegressor
+
+        self._columns = sorted({k for r in self.rows for k in r})
+        x = self._matrix(self.rows)
+        model = HistGradientBoostingRegressor(
+            max_iter=self.spec.max_iter, max_depth=self.spec.max_depth,
+            learning_rate=self.spec.learning_rate, min_samples_leaf=max(2, len(self.y) // 20),
+            early_stopping=False, random_state=self.spec.seed)
+        model.fit(x, np.asarray(self.y))
+        self._model, self._fitted_on = model, len(self.y)
+
+    def _matrix(self, rows) -> np.ndarray:
+        x = np.full((len(rows), len(self._columns)), np.nan)
+        for i, r in enumerate(rows):
+            for j, c in enumerate(self._columns):
+                if c in r:
+                    x[i, j] = r[c]
+                elif "=" in c:  # an indicator absent is 0, a number absent is unknown
+                    x[i, j] = 0.0
+        return x
+
+    def predict(self, rows: list[dict[str, float]]) -> tuple[np.ndarray, float, bool]:
+        """(centres, width, learned) for candidates with these features."""
+        s = self.spec
+        if not self.learned:
+            centre = np.array([r.get("parent_log2", 0.0) for r in rows], dtype=float)
+            return centre, s.prior_sigma, False
+        if self._fitted_on != len(self.y):
+            self._fit()
+        centre = self._model.predict(self._matrix(rows))
+        if len(self.errors) >= s.min_errors:
+            recent = np.asarray(self.errors[-s.window:])
+            width = max(s.min_sigma, float(np.sqrt(np.mean(recent ** 2))))
+        else:
+            width = s.prior_sigma
+        return centre, width, True
+
+
+def distribution(centre: np.ndarray, width: float, edges=PAPER_EDGES) -> np.ndarray:
+    """(n, 8) probabilities of a Gaussian in log2 over the bins between ``edges``."""
+    from scipy.special import ndtr
+
+    log_edges = np.log2(np.asarray(edges, dtype=float))
+    cdf = ndtr((log_edges[None, :] - np.asarray(centre)[:, None]) / width)
+    cdf = np.hstack([np.zeros((len(centre), 1)), cdf, np.ones((len(centre), 1))])
+    p = np.clip(np.diff(cdf, axis=1), 0.0, None)
+    p = np.maximum(p, 1e-9)
+    return p / p.sum(axis=1, keepdims=True)
+
+
+def prequential_records(log, spec: CostModelSpec) -> tuple[list[dict], dict]:
+    """Cost-model forecast records for every candidate of ``log`` (module docstring), and a
+    summary: candidates with features, the steps forecast by the prior and by the trees."""
+    edges = tuple(log.header.get("forecast_bin_edges") or PAPER_EDGES)
+    if tuple(edges) != tuple(PAPER_EDGES):
+        raise GfsimError(f"{log.path}: its forecasts use other bin edges than the paper's; "
+                         "the cost model answers in the paper's bins")
+    cand = log.candidates
+    extra = cand["extra"] if "extra" in cand else [None] * len(cand)
+    metas = [candidate_features(e) for e in extra]
+    with_features = sum(m is not None for m in metas)
+    if not with_features:
+        raise GfsimError(f"{log.path}: no candidate carries source_meta (variant, params, "
+                         "features); the cost model has nothing to learn from (live runs and "
+                         "measured worlds write it)")
+    ev = log.evaluations
+    speed = {c: s for c, o, s in zip(ev["candidate_id"], ev["outcome"], ev["speedup"])
+             if o == "success" and s == s and s > 0}
+    seeds = {t["task_id"]: t.get("seed_speedup") for t in log.header.get("tasks", [])}
+    recs: list[dict] = []
+    summary = {"candidates": len(cand), "with_features": with_features, "prior": 0,
+               "learned": 0, "searches": 0}
+    order = np.lexsort((cand["seq"].to_numpy(), cand["step"].to_numpy()))
+    by_search: dict[str, list[int]] = {}
+    for i in order:
+        by_search.setdefault(cand["search_id"].iloc[i], []).append(int(i))
+    for sid, rows in by_search.items():
+        summary["searches"] += 1
+        model = CostModel(spec)
+        steps: dict[int, list[int]] = {}
+        for i in rows:
+            steps.setdefault(int(cand["step"].iloc[i]), []).append(i)
+        for step in sorted(steps):
+            idx = [i for i in steps[step] if cand["status"].iloc[i] != "generation_failed"]
+            if not idx:
+                continue
+            feats = []
+            for i in idx:
+                parent = cand["parent_id"].iloc[i]
+                if isinstance(parent, str) and parent:
+                    p = speed.get(parent)
+                else:
+                    p = seeds.get(cand["task_id"].iloc[i])
+                feats.append(encode(metas[i], math.log2(p) if p else None))
+            centre, width, learned = model.predict(feats)
+            probs = distribution(centre, width, edges)
+            summary["learned" if learned else "prior"] += len(idx)
+            for i, c, p in zip(idx, centre, probs):
+                cid = cand["candidate_id"].iloc[i]
+                recs.append({"kind": "forecast", "candidate_id": cid, "forecaster": spec.name,
+                             "mode": "costmodel", "probs": [round(float(v), 9) for v in p],
+                             "raw_probability_sum": 1.0, "predicted_bin": int(np.argmax(p)) + 1,
+                             "parse_failed": False, "repeat": 0,
+                             "latency_s": _latency(metas[i]),
+                             "centre_log2": round(float(c), 6), "width_log2": round(width, 6),
+                             "trained_on": len(model.y), "learned": learned})
+            # The step's measurements arrive after its decision: only now do they train.
+            for i, f, c in zip(idx, feats, centre):
+                s = speed.get(cand["candidate_id"].iloc[i])
+                if s is not None:
+                    if learned:
+                        model.score(c, math.log2(s))
+                    model.observe(f, math.log2(s))
+    return recs, summary
+
+
+def _latency(meta) -> float:
+    """Seconds a forecast costs: the ahead-of-time compile its features came from, where the
+    log says (the trees themselves take milliseconds)."""
+    v = ((meta or {}).get("features") or {}).get("seconds")
+    return round(float(v), 3) if isinstance(v, (int, float)) and v >= 0 else 0.0
+
+
+def attach_costmodel(log, spec: CostModelSpec):
+    """A copy of ``log`` whose forecasts also hold the cost model's (in memory)."""
+    import copy
+
+    import pandas as pd
+
+    from gfsim.replay_logs.log import PROB_COLUMNS
+
+    recs, _ = prequential_records(log, spec)
+    rows = pd.DataFrame({
+        "candidate_id": [r["candidate_id"] for r in recs], "forecaster": spec.name,
+        "mode": "costmodel", "predicted_bin": [r["predicted_bin"] for r in recs],
+        "input_tokens": 0, "output_tokens": 0, "latency_s": [r["latency_s"] for r in recs],
+        "raw_probability_sum": 1.0, "parse_failed": False, "repeat": 0, "line": -1})
+    probs = np.array([r["probs"] for r in recs], dtype=float).reshape(-1, 8)
+    for b, col in enumerate(PROB_COLUMNS):
+        rows[col] = probs[:, b]
+    out = copy.copy(log)
+    base = log.forecasts[log.forecasts["forecaster"] != spec.name]
+    out.forecasts = pd.concat([base, rows], ignore_index=True) if len(base) else rows
+    out.header = dict(log.header)
+    if not len(base):
+        out.header.setdefault("forecast_relative_to", "reference")
+        out.header.setdefault("forecast_bin_edges", list(PAPER_EDGES))
+    return out
