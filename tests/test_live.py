@@ -424,3 +424,27 @@ def test_an_evaluation_whose_what_if_forecast_a_crash_cut_gets_it_on_resume(tmp_
     assert [r["kind"] for r in after if r.get("candidate_id") == cid].count("forecast") == 1
     assert [r["kind"] for r in after if r.get("candidate_id") == cid].count("evaluation") == 1
     load_log(out)
+
+
+def test_a_live_threshold_run_reads_the_cost_models_forecasts(tmp_path):
+    """gfsim live with the learned cost model and a forecast-reading policy: the first batch is
+    forecast from the prior, later ones by trees trained on the run's own measurements (and
+    its compile features: the wide mutator's code is the suite's own, so it is compiled for
+    sm_90 here); every decision reads a forecast and the log replays."""
+    out = tmp_path / "cm.jsonl"
+    res = runner.invoke(app, ["live", "--tasks", "softmax", *SMALL, "--source", "mutate-wide",
+                              "--forecaster", "costmodel:min_train=2,min_errors=2",
+                              "--policy", "threshold:0.7", "--out", str(out), "--seed", "5",
+                              "--json"])
+    assert res.exit_code == 0, res.output
+    log = load_log(out, cache=False)
+    fc = log.forecasts
+    assert len(fc) and set(fc["mode"]) == {"costmodel"}
+    recs = [r for r in _records(out) if r["kind"] == "forecast"]
+    assert "prior" in recs[0]["reasoning"] and any("trees" in r["reasoning"] for r in recs)
+    assert len(log.decisions) == len(recs)
+    meta = [e.get("source_meta") for e in log.candidates["extra"] if e]
+    assert meta and all(m.get("variant") for m in meta)
+    rep = runner.invoke(app, ["replay", "--log", str(out), "--policy", "threshold:0.7",
+                              "--forecaster", "costmodel:min_train=2,min_errors=2", "--json"])
+    assert rep.exit_code == 0, rep.output

@@ -58,11 +58,14 @@ def live(
     policy: str = typer.Option("all", "--policy", "-p", help="Policy spec (gfsim policies)."),
     forecaster: Optional[str] = typer.Option(
         None, "--forecaster", "-f",
-        help="vllm:URL,model=NAME,mode=logprobs|tool[,...] (a real server); or a what-if one, "
-             "paper:NAME / synthetic:..., which draws its forecast from the measured speedup "
-             "and so only annotates a run whose policy does not read forecasts."),
+        help="vllm:URL,model=NAME,mode=logprobs|tool[,...] (a real server); costmodel[:...] "
+             "(gradient-boosted trees over parameters and compile features, trained on this "
+             "run's measurements as they come: any policy); or a what-if one, paper:NAME / "
+             "synthetic:..., which draws its forecast from the measured speedup and so only "
+             "annotates a run whose policy does not read forecasts."),
     source: str = typer.Option("mutate", "--source",
-                               help="mutate (the task's mutation operator), log:PATH (code "
+                               help="mutate (the task's mutation operator), mutate-wide (its "
+                                    "wide neighbourhood), log:PATH (code "
                                     "stored in a log) or llm:URL,model=NAME[,...]."),
     measurer: str = typer.Option("triton", "--measurer",
                                  help="triton (on the GPU) or interpret (TRITON_INTERPRET=1 "
@@ -157,8 +160,14 @@ def live(
                           max_session_s=max_minutes * 60 if max_minutes else math.inf)
     the_forecaster = None
     if forecaster and forecaster != "none":
+        from gfsim.forecasts.costmodel import is_costmodel
+
         if is_whatif(forecaster):
             the_forecaster = parse_whatif(forecaster)
+        elif is_costmodel(forecaster):
+            from gfsim.live.costmodel import make_costmodel
+
+            the_forecaster = make_costmodel(forecaster)
         else:
             from gfsim.live.forecaster import parse_forecaster
 

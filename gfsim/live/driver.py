@@ -254,6 +254,7 @@ class LiveRun:
         self._gpu = threading.Lock()
         self._gen_pool = ThreadPoolExecutor(max(1, options.generator_slots), "gfsim-gen")
         self._fc_pool = ThreadPoolExecutor(max(1, options.forecaster_slots), "gfsim-fc")
+        self._requests: dict = {}  # candidate id -> its ForecastRequest, until it is measured
         self.session = 0
         self.searches: list[_Search] = []
         self.summary: dict = {}
@@ -477,7 +478,8 @@ class LiveRun:
         live = [i for i, c in enumerate(codes) if c is not None]
         if not live:
             return []
-        forecasts = self._forecast(s, [ids[i] for i in live], [codes[i] for i in live])
+        forecasts = self._forecast(s, [ids[i] for i in live], [codes[i] for i in live],
+                                   parent)
         measure = self._decide(s, state, [ids[i] for i in live], forecasts)
         out = []
         for row, i in enumerate(live):
@@ -527,7 +529,8 @@ class LiveRun:
                 s.info[cid] = ParentInfo(cid, code, dict(meta))
         return code
 
-    def _forecast(self, s: _Search, ids: list[str], codes: list[str]) -> list[dict | None]:
+    def _forecast(self, s: _Search, ids: list[str], codes: list[str],
+                  parent: ArchiveNode) -> list[dict | None]:
         from gfsim.live.forecaster import ForecastRequest
 
         if self.forecaster is None or self.whatif:
@@ -536,11 +539,17 @@ class LiveRun:
 
         def one(cid_code):
             cid, code = cid_code
+            with s.lock:
+                meta = dict(s.info[cid].meta) if cid in s.info else {}
+            req = ForecastRequest(cid, code, ref, task=s.task.describe(),
+                                  hardware=self.hardware, search_id=s.search_id,
+                                  task_name=s.task.name, meta=meta,
+                                  parent_speedup=float(parent.reward))
+            self._requests[cid] = req  # what observe() is told after the measurement
             rec = self.log.forecasts.get(cid)
             if rec is None:
                 t0 = time.perf_counter()
-                f = self.forecaster.forecast(ForecastRequest(
-                    cid, code, ref, task=s.task.describe(), hardware=self.hardware))
+                f = self.forecaster.forecast(req)
                 rec = f.record()
                 # The slot was held this long: the requests, retries and prompt fitting.
                 rec["request_latency_s"] = rec.get("latency_s")
@@ -641,6 +650,9 @@ class LiveRun:
                 s.evals += 1
             if self.whatif and rec["outcome"] == "success":
                 self._whatif(cid, rec["speedup"])  # a crash may have come between the two
+        observe = getattr(self.forecaster, "observe", None)
+        if observe is not None and cid in self._requests:
+            observe(self._requests.pop(cid), rec)  # a learning forecaster learns it now
         with s.lock:
             s.measured.setdefault(sha, cid)
             if rec["outcome"] == "success":

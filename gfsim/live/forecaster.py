@@ -74,6 +74,11 @@ class ForecastRequest:
     reference_code: str
     task: str = ""  # the task's description
     hardware: dict = field(default_factory=dict)  # header hardware: device_name, ...
+    # What a forecaster that learns from the search (gfsim.live.costmodel) also reads:
+    search_id: str = ""
+    task_name: str = ""
+    meta: dict = field(default_factory=dict)  # the candidate's source_meta (variant, params)
+    parent_speedup: float | None = None  # the parent's measured speedup (the seed's: its own)
 
 
 @dataclass

@@ -5,7 +5,9 @@ kernels. Three sources ship:
 
 - ``mutate`` (``MutationSource``): the task suite's own mutation operator (``Task.mutate``): one
   parameter moved to a neighbouring value, or another algorithmic variant. No LLM; generation
-  takes microseconds and costs no tokens.
+  takes microseconds and costs no tokens. ``mutate-wide``: the wide operator
+  (``Task.mutate_wide``: one or two parameters to any value, or another variant with up to two
+  changed), the one the measured H200 worlds search.
 - ``log:PATH`` (``LogCodeSource``): kernels whose code a replay log stores (e.g. the shipped
   ``h200-suite-v0``), drawn per task without replacement in a keyed order: re-measuring, or
   re-forecasting, what another search generated.
@@ -42,8 +44,11 @@ class MutationSource(CandidateSource):
 
     name = "mutate"
 
-    def __init__(self, retries: int = 8):
+    def __init__(self, retries: int = 8, wide: bool = False):
         self.retries = retries
+        self.wide = wide  # Task.mutate_wide: the neighbourhood the measured worlds search
+        if wide:
+            self.name = "mutate-wide"
         self._codes: dict[tuple, set] = {}  # (seed, task) -> codes this search generated
 
     def seed(self, task) -> ParentInfo:
@@ -60,11 +65,12 @@ class MutationSource(CandidateSource):
                              "made by another source?)")
         base = Candidate(task.name, meta["variant"], dict(meta["params"]))
         rng = stream(*key, "mutate", slot)
-        child = task.mutate(base, rng)
+        draw = task.mutate_wide if self.wide else task.mutate
+        child = draw(base, rng)
         tries = 0
         seen = self._seen(key)
         while child.code in seen and tries < self.retries:
-            child = task.mutate(base, rng)
+            child = draw(base, rng)
             tries += 1
         seen.add(child.code)
         return Generated(child.code, {"variant": child.variant, "params": child.params},
@@ -132,14 +138,18 @@ class LogCodeSource(CandidateSource):
 
 
 def parse_source(spec: str) -> CandidateSource:
-    """``mutate`` | ``log:PATH`` | ``llm:URL,model=NAME[,...]`` (see the module doc)."""
+    """``mutate`` | ``mutate-wide`` | ``log:PATH`` | ``llm:URL,model=NAME[,...]`` (see the
+    module doc)."""
     kind, sep, rest = (spec or "").partition(":")
     if kind == "mutate" and not rest:
         return MutationSource()
+    if kind == "mutate-wide" and not rest:
+        return MutationSource(wide=True)
     if kind == "log" and rest:
         return LogCodeSource(rest)
     if kind == "llm" and rest:
         from gfsim.live.mutator import parse_mutator
 
         return parse_mutator(spec)
-    raise SpecError(f"--source: expected mutate, log:PATH or llm:URL,model=NAME; got {spec!r}")
+    raise SpecError(f"--source: expected mutate, mutate-wide, log:PATH or llm:URL,model=NAME; "
+                    f"got {spec!r}")
