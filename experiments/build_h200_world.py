@@ -134,23 +134,25 @@ def main() -> int:
         return pack(task, a.out, a.pack)
 
     # 1. binaries
-    have = {r["candidate_id"]: r for r in _read(bin_path)}
+    from gfsim.core.spaces import point_key
+
+    have = {point_key(r["variant"], r["params"]): r for r in _read(bin_path)}
     todo = [(a.task, c.variant, c.params, a.arch) for c in task.points()
-            if c.candidate_id not in have]
+            if point_key(c.variant, c.params) not in have]
     if todo:
         t0 = time.monotonic()
         with cf.ProcessPoolExecutor(a.jobs) as pool:
             batch = []
             for row in pool.map(_features, todo, chunksize=4):
                 batch.append(row)
-                have[row["candidate_id"]] = row
+                have[point_key(row["variant"], row["params"])] = row
                 if len(batch) >= 32:
                     _append(bin_path, batch)
                     batch = []
             _append(bin_path, batch)
         print(f"binaries: {len(todo)} points compiled in {time.monotonic() - t0:.0f} s "
               f"({a.jobs} processes)", flush=True)
-    points = [have[c.candidate_id] for c in task.points()]
+    points = [have[point_key(c.variant, c.params)] for c in task.points()]
     by_binary: dict[str, dict] = {}
     for p in points:
         key = p.get("binary_sha256") or f"failed:{p['candidate_id']}"
@@ -249,14 +251,20 @@ def pack(task, src: Path, dest: Path) -> int:
     """``src``'s tables gzipped into ``dest``; the header gains the task's space where an
     earlier version of this script left it out (checked against the points compiled)."""
     dest.mkdir(parents=True, exist_ok=True)
-    names = {c.candidate_id for c in task.points()}
+    from gfsim.core.spaces import point_key
+
+    ids = {point_key(c.variant, c.params): c.candidate_id for c in task.points()}
     binaries = _read(src / f"{task.name}.binaries.jsonl")
-    if {r["candidate_id"] for r in binaries} != names:
+    rows = _read(src / f"{task.name}.jsonl")
+    if {point_key(r["variant"], r["params"]) for r in binaries} != set(ids):
         raise SystemExit(f"{src}: the binaries table is not the task's space (run the "
                          "binaries phase again)")
-    rows = _read(src / f"{task.name}.jsonl")
     if not rows or rows[0].get("kind") != "header":
         raise SystemExit(f"{src}/{task.name}.jsonl: no header")
+    # A point's id is its code's hash under today's templates (they may leave a parameter at
+    # its implicit value out of the code: Task.implicit); the binaries are what was compiled.
+    for r in binaries + rows[1:]:
+        r["candidate_id"] = ids[point_key(r["variant"], r["params"])]
     rows[0] = {**_space_of(task), **rows[0]}
     for name, data in ((f"{task.name}.jsonl", rows), (f"{task.name}.binaries.jsonl", binaries),
                        (f"{task.name}.reference.jsonl",

@@ -49,7 +49,7 @@ def build(measurements: dict) -> list[dict]:
                       "seed_speedup": 1.0, "reference_code": task.reference_code(),
                       "dtype": task.dtype, "bench_shapes": task.bench_shapes})
         for seq, r in enumerate(rows):
-            cand = Candidate(task_id, r["variant"], r["params"])
+            cand = Candidate(task_id, r["variant"], task.complete(r["variant"], r["params"]))
             if cand.candidate_id != r["candidate_id"]:
                 raise GfsimError(f"{task_id} {r['variant']} {r['params']}: the rendered code "
                                  f"hashes to {cand.candidate_id}, the measured one was "

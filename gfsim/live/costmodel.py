@@ -65,8 +65,9 @@ class LiveCostModel(Forecaster):
             from gfsim.live.tasks import get_task
 
             task = get_task(request.task_name)
-            trusted = (meta.get("variant") in task.space
-                       and task.render(meta["variant"], dict(meta.get("params") or {})) == code)
+            variant = meta.get("variant")
+            trusted = (variant in task.space and task.render(
+                variant, task.complete(variant, dict(meta.get("params") or {}))) == code)
         except Exception:  # noqa: BLE001 - unknown task or parameters: not the suite's code
             trusted = False
         if trusted:

@@ -63,7 +63,8 @@ class MutationSource(CandidateSource):
         if "variant" not in meta:
             raise GfsimError(f"mutate: parent {parent.node_id} has no variant/params (was it "
                              "made by another source?)")
-        base = Candidate(task.name, meta["variant"], dict(meta["params"]))
+        base = Candidate(task.name, meta["variant"],
+                         task.complete(meta["variant"], dict(meta["params"])))
         rng = stream(*key, "mutate", slot)
         draw = task.mutate_wide if self.wide else task.mutate
         child = draw(base, rng)

@@ -27,7 +27,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from functools import cached_property
 
-__all__ = ["Candidate", "Task", "load_code", "output_arrays", "render_header", "worst_excess"]
+__all__ = ["Candidate", "Task", "load_code", "output_arrays", "render_header", "staged",
+           "worst_excess"]
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,11 @@ class Task(ABC):
     space: dict[str, dict[str, tuple]]
     defaults: dict[str, dict]
     switch_probability = 0.25  # mutate(): chance of changing the variant instead of a parameter
+    # Per variant, parameters added after candidates of it were measured and logged, with the
+    # value the code had before (Triton's default): at that value the parameter is not written
+    # into the code (``written``), so an old candidate's code, and its id, are unchanged; an old
+    # log's parameters lack it (``complete`` fills it in).
+    implicit: dict[str, dict] = {}
     shape_steps: dict[str, int] = {}  # hidden_shape(): a dim that must be a multiple of this
 
     @abstractmethod
@@ -182,6 +188,17 @@ class Task(ABC):
         full = {**self.defaults.get(variant, {}), **params}
         self.validate(variant, full)
         return Candidate(self.name, variant, full)
+
+    def written(self, variant: str, params: dict) -> dict:
+        """The parameters written into the code: all but those at their implicit value."""
+        gone = self.implicit.get(variant, {})
+        return {k: v for k, v in params.items() if not (k in gone and gone[k] == v)}
+
+    def complete(self, variant: str, params: dict) -> dict:
+        """``params`` of an older log with the parameters added since at their implicit
+        value (``implicit``)."""
+        return {**self.implicit.get(variant, {}), **params} if variant in self.space else \
+            dict(params)
 
     def validate(self, variant: str, params: dict) -> None:
         from gfsim.core.errors import GfsimError
@@ -282,6 +299,16 @@ def worst_excess(got: list, ref: list, atol: float, rtol: float) -> float | None
             e = float(np.max(np.abs(g.astype(np.float64) - r) - atol - rtol * np.abs(r)))
             worst = e if worst is None else max(worst, e)
     return worst
+
+
+def staged(template: str, written: dict) -> str:
+    """A template's ``[[stages:TEXT]]`` fragments: TEXT where the candidate's code holds
+    NUM_STAGES, nothing where it does not (``Task.implicit``)."""
+    import re
+
+    keep = "NUM_STAGES" in written
+    return re.sub(r"\[\[stages:(.*?)\]\]", (lambda m: m.group(1)) if keep else "", template,
+                  flags=re.S)
 
 
 def render_header(task: Task, variant: str, params: dict, constants: dict) -> str:

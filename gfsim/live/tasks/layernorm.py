@@ -18,7 +18,7 @@ baseline design).
 
 from __future__ import annotations
 
-from gfsim.live.tasks.base import Candidate, Task, render_header, seeded
+from gfsim.live.tasks.base import Candidate, Task, render_header, seeded, staged
 
 __all__ = ["LayerNormTask"]
 
@@ -65,7 +65,7 @@ def aot_specs(dims):
            "n_cols": "i32", "x_row_stride": "i32", "y_row_stride": "i32", "eps": "fp32"}
     sig.update({k: "constexpr" for k in _constexprs(dims["N"], 1)})
     specs = [(KERNEL, sig, _constexprs(dims["N"], int(fused)),
-              {"num_warps": _warps(dims["N"]), **_stages()})]
+              {"num_warps": _warps(dims["N"])[[stages:, "num_stages": NUM_STAGES]]})]
     if not fused:
         sig = {"z_ptr": "*fp32", "w_ptr": ptr, "b_ptr": ptr, "y_ptr": ptr, "n_elements": "i32",
                "n_cols": "i32", "BLOCK": "constexpr"}
@@ -105,10 +105,6 @@ def _warps(n_cols):
     return max(NUM_WARPS, min(16, triton.next_power_of_2(n_cols) // 4096))
 
 
-def _stages():
-    return {}  # no loop to pipeline
-
-
 def _normalise(x, w, b, y, n_rows, n_cols, affine):
     layernorm_registers_kernel[(n_rows,)](x, w, b, y, n_cols, x.stride(0), y.stride(0), EPS,
                                           **_constexprs(n_cols, affine), num_warps=_warps(n_cols))
@@ -138,14 +134,9 @@ def _warps(n_cols):
     return NUM_WARPS
 
 
-def _stages():
-    return {"num_stages": NUM_STAGES}  # the loops' software-pipelining depth
-
-
 def _normalise(x, w, b, y, n_rows, n_cols, affine):
     args = (x, w, b, y, n_cols, x.stride(0), y.stride(0), EPS)
-    NORMALISE_KERNEL[(n_rows,)](*args, **_constexprs(n_cols, affine), num_warps=NUM_WARPS,
-                                num_stages=NUM_STAGES)
+    NORMALISE_KERNEL[(n_rows,)](*args, **_constexprs(n_cols, affine), num_warps=NUM_WARPS[[stages:, num_stages=NUM_STAGES]])
 '''
 
 _WELFORD = '''
@@ -229,6 +220,9 @@ class LayerNormTask(Task):
         "two_loop": {"NUM_WARPS": _WARPS, "BLOCK": _BLOCKS, "AFFINE": ("fused", "separate"),
                      "NUM_STAGES": _STAGES},
     }
+    # Triton's default pipelining depth is not written into the code, which is then what it
+    # was before NUM_STAGES existed.
+    implicit = {"welford_looped": {"NUM_STAGES": 3}, "two_loop": {"NUM_STAGES": 3}}
     defaults = {
         "two_pass_registers": {"NUM_WARPS": 8, "AFFINE": "fused"},
         "welford_looped": {"NUM_WARPS": 4, "BLOCK": 1024, "AFFINE": "fused", "NUM_STAGES": 3},
@@ -276,5 +270,6 @@ class LayerNormTask(Task):
 
     def render(self, variant, params):
         self.validate(variant, params)
-        return (render_header(self, variant, params, {"EPS": self.eps}) + _TEMPLATES[variant]
-                + _COMMON)
+        written = self.written(variant, params)
+        return (render_header(self, variant, written, {"EPS": self.eps})
+                + staged(_TEMPLATES[variant] + _COMMON, written))

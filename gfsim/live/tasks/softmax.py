@@ -8,7 +8,7 @@ Variants:
   then a second loop that writes the outputs. ``LANES=1`` keeps a running max/sum per lane and
   reduces once at the end (no reduction per block); ``EVICT="l2"`` asks the first loop to keep the
   row in L2 for the second; NUM_STAGES is the loops' software-pipelining depth (Triton's
-  default is 3).
+  default, 3, is left out of the code, which is then what it was before the parameter existed).
 - ``multi_row``: a [ROWS, next_pow2(n_cols)] tile per program (for short rows); ROWS is capped so
   that a tile holds at most MAX_TILE elements.
 
@@ -19,7 +19,7 @@ more than 128 elements: beyond that the kernel spills and ptxas takes minutes (a
 
 from __future__ import annotations
 
-from gfsim.live.tasks.base import Candidate, Task, render_header, seeded
+from gfsim.live.tasks.base import Candidate, Task, render_header, seeded, staged
 
 __all__ = ["SoftmaxTask"]
 
@@ -132,7 +132,7 @@ def run(x):
     y = torch.empty_like(x)
     softmax_online_kernel[(n_rows,)](x, y, n_cols, x.stride(0), y.stride(0), BLOCK=BLOCK,
                                      LANES=LANES, EVICT_L2=int(EVICT == "l2"),
-                                     num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+                                     num_warps=NUM_WARPS[[stages:, num_stages=NUM_STAGES]])
     return y
 
 
@@ -142,8 +142,7 @@ def aot_specs(dims):
            "y_row_stride": "i32", "BLOCK": "constexpr", "LANES": "constexpr",
            "EVICT_L2": "constexpr"}
     const = {"BLOCK": BLOCK, "LANES": LANES, "EVICT_L2": int(EVICT == "l2")}
-    return [("softmax_online_kernel", sig, const,
-             {"num_warps": NUM_WARPS, "num_stages": NUM_STAGES})]
+    return [("softmax_online_kernel", sig, const, {"num_warps": NUM_WARPS[[stages:, "num_stages": NUM_STAGES]]})]
 '''
 
 _MULTI_ROW = '''
@@ -215,6 +214,7 @@ class SoftmaxTask(Task):
                    "LANES": (0, 1), "EVICT": ("none", "l2"), "NUM_STAGES": (1, 2, 3)},
         "multi_row": {"NUM_WARPS": _WARPS, "ROWS": (2, 4, 8, 16)},
     }
+    implicit = {"online": {"NUM_STAGES": 3}}  # Triton's default: not written into the code
     defaults = {
         "one_pass": {"NUM_WARPS": 8, "HINTS": 0},
         "online": {"NUM_WARPS": 4, "BLOCK": 1024, "LANES": 0, "EVICT": "none",
@@ -258,4 +258,5 @@ class SoftmaxTask(Task):
 
     def render(self, variant, params):
         self.validate(variant, params)
-        return render_header(self, variant, params, {}) + _TEMPLATES[variant]
+        written = self.written(variant, params)
+        return render_header(self, variant, written, {}) + staged(_TEMPLATES[variant], written)
