@@ -254,6 +254,7 @@ def prequential_records(log, spec: CostModelSpec) -> tuple[list[dict], dict]:
                              "mode": "costmodel", "probs": [round(float(v), 9) for v in p],
                              "raw_probability_sum": 1.0, "predicted_bin": int(np.argmax(p)) + 1,
                              "parse_failed": False, "repeat": 0,
+                             "input_tokens": 0, "output_tokens": 0,
                              "latency_s": _latency(metas[i]),
                              "centre_log2": round(float(c), 6), "width_log2": round(width, 6),
                              "trained_on": len(model.y), "learned": learned})
@@ -276,26 +277,7 @@ def _latency(meta) -> float:
 
 def attach_costmodel(log, spec: CostModelSpec):
     """A copy of ``log`` whose forecasts also hold the cost model's (in memory)."""
-    import copy
-
-    import pandas as pd
-
-    from gfsim.replay_logs.log import PROB_COLUMNS
+    from gfsim.forecasts.attach import attach_records
 
     recs, _ = prequential_records(log, spec)
-    rows = pd.DataFrame({
-        "candidate_id": [r["candidate_id"] for r in recs], "forecaster": spec.name,
-        "mode": "costmodel", "predicted_bin": [r["predicted_bin"] for r in recs],
-        "input_tokens": 0, "output_tokens": 0, "latency_s": [r["latency_s"] for r in recs],
-        "raw_probability_sum": 1.0, "parse_failed": False, "repeat": 0, "line": -1})
-    probs = np.array([r["probs"] for r in recs], dtype=float).reshape(-1, 8)
-    for b, col in enumerate(PROB_COLUMNS):
-        rows[col] = probs[:, b]
-    out = copy.copy(log)
-    base = log.forecasts[log.forecasts["forecaster"] != spec.name]
-    out.forecasts = pd.concat([base, rows], ignore_index=True) if len(base) else rows
-    out.header = dict(log.header)
-    if not len(base):
-        out.header.setdefault("forecast_relative_to", "reference")
-        out.header.setdefault("forecast_bin_edges", list(PAPER_EDGES))
-    return out
+    return attach_records(log, recs, spec.name, "costmodel")

@@ -173,32 +173,10 @@ def attach(log, forecaster: WhatIfForecaster, repeats: int = 1):
     """A copy of ``log`` whose forecasts also hold ``forecaster``'s (in memory): candidates
     without a measured speedup stay unforecast; tokens and latency come from the cost model's
     priors (imputed)."""
-    import copy
+    from gfsim.forecasts.attach import attach_records
 
-    import pandas as pd
-
-    from gfsim.replay_logs.log import PROB_COLUMNS
-
-    recs = whatif_records(log, forecaster, repeats)
-    rows = pd.DataFrame({
-        "candidate_id": [r["candidate_id"] for r in recs],
-        "forecaster": forecaster.name, "mode": "whatif",
-        "predicted_bin": [r["predicted_bin"] for r in recs],
-        "input_tokens": None, "output_tokens": None, "latency_s": None,
-        "raw_probability_sum": [r["raw_probability_sum"] for r in recs],
-        "parse_failed": [r["parse_failed"] for r in recs],
-        "repeat": [r["repeat"] for r in recs], "line": -1})
-    probs = np.array([r["probs"] for r in recs], dtype=float).reshape(-1, 8)
-    for b, col in enumerate(PROB_COLUMNS):
-        rows[col] = probs[:, b]
-    out = copy.copy(log)
-    base = log.forecasts[log.forecasts["forecaster"] != forecaster.name]
-    out.forecasts = pd.concat([base, rows], ignore_index=True) if len(base) else rows
-    out.header = dict(log.header)
-    if not len(base):
-        out.header.setdefault("forecast_relative_to", "reference")
-        out.header.setdefault("forecast_bin_edges", list(PAPER_EDGES))
-    return out
+    return attach_records(log, whatif_records(log, forecaster, repeats), forecaster.name,
+                          "whatif")
 
 
 def resolve(log, forecaster: str | None):

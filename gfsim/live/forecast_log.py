@@ -189,6 +189,24 @@ def forecast_log(src, forecaster, out, *, repeat: int = 0, drop_existing: bool =
     }
 
 
+def _already(out: Path, header: dict, name: str, repeat: int | None) -> set:
+    """The candidates an existing output (derived from the same log) already has forecasts of
+    by ``name`` (at ``repeat``, unless None)."""
+    from gfsim.replay_logs import load_log
+
+    prev = load_log(out)
+    if (prev.header.get("derived_from") or {}).get("log_id") != header.get("log_id"):
+        raise GfsimError(f"{out}: exists and was derived from another log; choose another "
+                         "--out")
+    fc = prev.forecasts
+    if not len(fc):
+        return set()
+    mask = fc["forecaster"] == name
+    if repeat is not None:
+        mask &= fc["repeat"] == repeat
+    return set(fc.loc[mask, "candidate_id"])
+
+
 def _derived_header(src: Path, log, header: dict, entry: dict, drop_existing: bool) -> dict:
     """The header of a copy of ``src`` that adds a forecaster's records in the paper's bins."""
     out_header = dict(header)
@@ -211,7 +229,7 @@ def _costmodel(src: Path, log, spec, out: Path, drop_existing: bool) -> dict:
     from dataclasses import asdict
 
     from gfsim.forecasts.costmodel import prequential_records
-    from gfsim.replay_logs import LogWriter, load_log
+    from gfsim.replay_logs import LogWriter
     from gfsim.replay_logs.io import iter_records
 
     header = next(rec for _, rec in iter_records(src) if rec.get("kind") == "header")
@@ -219,12 +237,7 @@ def _costmodel(src: Path, log, spec, out: Path, drop_existing: bool) -> dict:
     recs, summary = prequential_records(log, spec)
     resumed = out.exists()
     if resumed:
-        prev = load_log(out)
-        if (prev.header.get("derived_from") or {}).get("log_id") != header.get("log_id"):
-            raise GfsimError(f"{out}: exists and was derived from another log; choose another "
-                             "--out")
-        fc = prev.forecasts
-        done = set(fc.loc[fc["forecaster"] == spec.name, "candidate_id"]) if len(fc) else set()
+        done = _already(out, header, spec.name, None)
     else:
         entry = {"name": spec.name, "mode": "costmodel", "params": asdict(spec),
                  "note": "a learned cost model (gradient-boosted trees over a candidate's "
@@ -251,19 +264,13 @@ def _whatif(src: Path, log, forecaster, out: Path, repeat: int, drop_existing: b
     """What-if forecasts need no code and no server: they are drawn from each candidate's
     measured speedup (``gfsim.forecasts.whatif``), so every candidate with one gets a forecast."""
     from gfsim.forecasts.whatif import whatif_records
-    from gfsim.replay_logs import LogWriter, load_log
+    from gfsim.replay_logs import LogWriter
     from gfsim.replay_logs.io import iter_records
 
     header = next(rec for _, rec in iter_records(src) if rec.get("kind") == "header")
     resumed = out.exists()
     if resumed:
-        prev = load_log(out)
-        if (prev.header.get("derived_from") or {}).get("log_id") != header.get("log_id"):
-            raise GfsimError(f"{out}: exists and was derived from another log; choose another "
-                             "--out")
-        fc = prev.forecasts
-        done = set(fc.loc[(fc["forecaster"] == forecaster.name) & (fc["repeat"] == repeat),
-                          "candidate_id"]) if len(fc) else set()
+        done = _already(out, header, forecaster.name, repeat)
     else:
         entry = {"name": forecaster.name, "mode": "whatif", "params": forecaster.params(),
                  "note": "a what-if forecaster: synthetic forecasts drawn from the log's own "
