@@ -104,6 +104,11 @@ def counterfactual(
         for w in fam["worlds"]:
             con.print(f"  {w['name']:<26} {w['kind']:<13} {w['axes']}", markup=False,
                       highlight=False)
+        from gfsim.worlds.measured import shipped_tables
+
+        con.print("measured tables (--world h200:TASK[,TASK...]; not in the family): "
+                  + ", ".join(f"h200:{t}" for t in shipped_tables()), markup=False,
+                  highlight=False, soft_wrap=True)
         return
     sep = ";" if ";" in policies else ","
     specs = tuple(p.strip() for p in _split_policies(policies, sep) if p.strip())
