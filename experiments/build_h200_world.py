@@ -211,9 +211,9 @@ def main() -> int:
                 repeats[r["binary_sha256"]] = max(repeats.get(r["binary_sha256"], 0), r["repeat"])
         ok = sorted((r for r in first if r["outcome"] == "success"),
                     key=lambda r: -r["speedup"])
-        pick = [r for r in ok[:a.confirm_best]]
+        pick = ok[:a.confirm_best]
         rng = np.random.default_rng([a.order_seed, len(first)])
-        rest = [r for r in ok[a.confirm_best:]]
+        rest = ok[a.confirm_best:]
         if rest:
             for i in rng.choice(len(rest), size=min(a.confirm_random, len(rest)), replace=False):
                 pick.append(rest[int(i)])

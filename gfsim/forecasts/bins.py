@@ -20,6 +20,7 @@ __all__ = [
     "speedup_to_bin",
     "bin_cdf_above",
     "expected_log2_gain",
+    "gaussian_bins",
 ]
 
 N_BINS = 8
@@ -114,3 +115,15 @@ def expected_log2_gain(
     inside = np.clip(hi - t, 0.0, None) ** 2 / (2 * width)
     gain = np.where(t <= lo, below, np.where(t >= hi, 0.0, inside))
     return np.einsum("ij,ij->i", p, gain)
+
+
+def gaussian_bins(centre, width: float, edges=PAPER_EDGES) -> np.ndarray:
+    """(n, 8) mass of Gaussians in log2 speedup (``centre``, one ``width``) in each of the bins
+    between ``edges``."""
+    from scipy.special import ndtr
+
+    centre = np.asarray(centre, dtype=float)
+    log_edges = np.log2(np.asarray(edges, dtype=float))
+    cdf = ndtr((log_edges[None, :] - centre[:, None]) / width)
+    cdf = np.hstack([np.zeros((len(centre), 1)), cdf, np.ones((len(centre), 1))])
+    return np.clip(np.diff(cdf, axis=1), 0.0, None)

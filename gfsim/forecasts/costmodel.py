@@ -34,13 +34,16 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from gfsim.core.errors import GfsimError, SpecError
-from gfsim.forecasts.bins import PAPER_EDGES
+from gfsim.forecasts.bins import PAPER_EDGES, gaussian_bins
 
-__all__ = ["CostModelSpec", "CostModel", "parse_costmodel", "is_costmodel", "encode",
+__all__ = ["BINARY_FEATURES", "CostModelSpec", "CostModel", "parse_costmodel", "is_costmodel", "encode",
            "candidate_features", "prequential_records", "attach_costmodel", "PREFIX"]
 
 PREFIX = "costmodel"
-_BINARY = ("kernels", "regs_max", "shared_max", "local_max", "sass_instructions")
+# What a candidate's ahead-of-time compile reports (gfsim.live.tasks.aot.binary_features): the
+# kernel count, the most registers per thread, dynamic shared memory and local memory (bytes)
+# of any one kernel, and the SASS instructions of all of them.
+BINARY_FEATURES = ("kernels", "regs_max", "shared_max", "local_max", "sass_instructions")
 
 
 @dataclass(frozen=True)
@@ -110,7 +113,7 @@ def encode(meta: dict | None, parent_log2: float | None) -> dict[str, float]:
             out[f"p:{k}"] = math.log2(v) if v > 0 else float(v)
         else:
             out[f"p:{k}={v}"] = 1.0
-    for k in _BINARY:
+    for k in BINARY_FEATURES:
         v = (meta.get("features") or {}).get(k)
         if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0:
             out[f"b:{k}"] = math.log2(1.0 + v)
@@ -190,14 +193,8 @@ class CostModel:
 
 
 def distribution(centre: np.ndarray, width: float, edges=PAPER_EDGES) -> np.ndarray:
-    """(n, 8) probabilities of a Gaussian in log2 over the bins between ``edges``."""
-    from scipy.special import ndtr
-
-    log_edges = np.log2(np.asarray(edges, dtype=float))
-    cdf = ndtr((log_edges[None, :] - np.asarray(centre)[:, None]) / width)
-    cdf = np.hstack([np.zeros((len(centre), 1)), cdf, np.ones((len(centre), 1))])
-    p = np.clip(np.diff(cdf, axis=1), 0.0, None)
-    p = np.maximum(p, 1e-9)
+    """(n, 8) probabilities of a Gaussian in log2 over the bins between ``edges``, none zero."""
+    p = np.maximum(gaussian_bins(centre, width, edges), 1e-9)
     return p / p.sum(axis=1, keepdims=True)
 
 
@@ -223,33 +220,35 @@ def prequential_records(log, spec: CostModelSpec) -> tuple[list[dict], dict]:
     recs: list[dict] = []
     summary = {"candidates": len(cand), "with_features": with_features, "prior": 0,
                "learned": 0, "searches": 0}
+    col = {k: cand[k].tolist() for k in ("candidate_id", "search_id", "task_id", "parent_id",
+                                          "step", "status")}
     order = np.lexsort((cand["seq"].to_numpy(), cand["step"].to_numpy()))
     by_search: dict[str, list[int]] = {}
     for i in order:
-        by_search.setdefault(cand["search_id"].iloc[i], []).append(int(i))
+        by_search.setdefault(col["search_id"][i], []).append(int(i))
     for sid, rows in by_search.items():
         summary["searches"] += 1
         model = CostModel(spec)
         steps: dict[int, list[int]] = {}
         for i in rows:
-            steps.setdefault(int(cand["step"].iloc[i]), []).append(i)
+            steps.setdefault(int(col["step"][i]), []).append(i)
         for step in sorted(steps):
-            idx = [i for i in steps[step] if cand["status"].iloc[i] != "generation_failed"]
+            idx = [i for i in steps[step] if col["status"][i] != "generation_failed"]
             if not idx:
                 continue
             feats = []
             for i in idx:
-                parent = cand["parent_id"].iloc[i]
+                parent = col["parent_id"][i]
                 if isinstance(parent, str) and parent:
                     p = speed.get(parent)
                 else:
-                    p = seeds.get(cand["task_id"].iloc[i])
+                    p = seeds.get(col["task_id"][i])
                 feats.append(encode(metas[i], math.log2(p) if p else None))
             centre, width, learned = model.predict(feats)
             probs = distribution(centre, width, edges)
             summary["learned" if learned else "prior"] += len(idx)
             for i, c, p in zip(idx, centre, probs):
-                cid = cand["candidate_id"].iloc[i]
+                cid = col["candidate_id"][i]
                 recs.append({"kind": "forecast", "candidate_id": cid, "forecaster": spec.name,
                              "mode": "costmodel", "probs": [round(float(v), 9) for v in p],
                              "raw_probability_sum": 1.0, "predicted_bin": int(np.argmax(p)) + 1,
@@ -260,7 +259,7 @@ def prequential_records(log, spec: CostModelSpec) -> tuple[list[dict], dict]:
                              "trained_on": len(model.y), "learned": learned})
             # The step's measurements arrive after its decision: only now do they train.
             for i, f, c in zip(idx, feats, centre):
-                s = speed.get(cand["candidate_id"].iloc[i])
+                s = speed.get(col["candidate_id"][i])
                 if s is not None:
                     if learned:
                         model.score(c, math.log2(s))

@@ -31,14 +31,13 @@ import numpy as np
 
 from gfsim.core.errors import SpecError
 from gfsim.core.rng import keyed_uniforms
-from gfsim.forecasts.bins import PAPER_EDGES
+from gfsim.forecasts.bins import gaussian_bins
 
 __all__ = ["WhatIfForecaster", "PRESETS", "PAPER_TARGETS", "parse_whatif", "is_whatif",
            "attach", "resolve", "whatif_records"]
 
 ANCHOR = math.log2(1.19)  # ASSUMPTION: where a biased forecaster's estimates are pulled to
 WIDTH = 0.5  # ASSUMPTION: log2 width of the forecaster's stated distribution
-_LOG2_EDGES = np.log2(np.asarray(PAPER_EDGES))
 
 
 @dataclass(frozen=True)
@@ -69,11 +68,7 @@ class WhatIfForecaster:
         z = np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(2.0 * np.pi * u2)
         failed = keyed_uniforms(self.seed, keys, "whatif:parse") < self.parse_fail
         centre = ANCHOR + self.beta * (true_log2 - ANCHOR) + self.sigma * z
-        from scipy.special import ndtr
-
-        cdf = ndtr((_LOG2_EDGES[None, :] - centre[:, None]) / WIDTH)
-        cdf = np.hstack([np.zeros((len(centre), 1)), cdf, np.ones((len(centre), 1))])
-        p = np.clip(np.diff(cdf, axis=1), 0.0, None)
+        p = gaussian_bins(centre, WIDTH)
         logp = np.log(np.maximum(p, 1e-300)) / self.temp
         logp -= logp.max(axis=1, keepdims=True)
         p = np.exp(logp)

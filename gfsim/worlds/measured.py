@@ -48,6 +48,7 @@ from pathlib import Path
 from gfsim.core.errors import GfsimError
 from gfsim.core.rng import stream
 from gfsim.core.spaces import neighbours, point_key
+from gfsim.forecasts.costmodel import BINARY_FEATURES
 from gfsim.worlds.kit import KitNode, KitTask, KitWorld, Priors, node_id_of, whatif_of
 
 __all__ = ["MeasuredWorld", "MeasuredTable", "load_table", "shipped_tables", "find_table",
@@ -288,8 +289,7 @@ class MeasuredWorld(KitWorld):
         """The candidate's ``source_meta``: its variant, parameters and what its ahead-of-time
         compile reported (``gfsim.live.tasks.aot.FEATURES``, compile seconds included)."""
         p = self.tables[node.task_id].points[node.state[0]]
-        feats = {k: p[k] for k in ("kernels", "regs_max", "shared_max", "local_max",
-                                   "sass_instructions", "seconds") if k in p}
+        feats = {k: p[k] for k in (*BINARY_FEATURES, "seconds") if k in p}
         return {"variant": p["variant"], "params": dict(p["params"]), "features": feats}
 
     def provenance(self) -> dict:

@@ -20,13 +20,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-__all__ = ["compile_for", "binary_features", "FEATURES"]
+from gfsim.forecasts.costmodel import (
+    BINARY_FEATURES as FEATURES,  # what binary_features reads
+)
 
-# What ``binary_features`` reads from a candidate's compiled kernels, over all its kernels and
-# benchmark shapes: the most registers per thread, dynamic shared memory (bytes) and local
-# memory (bytes per thread: spills and stack) of any one kernel, and the SASS instructions of
-# all of them.
-FEATURES = ("kernels", "regs_max", "shared_max", "local_max", "sass_instructions")
+__all__ = ["compile_for", "binary_features", "FEATURES"]
 
 
 def _target(arch: int):
