@@ -312,11 +312,16 @@ def staged(template: str, written: dict) -> str:
 
 
 def render_header(task: Task, variant: str, params: dict, constants: dict) -> str:
-    """The common top of a candidate's source: imports and its constants, one per line."""
+    """The common top of a candidate's source: imports and its constants, one per line, the
+    parameters in the variant's own order (``space``), so that a point has one source however
+    its parameters were gathered (a dict's order is its insertion order)."""
     lines = [f"# gfsim candidate: task={task.name} variant={variant}",
              "import torch", "import triton", "import triton.language as tl", "",
              f"DTYPE = {task.dtype!r}  # element type that aot_specs() describes"]
-    for key, value in {**constants, **params}.items():
+    order = list(task.space.get(variant, {}))
+    ordered = {k: params[k] for k in order if k in params}
+    ordered.update((k, v) for k, v in params.items() if k not in ordered)
+    for key, value in {**constants, **ordered}.items():
         lines.append(f"{key} = {value!r}")
     return "\n".join(lines) + "\n"
 
