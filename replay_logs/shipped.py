@@ -43,6 +43,21 @@ SHIPPED_LOGS: dict[str, tuple[str, str]] = {
         "forecasts are SYNTHETIC what-if ones (paper:gemini3-flash), drawn after measurement; "
         "made by experiments/live_h200.sh",
     ),
+    "h200-costmodel-all": (
+        "h200-costmodel-all.jsonl.gz",
+        "MEASURED on an NVIDIA H200 by `gfsim live`: PUCT searches (6 steps x 2 parents x 4, "
+        "policy all) over softmax, layernorm and fp8_quant, seeds 0 and 1, candidates from the "
+        "wide mutation operator, every candidate forecast by the learned cost model before its "
+        "decision (forecasts real, not what-if); the measure-all half of "
+        "experiments/live_threshold_h200.sh",
+    ),
+    "h200-costmodel-threshold": (
+        "h200-costmodel-threshold.jsonl.gz",
+        "MEASURED on an NVIDIA H200 by `gfsim live`: the same searches as h200-costmodel-all "
+        "(tasks, seeds, shape) under policy threshold:0.7 reading the learned cost model's "
+        "forecasts, so skipped candidates were never measured; the selective half of "
+        "experiments/live_threshold_h200.sh",
+    ),
 }
 DEFAULT_LOG = "synthetic-puct-v1"
 

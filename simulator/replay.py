@@ -167,10 +167,18 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
                 pipeline: Pipeline = DEFAULT_PIPELINE, engine: str = "auto",
                 driver: str = "trace", search: SearchConfig | None = None,
                 noise: MeasureNoise | None = None,
-                children: str = "fallback") -> list[ReplayResult]:
+                children: str = "fallback", learning=None) -> list[ReplayResult]:
     """``replay`` for several seeds, ``policies[k]`` (fitted here) with ``seeds[k]``; each
     result is what ``replay`` gives for that seed alone. The puct fast path runs every search
-    of every seed in lockstep, so that a step's decisions take one policy call."""
+    of every seed in lockstep, so that a step's decisions take one policy call.
+
+    ``learning``: a ``CostModelSpec`` whose forecasts the policy reads, learned (trace driver)
+    from what each replay measured, not from the whole log (``gfsim.simulator.learning``)."""
+    if learning is not None and policies and policies[0].needs_forecast:
+        return _replay_learning(log, policies, model, seeds, learning, budget=budget,
+                                capacities=capacities, orphans_dropped=orphans_dropped,
+                                pipeline=pipeline, engine=engine, driver=driver, search=search,
+                                noise=noise, children=children)
     if driver not in DRIVERS:
         raise GfsimError(f"unknown driver {driver!r}; valid: {', '.join(DRIVERS)}")
     if engine not in ENGINES:
@@ -239,6 +247,31 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
                          notes=list(notes),
                          measure_noise=noise.as_dict() if noise is not None else None)
             for policy, seed, (searches, dropped) in zip(policies, seeds, per_seed)]
+
+
+def _replay_learning(log, policies, model, seeds, spec, *, driver, **kwargs):
+    """``replay_many`` under a learning forecaster: one fixed point per seed."""
+    from gfsim.simulator.learning import replay_learning
+
+    if driver != "trace":
+        raise GfsimError(f"--forecaster {spec.name} learns from what the replayed search "
+                         "measured, which only the trace driver can replay exactly (the puct "
+                         "driver draws children the log's prequential order does not place); "
+                         "replay with --driver trace, or read the forecasts the live run "
+                         "recorded (--forecaster costmodel is then the log's own)")
+    memo: dict = {}
+    out = []
+    for policy, seed in zip(policies, seeds):
+        def once(attached, policy=policy, seed=seed):
+            return replay_many(attached, [policy], model, [seed], forecaster=spec.name,
+                               driver=driver, **kwargs)[0]
+
+        result, rounds = replay_learning(log, policy, model, seed, spec, once, memo)
+        result.notes.append(
+            f"forecaster {spec.name} learned only from what this replay measured ({rounds} "
+            "rounds to a fixed point); the orphans-dropped figures read the same forecasts")
+        out.append(result)
+    return out
 
 
 def draw_shares(results: list[ReplayResult]) -> dict:

@@ -137,3 +137,151 @@ def test_a_log_without_features_is_refused_in_one_line(tmp_path):
     res = runner.invoke(app, ["replay", "--log", str(out), "--policy", "threshold:0.7",
                               "--forecaster", "costmodel"])
     assert res.exit_code != 0 and "source_meta" in res.output
+
+
+# -- the cost model in a replay learns only what the replayed policy measured -------------------
+
+def _learned_replay(log, policy="threshold:0.7"):
+    from gfsim.cost_models import load_cost_model
+    from gfsim.forecasts.whatif import resolve
+    from gfsim.policies import make_policy
+    from gfsim.simulator.replay import replay
+
+    attached, name = resolve(log, "costmodel")
+    return replay(attached, make_policy(policy), load_cost_model("reserved-h200"), seed=0,
+                  forecaster=name, learning=CostModelSpec())
+
+
+def _with_speedups_scaled(log, ids, factor):
+    import copy
+
+    out = copy.copy(log)
+    ev = log.evaluations.copy()
+    hit = ev["candidate_id"].isin(ids)
+    ev.loc[hit, "speedup"] = ev.loc[hit, "speedup"] * factor
+    out.evaluations = ev
+    out.path = f"{log.path}#scaled"
+    return out
+
+
+@pytest.fixture(scope="module")
+def shipped_all():
+    from gfsim.replay_logs import open_log
+
+    return open_log("h200-costmodel-all")
+
+
+def test_a_replay_s_cost_model_never_learns_what_the_replayed_policy_skipped(shipped_all):
+    """Rewrite the speedup of every candidate the threshold replay skipped: the replay's
+    decisions stay the same, because its model never learned from them. The cost model
+    trained on the whole log (no ``learning``) does see them, so the same rewrite moves its
+    forecasts: the test can tell the two apart."""
+    first = _learned_replay(shipped_all)
+    table = first.candidate_table()
+    skipped = set(table.loc[table["state"] == "skipped", "candidate_id"])
+    assert 10 <= len(skipped) < len(table)
+    again = _learned_replay(_with_speedups_scaled(shipped_all, skipped, 7.0))
+    assert again.trace_hash() == first.trace_hash()
+    assert any("learned only from what this replay measured" in n for n in first.notes)
+
+    whole, _ = prequential_records(shipped_all, CostModelSpec())
+    moved, _ = prequential_records(_with_speedups_scaled(shipped_all, skipped, 7.0),
+                                   CostModelSpec())
+    assert any(a["probs"] != b["probs"] for a, b in zip(whole, moved))
+
+
+def test_the_learned_replay_is_a_fixed_point_and_the_memo_changes_nothing(shipped_all):
+    """The forecasts the final replay read are those of a model trained on exactly the set it
+    measured; recomputing them without the memo gives the same records."""
+    from gfsim.forecasts.costmodel import prequential_records as records
+
+    result = _learned_replay(shipped_all)
+    table = result.candidate_table()
+    measured = set(table.loc[table["state"] == "measured", "candidate_id"])
+    memo: dict = {}
+    a, _ = records(shipped_all, CostModelSpec(), train_on=measured, memo=memo)
+    b, _ = records(shipped_all, CostModelSpec(), train_on=measured, memo=memo)  # from the memo
+    c, _ = records(shipped_all, CostModelSpec(), train_on=measured)
+    assert a == b == c and memo
+    trained = {r["candidate_id"]: r["trained_on"] for r in c}
+    ev = shipped_all.evaluations
+    successes = set(ev.loc[ev["outcome"] == "success", "candidate_id"])
+    # Nothing beyond the measured successes was learned from.
+    assert max(trained.values()) <= len(measured & successes) < len(successes)
+
+
+def test_the_puct_driver_refuses_a_learning_forecaster(shipped_all):
+    from gfsim.cost_models import load_cost_model
+    from gfsim.policies import make_policy
+    from gfsim.simulator.replay import replay
+
+    with pytest.raises(GfsimError, match="only the trace driver"):
+        replay(shipped_all, make_policy("threshold:0.7"), load_cost_model("reserved-h200"),
+               seed=0, forecaster="costmodel", learning=CostModelSpec(), driver="puct")
+
+
+def test_a_live_log_s_recorded_compile_features_reach_the_replay_s_model(shipped_all):
+    """The live cost model keeps the compile features and the seconds it took on its forecast
+    records; the replay's model reads them, so it sees what the live one saw."""
+    from gfsim.forecasts.costmodel import recorded_features, recorded_latency
+
+    feats, secs = recorded_features(shipped_all), recorded_latency(shipped_all)
+    # 51 of the 260 lack features: on that run, code whose parameters came in another order
+    # than the variant's failed the trust check (fixed since: render_header's order).
+    assert 200 <= len(feats) < len(shipped_all.candidates) == len(secs)
+    assert all(f["regs_max"] > 0 and f["sass_instructions"] > 0 for f in feats.values())
+    recs, summary = prequential_records(shipped_all, CostModelSpec())
+    assert summary["with_features"] == len(shipped_all.candidates)
+    assert all(r["latency_s"] == secs[r["candidate_id"]] for r in recs)
+    # Without them the model forecasts from parameters alone, and differently.
+    import copy
+
+    bare = copy.copy(shipped_all)
+    bare.forecasts = shipped_all.forecasts.drop(columns=["extra"])
+    plain, _ = prequential_records(bare, CostModelSpec())
+    assert any(a["probs"] != b["probs"] for a, b in zip(recs, plain))
+
+
+def test_gfsim_replay_learns_from_the_replayed_search_on_the_trace_driver_only():
+    res = runner.invoke(app, ["replay", "--log", "h200-costmodel-all", "--policy",
+                              "threshold:0.7", "--forecaster", "costmodel", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert any("learned only from what this replay measured" in n for n in out["notes"])
+    assert out["gpu_evals"] < out["baseline"]["gpu_evals"]
+
+
+def test_the_live_cost_model_compiles_the_suite_s_code_whatever_its_parameter_order():
+    """A switch child's parameters arrive in the variant's order and a completed parent's with
+    the added parameter first: the trust check (the code is exactly the suite's render) must
+    accept both, so the model reads their compile features."""
+    from gfsim.live.costmodel import LiveCostModel
+    from gfsim.live.forecaster import ForecastRequest
+    from gfsim.live.tasks import get_task
+
+    task = get_task("softmax")
+    params = {"NUM_WARPS": 8, "BLOCK": 2048, "LANES": 0, "EVICT": "none", "NUM_STAGES": 2}
+    code = task.render("online", params)
+    model = LiveCostModel()
+    for meta_params in (params, dict(reversed(list(params.items())))):
+        req = ForecastRequest("c", code, "", search_id="s", task_name="softmax",
+                              meta={"variant": "online", "params": meta_params})
+        model._features.clear()
+        feats = model._binary(req)
+        assert feats.get("regs_max", 0) > 0 and feats.get("sass_instructions", 0) > 0
+    other = ForecastRequest("d", code + "\n# edited\n", "", search_id="s", task_name="softmax",
+                            meta={"variant": "online", "params": params})
+    assert model._binary(other) == {}  # not the suite's own code: never compiled here
+
+
+def test_a_live_log_replays_closed_loop_in_its_own_search_shape():
+    """Without --search, the puct driver re-runs a live log's search in the shape its runs
+    recorded (6 steps here), not the paper's 40; --steps still overrides it."""
+    res = runner.invoke(app, ["replay", "--log", "h200-costmodel-all", "--driver", "puct",
+                              "--policy", "all", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["search"]["steps"] == 6
+    res = runner.invoke(app, ["replay", "--log", "h200-costmodel-all", "--driver", "puct",
+                              "--policy", "all", "--steps", "3", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["search"]["steps"] == 3

@@ -123,9 +123,20 @@ def puct_children(driver: str, children: str) -> dict:
     return {"children": children}
 
 
-def search_config(driver: str, preset: str | None, **knobs):
+def learning_spec(forecaster: str | None, driver: str):
+    """The cost model's spec where --forecaster names one and the replay can let it learn
+    only from what the replayed search measured (the trace driver); else None: the puct
+    driver reads its forecasts trained prequentially on the whole log."""
+    from gfsim.forecasts.costmodel import is_costmodel, parse_costmodel
+
+    return parse_costmodel(forecaster) if is_costmodel(forecaster) and driver == "trace" \
+        else None
+
+
+def search_config(driver: str, preset: str | None, log=None, **knobs):
     """The puct search shape from --search and the knobs; an error if given to the trace
-    driver, where they mean nothing."""
+    driver, where they mean nothing. Without --search, the shape ``log``'s runs recorded (a
+    live or synthesised search: all its runs one shape) is the base, else paper-standard."""
     from gfsim.core.errors import GfsimError
     from gfsim.simulator.puct_engine import SEARCH_PRESETS, replace_config
 
@@ -139,4 +150,16 @@ def search_config(driver: str, preset: str | None, **knobs):
     if preset is not None and preset not in SEARCH_PRESETS:
         raise GfsimError(f"--search: unknown preset {preset!r}; valid: "
                          f"{', '.join(SEARCH_PRESETS)}")
-    return replace_config(SEARCH_PRESETS[preset or "paper-standard"], **given)
+    base = SEARCH_PRESETS[preset or "paper-standard"]
+    recorded = {repr(sorted(((r.get("configuration") or {}).get("search") or {}).items()))
+                for r in (log.runs if log is not None else [])}
+    if preset is None and log is not None and log.runs and len(recorded) == 1:
+        shape = (log.runs[0].get("configuration") or {}).get("search")
+        if isinstance(shape, dict) and shape:
+            from gfsim.simulator.puct_engine import SearchConfig
+
+            try:
+                base = SearchConfig(**shape)
+            except (TypeError, ValueError, GfsimError):
+                pass  # not a shape this version knows: the preset stands
+    return replace_config(base, **given)

@@ -12,6 +12,7 @@ from gfsim.cli.common import (
     console,
     esc,
     handles_errors,
+    learning_spec,
     print_json,
     puct_children,
     search_config,
@@ -142,13 +143,15 @@ def replay(
     caps = parse_capacity(capacity, model.capacities)
     the_pipeline = parse_pipeline(pipeline)
     noise = parse_noise(measure_noise)
-    config = search_config(driver, search, steps=steps, parents_per_step=parents_per_step,
-                            samples_per_parent=samples_per_parent, overgen=overgen,
-                            k_per_parent=k_per_parent)
     from gfsim.forecasts.whatif import resolve
 
     puct_only = puct_children(driver, children)
+    learning = learning_spec(forecaster, driver)
     the_log, forecaster = resolve(open_log(log), forecaster)
+    config = search_config(driver, search, the_log, steps=steps,
+                           parents_per_step=parents_per_step,
+                           samples_per_parent=samples_per_parent, overgen=overgen,
+                           k_per_parent=k_per_parent)
     if calibrate != "none":
         from gfsim.forecasts.calibration import recalibrate_log
         from gfsim.forecasts.scoring import true_bins
@@ -157,7 +160,7 @@ def replay(
     result, base = replay_with_baseline(
         the_log, the_policy, model, baseline=baseline, budget=the_budget, seed=seed,
         capacities=caps, forecaster=forecaster, pipeline=the_pipeline, engine=engine,
-        driver=driver, search=config, noise=noise, **puct_only,
+        driver=driver, search=config, noise=noise, learning=learning, **puct_only,
     )
     from gfsim.simulator.replay import ANYTIME_POINTS
 
@@ -168,7 +171,8 @@ def replay(
         pairs = _seed_pairs(the_log, policy, baseline, model, seed, seeds, jobs,
                             dict(budget=the_budget, capacities=caps, forecaster=forecaster,
                                  pipeline=the_pipeline, engine=engine, driver=driver,
-                                 search=config, noise=noise, **puct_only))
+                                 search=config, noise=noise, learning=learning,
+                                 **puct_only))
         out["intervals"] = _intervals(pairs, seed)
     if plot is not None:
         out["plot"] = str(_plot(pairs, out, plot, the_log.is_synthetic))

@@ -11,6 +11,7 @@ from gfsim.cli.common import (
     console,
     esc,
     handles_errors,
+    learning_spec,
     print_json,
     puct_children,
     search_config,
@@ -59,14 +60,15 @@ def savings(
     make_policy(baseline)
     from gfsim.forecasts.whatif import resolve
 
+    learning = learning_spec(forecaster, driver)
     the_log, forecaster = resolve(open_log(log), forecaster)
     model = load_cost_model(cost)
-    config = search_config(driver, search, overgen=overgen)
+    config = search_config(driver, search, the_log, overgen=overgen)
     puct_only = puct_children(driver, children)
     the_budget = parse_budget(budget)
     pairs = replay_seeds(the_log, policy, model, range(seed, seed + seeds), baseline=baseline,
                          jobs=jobs, budget=the_budget, driver=driver, search=config,
-                         forecaster=forecaster, **puct_only)
+                         forecaster=forecaster, learning=learning, **puct_only)
     out = compute(pairs, seed=seed)
     out["inputs"] = {"log": the_log.name, "synthetic_log": the_log.is_synthetic,
                      "policy": pairs[0][0].policy, "baseline": pairs[0][1].policy,

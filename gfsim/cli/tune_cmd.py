@@ -12,6 +12,7 @@ from gfsim.cli.common import (
     console,
     esc,
     handles_errors,
+    learning_spec,
     print_json,
     puct_children,
     search_config,
@@ -120,16 +121,17 @@ def tune(
     limit = parse_constraint(constraint)
     from gfsim.forecasts.whatif import resolve
 
+    learning = learning_spec(forecaster, driver)
     the_log, forecaster = resolve(open_log(log), forecaster)
     model = load_cost_model(cost)
-    config = search_config(driver, search)
+    config = search_config(driver, search, the_log)
     if children == "auto":
         widens = any(p.name in ("overgen", "samples_per_parent") for p in params)
         children = "model" if driver == "puct" and widens else "fallback"
     puct_only = puct_children(driver, children)
     setup = TrialSetup(the_log, model, policy, driver, parse_budget(budget),
                        list(range(seed, seed + seeds)), config, target, forecaster,
-                       **puct_only)
+                       learning=learning, **puct_only)
     the_sampler = make_sampler(sampler, seed, limit is not None)
     url = storage_url(storage, study, workers)
     the_study = open_study(make_storage(url, heartbeat or None, retries), study,

@@ -36,8 +36,9 @@ import numpy as np
 from gfsim.core.errors import GfsimError, SpecError
 from gfsim.forecasts.bins import PAPER_EDGES, gaussian_bins
 
-__all__ = ["BINARY_FEATURES", "CostModelSpec", "CostModel", "parse_costmodel", "is_costmodel", "encode",
-           "candidate_features", "prequential_records", "attach_costmodel", "PREFIX"]
+__all__ = ["BINARY_FEATURES", "CostModelSpec", "CostModel", "parse_costmodel", "is_costmodel",
+           "encode", "candidate_features", "recorded_features", "recorded_latency",
+           "prequential_records", "attach_costmodel", "PREFIX"]
 
 PREFIX = "costmodel"
 # What a candidate's ahead-of-time compile reports (gfsim.live.tasks.aot.binary_features): the
@@ -129,6 +130,33 @@ def candidate_features(extra) -> dict | None:
     return None
 
 
+def recorded_features(log) -> dict[str, dict]:
+    """candidate id -> the compile features a live cost model recorded on its forecast of that
+    candidate (``gfsim live --forecaster costmodel`` computes them on the trusted side and keeps
+    them on the forecast record, not on the candidate's ``source_meta``)."""
+    fc = log.forecasts
+    if "extra" not in fc or not len(fc):
+        return {}
+    out: dict[str, dict] = {}
+    for cid, mode, e in zip(fc["candidate_id"].tolist(), fc["mode"].tolist(), fc["extra"]):
+        if mode == "costmodel" and isinstance(e, dict) and isinstance(e.get("features"), dict) \
+                and e["features"]:
+            out.setdefault(cid, e["features"])
+    return out
+
+
+def recorded_latency(log) -> dict[str, float]:
+    """candidate id -> the seconds a live cost model's forecast of it held its slot (the
+    compile for its features, with whatever it waited for)."""
+    fc = log.forecasts
+    out: dict[str, float] = {}
+    for cid, mode, s in zip(fc["candidate_id"].tolist(), fc["mode"].tolist(),
+                            fc["latency_s"].tolist()):
+        if mode == "costmodel" and isinstance(s, (int, float)) and s == s and s >= 0:
+            out.setdefault(cid, float(s))
+    return out
+
+
 class CostModel:
     """The online model: ``observe`` measured successes, ``forecast`` a batch, ``score`` the
     batch's outcomes afterwards (for the width)."""
@@ -198,9 +226,16 @@ def distribution(centre: np.ndarray, width: float, edges=PAPER_EDGES) -> np.ndar
     return p / p.sum(axis=1, keepdims=True)
 
 
-def prequential_records(log, spec: CostModelSpec) -> tuple[list[dict], dict]:
+def prequential_records(log, spec: CostModelSpec, *, train_on: set[str] | None = None,
+                        memo: dict | None = None) -> tuple[list[dict], dict]:
     """Cost-model forecast records for every candidate of ``log`` (module docstring), and a
-    summary: candidates with features, the steps forecast by the prior and by the trees."""
+    summary: candidates with features, the steps forecast by the prior and by the trees.
+
+    ``train_on``: the candidates whose measurements the model may learn from (default: every
+    one the log measured). A replay under a policy that skips candidates passes the ones it
+    measured, so that its forecaster learns what that search would have learned
+    (``gfsim.simulator.learning``). ``memo``: a dict kept between calls on the same log and
+    spec; a step whose training history is unchanged reuses its fitted forecasts."""
     edges = tuple(log.header.get("forecast_bin_edges") or PAPER_EDGES)
     if tuple(edges) != tuple(PAPER_EDGES):
         raise GfsimError(f"{log.path}: its forecasts use other bin edges than the paper's; "
@@ -208,6 +243,11 @@ def prequential_records(log, spec: CostModelSpec) -> tuple[list[dict], dict]:
     cand = log.candidates
     extra = cand["extra"] if "extra" in cand else [None] * len(cand)
     metas = [candidate_features(e) for e in extra]
+    recorded = recorded_features(log)
+    latency = recorded_latency(log)
+    for i, cid in enumerate(cand["candidate_id"].tolist()):
+        if cid in recorded and metas[i] is not None and not metas[i].get("features"):
+            metas[i] = {**metas[i], "features": recorded[cid]}
     with_features = sum(m is not None for m in metas)
     if not with_features:
         raise GfsimError(f"{log.path}: no candidate carries source_meta (variant, params, "
@@ -222,6 +262,7 @@ def prequential_records(log, spec: CostModelSpec) -> tuple[list[dict], dict]:
                "learned": 0, "searches": 0}
     col = {k: cand[k].tolist() for k in ("candidate_id", "search_id", "task_id", "parent_id",
                                           "step", "status")}
+    parent_of = dict(zip(col["candidate_id"], col["parent_id"]))
     order = np.lexsort((cand["seq"].to_numpy(), cand["step"].to_numpy()))
     by_search: dict[str, list[int]] = {}
     for i in order:
@@ -229,6 +270,7 @@ def prequential_records(log, spec: CostModelSpec) -> tuple[list[dict], dict]:
     for sid, rows in by_search.items():
         summary["searches"] += 1
         model = CostModel(spec)
+        history: list[str] = []  # the candidates learned from so far, in order
         steps: dict[int, list[int]] = {}
         for i in rows:
             steps.setdefault(int(col["step"][i]), []).append(i)
@@ -238,13 +280,19 @@ def prequential_records(log, spec: CostModelSpec) -> tuple[list[dict], dict]:
                 continue
             feats = []
             for i in idx:
-                parent = col["parent_id"][i]
-                if isinstance(parent, str) and parent:
-                    p = speed.get(parent)
-                else:
+                p = _parent_speedup(col["parent_id"][i], parent_of, speed, train_on)
+                if p is None:
                     p = seeds.get(col["task_id"][i])
                 feats.append(encode(metas[i], math.log2(p) if p else None))
-            centre, width, learned = model.predict(feats)
+            # What the model knows is fixed by the measurements it learned, in order: the same
+            # history gives the same forecasts, so a memo can skip the fit.
+            key = (sid, step, tuple(history))
+            if memo is not None and key in memo:
+                centre, width, learned = memo[key]
+            else:
+                centre, width, learned = model.predict(feats)
+                if memo is not None:
+                    memo[key] = (centre, width, learned)
             probs = distribution(centre, width, edges)
             summary["learned" if learned else "prior"] += len(idx)
             for i, c, p in zip(idx, centre, probs):
@@ -254,22 +302,36 @@ def prequential_records(log, spec: CostModelSpec) -> tuple[list[dict], dict]:
                              "raw_probability_sum": 1.0, "predicted_bin": int(np.argmax(p)) + 1,
                              "parse_failed": False, "repeat": 0,
                              "input_tokens": 0, "output_tokens": 0,
-                             "latency_s": _latency(metas[i]),
+                             "latency_s": latency.get(cid, _latency(metas[i])),
                              "centre_log2": round(float(c), 6), "width_log2": round(width, 6),
                              "trained_on": len(model.y), "learned": learned})
             # The step's measurements arrive after its decision: only now do they train.
             for i, f, c in zip(idx, feats, centre):
-                s = speed.get(col["candidate_id"][i])
-                if s is not None:
+                cid = col["candidate_id"][i]
+                s = speed.get(cid)
+                if s is not None and (train_on is None or cid in train_on):
                     if learned:
                         model.score(c, math.log2(s))
                     model.observe(f, math.log2(s))
+                    history.append(cid)
     return recs, summary
 
 
+def _parent_speedup(parent, parent_of: dict, speed: dict, train_on) -> float | None:
+    """The parent's measured speedup, as the search knew it: with ``train_on`` (a replay that
+    skipped some candidates), the nearest ancestor that replay measured, since a parent it
+    never measured has no speedup it could know; None: the seed kernel's."""
+    seen = 0
+    while isinstance(parent, str) and parent and seen < 10_000:
+        if train_on is None or parent in train_on:
+            return speed.get(parent)
+        parent, seen = parent_of.get(parent), seen + 1
+    return None
+
+
 def _latency(meta) -> float:
-    """Seconds a forecast costs: the ahead-of-time compile its features came from, where the
-    log says (the trees themselves take milliseconds)."""
+    """Seconds a forecast costs where no live cost model recorded it: the ahead-of-time compile
+    its features came from, where the log says (the trees themselves take milliseconds)."""
     v = ((meta or {}).get("features") or {}).get("seconds")
     return round(float(v), 3) if isinstance(v, (int, float)) and v >= 0 else 0.0
 

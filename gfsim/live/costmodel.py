@@ -94,6 +94,7 @@ class LiveCostModel(Forecaster):
         with self._lock:
             model = self._models.setdefault(request.search_id, CostModel(self.spec))
             centre, width, learned = model.predict([x])
+            trained = len(model.y)
             self._pending[request.candidate_id] = (request.search_id, x,
                                                    float(centre[0]) if learned else None)
         p = distribution(centre, width)[0]
@@ -101,8 +102,14 @@ class LiveCostModel(Forecaster):
                      raw_probability_sum=1.0, predicted_bin=int(p.argmax()) + 1,
                      latency_s=time.perf_counter() - t0, attempts=1)
         f.reasoning = (f"log2 speedup {centre[0]:+.3f} +- {width:.3f} "
-                       + (f"(trees on {len(model.y)} measured successes)" if learned else
+                       + (f"(trees on {trained} measured successes)" if learned else
                           "(the prior: the parent's speedup)"))
+        # What it read and predicted, so that a replay's cost model can read the same compile
+        # features (gfsim.forecasts.costmodel.prequential_records) and the log says how each
+        # forecast was made.
+        f.extra = {"features": dict(self._features.get(request.candidate_code) or {}),
+                   "centre_log2": round(float(centre[0]), 6), "width_log2": round(width, 6),
+                   "trained_on": trained, "learned": bool(learned)}
         return f
 
     def observe(self, request: ForecastRequest, evaluation: dict) -> None:

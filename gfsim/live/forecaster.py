@@ -101,6 +101,9 @@ class Forecast:
     prompt_truncated: bool = False
     reasoning: str | None = None
     repeat: int = 0
+    # Further fields a forecaster records beside the schema's (e.g. what a cost model read and
+    # predicted); they never replace a schema field.
+    extra: dict | None = None
 
     def record(self) -> dict:
         """The schema-v1 ``forecast`` record (extra fields are kept by readers)."""
@@ -117,6 +120,8 @@ class Forecast:
                 rec[k] = getattr(self, k)
         if self.prompt_truncated:
             rec["prompt_truncated"] = True
+        for k, v in (self.extra or {}).items():
+            rec.setdefault(k, v)
         return {k: v for k, v in rec.items() if v is not None}
 
 
