@@ -5,7 +5,9 @@ and compare wall-clock and GPU-busy time, search by search (docs/concepts/design
 The replay is the ``puct`` driver re-running the logged search: the logged policy, search shape,
 seed and budget (from the run record), children drawn from each node's own logged expansions,
 capacities as the live run had them (generator and forecaster slots, compilation on the GPU
-host, one GPU), reserved billing (no cold starts: the live worker stays warm). The live side is
+host, one GPU), reserved billing (no cold starts: the live worker stays warm); a run whose
+live forecaster forecast every candidate has the forecast stage replayed even where its policy
+does not read forecasts. The live side is
 what the run recorded on its step records: each step's wall-clock and the seconds its GPU was
 held. Both sides cover the same steps: the steps every search completed, minus any step that a
 resumed session finished (its live wall-clock is partial).
@@ -18,7 +20,7 @@ import math
 
 from gfsim.core.errors import GfsimError
 
-__all__ = ["fidelity", "WALL_TOLERANCE", "GPU_BUSY_TOLERANCE"]
+__all__ = ["fidelity", "live_cost_model", "WALL_TOLERANCE", "GPU_BUSY_TOLERANCE"]
 
 WALL_TOLERANCE = 0.05
 GPU_BUSY_TOLERANCE = 0.02
@@ -65,6 +67,21 @@ def fidelity(log) -> dict:
             "notes": notes}
 
 
+def live_cost_model(configuration: dict):
+    """The cost model a live run is replayed under: reserved H200 billing (no cold starts: the
+    live worker stays warm), compilation on the GPU host, and the run's own capacities
+    (``configuration``: a live run record's)."""
+    from gfsim.cost_models.model import Capacities
+    from gfsim.cost_models.presets import load_cost_model
+
+    caps = configuration["capacities"]
+    return dataclasses.replace(
+        load_cost_model("reserved-h200"), compile_on="gpu_host",
+        capacities=Capacities(generator=caps["generator"], forecaster=caps["forecaster"],
+                              compile_workers=caps.get("compile_workers", 1),
+                              gpus=caps.get("gpus", 1)))
+
+
 def _one_search(log, search_id: str):
     """A copy of ``log`` holding one search (tables filtered; the header and runs shared)."""
     import copy
@@ -82,8 +99,6 @@ def _one_search(log, search_id: str):
 
 def _compare(log, run: dict) -> tuple[dict, list[str]]:
     """Replay one live search with its own configuration; compare with what it recorded."""
-    from gfsim.cost_models.model import Capacities
-    from gfsim.cost_models.presets import load_cost_model
     from gfsim.policies import make_policy
     from gfsim.simulator.budget import Budget
     from gfsim.simulator.puct_engine import SearchConfig
@@ -97,16 +112,17 @@ def _compare(log, run: dict) -> tuple[dict, list[str]]:
         n_steps += 1
     if n_steps == 0:
         raise GfsimError(f"{log.path}: search {sid} completed no step; nothing to compare")
-    caps = cfg["capacities"]
-    model = load_cost_model("reserved-h200")
-    model = dataclasses.replace(
-        model, compile_on="gpu_host",
-        capacities=Capacities(generator=caps["generator"], forecaster=caps["forecaster"],
-                              compile_workers=caps.get("compile_workers", 1),
-                              gpus=caps.get("gpus", 1)))
+    model = live_cost_model(cfg)
     budget = dict(cfg.get("budget") or {})
     budget["steps"] = min(budget.get("steps", math.inf), n_steps)
-    result = replay(_one_search(log, sid), make_policy(cfg["policy"]), model,
+    one = _one_search(log, sid)
+    policy = make_policy(cfg["policy"])
+    if not policy.needs_forecast and (one.forecasts["mode"] != "whatif").any():
+        # The live driver asked its (non-what-if) forecaster about every candidate before the
+        # decision, whether or not the policy reads the answer: so must the replay (the
+        # forecast stage and its slots; the decisions are the policy's as before).
+        policy.needs_forecast = True
+    result = replay(one, policy, model,
                     budget=Budget(**budget), seed=int(cfg["seed"]), driver="puct",
                     search=SearchConfig(**cfg["search"]), engine="des")
     (r,) = result.searches
