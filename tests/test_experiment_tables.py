@@ -53,3 +53,19 @@ def test_the_h200_world_tables_are_rendered_from_the_saved_run():
     assert module.render(runs) == block
     assert {r["worlds"][0]["world"] for r in runs} >= {"h200:softmax", "h200:layernorm",
                                                        "h200:fp8_quant"}
+
+
+def test_the_live_threshold_tables_are_what_their_script_prints():
+    """docs/experiments/live-threshold.md: the replays of the shipped measure-all H200 log
+    against the shipped threshold run, recomputed here (seconds)."""
+    spec = importlib.util.spec_from_file_location("live_threshold",
+                                                  ROOT / "experiments" / "live_threshold.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = module.run()
+    doc = (DOCS / "live-threshold.md").read_text()
+    block = re.search(r"<!-- results:start -->\n(.*?)\n<!-- results:end -->", doc, re.S).group(1)
+    # The first line carries this machine's run time; every table row must match.
+    assert _rows(module.render(out)) == _rows(block)
+    assert out["searches"] == 6 and set(out["predictions"]) == {
+        "trace, learned", "trace, recorded", "puct, recorded"}
