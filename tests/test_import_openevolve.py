@@ -65,6 +65,9 @@ def test_every_program_becomes_a_candidate_and_the_log_only_ones_are_not_attempt
     said = logged_iterations(RUN)
     log_only = set(said) - set(progs)
     assert migrants and log_only, "the fixture should hold migrant copies and dropped programs"
+    # the figures docs/how-to/replay-openevolve.md gives
+    assert summary["outcomes"] == {"success": 5, "compile_failed": 3, "not_attempted": 6}
+    assert summary["candidates"] == 14 and len(migrants) == 2
     cands = log.candidates.set_index("candidate_id")
     assert set(cands.index) == (set(progs) - migrants) | log_only
     assert summary["migrant_copies"] == len(migrants) and summary["log_only"] == len(log_only)
