@@ -231,3 +231,24 @@ def test_an_unsupported_version_and_a_missing_metric_are_refused(tmp_path):
     with pytest.raises(GfsimError, match="no checkpoints"):
         import_openevolve(tmp_path, out, runtime_metric="runtime_ns")
     assert not out.exists()
+
+
+def test_a_live_forecaster_reads_the_imported_log(imported, tmp_path, vllm_server):
+    """``gfsim forecast`` with the real vLLM CPU server compares each program with the seed
+    program (the task's reference code), and the forecasts replay under threshold:0.7."""
+    _, log, out = imported
+    progs = programs_on_disk(RUN)
+    seed = next(p for p in progs.values() if p["parent_id"] is None)
+    assert log.tasks["softmax"]["reference_code"] == seed["code"]
+    spec = (f"vllm:{vllm_server.url},model={vllm_server.model},mode=logprobs,"
+            "max_prompt_tokens=400")
+    fc = tmp_path / "fc.jsonl"
+    res = runner.invoke(app, ["forecast", "--log", str(out), "--forecaster", spec, "--out",
+                              str(fc)])
+    assert res.exit_code == 0, res.output
+    with_code = int(log.candidates["has_code"].sum())
+    assert len(load_log(fc).forecasts) == with_code == 8
+    res = runner.invoke(app, ["replay", "--log", str(fc), "--policy", "threshold:0.7",
+                              "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["forecasts"] == with_code

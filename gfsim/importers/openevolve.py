@@ -38,7 +38,9 @@ log's order for the log-only ones):
   evaluation seconds; tokens from ``metadata.token_usage``. Stage times are not split by
   OpenEvolve and are imputed by replays.
 - kept on each candidate under ``openevolve``: island, generation, iteration, timestamp,
-  metrics, the model that wrote it, and the program file it came from.
+  metrics, the model that wrote it, and the program file it came from. The seed program's code
+  is the task's ``reference_code`` when it is the reference (what ``gfsim forecast`` shows a
+  live forecaster).
 
 A problem (a program file that is cut or lacks a field, a parent no checkpoint holds and no log
 names, a checkpoint with no programs, an unsupported version) is one line naming the file and
@@ -262,7 +264,7 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
             raise _Bad(f, "parent_id", f"{parent[:80]!r} is held by no checkpoint and named by "
                                        "no log line (a missing parent)")
     # the reference: given, or the seed program's (the first root) value of the metric
-    ref = reference_runtime
+    ref, seed = reference_runtime, None
     if ref is None:
         seed = next(((f, p) for _, f, p, parent in rows if parent is None and p is not None),
                     None)
@@ -332,7 +334,10 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
             "islands": len(islands), "island_programs": [len(i) for i in islands],
             "last_iteration": got["metadata"].get("last_iteration"),
             "evaluation": "one program at a time (no parent batches)"}},
-        driver="openevolve")
+        driver="openevolve",
+        # what a live forecaster (gfsim forecast) compares each program with: the seed program,
+        # when it is the reference
+        task_fields={task: {"reference_code": seed[1]["code"]}} if seed is not None else None)
     summary.update(
         source=str(run), checkpoints=len(got["checkpoints"]),
         migrant_copies=len(original), log_only=len(log_only),

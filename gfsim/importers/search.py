@@ -167,13 +167,15 @@ def import_search(path, out, *, reference_runtime_ns: float | None = None,
 def import_records(rows: list[tuple], out, *, source, reference_runtime_ns: float | None = None,
                    device: str = "unknown", provenance: str | dict = "measured",
                    log_id: str | None = None, header_fields: dict | None = None,
-                   run_configuration: dict | None = None, driver: str = "imported") -> dict:
+                   run_configuration: dict | None = None, driver: str = "imported",
+                   task_fields: dict | None = None) -> dict:
     """Write a trajectory log for records of the bring-your-own-search format; returns a
     summary. ``rows`` are ``(where, record)``: ``where`` is a line of ``source`` (an int) or,
     for an adapter, the location to name in a problem (a string: a file, a file and field).
     ``provenance`` is a kind (``measured``, ``synthetic``, ``mixed``) or a whole provenance
     object with ``kind``; ``header_fields`` adds fields to the log's header (``generator``, say) and
-    ``run_configuration`` becomes every run record's ``configuration``. All or nothing: a
+    ``run_configuration`` becomes every run record's ``configuration``; ``task_fields`` adds
+    fields to a task's header entry (``{task: {"reference_code": ...}}``). All or nothing: a
     problem raises one line, and ``out`` is written only when every record validates."""
     from gfsim.forecasts.bins import PAPER_EDGES
     from gfsim.importers.common import write_validated
@@ -298,7 +300,7 @@ def import_records(rows: list[tuple], out, *, source, reference_runtime_ns: floa
         "forecast_bin_edges": list(PAPER_EDGES), "forecast_relative_to": "reference",
         "hardware": {"device_name": device},
         "tasks": [{"task_id": t, **({"reference_runtime_ns": refs[t]} if t in refs else {}),
-                   "seed_speedup": 1.0} for t in tasks],
+                   "seed_speedup": 1.0, **(task_fields or {}).get(t, {})} for t in tasks],
         "duration_basis": "service",
         "generator": {"model": "unknown (a bring-your-own-search file)"},
         **(header_fields or {}),
