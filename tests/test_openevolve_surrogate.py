@@ -116,3 +116,75 @@ def test_a_live_vllm_forecaster_gates_with_threshold(tmp_path, vllm_server):
                       np.ones(1), tuple(log.header["forecast_bin_edges"]))
         d = policy.decide(batch, SearchState("s", "softmax", 0, 1.0, 0, 1))
         assert (dec.loc[cid, "action"] == "measure") == bool(d.measure[0])
+
+
+def _runtime_of(path):
+    """A cheap user evaluator: the runtime a program states (its file's first line)."""
+    text = Path(path).read_text()
+    if "raise" in text:
+        raise RuntimeError("the evaluator broke")
+    return {"combined_score": 1.0, "runtime_ns": float(text.split()[0])}
+
+
+def test_what_cannot_work_live_is_refused(tmp_path):
+    from gfsim.core.errors import GfsimError
+    from gfsim.integrations.openevolve import Surrogate
+
+    log = tmp_path / "s.jsonl"
+    for kw, match in ((dict(policy="oracle"), "oracle"),
+                      (dict(policy="threshold:0.7"), "give a forecaster"),
+                      (dict(policy="all", forecaster="paper:gemini3-flash"), "what-if")):
+        with pytest.raises(GfsimError, match=match):
+            Surrogate(_runtime_of, runtime_metric="runtime_ns", log=log, **kw)
+    assert not log.exists()
+
+
+def _stage1_many(args):
+    log, paths = args
+    from gfsim.integrations.openevolve import Surrogate
+
+    s = Surrogate(_runtime_of, runtime_metric="runtime_ns", policy="random:0.5", log=log)
+    return [s.stage1(p) for p in paths]
+
+
+def test_processes_evaluating_at_once_write_one_valid_log(tmp_path):
+    """OpenEvolve evaluates in several processes: the lock keeps one header, unique ids and
+    steps, and every record whole; a failing evaluator is logged, then raised as before."""
+    import multiprocessing as mp
+
+    from gfsim.integrations.openevolve import Surrogate
+
+    log = tmp_path / "s.jsonl"
+    seed = tmp_path / "seed.py"
+    seed.write_text("200\n")
+    first = Surrogate(_runtime_of, runtime_metric="runtime_ns", log=log).stage1(seed)
+    assert first == {"combined_score": 1.0, "runtime_ns": 200.0}
+    jobs = []
+    for w in range(4):
+        paths = []
+        for k in range(5):
+            p = tmp_path / f"p{w}-{k}.py"
+            p.write_text(f"{100 + 10 * w + k}\n")
+            paths.append(str(p))
+        jobs.append((str(log), paths))
+    with mp.get_context("fork").Pool(4) as pool:
+        results = [r for rs in pool.map(_stage1_many, jobs) for r in rs]
+    bad = tmp_path / "bad.py"
+    bad.write_text("raise\n")
+    s = Surrogate(_runtime_of, runtime_metric="runtime_ns", policy="all", log=log)
+    with pytest.raises(RuntimeError, match="broke"):
+        s.stage1(bad)
+    got = load_log(log)
+    assert len(got.candidates) == 22 and sorted(got.candidates["step"]) == list(range(22))
+    assert got.candidates["candidate_id"].is_unique
+    metrics = [getattr(r, "metrics", r) for r in results]  # skips: OpenEvolve's result type
+    skipped = [m for m in metrics if m.get("gfsim_skipped")]
+    assert skipped and all(m["combined_score"] == 0.0 for m in skipped)
+    assert all("gfsim" in r.artifacts for r in results if hasattr(r, "artifacts"))
+    ev = got.evaluations.set_index("candidate_id")
+    assert len(ev) == 1 + (20 - len(skipped)) + 1
+    assert ev.iloc[0]["speedup"] == 1.0
+    for cid, row in ev.iloc[1:-1].iterrows():
+        assert row["outcome"] == "success" and 1.4 < row["speedup"] < 2.0  # 200 / 1xx
+    assert ev.iloc[-1]["outcome"] == "runtime_error"
+    assert "the evaluator broke" in ev.iloc[-1]["extra"]["reason"]
