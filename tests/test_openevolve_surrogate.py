@@ -6,6 +6,8 @@ OpenEvolve's database as not evaluated (never a success) and come back from
 
 import asyncio
 import json
+import re
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -42,10 +44,11 @@ def run_openevolve(tmp_path: Path, policy: str, forecaster, iterations: int) -> 
     (tmp_path / "initial.py").write_text(get_task("softmax").candidates()[0].code)
     (tmp_path / "evaluator.py").write_text(EVALUATOR.format(policy=policy, forecaster=forecaster,
                                                             log=str(log)))
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     with MutationServer(seed=0) as server:
         cfg = Config.from_dict({
             "max_iterations": iterations, "checkpoint_interval": 2, "random_seed": 0,
-            "language": "python", "diff_based_evolution": False, "log_level": "WARNING",
+            "language": "python", "diff_based_evolution": False, "log_level": "INFO",
             "llm": {"api_key": "none", "retries": 0, "timeout": 60,
                     "models": [{"name": "gfsim-mutation-operator", "api_base": server.url}]},
             "database": {"num_islands": 1, "population_size": 20},
@@ -53,7 +56,11 @@ def run_openevolve(tmp_path: Path, policy: str, forecaster, iterations: int) -> 
                           "cascade_thresholds": [0.5], "parallel_evaluations": 1}})
         oe = OpenEvolve(str(tmp_path / "initial.py"), str(tmp_path / "evaluator.py"), cfg,
                         output_dir=str(tmp_path / "run"))
-        asyncio.run(oe.run(iterations=iterations))
+        try:
+            asyncio.run(oe.run(iterations=iterations))
+        finally:  # OpenEvolve installs its own; they would outlive the run in this process
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
     return log
 
 
@@ -64,7 +71,9 @@ def test_skipped_programs_are_not_evaluated_and_everything_is_logged(tmp_path):
     assert log.runs[0]["configuration"]["policy"] == "random:p=0.5"
     dec = log.decisions.set_index("candidate_id")["action"]
     n = len(log.candidates)
-    assert n == 7 and len(dec) == n  # the initial program and one per iteration
+    made = sum(len(re.findall(r"Iteration \d+: Program ", f.read_text()))
+               for f in (tmp_path / "run" / "logs").glob("*.log"))
+    assert n == 1 + made and made >= 5 and len(dec) == n  # the initial one, one per program
     assert dec.iloc[0] == "measure"  # the first program: the reference
     skipped = set(dec[dec == "skip"].index)
     measured = set(dec[dec == "measure"].index)
@@ -83,16 +92,21 @@ def test_skipped_programs_are_not_evaluated_and_everything_is_logged(tmp_path):
                            p["metrics"] for p in flagged.values())
     summary = import_openevolve(tmp_path / "run", tmp_path / "imported.jsonl",
                                 runtime_metric="runtime_ns")
-    assert summary["outcomes"].get("not_measured", 0) == len(skipped)
+    assert summary["outcomes"].get("not_measured", 0) == len(flagged)
+    # (the database may drop a program before any checkpoint holds it: then only its log
+    # line is left, and it imports as not_attempted)
+    assert len(flagged) <= len(skipped) <= len(flagged) + summary["log_only"]
     # the wrapper's evaluations are the user's evaluator's: the same codes, the same outcomes
-    by_code = {r["code_sha256"]: r["candidate_id"] for _, r in iter_records(log_path)
-               if r["kind"] == "candidate"}
+    by_code: dict = {}  # the same code can come twice (OpenEvolve may rewrite to it again)
+    for _, r in iter_records(log_path):
+        if r["kind"] == "candidate":
+            by_code.setdefault(r["code_sha256"], []).append(r["candidate_id"])
     imported = load_log(tmp_path / "imported.jsonl")
     icands = imported.candidates.set_index("candidate_id")
     iev = imported.evaluations.set_index("candidate_id")
     for pid, row in iev.iterrows():
-        ours = by_code[icands.loc[pid, "code_sha256"]]
-        assert ev.loc[ours, "outcome"] == row["outcome"]
+        ours = [c for c in by_code[icands.loc[pid, "code_sha256"]] if c in ev.index]
+        assert row["outcome"] in {ev.loc[c, "outcome"] for c in ours}
 
 
 def test_a_live_vllm_forecaster_gates_with_threshold(tmp_path, vllm_server):
@@ -167,8 +181,12 @@ def test_processes_evaluating_at_once_write_one_valid_log(tmp_path):
             p.write_text(f"{100 + 10 * w + k}\n")
             paths.append(str(p))
         jobs.append((str(log), paths))
-    with mp.get_context("fork").Pool(4) as pool:
-        results = [r for rs in pool.map(_stage1_many, jobs) for r in rs]
+    pool = mp.get_context("fork").Pool(4)
+    try:
+        results = [r for rs in pool.map(_stage1_many, jobs, chunksize=1) for r in rs]
+    finally:  # workers leave when the work is done: no signal needed, none relied on
+        pool.close()
+        pool.join()
     bad = tmp_path / "bad.py"
     bad.write_text("raise\n")
     s = Surrogate(_runtime_of, runtime_metric="runtime_ns", policy="all", log=log)

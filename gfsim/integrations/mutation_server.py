@@ -5,7 +5,7 @@ It stands in for an LLM where a search needs programs that compile and run (a te
 fixture), and its answers are labelled as such: the ``model`` it reports is
 ``gfsim-mutation-operator`` unless told otherwise, and nothing about it is a language model.
 
-How it reads a request: the program to mutate is the first fenced python block after a
+How it reads a request: the program to mutate is the fenced block right under a
 ``# Current Program`` heading in the last user message (OpenEvolve's prompt), or else the first
 block anywhere that starts with the task suite's ``# gfsim candidate: task=T variant=V`` header.
 The header names the task and variant; the parameters are the module's top-level constants of
@@ -35,7 +35,7 @@ __all__ = ["MutationServer", "MODEL", "parent_candidate", "answer"]
 
 MODEL = "gfsim-mutation-operator"
 _HEADER = re.compile(r"^# gfsim candidate: task=(\S+) variant=(\S+)", re.M)
-_CURRENT = re.compile(r"#\s*Current Program.*?```[^\n]*\n(.*?)```", re.S)
+_CURRENT = re.compile(r"^#\s*Current Program[ \t]*\n```[^\n]*\n(.*?)```", re.S | re.M)
 _BLOCK = re.compile(r"```[^\n]*\n(.*?)```", re.S)
 
 
