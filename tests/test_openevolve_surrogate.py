@@ -6,6 +6,7 @@ OpenEvolve's database as not evaluated (never a success) and come back from
 
 import asyncio
 import json
+import logging
 import re
 import signal
 from pathlib import Path
@@ -45,6 +46,8 @@ def run_openevolve(tmp_path: Path, policy: str, forecaster, iterations: int) -> 
     (tmp_path / "evaluator.py").write_text(EVALUATOR.format(policy=policy, forecaster=forecaster,
                                                             log=str(log)))
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    root = logging.getLogger()
+    root_state = (list(root.handlers), root.level)
     with MutationServer(seed=0) as server:
         cfg = Config.from_dict({
             "max_iterations": iterations, "checkpoint_interval": 2, "random_seed": 0,
@@ -61,6 +64,11 @@ def run_openevolve(tmp_path: Path, policy: str, forecaster, iterations: int) -> 
         finally:  # OpenEvolve installs its own; they would outlive the run in this process
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
+            for h in root.handlers[:]:  # and its log handlers (files in tmp_path)
+                if h not in root_state[0]:
+                    root.removeHandler(h)
+                    h.close()
+            root.setLevel(root_state[1])
     return log
 
 
