@@ -13,6 +13,8 @@ checks the contracts in ``pyproject.toml``'s ``[tool.importlinter]``), from the 
 - ``gfsim.worlds`` (synthetic landscapes and ground truth), ``gfsim.tuning`` (Optuna) and
   ``gfsim.analysis`` (intervals, savings, plots);
 - ``gfsim.live``: real forecasts from vLLM and real Triton measurements;
+- ``gfsim.integrations``: gfsim inside other tools' searches (a selective surrogate in front of
+  an OpenEvolve evaluator, a mutation-operator stand-in for an LLM server);
 - ``gfsim.cli``: the ``gfsim`` command.
 
 ``replay_logs``, ``cost_models``, ``policies`` and ``simulator`` live in top-level folders of

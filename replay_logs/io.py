@@ -170,8 +170,9 @@ def _lone_surrogate(value, where: str = "") -> str | None:
     for k, v in items:
         if isinstance(k, str) and _lone_surrogate(k) is not None:
             return f"{where}.{k!r}" if where else repr(k)
+        name = k if not isinstance(k, str) or k.isprintable() else repr(k)  # one line
         found = _lone_surrogate(v, f"{where}[{k}]" if isinstance(k, int)
-                                else f"{where}.{k}" if where else k)
+                                else f"{where}.{name}" if where else name)
         if found is not None:
             return found
     return None

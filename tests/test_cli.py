@@ -150,7 +150,8 @@ def test_installed_console_script_reports_errors_without_traceback(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-FORBIDDEN = ("torch", "triton", "vllm", "psycopg", "pandas", "simpy", "optuna", "scipy")
+FORBIDDEN = ("torch", "triton", "vllm", "psycopg", "pandas", "simpy", "optuna", "scipy",
+             "openevolve")
 
 
 def test_help_imports_no_heavy_or_live_dependency(tmp_path):

@@ -118,3 +118,19 @@ def test_any_value_in_any_field_is_a_log_or_one_line(tmp_path_factory, json_valu
         assert not out.exists()
     else:
         load_log(out)
+
+
+def test_not_attempted_has_no_record_but_its_candidate_and_evaluation_s_is_wall_s(tmp_path):
+    recs = lines()[:3]
+    recs[2].update(outcome="not_attempted")
+    recs[2].pop("speedup", None)
+    recs[2].pop("runtime_ns", None)
+    recs[1]["evaluation_s"] = 2.5
+    src = write(tmp_path / "n.jsonl", recs)
+    s = import_search(src, tmp_path / "log.jsonl")
+    assert s["outcomes"].get("not_attempted") == 1
+    log = load_log(tmp_path / "log.jsonl")
+    cid = recs[2]["id"]
+    assert log.candidates.set_index("candidate_id").loc[cid, "status"] == "not_attempted"
+    assert cid not in set(log.decisions["candidate_id"]) | set(log.evaluations["candidate_id"])
+    assert log.evaluations.set_index("candidate_id").loc[recs[1]["id"], "wall_s"] == 2.5

@@ -70,6 +70,43 @@ def search(
                         provenance=provenance), as_json)
 
 
+@app.command("openevolve")
+@handles_errors
+def openevolve(
+    run_dir: Path = typer.Argument(..., help="An OpenEvolve output folder (checkpoints/, "
+                                             "logs/), written by OpenEvolve 0.4.x."),
+    out: Path = typer.Option(..., "--out", "-o", help="The trajectory log to write."),
+    runtime_metric: Optional[str] = typer.Option(
+        None, "--runtime-metric", help="The metric that is a program's runtime (lower is "
+                                       "better), or its score with --higher-is-better."),
+    higher_is_better: bool = typer.Option(False, "--higher-is-better",
+                                          help="The metric is a score: speedup = score / the "
+                                               "reference's score.", metavar=""),
+    reference_runtime: Optional[float] = typer.Option(
+        None, "--reference-runtime", help="The metric's value speedups are against, in its "
+                                          "unit (default: the seed program's)."),
+    openevolve_version: Optional[str] = typer.Option(
+        None, "--openevolve-version", help="The OpenEvolve version that made the run (the run "
+                                           "does not record it); refused outside 0.4.x."),
+    task: str = typer.Option("task", "--task", help="The task id the search is for."),
+    device: str = typer.Option("unknown", "--device", help="The GPU it was measured on."),
+    provenance: str = typer.Option("measured", "--provenance",
+                                   help="measured, synthetic or mixed: where the numbers came "
+                                        "from, said in the log's header."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
+) -> None:
+    """An OpenEvolve run as a trajectory log: every checkpoint's programs, parents, the
+    log's iteration order and seconds, failures with their error text (docs/how-to/
+    replay-openevolve.md)."""
+    from gfsim.importers.openevolve import import_openevolve
+
+    _done(import_openevolve(run_dir, out, runtime_metric=runtime_metric,
+                            higher_is_better=higher_is_better,
+                            reference_runtime=reference_runtime,
+                            openevolve_version=openevolve_version, task=task, device=device,
+                            provenance=provenance), as_json)
+
+
 def _capacities(text: str | None) -> dict | None:
     from gfsim.core.errors import SpecError
     from gfsim.core.specs import parse_kv

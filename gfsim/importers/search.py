@@ -15,13 +15,17 @@ field                     meaning
 ``task``, ``search``      the task and the search it belongs to (default ``task``, ``search``)
 ``code``, ``code_sha256`` the candidate's source, or its hash
 ``outcome``               ``success``, ``compile_failed``, ``runtime_error``, ``incorrect``,
-                          ``timeout``, ``infrastructure_failure``, or ``not_measured`` (made but
+                          ``timeout``, ``infrastructure_failure``, ``not_measured`` (made but
                           never measured, as a surrogate's filter does: it is logged as
-                          deferred, with no evaluation)
+                          deferred, with no evaluation), or ``not_attempted`` (made, but what
+                          became of it is not known: no evaluation and no decision)
 ``speedup``               reference runtime / this runtime (> 0), or
 ``runtime_ns``            the runtime, with the reference from ``--reference-runtime-ns`` or, by
                           default, the runtime of the task's first root that has one
 ``error``                 a failure's message (kept as the evaluation's ``reason``)
+``evaluation_s``          seconds the whole measurement took, where the tool does not split it
+                          into stages (kept as the evaluation's ``wall_s``; replays impute the
+                          stages)
 ``generation_s``,         seconds: the LLM call that made it, and the three measurement stages
 ``compile_s``,
 ``check_s``, ``timing_s``
@@ -36,6 +40,10 @@ Unknown fields are kept on the candidate record. Each candidate is its own step 
 evaluates one program at a time has no parent batches), so the log replays open loop through
 the trace driver. A problem is one line naming the file, line and field, and nothing is written
 unless the whole import validates.
+
+Other importers are adapters over this one (``gfsim.importers.openevolve``): they build the same
+records in memory and hand them to ``import_records``, each with where it came from (a file, or
+a file and line), so that a problem is named against the adapter's own source.
 """
 
 from __future__ import annotations
@@ -46,20 +54,27 @@ from pathlib import Path
 
 from gfsim.core.errors import GfsimError
 
-__all__ = ["import_search", "FIELDS", "MEASURED"]
+__all__ = ["import_search", "import_records", "FIELDS", "MEASURED", "OUTCOMES"]
 
 MEASURED = ("success", "compile_failed", "runtime_error", "incorrect", "timeout",
             "infrastructure_failure")
+UNMEASURED = ("not_measured", "not_attempted")
+OUTCOMES = (*MEASURED, *UNMEASURED)
 FIELDS = ("id", "parent", "order", "task", "search", "code", "code_sha256", "outcome",
           "speedup", "runtime_ns", "error", "generation_s", "compile_s", "check_s", "timing_s",
-          "input_tokens", "output_tokens", "forecast")
-_SECONDS = ("generation_s", "compile_s", "check_s", "timing_s")
+          "evaluation_s", "input_tokens", "output_tokens", "forecast")
+_SECONDS = ("generation_s", "compile_s", "check_s", "timing_s", "evaluation_s")
 _TOKENS = ("input_tokens", "output_tokens")
 
 
+def _where(path: Path, line) -> str:
+    """``FILE:LINE`` for a line of a file, or the location an adapter gave (a string)."""
+    return line if isinstance(line, str) else f"{path}:{line}"
+
+
 class _Bad(GfsimError):
-    def __init__(self, path: Path, line: int, field: str | None, message: str):
-        where = f"{path}:{line}" + (f": field '{field}'" if field else "")
+    def __init__(self, path: Path, line, field: str | None, message: str):
+        where = _where(path, line) + (f": field '{field}'" if field else "")
         super().__init__(f"{where}: {message}")
 
 
@@ -104,9 +119,8 @@ def _check(path: Path, line: int, rec: dict) -> None:
     if rec.get("order") is not None and not _number(rec["order"]):
         bad("order", "expected a finite number")
     outcome = rec.get("outcome")
-    if outcome not in (*MEASURED, "not_measured"):
-        bad("outcome", f"expected one of {', '.join((*MEASURED, 'not_measured'))}; got "
-                       f"{str(outcome)[:40]!r}")
+    if outcome not in OUTCOMES:
+        bad("outcome", f"expected one of {', '.join(OUTCOMES)}; got {str(outcome)[:40]!r}")
     for f in ("speedup", "runtime_ns"):
         if rec.get(f) is not None and not (_number(rec[f]) and rec[f] > 0):
             bad(f, "expected a finite number > 0")
@@ -142,32 +156,58 @@ def import_search(path, out, *, reference_runtime_ns: float | None = None,
                   device: str = "unknown", provenance: str = "measured",
                   log_id: str | None = None) -> dict:
     """Write a trajectory log for a bring-your-own-search file; returns a summary."""
+    path = Path(path)
+    rows = _read(path)
+    if not rows:
+        raise GfsimError(f"{path}: no candidates (one JSON object per line)")
+    return import_records(rows, out, source=path, reference_runtime_ns=reference_runtime_ns,
+                          device=device, provenance=provenance, log_id=log_id)
+
+
+def import_records(rows: list[tuple], out, *, source, reference_runtime_ns: float | None = None,
+                   device: str = "unknown", provenance: str | dict = "measured",
+                   log_id: str | None = None, header_fields: dict | None = None,
+                   run_configuration: dict | None = None, driver: str = "imported",
+                   task_fields: dict | None = None) -> dict:
+    """Write a trajectory log for records of the bring-your-own-search format; returns a
+    summary. ``rows`` are ``(where, record)``: ``where`` is a line of ``source`` (an int) or,
+    for an adapter, the location to name in a problem (a string: a file, a file and field).
+    ``provenance`` is a kind (``measured``, ``synthetic``, ``mixed``) or a whole provenance
+    object with ``kind``; ``header_fields`` adds fields to the log's header (``generator``, say) and
+    ``run_configuration`` becomes every run record's ``configuration``; ``task_fields`` adds
+    fields to a task's header entry (``{task: {"reference_code": ...}}``). All or nothing: a
+    problem raises one line, and ``out`` is written only when every record validates."""
     from gfsim.forecasts.bins import PAPER_EDGES
     from gfsim.importers.common import write_validated
     from gfsim.replay_logs import SCHEMA_VERSION
 
-    path, out = Path(path), Path(out)
-    if provenance not in ("measured", "synthetic", "mixed"):
+    path, out = Path(source), Path(out)
+    kind = provenance.get("kind") if isinstance(provenance, dict) else provenance
+    if kind not in ("measured", "synthetic", "mixed"):
         raise GfsimError(f"--provenance: expected measured, synthetic or mixed; got "
-                         f"{provenance!r}")
+                         f"{kind!r}")
     if reference_runtime_ns is not None and not (_number(reference_runtime_ns)
                                                  and reference_runtime_ns > 0):
         raise GfsimError("--reference-runtime-ns: expected a number > 0")
-    rows = _read(path)
+    rows = list(rows)
     if not rows:
-        raise GfsimError(f"{path}: no candidates (one JSON object per line)")
-    seen: dict[str, int] = {}
+        raise GfsimError(f"{path}: no candidates")
+    seen: dict[str, object] = {}
     for line, rec in rows:
         _check(path, line, rec)
         if rec["id"] in seen:
-            raise _Bad(path, line, "id", f"{rec['id'][:80]!r} appears twice (first at line "
-                                         f"{seen[rec['id']]})")
+            first = seen[rec["id"]]
+            raise _Bad(path, line, "id", f"{rec['id'][:80]!r} appears twice (first at "
+                                         f"{'line ' if isinstance(first, int) else ''}"
+                                         f"{first})")
         seen[rec["id"]] = line
     with_order = [r for r in rows if r[1].get("order") is not None]
     if with_order and len(with_order) != len(rows):
         line = next(ln for ln, r in rows if r.get("order") is None)
         raise _Bad(path, line, "order", "give an order on every line or on none")
-    rows.sort(key=lambda r: (r[1]["order"], r[0]) if with_order else r[0])
+    position = {id(r): k for k, r in enumerate(rows)}  # ties keep the given order
+    rows.sort(key=lambda r: (r[1]["order"], position[id(r)]) if with_order
+              else position[id(r)])
     placed: dict[str, dict] = {}
     for line, rec in rows:
         p = rec.get("parent")
@@ -210,7 +250,8 @@ def import_search(path, out, *, reference_runtime_ns: float | None = None,
                 "code_sha256": rec.get("code_sha256") or (
                     hashlib.sha256(rec["code"].encode()).hexdigest() if rec.get("code")
                     else None),
-                "code": rec.get("code"), "source_line": line,
+                "code": rec.get("code"),
+                "source_line": line if isinstance(line, int) else None,
                 **{k: v for k, v in rec.items() if k not in FIELDS}}
         records.append(cand)
         fc = rec.get("forecast")
@@ -229,9 +270,11 @@ def import_search(path, out, *, reference_runtime_ns: float | None = None,
             records.append({"kind": "decision", "candidate_id": rec["id"], "policy": "logged",
                             "action": "defer", "reason": "not_measured in the source file"})
             continue
+        if outcome == "not_attempted":  # what became of it is not known: no record says
+            continue
         ev = {"kind": "evaluation", "candidate_id": rec["id"], "outcome": outcome,
               **{f: rec.get(f) for f in ("compile_s", "check_s", "timing_s")},
-              "reason": rec.get("error")}
+              "wall_s": rec.get("evaluation_s"), "reason": rec.get("error")}
         if outcome == "success":
             speedup = rec.get("speedup")
             if speedup is None:
@@ -243,26 +286,30 @@ def import_search(path, out, *, reference_runtime_ns: float | None = None,
             ev.update(speedup=speedup, runtime_ns=rec.get("runtime_ns"),
                       ref_runtime_ns=ref if rec.get("runtime_ns") is not None else None)
         records.append(ev)
+    if not isinstance(provenance, dict):
+        provenance = {"kind": provenance,
+                      "note": f"imported by gfsim import search from {path.name}",
+                      "source": str(path),
+                      "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
     header = {
         "kind": "header", "schema_version": SCHEMA_VERSION,
         "log_id": log_id or path.name.split(".")[0],
         "created_at": "1970-01-01T00:00:00Z",
-        "provenance": {"kind": provenance,
-                       "note": f"imported by gfsim import search from {path.name}",
-                       "source": str(path),
-                       "sha256": hashlib.sha256(path.read_bytes()).hexdigest()},
+        "provenance": provenance,
         "log_shape": "trajectory", "label_bin_convention": "paper",
         "forecast_bin_edges": list(PAPER_EDGES), "forecast_relative_to": "reference",
         "hardware": {"device_name": device},
         "tasks": [{"task_id": t, **({"reference_runtime_ns": refs[t]} if t in refs else {}),
-                   "seed_speedup": 1.0} for t in tasks],
+                   "seed_speedup": 1.0, **(task_fields or {}).get(t, {})} for t in tasks],
         "duration_basis": "service",
         "generator": {"model": "unknown (a bring-your-own-search file)"},
+        **(header_fields or {}),
     }
     if reference_runtime_ns is not None:
         for t in header["tasks"]:
             t["reference_runtime_ns"] = float(reference_runtime_ns)
-    runs = [{"kind": "run", "search_id": s, "driver": "imported"} for s in searches]
+    runs = [{"kind": "run", "search_id": s, "driver": driver,
+             "configuration": run_configuration} for s in searches]
     write_validated([header, *runs, *records], out, path)
     return {"source": str(path), "out": str(out), "candidates": len(rows),
             "searches": len(searches), "tasks": tasks, "outcomes": counts,

@@ -1,0 +1,347 @@
+"""An OpenEvolve run as a gfsim trajectory log (``gfsim import openevolve RUN_DIR -o LOG``): a
+thin adapter over the bring-your-own-search format (``gfsim.importers.search``).
+
+Supported: the program databases OpenEvolve 0.4.x writes (``SUPPORTED``; tested with 0.4.1,
+whose format 0.4.0 shares). A run folder does not record the version that wrote it, so the
+format is checked field by field, and ``openevolve_version`` (``--openevolve-version``), when
+given, must be in the range; any other version is refused in one line.
+
+What is read from ``RUN_DIR`` (OpenEvolve's output folder):
+
+- ``checkpoints/checkpoint_N/programs/*.json``: one program per file (``id``, ``code``,
+  ``parent_id``, ``generation``, ``timestamp``, ``iteration_found``, ``metrics``,
+  ``metadata``, ``artifacts_json``). The candidates are the union of every checkpoint's programs
+  by id; where two checkpoints hold the same program, the later checkpoint's copy is kept.
+  ``checkpoint_N/metadata.json`` gives the islands (the last checkpoint's go on the run record).
+- ``logs/*.log``: ``Iteration I: Program ID (parent: P) completed in Ss`` (the iteration's
+  seconds: the LLM call and the evaluation) and ``Evaluated program ID in Es`` (the
+  evaluation's seconds). A program the log names but no checkpoint holds (the database dropped
+  it between checkpoints) is a candidate with outcome ``not_attempted``: its parent and
+  iteration come from the log, nothing else is invented.
+
+Mapping (each program one candidate, in the order ``iteration_found``, ``timestamp``, id; the
+log's order for the log-only ones):
+
+- migrant copies (``metadata.migrant``: the same program copied to another island, never
+  evaluated again) are not candidates; a child of a copy is linked to the original.
+- ``metrics.gfsim_skipped`` true (gfsim's surrogate in front of the evaluator,
+  ``gfsim.integrations.openevolve``, chose not to evaluate it): ``not_measured`` (deferred).
+- ``metrics.timeout`` true: ``timeout``. A metric ``error`` (OpenEvolve's and most evaluators'
+  failure mark): a failure, ``runtime_error`` unless ``metrics.outcome`` names a schema outcome
+  (``compile_failed``, ``incorrect``, ...); its text is the error when it is one, else the
+  artifacts' ``stderr``/``error_message``.
+- otherwise the metric ``runtime_metric``: a finite number > 0 is a success whose speedup is
+  reference / runtime (or, with ``higher_is_better``, score / reference score), the reference
+  being ``reference_runtime`` or the seed program's value of that metric; a program without one
+  is ``incorrect`` (it ran and gave no time).
+- seconds: ``evaluation_s`` from the evaluation line, ``generation_s`` = iteration seconds minus
+  evaluation seconds; tokens from ``metadata.token_usage``. Stage times are not split by
+  OpenEvolve and are imputed by replays.
+- kept on each candidate under ``openevolve``: island, generation, iteration, timestamp,
+  metrics, the model that wrote it, and the program file it came from. The seed program's code
+  is the task's ``reference_code`` when it is the reference (what ``gfsim forecast`` shows a
+  live forecaster).
+
+A problem (a program file that is cut or lacks a field, a parent no checkpoint holds and no log
+names, a checkpoint with no programs, an unsupported version) is one line naming the file and
+field, and nothing is written unless the whole import validates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from pathlib import Path
+
+from gfsim.core.errors import GfsimError
+
+__all__ = ["import_openevolve", "read_run", "outcome_of", "SUPPORTED", "TESTED"]
+
+SUPPORTED = ((0, 4), (0, 5))  # [0.4, 0.5)
+TESTED = "0.4.1"
+_OUTCOMES = ("compile_failed", "runtime_error", "incorrect", "timeout", "infrastructure_failure")
+_REQUIRED = {"id": str, "code": str, "generation": int, "iteration_found": int,
+             "timestamp": (int, float), "metrics": dict, "metadata": dict}
+_ITERATION = re.compile(r"Iteration (\d+): Program (\S+) \(parent: (\S+)\) completed in "
+                        r"([0-9.]+)s")
+_EVALUATED = re.compile(r"Evaluated program (\S+) in ([0-9.]+)s")
+_ITER_ERROR = re.compile(r"Iteration (\d+) error")
+
+
+class _Bad(GfsimError):
+    def __init__(self, where, field: str | None, message: str):
+        super().__init__(f"{where}" + (f": field '{field}'" if field else "") + f": {message}")
+
+
+def _version(text: str | None) -> str | None:
+    if text is None:
+        return None
+    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.\d+)?(?:[.+-]?\w+)*", text.strip())
+    if m is None or not (SUPPORTED[0] <= (int(m.group(1)), int(m.group(2))) < SUPPORTED[1]):
+        raise GfsimError(f"--openevolve-version: {text!r} is not supported; this importer "
+                         f"reads runs of OpenEvolve >=0.4,<0.5 (tested with {TESTED})")
+    return text.strip()
+
+
+def _load_json(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise _Bad(path, None, f"not valid JSON ({exc.msg} at line {exc.lineno} column "
+                               f"{exc.colno}; a cut file?)") from None
+    except (UnicodeDecodeError, OSError) as exc:
+        raise _Bad(path, None, f"cannot be read ({type(exc).__name__})") from None
+
+
+def _program(path: Path) -> dict:
+    prog = _load_json(path)
+    if not isinstance(prog, dict):
+        raise _Bad(path, None, "expected a JSON object (an OpenEvolve 0.4 program)")
+    for field, kind in _REQUIRED.items():
+        v = prog.get(field)
+        if v is None or not isinstance(v, kind) or isinstance(v, bool):
+            raise _Bad(path, field, "missing or of the wrong type for an OpenEvolve 0.4 "
+                                    "program")
+    if prog["id"] != path.stem:
+        raise _Bad(path, "id", f"{prog['id'][:80]!r} differs from the file's name")
+    if prog.get("parent_id") is not None and not isinstance(prog["parent_id"], str):
+        raise _Bad(path, "parent_id", "expected a string or null")
+    return prog
+
+
+def _checkpoints(run: Path) -> list[Path]:
+    if not run.is_dir():
+        raise GfsimError(f"{run}: no such folder")
+    root = run / "checkpoints"
+    if not root.is_dir():
+        raise GfsimError(f"{run}: no checkpoints/ folder (is it an OpenEvolve output folder?)")
+    found = []
+    for d in root.iterdir():
+        m = re.fullmatch(r"checkpoint_(\d+)", d.name)
+        if m and d.is_dir():
+            found.append((int(m.group(1)), d))
+    if not found:
+        raise GfsimError(f"{root}: no checkpoint_N folders")
+    return [d for _, d in sorted(found)]
+
+
+def _logs(run: Path) -> dict:
+    """What the run's logs say: per program id, its iteration, parent and seconds."""
+    said: dict[str, dict] = {}
+    errors = 0
+    files = sorted((run / "logs").glob("*.log")) if (run / "logs").is_dir() else []
+    for f in files:
+        with f.open(encoding="utf-8", errors="replace") as lines:
+            for text in lines:
+                if (m := _ITERATION.search(text)):
+                    said.setdefault(m.group(2), {}).update(
+                        iteration=int(m.group(1)), parent=m.group(3),
+                        iteration_s=float(m.group(4)), log=f.name)
+                elif (m := _EVALUATED.search(text)):
+                    said.setdefault(m.group(1), {}).setdefault("evaluation_s", float(m.group(2)))
+                elif _ITER_ERROR.search(text):
+                    errors += 1
+    return {"programs": said, "files": [f.name for f in files], "iteration_errors": errors}
+
+
+def read_run(run_dir) -> dict:
+    """The programs of a run (the union of its checkpoints), its checkpoints' metadata and what
+    its logs say, checked: ``{"programs": {id: (program, file)}, "metadata": {...},
+    "checkpoints": [...], "logs": {...}}``."""
+    run = Path(run_dir)
+    programs: dict[str, tuple[dict, Path]] = {}
+    metadata: dict = {}
+    cps = _checkpoints(run)
+    for cp in cps:
+        files = sorted((cp / "programs").glob("*.json")) if (cp / "programs").is_dir() else []
+        if not files:
+            raise _Bad(cp / "programs", None, "a checkpoint with no programs (an interrupted "
+                                              "save?)")
+        for f in files:
+            prog = _program(f)
+            programs[prog["id"]] = (prog, f)  # a later checkpoint's copy wins
+        meta_path = cp / "metadata.json"
+        if meta_path.is_file():
+            meta = _load_json(meta_path)
+            if not isinstance(meta, dict) or not isinstance(meta.get("islands", []), list):
+                raise _Bad(meta_path, "islands", "expected an object with a list of islands")
+            metadata = meta
+    return {"programs": programs, "metadata": metadata, "checkpoints": [c.name for c in cps],
+            "logs": _logs(run)}
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _artifact_error(artifacts_json) -> str | None:
+    try:
+        arts = json.loads(artifacts_json or "{}")
+    except (json.JSONDecodeError, TypeError):
+        return None
+    for key in ("error_message", "stderr", "stage2_stderr", "stage3_stderr", "traceback"):
+        if isinstance(arts, dict) and isinstance(arts.get(key), str) and arts[key].strip():
+            return arts[key].strip()[-4000:]
+    return None
+
+
+def outcome_of(metrics: dict, metric: str, artifact_error: str | None = None
+               ) -> tuple[str, float | None, str | None]:
+    """What OpenEvolve metrics say happened: ``(outcome, the metric's value for a success,
+    error text)``, by the rules of the module doc (shared with the surrogate wrapper)."""
+    if metrics.get("gfsim_skipped") is True:
+        return "not_measured", None, None
+    err = metrics.get("error")
+    text = err.strip()[:4000] if isinstance(err, str) and err.strip() else artifact_error
+    if metrics.get("timeout") is True:
+        return "timeout", None, text or "timeout"
+    if "error" in metrics:
+        stated = metrics.get("outcome")
+        outcome = stated if stated in _OUTCOMES else "runtime_error"
+        return outcome, None, text or f"error metric {str(err)[:200]}"
+    v = metrics.get(metric)
+    if _number(v) and v > 0:
+        return "success", float(v), None
+    return "incorrect", None, (f"no {metric} > 0 in its metrics (got {str(v)[:60]})"
+                               if v is not None else f"no {metric} in its metrics")
+
+
+def _outcome(prog: dict, metric: str) -> tuple[str, float | None, str | None]:
+    return outcome_of(prog["metrics"], metric, _artifact_error(prog.get("artifacts_json")))
+
+
+def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
+                      higher_is_better: bool = False, reference_runtime: float | None = None,
+                      openevolve_version: str | None = None, task: str = "task",
+                      device: str = "unknown", provenance: str = "measured",
+                      log_id: str | None = None) -> dict:
+    """Write a trajectory log for an OpenEvolve run folder; returns a summary (see the module
+    doc for the mapping). ``runtime_metric`` names the metric that is a runtime (lower is
+    better) or, with ``higher_is_better``, a score; ``reference_runtime`` is in that metric's
+    unit."""
+    from gfsim.importers.search import import_records
+
+    run, out = Path(run_dir), Path(out)
+    version = _version(openevolve_version)
+    if reference_runtime is not None and not (_number(reference_runtime)
+                                              and reference_runtime > 0):
+        raise GfsimError("--reference-runtime: expected a number > 0")
+    got = read_run(run)
+    programs, said = got["programs"], got["logs"]["programs"]
+    if not runtime_metric:
+        names = sorted({k for p, _ in programs.values() for k, v in p["metrics"].items()
+                        if _number(v)})
+        raise GfsimError(f"{run}: give --runtime-metric NAME (this run's numeric metrics: "
+                         f"{', '.join(names)[:300] or 'none'})")
+    # migrant copies: not candidates; links through them go to the original
+    original = {pid: p["parent_id"] for pid, (p, _) in programs.items()
+                if p["metadata"].get("migrant") is True and p.get("parent_id")}
+
+    def resolve(pid):
+        seen = set()
+        while pid in original and pid not in seen:
+            seen.add(pid)
+            pid = original[pid]
+        return pid
+
+    rows = []
+    for pid, (p, f) in programs.items():
+        if pid in original:
+            continue
+        parent = resolve(p.get("parent_id")) if p.get("parent_id") else None
+        rows.append(((p["iteration_found"], 0, p["timestamp"], pid), f, p, parent))
+    log_only = [pid for pid in said if pid not in programs and "iteration" in said[pid]]
+    for pid in log_only:
+        s = said[pid]
+        parent = None if s["parent"] == "None" else resolve(s["parent"])
+        rows.append(((s["iteration"], 1, 0.0, pid), run / "logs" / s["log"], None, parent))
+    rows.sort(key=lambda r: r[0])
+    known = {r[0][3] for r in rows}
+    for key, f, p, parent in rows:
+        if parent is not None and parent not in known:
+            raise _Bad(f, "parent_id", f"{parent[:80]!r} is held by no checkpoint and named by "
+                                       "no log line (a missing parent)")
+    # the reference: given, or the seed program's (the first root) value of the metric
+    ref, seed = reference_runtime, None
+    if ref is None:
+        seed = next(((f, p) for _, f, p, parent in rows if parent is None and p is not None),
+                    None)
+        if seed is None:
+            raise GfsimError(f"{run}: no seed program in any checkpoint; give "
+                             "--reference-runtime")
+        outcome, value, _ = _outcome(seed[1], runtime_metric)
+        if outcome != "success":
+            raise _Bad(seed[0], f"metrics.{runtime_metric}", "the seed program has no value > 0"
+                                                             " to measure speedups against; "
+                                                             "give --reference-runtime")
+        ref = value
+    records = []
+    for order, (key, f, p, parent) in enumerate(rows):
+        pid = key[3]
+        rec = {"id": pid, "parent": parent, "order": order, "task": task,
+               "search": log_id or run.name or "openevolve"}
+        s = said.get(pid, {})
+        if p is None:
+            rec.update(outcome="not_attempted",
+                       openevolve={"iteration": s["iteration"], "log": s["log"],
+                                   "note": "named by the log, held by no checkpoint"})
+            records.append((f"{f}: program {pid}", rec))
+            continue
+        outcome, value, error = _outcome(p, runtime_metric)
+        rec.update(outcome=outcome, code=p["code"], error=error)
+        if outcome == "success":
+            rec["speedup"] = value / ref if higher_is_better else ref / value
+        if s.get("evaluation_s") is not None:
+            rec["evaluation_s"] = s["evaluation_s"]
+            if s.get("iteration_s") is not None:
+                rec["generation_s"] = max(0.0, s["iteration_s"] - s["evaluation_s"])
+        usage = p["metadata"].get("token_usage")
+        if isinstance(usage, dict):
+            for ours, theirs in (("input_tokens", "prompt_tokens"),
+                                 ("output_tokens", "completion_tokens")):
+                if isinstance(usage.get(theirs), int) and usage[theirs] >= 0:
+                    rec[ours] = usage[theirs]
+        rec["openevolve"] = {
+            "island": p["metadata"].get("island"), "generation": p["generation"],
+            "iteration": p["iteration_found"], "timestamp": p["timestamp"],
+            "metrics": p["metrics"], "llm_model": p["metadata"].get("llm_model"),
+            "file": str(f.relative_to(run)),
+            **({"iteration_s": s["iteration_s"]} if "iteration_s" in s else {})}
+        records.append((str(f), rec))
+    counts: dict[str, int] = {}
+    for _, r in records:
+        counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+    islands = got["metadata"].get("islands") or []
+    digest = hashlib.sha256()
+    for pid in sorted(programs):
+        digest.update(programs[pid][1].read_bytes())
+    prov = {"kind": provenance,
+            "note": f"imported by gfsim import openevolve from the OpenEvolve run {run.name}",
+            "source": str(run), "programs_sha256": digest.hexdigest(),
+            "openevolve": {"version": version or "not stated (the run does not record it)",
+                           "format": "OpenEvolve 0.4 program database",
+                           "checkpoints": got["checkpoints"], "logs": got["logs"]["files"]},
+            "runtime_metric": runtime_metric, "higher_is_better": bool(higher_is_better),
+            "reference": ({"given": reference_runtime} if reference_runtime is not None
+                          else {"seed_program_value": ref})}
+    summary = import_records(
+        records, out, source=run, provenance=prov, device=device, log_id=log_id or run.name,
+        header_fields={"generator": {"model": "OpenEvolve's LLM ensemble (see each "
+                                              "candidate's openevolve.llm_model)"}},
+        run_configuration={"openevolve": {
+            "islands": len(islands), "island_programs": [len(i) for i in islands],
+            "last_iteration": got["metadata"].get("last_iteration"),
+            "evaluation": "one program at a time (no parent batches)"}},
+        driver="openevolve",
+        # what a live forecaster (gfsim forecast) compares each program with: the seed program,
+        # when it is the reference
+        task_fields={task: {"reference_code": seed[1]["code"]}} if seed is not None else None)
+    summary.update(
+        source=str(run), checkpoints=len(got["checkpoints"]),
+        migrant_copies=len(original), log_only=len(log_only),
+        iterations_without_a_program=got["logs"]["iteration_errors"],
+        reference=ref, outcomes=counts,
+        not_attempted_share=round(len(log_only) / max(1, len(records)), 4))
+    return summary

@@ -1,0 +1,216 @@
+"""gfsim inside a real OpenEvolve run (CPU): ``gfsim.integrations.openevolve.Surrogate`` as the
+evaluator's stage 1, OpenEvolve's LLM the mutation-operator server on loopback, the user's
+evaluator gfsim's kernel measurer under the Triton interpreter. Skipped programs enter
+OpenEvolve's database as not evaluated (never a success) and come back from
+``gfsim import openevolve`` as not_measured; the wrapper's own log is a valid trajectory log."""
+
+import asyncio
+import json
+import logging
+import re
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gfsim.importers.openevolve import import_openevolve
+from gfsim.integrations.mutation_server import MutationServer
+from gfsim.replay_logs import load_log
+from gfsim.replay_logs.io import iter_records
+
+EVALUATOR = '''
+from gfsim.integrations.kernel_evaluator import evaluate_kernel
+from gfsim.integrations.openevolve import Surrogate
+
+
+def user_evaluate(program_path):
+    return evaluate_kernel(program_path, "softmax")
+
+
+surrogate = Surrogate(user_evaluate, runtime_metric="runtime_ns", policy={policy!r},
+                      forecaster={forecaster!r}, log={log!r}, task="softmax", seed=1)
+evaluate_stage1 = surrogate.stage1
+evaluate = surrogate.stage1
+'''
+
+
+def run_openevolve(tmp_path: Path, policy: str, forecaster, iterations: int) -> Path:
+    from openevolve import OpenEvolve
+    from openevolve.config import Config
+
+    from gfsim.live.tasks import get_task
+
+    log = tmp_path / "surrogate.jsonl"
+    (tmp_path / "initial.py").write_text(get_task("softmax").candidates()[0].code)
+    (tmp_path / "evaluator.py").write_text(EVALUATOR.format(policy=policy, forecaster=forecaster,
+                                                            log=str(log)))
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    root = logging.getLogger()
+    root_state = (list(root.handlers), root.level)
+    with MutationServer(seed=0) as server:
+        cfg = Config.from_dict({
+            "max_iterations": iterations, "checkpoint_interval": 2, "random_seed": 0,
+            "language": "python", "diff_based_evolution": False, "log_level": "INFO",
+            "llm": {"api_key": "none", "retries": 0, "timeout": 60,
+                    "models": [{"name": "gfsim-mutation-operator", "api_base": server.url}]},
+            "database": {"num_islands": 1, "population_size": 20},
+            "evaluator": {"timeout": 120, "max_retries": 0, "cascade_evaluation": True,
+                          "cascade_thresholds": [0.5], "parallel_evaluations": 1}})
+        oe = OpenEvolve(str(tmp_path / "initial.py"), str(tmp_path / "evaluator.py"), cfg,
+                        output_dir=str(tmp_path / "run"))
+        try:
+            asyncio.run(oe.run(iterations=iterations))
+        finally:  # OpenEvolve installs its own; they would outlive the run in this process
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+            for h in root.handlers[:]:  # and its log handlers (files in tmp_path)
+                if h not in root_state[0]:
+                    root.removeHandler(h)
+                    h.close()
+            root.setLevel(root_state[1])
+    return log
+
+
+def test_skipped_programs_are_not_evaluated_and_everything_is_logged(tmp_path):
+    log_path = run_openevolve(tmp_path, "random:0.5", None, iterations=6)
+    log = load_log(log_path)  # a valid trajectory log, written as the run went
+    assert log.header["provenance"]["kind"] == "measured"
+    assert log.runs[0]["configuration"]["policy"] == "random:p=0.5"
+    dec = log.decisions.set_index("candidate_id")["action"]
+    n = len(log.candidates)
+    made = sum(len(re.findall(r"Iteration \d+: Program ", f.read_text()))
+               for f in (tmp_path / "run" / "logs").glob("*.log"))
+    assert n == 1 + made and made >= 5 and len(dec) == n  # the initial one, one per program
+    assert dec.iloc[0] == "measure"  # the first program: the reference
+    skipped = set(dec[dec == "skip"].index)
+    measured = set(dec[dec == "measure"].index)
+    assert skipped and len(measured) >= 2, "seed 1 skips some and measures some"
+    assert set(log.evaluations["candidate_id"]) == measured
+    assert set(log.candidates.set_index("candidate_id")["status"][list(skipped)]) == \
+        {"deferred"}
+    ev = log.evaluations.set_index("candidate_id")
+    assert ev["wall_s"].notna().all()
+    # OpenEvolve's own database: skipped programs carry the flag and a score of 0, never a
+    # speedup; gfsim import openevolve reads them as not_measured
+    progs = [json.loads(f.read_text()) for f in
+             (tmp_path / "run" / "checkpoints").glob("checkpoint_*/programs/*.json")]
+    flagged = {p["id"]: p for p in progs if p["metrics"].get("gfsim_skipped")}
+    assert flagged and all(p["metrics"]["combined_score"] == 0.0 and "speedup" not in
+                           p["metrics"] for p in flagged.values())
+    summary = import_openevolve(tmp_path / "run", tmp_path / "imported.jsonl",
+                                runtime_metric="runtime_ns")
+    assert summary["outcomes"].get("not_measured", 0) == len(flagged)
+    # (the database may drop a program before any checkpoint holds it: then only its log
+    # line is left, and it imports as not_attempted)
+    assert len(flagged) <= len(skipped) <= len(flagged) + summary["log_only"]
+    # the wrapper's evaluations are the user's evaluator's: the same codes, the same outcomes
+    by_code: dict = {}  # the same code can come twice (OpenEvolve may rewrite to it again)
+    for _, r in iter_records(log_path):
+        if r["kind"] == "candidate":
+            by_code.setdefault(r["code_sha256"], []).append(r["candidate_id"])
+    imported = load_log(tmp_path / "imported.jsonl")
+    icands = imported.candidates.set_index("candidate_id")
+    iev = imported.evaluations.set_index("candidate_id")
+    for pid, row in iev.iterrows():
+        ours = [c for c in by_code[icands.loc[pid, "code_sha256"]] if c in ev.index]
+        assert row["outcome"] in {ev.loc[c, "outcome"] for c in ours}
+
+
+def test_a_live_vllm_forecaster_gates_with_threshold(tmp_path, vllm_server):
+    from gfsim.policies import make_policy
+    from gfsim.policies.base import Batch, SearchState
+
+    spec = (f"vllm:{vllm_server.url},model={vllm_server.model},mode=logprobs,"
+            "max_prompt_tokens=400,timeout=60")
+    log_path = run_openevolve(tmp_path, "threshold:0.7", spec, iterations=3)
+    log = load_log(log_path)
+    fc = log.forecasts.set_index("candidate_id")
+    cands = list(log.candidates["candidate_id"])
+    assert set(fc.index) == set(cands[1:])  # every program but the reference was forecast
+    assert log.runs[0]["configuration"]["forecaster"]["name"]
+    policy = make_policy("threshold:0.7")
+    dec = log.decisions.set_index("candidate_id")
+    for cid in cands[1:]:  # each decision is the policy's on the logged forecast
+        probs = np.array([fc.loc[cid, f"p{b}"] for b in range(1, 9)], float)[None, :]
+        ok = bool(np.isfinite(probs).all() and probs.sum() > 0)
+        batch = Batch((cid,), np.nan_to_num(probs), np.array([ok]), np.array([False]),
+                      np.ones(1), tuple(log.header["forecast_bin_edges"]))
+        d = policy.decide(batch, SearchState("s", "softmax", 0, 1.0, 0, 1))
+        assert (dec.loc[cid, "action"] == "measure") == bool(d.measure[0])
+
+
+def _runtime_of(path):
+    """A cheap user evaluator: the runtime a program states (its file's first line)."""
+    text = Path(path).read_text()
+    if "raise" in text:
+        raise RuntimeError("the evaluator broke")
+    return {"combined_score": 1.0, "runtime_ns": float(text.split()[0])}
+
+
+def test_what_cannot_work_live_is_refused(tmp_path):
+    from gfsim.core.errors import GfsimError
+    from gfsim.integrations.openevolve import Surrogate
+
+    log = tmp_path / "s.jsonl"
+    for kw, match in ((dict(policy="oracle"), "oracle"),
+                      (dict(policy="threshold:0.7"), "give a forecaster"),
+                      (dict(policy="all", forecaster="paper:gemini3-flash"), "what-if")):
+        with pytest.raises(GfsimError, match=match):
+            Surrogate(_runtime_of, runtime_metric="runtime_ns", log=log, **kw)
+    assert not log.exists()
+
+
+def _stage1_many(args):
+    log, paths = args
+    from gfsim.integrations.openevolve import Surrogate
+
+    s = Surrogate(_runtime_of, runtime_metric="runtime_ns", policy="random:0.5", log=log)
+    return [s.stage1(p) for p in paths]
+
+
+def test_processes_evaluating_at_once_write_one_valid_log(tmp_path):
+    """OpenEvolve evaluates in several processes: the lock keeps one header, unique ids and
+    steps, and every record whole; a failing evaluator is logged, then raised as before."""
+    import multiprocessing as mp
+
+    from gfsim.integrations.openevolve import Surrogate
+
+    log = tmp_path / "s.jsonl"
+    seed = tmp_path / "seed.py"
+    seed.write_text("200\n")
+    first = Surrogate(_runtime_of, runtime_metric="runtime_ns", log=log).stage1(seed)
+    assert first == {"combined_score": 1.0, "runtime_ns": 200.0}
+    jobs = []
+    for w in range(4):
+        paths = []
+        for k in range(5):
+            p = tmp_path / f"p{w}-{k}.py"
+            p.write_text(f"{100 + 10 * w + k}\n")
+            paths.append(str(p))
+        jobs.append((str(log), paths))
+    pool = mp.get_context("fork").Pool(4)
+    try:
+        results = [r for rs in pool.map(_stage1_many, jobs, chunksize=1) for r in rs]
+    finally:  # workers leave when the work is done: no signal needed, none relied on
+        pool.close()
+        pool.join()
+    bad = tmp_path / "bad.py"
+    bad.write_text("raise\n")
+    s = Surrogate(_runtime_of, runtime_metric="runtime_ns", policy="all", log=log)
+    with pytest.raises(RuntimeError, match="broke"):
+        s.stage1(bad)
+    got = load_log(log)
+    assert len(got.candidates) == 22 and sorted(got.candidates["step"]) == list(range(22))
+    assert got.candidates["candidate_id"].is_unique
+    metrics = [getattr(r, "metrics", r) for r in results]  # skips: OpenEvolve's result type
+    skipped = [m for m in metrics if m.get("gfsim_skipped")]
+    assert skipped and all(m["combined_score"] == 0.0 for m in skipped)
+    assert all("gfsim" in r.artifacts for r in results if hasattr(r, "artifacts"))
+    ev = got.evaluations.set_index("candidate_id")
+    assert len(ev) == 1 + (20 - len(skipped)) + 1
+    assert ev.iloc[0]["speedup"] == 1.0
+    for cid, row in ev.iloc[1:-1].iterrows():
+        assert row["outcome"] == "success" and 1.4 < row["speedup"] < 2.0  # 200 / 1xx
+    assert ev.iloc[-1]["outcome"] == "runtime_error"
+    assert "the evaluator broke" in ev.iloc[-1]["extra"]["reason"]
