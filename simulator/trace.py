@@ -118,6 +118,7 @@ def pick_forecaster(log: ReplayLog, forecaster: str | None) -> str | None:
     if forecaster not in names:
         raise GfsimError(
             f"{log.path}: no forecasts by {forecaster!r}; the log has: {', '.join(names) or 'none'}"
+            " (or draw them: paper:PRESET, synthetic:k=v,... or costmodel:...)"
         )
     return forecaster
 

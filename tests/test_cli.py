@@ -118,6 +118,7 @@ def corrupt_copy(tmp_path):
     (["replay", "--cost", "gpu-for-free"], "unknown cost preset"),
     (["replay", "--capacity", "gpus=x"], "capacity: gpus='x' is not a whole number"),
     (["replay", "--forecaster", "nobody"], "no forecasts by 'nobody'"),
+    (["replay", "--forecaster", "whatif:paper"], "(or draw them: paper:PRESET"),
     (["validate", "missing.jsonl"], "missing.jsonl: no such file"),
 ])
 def test_bad_input_exits_2_with_one_line(args, fragment):
