@@ -131,11 +131,13 @@ def main() -> None:
     (out / "inputs" / "config.yaml").write_text(yaml.safe_dump(cfg_dict, sort_keys=False))
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "gfsim",
+                            "experiments"], capture_output=True, text=True).stdout.strip()
     (out / "PROVENANCE.json").write_text(json.dumps({
         "what": "a real OpenEvolve run, recorded by experiments/make_openevolve_fixture.py",
         "openevolve_version": openevolve.__version__,
         "command": "python experiments/make_openevolve_fixture.py " + " ".join(sys.argv[1:]),
-        "gfsim_commit": commit, "python": platform.python_version(),
+        "gfsim_commit": commit, "gfsim_uncommitted_changes": bool(dirty), "python": platform.python_version(),
         "iterations": args.iterations, "seed": args.seed, "seconds": round(seconds, 1),
         "llms": {
             args.vllm_model: "the repository's vLLM CPU server (scripts/start_vllm_cpu.sh): a "
