@@ -28,14 +28,26 @@ def user_evaluate(program_path):
     return evaluate_kernel(program_path, "softmax")
 
 
+def user_stage2(program_path):  # a later stage: says which programs reached it
+    import hashlib
+    import pathlib
+
+    digest = hashlib.sha256(pathlib.Path(program_path).read_bytes()).hexdigest()
+    with open({log!r} + ".stage2", "a") as f:
+        f.write(digest + "\\n")
+    return {{"stage2": 1.0}}
+
+
 surrogate = Surrogate(user_evaluate, runtime_metric="runtime_ns", policy={policy!r},
                       forecaster={forecaster!r}, log={log!r}, task="softmax", seed=1)
 evaluate_stage1 = surrogate.stage1
+evaluate_stage2 = surrogate.gate(user_stage2)
 evaluate = surrogate.stage1
 '''
 
 
-def run_openevolve(tmp_path: Path, policy: str, forecaster, iterations: int) -> Path:
+def run_openevolve(tmp_path: Path, policy: str, forecaster, iterations: int,
+                   thresholds=(0.5,)) -> Path:
     from openevolve import OpenEvolve
     from openevolve.config import Config
 
@@ -56,7 +68,7 @@ def run_openevolve(tmp_path: Path, policy: str, forecaster, iterations: int) -> 
                     "models": [{"name": "gfsim-mutation-operator", "api_base": server.url}]},
             "database": {"num_islands": 1, "population_size": 20},
             "evaluator": {"timeout": 120, "max_retries": 0, "cascade_evaluation": True,
-                          "cascade_thresholds": [0.5], "parallel_evaluations": 1}})
+                          "cascade_thresholds": list(thresholds), "parallel_evaluations": 1}})
         oe = OpenEvolve(str(tmp_path / "initial.py"), str(tmp_path / "evaluator.py"), cfg,
                         output_dir=str(tmp_path / "run"))
         try:
@@ -73,7 +85,9 @@ def run_openevolve(tmp_path: Path, policy: str, forecaster, iterations: int) -> 
 
 
 def test_skipped_programs_are_not_evaluated_and_everything_is_logged(tmp_path):
-    log_path = run_openevolve(tmp_path, "random:0.5", None, iterations=6)
+    # a first cascade threshold of 0: a skipped program's score (0) passes it, so OpenEvolve
+    # goes on to stage 2, where the gate must stop it
+    log_path = run_openevolve(tmp_path, "random:0.5", None, iterations=6, thresholds=(0.0,))
     log = load_log(log_path)  # a valid trajectory log, written as the run went
     assert log.header["provenance"]["kind"] == "measured"
     assert log.runs[0]["configuration"]["policy"] == "random:p=0.5"
@@ -91,6 +105,12 @@ def test_skipped_programs_are_not_evaluated_and_everything_is_logged(tmp_path):
         {"deferred"}
     ev = log.evaluations.set_index("candidate_id")
     assert ev["wall_s"].notna().all()
+    # stage 2 ran for measured programs only, though the skipped ones passed the threshold
+    code_of = log.candidates.set_index("candidate_id")["code_sha256"]
+    stage2 = Path(str(log_path) + ".stage2").read_text().split()
+    only_skipped = {code_of[c] for c in skipped} - {code_of[c] for c in measured}
+    assert stage2 and set(stage2) <= {code_of[c] for c in measured}
+    assert only_skipped and not only_skipped & set(stage2)
     # OpenEvolve's own database: skipped programs carry the flag and a score of 0, never a
     # speedup; gfsim import openevolve reads them as not_measured
     progs = [json.loads(f.read_text()) for f in
@@ -214,3 +234,31 @@ def test_processes_evaluating_at_once_write_one_valid_log(tmp_path):
         assert row["outcome"] == "success" and 1.4 < row["speedup"] < 2.0  # 200 / 1xx
     assert ev.iloc[-1]["outcome"] == "runtime_error"
     assert "the evaluator broke" in ev.iloc[-1]["extra"]["reason"]
+
+
+def test_a_later_stage_runs_only_for_what_stage1_measured(tmp_path):
+    from gfsim.core.errors import GfsimError
+    from gfsim.integrations.openevolve import SKIPPED_FLAG, Surrogate
+
+    log = tmp_path / "s.jsonl"
+    reached = []
+    s = Surrogate(_runtime_of, runtime_metric="runtime_ns", policy="random:0.5", log=log)
+    later = s.gate(lambda path: reached.append(Path(path).name) or {"stage2": 1.0})
+    outcome = {}
+    for k in range(12):
+        p = tmp_path / f"p{k}.py"
+        p.write_text(f"{100 + k}\n")
+        first = s.stage1(p)
+        metrics = getattr(first, "metrics", first)  # an EvaluationResult inside OpenEvolve
+        outcome[p.name] = "skip" if metrics.get(SKIPPED_FLAG) else "measure"
+        again = later(p)
+        if outcome[p.name] == "skip":  # the stage-1 result again, the user's stage not called
+            assert getattr(again, "metrics", again) == metrics
+        else:
+            assert again == {"stage2": 1.0}
+    assert set(outcome.values()) == {"skip", "measure"}
+    assert reached == [n for n, a in outcome.items() if a == "measure"]
+    stray = tmp_path / "stray.py"
+    stray.write_text("1\n")
+    with pytest.raises(GfsimError, match="stray.py: a later cascade stage got a program stage 1"):
+        later(stray)

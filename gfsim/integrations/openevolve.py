@@ -12,6 +12,8 @@ In the evaluator file you give OpenEvolve::
                           log="gfsim-surrogate.jsonl")
     evaluate_stage1 = surrogate.stage1  # cascade_evaluation: true (OpenEvolve's default)
     evaluate = surrogate.stage1         # the same gate when cascade evaluation is off
+    # your later cascade stages, if you have them, behind the same decision:
+    # evaluate_stage2 = surrogate.gate(my_evaluate_stage2)
 
 Stage 1, for each program: the program is logged as a candidate; the forecaster is asked for
 its 8-bin speedup forecast against the reference (the first program evaluated, OpenEvolve's
@@ -20,13 +22,16 @@ initial program, unless ``reference_code`` is given); the policy decides on a ba
 reference.
 
 - A program not chosen is returned as not evaluated: ``{"combined_score": skipped_score,
-  "gfsim_skipped": True}`` (``skipped_score`` must be below your first cascade threshold, so
-  that OpenEvolve stops there). It enters OpenEvolve's database with that score and flag, never
+  "gfsim_skipped": True}``. It enters OpenEvolve's database with that score and flag, never
   as a success; ``gfsim import openevolve`` reads the flag as ``not_measured``. Its forecast
-  and the decision are logged.
+  and the decision are logged. OpenEvolve goes on to stage 2 when the stage-1 score reaches
+  the first cascade threshold, which ``skipped_score`` may well do (a threshold of 0, or
+  negative scores): so later stages are exported through ``gate``, which hands a skipped
+  program its stage-1 result again instead of calling your stage.
 - A chosen program goes to your evaluator (``evaluate``: your ``evaluate``, or your
-  ``evaluate_stage1`` if you have cascade stages; export your ``evaluate_stage2``/``3`` from
-  the same file as well), whose result is returned unchanged and logged as an evaluation: its
+  ``evaluate_stage1`` if you have cascade stages; export ``surrogate.gate(your_stage2)`` as
+  ``evaluate_stage2``, and so on), whose result is returned unchanged and logged as an
+  evaluation: its
   outcome and speedup by ``gfsim import openevolve``'s rules (``runtime_metric``,
   ``higher_is_better``, ``reference_runtime``, else the first program's value), its seconds as
   ``wall_s``.
@@ -190,6 +195,43 @@ class Surrogate:
         if decision["action"] != "measure":
             return self._skipped(decision)
         return self._measure(cid, program_path, n == 0)
+
+    # -- later cascade stages -------------------------------------------------------------
+    def gate(self, evaluate_later):
+        """A later cascade stage (``evaluate_stage2``/``3``) behind stage 1's decision: a
+        program stage 1 skipped gets its skipped result again, whatever the cascade threshold;
+        a measured one goes to ``evaluate_later``. The decision is looked up in the log by
+        the program's code (the latest candidate with that code that has a decision)."""
+        def stage(program_path):
+            code = Path(program_path).read_text(encoding="utf-8")
+            with self._locked():
+                decision = self._decision_for(hashlib.sha256(code.encode()).hexdigest())
+            if decision is None:
+                raise GfsimError(f"{program_path}: a later cascade stage got a program stage 1 "
+                                 f"never logged in {self.log}: export surrogate.stage1 as "
+                                 "evaluate_stage1 from the same evaluator file")
+            if decision["action"] != "measure":
+                return self._skipped(decision)
+            return evaluate_later(program_path)
+
+        stage.__name__ = getattr(evaluate_later, "__name__", "stage")
+        stage.__doc__ = self.gate.__doc__
+        return stage
+
+    def _decision_for(self, digest: str) -> dict | None:
+        """The decision on the latest candidate whose code has this hash (under the lock)."""
+        from gfsim.replay_logs.io import iter_records
+
+        if not self.log.exists():
+            return None
+        ids, decisions = [], {}
+        for _, rec in iter_records(self.log):
+            if rec.get("kind") == "candidate" and rec.get("code_sha256") == digest:
+                ids.append(rec["candidate_id"])
+            elif rec.get("kind") == "decision":
+                decisions[rec["candidate_id"]] = rec
+        decided = [decisions[c] for c in ids if c in decisions]
+        return decided[-1] if decided else None
 
     def _forecast(self, cid: str, code: str, reference_code: str) -> dict:
         from gfsim.live.forecaster import ForecastRequest
