@@ -252,3 +252,20 @@ def test_a_live_forecaster_reads_the_imported_log(imported, tmp_path, vllm_serve
                               "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["forecasts"] == with_code
+
+
+def test_a_surrogate_log_of_another_run_is_refused(tmp_path):
+    from gfsim.integrations.openevolve import Surrogate
+
+    prog = tmp_path / "p.py"
+    prog.write_text("100\n")
+    other = tmp_path / "other.jsonl"
+    Surrogate(lambda path: {"runtime_ns": 100.0}, runtime_metric="runtime_ns",
+              log=other).stage1(prog)
+    out = tmp_path / "out.jsonl"
+    for log, match in ((other, "no candidate's code_sha256 is the code of a program"),
+                       (tmp_path / "missing.jsonl", "missing.jsonl: --surrogate-log: no such")):
+        res = runner.invoke(app, ["import", "openevolve", str(RUN), "-o", str(out),
+                                  "--runtime-metric", "runtime_ns", "--surrogate-log", str(log)])
+        assert res.exit_code == 2 and match in res.output, res.output
+        assert not out.exists()

@@ -124,6 +124,13 @@ def test_skipped_programs_are_not_evaluated_and_everything_is_logged(tmp_path):
     # (the database may drop a program before any checkpoint holds it: then only its log
     # line is left, and it imports as not_attempted)
     assert len(flagged) <= len(skipped) <= len(flagged) + summary["log_only"]
+    # joined with the surrogate's log: every checkpointed program found its stage-1 record
+    joined = import_openevolve(tmp_path / "run", tmp_path / "joined.jsonl",
+                               runtime_metric="runtime_ns", surrogate_log=log_path)
+    checkpointed = {p["id"] for p in progs if not p["metadata"].get("migrant")}
+    assert checkpointed and joined["surrogate_matched"] == len(checkpointed)
+    assert joined["forecasts"] == 0  # random:0.5 reads none
+    assert "random:p=0.5" in load_log(tmp_path / "joined.jsonl").header["selection"]["rule"]
     # the wrapper's evaluations are the user's evaluator's: the same codes, the same outcomes
     by_code: dict = {}  # the same code can come twice (OpenEvolve may rewrite to it again)
     for _, r in iter_records(log_path):
@@ -158,6 +165,19 @@ def test_a_live_vllm_forecaster_gates_with_threshold(tmp_path, vllm_server):
                       np.ones(1), tuple(log.header["forecast_bin_edges"]))
         d = policy.decide(batch, SearchState("s", "softmax", 0, 1.0, 0, 1))
         assert (dec.loc[cid, "action"] == "measure") == bool(d.measure[0])
+    # the run's folder imported with the surrogate's log: parent links and the real forecasts
+    summary = import_openevolve(tmp_path / "run", tmp_path / "joined.jsonl",
+                                runtime_metric="runtime_ns", surrogate_log=log_path)
+    joined = load_log(tmp_path / "joined.jsonl")
+    assert summary["forecasts"] >= 1 and joined.header["selection"]
+    code_of = log.candidates.set_index("candidate_id")["code_sha256"]
+    ours = {code_of[c]: fc.loc[c, [f"p{b}" for b in range(1, 9)]].to_numpy(float)
+            for c in fc.index}
+    jfc = joined.forecasts.set_index("candidate_id")
+    jcode = joined.candidates.set_index("candidate_id")["code_sha256"]
+    for cid in jfc.index:
+        got = jfc.loc[cid, [f"p{b}" for b in range(1, 9)]].to_numpy(float)
+        assert np.allclose(got, ours[jcode[cid]])
 
 
 def _runtime_of(path):

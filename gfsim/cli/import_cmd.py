@@ -93,6 +93,10 @@ def openevolve(
     provenance: str = typer.Option("measured", "--provenance",
                                    help="measured, synthetic or mixed: where the numbers came "
                                         "from, said in the log's header."),
+    surrogate_log: Optional[Path] = typer.Option(
+        None, "--surrogate-log", help="The log gfsim's surrogate (gfsim.integrations."
+                                      "openevolve) wrote during the run: its forecasts join "
+                                      "the programs by code."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
 ) -> None:
     """An OpenEvolve run as a trajectory log: every checkpoint's programs, parents, the
@@ -104,7 +108,7 @@ def openevolve(
                             higher_is_better=higher_is_better,
                             reference_runtime=reference_runtime,
                             openevolve_version=openevolve_version, task=task, device=device,
-                            provenance=provenance), as_json)
+                            provenance=provenance, surrogate_log=surrogate_log), as_json)
 
 
 def _capacities(text: str | None) -> dict | None:

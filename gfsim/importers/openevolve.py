@@ -42,6 +42,14 @@ log's order for the log-only ones):
   is the task's ``reference_code`` when it is the reference (what ``gfsim forecast`` shows a
   live forecaster).
 
+With ``surrogate_log`` (``--surrogate-log``, the log ``gfsim.integrations.openevolve``'s
+surrogate wrote during the run), each program gets the surrogate's forecast of the same code
+(the k-th program with a given code the k-th surrogate candidate with it, in evaluation order),
+so the imported log has the run's parent links and the real forecasts together; the header's
+``selection`` names the surrogate's policy (``gfsim score`` then also reports metrics weighted
+by the inverse propensity of being measured). A surrogate log that shares no code with the run
+is refused.
+
 A problem (a program file that is cut or lacks a field, a parent no checkpoint holds and no log
 names, a checkpoint with no programs, an unsupported version) is one line naming the file and
 field, and nothing is written unless the whole import validates.
@@ -216,7 +224,7 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
                       higher_is_better: bool = False, reference_runtime: float | None = None,
                       openevolve_version: str | None = None, task: str = "task",
                       device: str = "unknown", provenance: str = "measured",
-                      log_id: str | None = None) -> dict:
+                      log_id: str | None = None, surrogate_log=None) -> dict:
     """Write a trajectory log for an OpenEvolve run folder; returns a summary (see the module
     doc for the mapping). ``runtime_metric`` names the metric that is a runtime (lower is
     better) or, with ``higher_is_better``, a score; ``reference_runtime`` is in that metric's
@@ -230,6 +238,7 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
         raise GfsimError("--reference-runtime: expected a number > 0")
     got = read_run(run)
     programs, said = got["programs"], got["logs"]["programs"]
+    surrogate = _read_surrogate(Path(surrogate_log)) if surrogate_log is not None else None
     if not runtime_metric:
         names = sorted({k for p, _ in programs.values() for k, v in p["metrics"].items()
                         if _number(v)})
@@ -278,6 +287,7 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
                                                              "give --reference-runtime")
         ref = value
     records = []
+    matched = 0
     for order, (key, f, p, parent) in enumerate(rows):
         pid = key[3]
         rec = {"id": pid, "parent": parent, "order": order, "task": task,
@@ -303,6 +313,11 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
                                  ("output_tokens", "completion_tokens")):
                 if isinstance(usage.get(theirs), int) and usage[theirs] >= 0:
                     rec[ours] = usage[theirs]
+        if surrogate is not None:
+            queue = surrogate["by_code"].get(hashlib.sha256(p["code"].encode()).hexdigest())
+            if queue:
+                rec["forecast"] = surrogate["forecasts"].get(queue.pop(0))
+                matched += 1
         rec["openevolve"] = {
             "island": p["metadata"].get("island"), "generation": p["generation"],
             "iteration": p["iteration_found"], "timestamp": p["timestamp"],
@@ -310,6 +325,9 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
             "file": str(f.relative_to(run)),
             **({"iteration_s": s["iteration_s"]} if "iteration_s" in s else {})}
         records.append((str(f), rec))
+    if surrogate is not None and not matched:
+        raise GfsimError(f"{surrogate_log}: --surrogate-log: no candidate's code_sha256 is the "
+                         f"code of a program in {run} (a surrogate log of another run?)")
     counts: dict[str, int] = {}
     for _, r in records:
         counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
@@ -329,7 +347,9 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
     summary = import_records(
         records, out, source=run, provenance=prov, device=device, log_id=log_id or run.name,
         header_fields={"generator": {"model": "OpenEvolve's LLM ensemble (see each "
-                                              "candidate's openevolve.llm_model)"}},
+                                              "candidate's openevolve.llm_model)"},
+                       **({"selection": surrogate["selection"]}
+                          if surrogate is not None and surrogate["selection"] else {})},
         run_configuration={"openevolve": {
             "islands": len(islands), "island_programs": [len(i) for i in islands],
             "last_iteration": got["metadata"].get("last_iteration"),
@@ -344,4 +364,41 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
         iterations_without_a_program=got["logs"]["iteration_errors"],
         reference=ref, outcomes=counts,
         not_attempted_share=round(len(log_only) / max(1, len(records)), 4))
+    if surrogate is not None:
+        summary.update(surrogate_matched=matched, surrogate_candidates=surrogate["candidates"])
     return summary
+
+
+def _read_surrogate(path: Path) -> dict:
+    """The surrogate's log: its candidates' codes in order, their usable forecasts (as the
+    bring-your-own-search format's ``forecast`` field) and its policy."""
+    from gfsim.replay_logs.io import iter_records
+
+    if not path.is_file():
+        raise GfsimError(f"{path}: --surrogate-log: no such file")
+    by_code: dict[str, list[str]] = {}
+    forecasts: dict[str, dict] = {}
+    policy, n = None, 0
+    for _, rec in iter_records(path):
+        kind = rec.get("kind")
+        if kind == "run":
+            policy = (rec.get("configuration") or {}).get("policy")
+        elif kind == "candidate" and rec.get("code_sha256"):
+            by_code.setdefault(rec["code_sha256"], []).append(rec["candidate_id"])
+            n += 1
+        elif kind == "forecast" and not rec.get("error") and not rec.get("parse_failed"):
+            probs = rec.get("probs")
+            if isinstance(probs, list) and len(probs) == 8 and sum(probs) > 0:
+                forecasts[rec["candidate_id"]] = {
+                    "probs": probs, "forecaster": rec.get("forecaster"),
+                    **{k: rec[k] for k in ("latency_s", "input_tokens", "output_tokens")
+                       if rec.get(k) is not None}}
+    if not n:
+        raise GfsimError(f"{path}: --surrogate-log: no candidate records (not a log the "
+                         "surrogate wrote?)")
+    selection = None
+    if policy and policy != "all":
+        selection = {"rule": f"gfsim's surrogate in front of the evaluator chose with "
+                             f"{policy} (--surrogate-log {path.name})"}
+    return {"by_code": by_code, "forecasts": forecasts, "selection": selection,
+            "candidates": n}

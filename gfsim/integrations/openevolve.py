@@ -40,8 +40,8 @@ The log is a gfsim trajectory log (header, run, then candidate, forecast, decisi
 evaluation records), written as it goes: every record appended and fsynced under a file lock,
 since OpenEvolve evaluates in several processes and re-executes the evaluator file for every
 program (all state is in the log). A crash loses nothing written. OpenEvolve does not tell an
-evaluator a program's parent, so the log's candidates are roots; import the run's output folder
-with ``gfsim import openevolve`` for the parent links.
+evaluator a program's parent, so the log's candidates are roots; ``gfsim import openevolve
+RUN_DIR --surrogate-log LOG`` gives the parent links with this log's forecasts joined by code.
 
 Forecasters: ``vllm:URL,model=...`` (``gfsim.live.forecaster.parse_forecaster``) or any
 ``gfsim.live.forecaster.Forecaster``. A what-if forecaster cannot work here (it draws from the
