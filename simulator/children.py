@@ -80,6 +80,11 @@ class ChildSource(ABC):
         nothing, so nothing is kept)."""
         return None
 
+    def observe_step(self, results) -> None:
+        """What a step measured (``simulator.puct.ChildResult``s), told by the engine after
+        the archive took it in: a source whose children's forecasts learn from the search
+        (``simulator.learning.LearningChildren``) learns it; others ignore it."""
+
 
 class _LogPool:
     """What ``LogChildren`` needs of a trace, worked out once per trace (``pool_of``): the

@@ -17,15 +17,25 @@ forecast and decided step by step would measure (a fixed point is consistent at 
 and the step-by-step solution is the only consistent one). Rounds are cheap: a step whose
 training history did not change reuses its fitted forecasts (``prequential_records``' memo).
 
-Trace driver only: the closed-loop driver draws children the log may not hold, whose place in
-the log's prequential order is not theirs in the replayed search.
+That iteration serves the trace driver, whose candidates are the log's in the log's order.
+A closed-loop search (the puct driver replaying a log, or a search run directly on a world)
+draws children no log orders, so there the forecaster learns inside the search instead:
+``LearningChildren`` wraps the search's child source, forecasts each step's children with the
+model fitted on what the search measured in earlier steps, and learns the step's measurements
+when the engine reports them (``ChildSource.observe_step``) -- the same prequential rule, step
+by step.
 """
 
 from __future__ import annotations
 
 from gfsim.core.errors import GfsimError
 
-__all__ = ["replay_learning"]
+import math
+from dataclasses import replace
+
+from gfsim.simulator.children import Child, ChildSource
+
+__all__ = ["replay_learning", "LearningChildren", "log_meta_of", "world_meta_of"]
 
 
 def replay_learning(log, policy, model, seed: int, spec, replay_once, memo: dict | None = None):
@@ -49,3 +59,92 @@ def replay_learning(log, policy, model, seed: int, spec, replay_once, memo: dict
     raise GfsimError(f"{log.path}: the replay under {policy.spec()} with the learning "
                      f"forecaster {spec.name} did not settle within {steps + 2} rounds "
                      "(a policy whose decisions depend on more than earlier steps?)")
+
+
+class LearningChildren(ChildSource):
+    """A child source whose children carry the cost model's forecasts, learned in the search.
+
+    Every child of step s (generation failures aside, which are not forecast) is forecast by
+    a ``CostModel`` fitted on the successes the search measured in steps < s, from its
+    features (``meta_of(child)``: its ``source_meta``, or None) and its parent's measured
+    speedup, as ``gfsim.forecasts.costmodel.prequential_records`` does for a log. The forecast
+    costs what the features cost to get (their compile seconds, no tokens). One instance per
+    search: it holds that search's model."""
+
+    def __init__(self, inner: ChildSource, spec, meta_of, model):
+        from gfsim.forecasts.costmodel import CostModel
+
+        self.inner, self.spec, self.meta_of, self.model = inner, spec, meta_of, model
+        self.cm = CostModel(spec)
+        self.pending: dict[str, tuple] = {}  # drawn, not yet reported: (features, centre, learned)
+        self.trained_on: dict[str, int] = {}  # child id -> successes its forecast was fitted on
+
+    def root(self) -> tuple[str, float]:
+        return self.inner.root()
+
+    def template_cache(self) -> dict | None:
+        return self.inner.template_cache()
+
+    def draw(self, node_id, node_speedup, expansion, n, seed) -> list[Child]:
+        from gfsim.forecasts.costmodel import distribution, encode, forecast_seconds
+
+        kids = self.inner.draw(node_id, node_speedup, expansion, n, seed)
+        live = [k for k in kids if not k.gen_failed]
+        if not live:
+            return kids
+        parent = math.log2(node_speedup) if node_speedup > 0 else None
+        metas = [self.meta_of(k) for k in live]
+        feats = [encode(m, parent) for m in metas]
+        centre, width, learned = self.cm.predict(feats)
+        probs = distribution(centre, width)
+        out = {}
+        for k, m, f, c, p in zip(live, metas, feats, centre, probs):
+            self.pending[k.candidate_id] = (f, float(c), learned)
+            self.trained_on[k.candidate_id] = len(self.cm.y)
+            out[id(k)] = self._forecast(k, p, forecast_seconds(m))
+        return [out.get(id(k), k) for k in kids]
+
+    def _forecast(self, child: Child, probs, seconds: float) -> Child:
+        from gfsim.cost_models.usage import Usage
+
+        c = self.model.cost(Usage("forecasting", seconds, 0.0, 0.0))
+        base = child.plan_key if child.plan_key is not None else (
+            child.template if child.template is not None else child.candidate_id)
+        # The plan differs from the inner child's (the forecast's seconds and price), and is
+        # the same for every child of one base (its features, so its seconds, are the same).
+        return replace(child, has_forecast=True, probs=probs, parse_failed=False,
+                       fc_s=seconds, fc_in=0.0, fc_out=0.0, fc_imputed=False,
+                       price={**child.price, "forecasting": (c.usd, c.joules, c.usd_imputed)},
+                       plan_key=("costmodel", base))
+
+    def observe_step(self, results) -> None:
+        """The step's measured children (``ChildResult``, reward None: failed): the successes
+        train the model, and its errors on them learn the width, as in the log's case."""
+        for r in results:
+            got = self.pending.pop(r.node_id, None)
+            if got is None or r.reward is None or not r.reward > 0:
+                continue
+            feats, centre, learned = got
+            y = math.log2(r.reward)
+            if learned:
+                self.cm.score(centre, y)
+            self.cm.observe(feats, y)
+        self.pending.clear()  # a child not measured in its step never is
+
+
+def log_meta_of(log):
+    """``meta_of`` for children copied from ``log``'s candidates: the ``source_meta`` of the
+    logged candidate a child copies (its ``template``); None for one that copies none."""
+    from gfsim.forecasts.costmodel import log_metas
+
+    by_id = dict(zip(log.candidates["candidate_id"].tolist(), log_metas(log)))
+    return lambda child: by_id.get(child.template) if child.template is not None else None
+
+
+def world_meta_of(source):
+    """``meta_of`` for a ``WorldChildren`` source: the world's ``describe`` of the child's
+    node (None where the world describes nothing)."""
+    describe = getattr(source.world, "describe", None)
+    if not callable(describe):
+        return lambda child: None
+    return lambda child: describe(source.nodes[child.candidate_id])

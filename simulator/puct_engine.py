@@ -224,6 +224,7 @@ class PuctSimulation(SearchSimulation):
                                                self._measured_speedup[i] if ok else None,
                                                t.children[i].code))
             self.archive.complete_step(parents, results)
+            self.source.observe_step(results)
             self._steps_done += 1
 
     def run(self) -> SearchResult:

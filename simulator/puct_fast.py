@@ -506,6 +506,7 @@ class _FastPuct:
                                            self.measured_speedup[i] if ok else None,
                                            self.code[i]))
         self.archive.complete_step(self.parents, results)
+        self.source.observe_step(results)
         self.steps_done += 1
 
     def _extend(self, lo: int) -> None:

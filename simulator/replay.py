@@ -172,9 +172,11 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
     result is what ``replay`` gives for that seed alone. The puct fast path runs every search
     of every seed in lockstep, so that a step's decisions take one policy call.
 
-    ``learning``: a ``CostModelSpec`` whose forecasts the policy reads, learned (trace driver)
-    from what each replay measured, not from the whole log (``gfsim.simulator.learning``)."""
-    if learning is not None and policies and policies[0].needs_forecast:
+    ``learning``: a ``CostModelSpec`` whose forecasts the policy reads, learned from what each
+    replay measured, not from the whole log (``gfsim.simulator.learning``): by iterating to a
+    fixed point under the trace driver, inside the search under the puct driver (the log's
+    own prequential forecasts, attached if it lacks them, serve only to fit a policy)."""
+    if learning is not None and driver == "trace" and policies and policies[0].needs_forecast:
         return _replay_learning(log, policies, model, seeds, learning, budget=budget,
                                 capacities=capacities, orphans_dropped=orphans_dropped,
                                 pipeline=pipeline, engine=engine, driver=driver, search=search,
@@ -188,6 +190,12 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
         raise GfsimError("replay_many: one policy per seed")
     started = time.perf_counter()
     caps = capacities or model.capacities
+    learns = learning is not None and driver == "puct" and any(p.needs_forecast
+                                                                 for p in policies)
+    if learns and forecaster != learning.name:
+        from gfsim.forecasts.costmodel import attach_costmodel
+
+        log, forecaster = attach_costmodel(log, learning), learning.name
     traces = cached_traces(log, model, forecaster)
     calibration = calibration_batch(traces)
     for policy, seed in zip(policies, seeds):
@@ -201,9 +209,16 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
         config = search or SEARCH_PRESETS["paper-standard"]
 
         make_source = child_sources(children, traces)
+        if learns:
+            from gfsim.simulator.learning import LearningChildren, log_meta_of
+
+            meta_of = log_meta_of(log)
 
         def one(t, policy, seed):
-            return dict(source=make_source(t), config=config, policy=policy, model=model,
+            source = make_source(t)
+            if learns and policy.needs_forecast:  # one model per search, learning in it
+                source = LearningChildren(source, learning, meta_of, model)
+            return dict(source=source, config=config, policy=policy, model=model,
                         capacities=caps, budget=budget, seed=seed, search_id=t.search_id,
                         task_id=t.task_id, forecast_frame=t.forecast_frame,
                         bin_edges=t.bin_edges, pipeline=pipeline, noise=noise)
@@ -236,6 +251,10 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
     if prov.get("kind") != "measured":
         notes.append(f"log {log.name!r} is {prov.get('kind', '?')} (header provenance): "
                      f"{prov.get('note') or prov.get('description') or 'see its header'}")
+    if learns:
+        notes.append(f"forecaster {learning.name} learned inside each search from what that "
+                     "search measured in earlier steps (children drawn, so no log order to "
+                     "iterate over); a policy's fit reads its forecasts on the whole log")
     if noise is not None:
         notes.append(f"measurement noise (an assumption): keyed log-normal, cv {noise.cv:g} on "
                      "runtimes; best_speedup is the raw best of noisy measurements, "
@@ -253,12 +272,6 @@ def _replay_learning(log, policies, model, seeds, spec, *, driver, **kwargs):
     """``replay_many`` under a learning forecaster: one fixed point per seed."""
     from gfsim.simulator.learning import replay_learning
 
-    if driver != "trace":
-        raise GfsimError(f"--forecaster {spec.name} learns from what the replayed search "
-                         "measured, which only the trace driver can replay exactly (the puct "
-                         "driver draws children the log's prequential order does not place); "
-                         "replay with --driver trace, or read the forecasts the live run "
-                         "recorded (--forecaster costmodel is then the log's own)")
     memo: dict = {}
     out = []
     for policy, seed in zip(policies, seeds):

@@ -210,14 +210,72 @@ def test_the_learned_replay_is_a_fixed_point_and_the_memo_changes_nothing(shippe
     assert max(trained.values()) <= len(measured & successes) < len(successes)
 
 
-def test_the_puct_driver_refuses_a_learning_forecaster(shipped_all):
+def _learning_search(engine: str, policy: str = "threshold:0.7", overgen: int = 4):
+    """A search run directly on the measured softmax world, its policy reading the cost model
+    as it learns in the search; returns (result, the learning source)."""
+    from dataclasses import replace
+
     from gfsim.cost_models import load_cost_model
+    from gfsim.forecasts.bins import PAPER_EDGES
+    from gfsim.policies import make_policy
+    from gfsim.simulator.budget import Budget
+    from gfsim.simulator.children import WorldChildren
+    from gfsim.simulator.learning import LearningChildren, world_meta_of
+    from gfsim.simulator.replay import simulate_puct
+    from gfsim.worlds.protocol import resolve_world
+    from gfsim.worlds.synth_puct import paper_standard
+
+    _, factory, _ = resolve_world("h200:softmax")
+    model = load_cost_model("serverless-a100")
+    inner = WorldChildren(factory(0), "h200-softmax", model)
+    source = LearningChildren(inner, CostModelSpec(), world_meta_of(inner), model)
+    result = simulate_puct(source, replace(paper_standard(6), overgen=overgen),
+                           make_policy(policy), model, model.capacities, Budget(), 1,
+                           engine=engine, search_id="s", task_id="h200-softmax",
+                           bin_edges=PAPER_EDGES)
+    return result, source
+
+
+def test_a_closed_loop_search_s_model_learns_what_it_measured_in_earlier_steps_only():
+    """Every child of step s was forecast by a model fitted on exactly the successes the search
+    measured in steps < s: not on the ones it skipped, not on its own step's. Both engines
+    agree bit for bit with the model learning between steps."""
+    result, source = _learning_search("des")
+    fast, _ = _learning_search("auto")
+    assert fast.trace_hash == result.trace_hash
+    t = result.table
+    steps = np.asarray(t["step"])
+    ok = np.array([st == "measured" and o == "success" for st, o in zip(t["state"],
+                                                                          t["outcome"])])
+    assert (np.asarray(t["state"]) == "skipped").sum() >= 10  # F = 4: it skips most
+    for cid, step in zip(t["candidate_id"], steps):
+        assert source.trained_on[cid] == int((ok & (steps < step)).sum()), cid
+    assert len(source.cm.y) == int(ok.sum()) and source.cm.learned
+    # its forecasts are the model's: they move with what it learned (no two steps alike)
+    scores = {int(s): round(float(v), 6) for s, v in zip(steps, t["score"]) if v == v}
+    assert len(set(scores.values())) > 1
+
+
+def test_the_puct_driver_replays_with_a_model_learning_in_each_search(shipped_all):
+    """A closed-loop replay draws children the log never ordered, so its cost model learns
+    inside the search; the forecasts differ from the log-order model the replay would
+    otherwise read (the same replay without ``learning``)."""
+    res = runner.invoke(app, ["replay", "--log", "h200-costmodel-all", "--driver", "puct",
+                              "--policy", "topk:2", "--forecaster", "costmodel", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert any("learned inside each search" in n for n in out["notes"])
+    from gfsim.cost_models import load_cost_model
+    from gfsim.forecasts.whatif import resolve
     from gfsim.policies import make_policy
     from gfsim.simulator.replay import replay
 
-    with pytest.raises(GfsimError, match="only the trace driver"):
-        replay(shipped_all, make_policy("threshold:0.7"), load_cost_model("reserved-h200"),
-               seed=0, forecaster="costmodel", learning=CostModelSpec(), driver="puct")
+    attached, name = resolve(shipped_all, "costmodel")
+    kw = dict(seed=0, forecaster=name, driver="puct")
+    model = load_cost_model("reserved-h200")
+    learned = replay(attached, make_policy("topk:2"), model, learning=CostModelSpec(), **kw)
+    logged = replay(attached, make_policy("topk:2"), model, **kw)
+    assert learned.trace_hash() != logged.trace_hash()
 
 
 def test_a_live_log_s_recorded_compile_features_reach_the_replay_s_model(shipped_all):
@@ -242,7 +300,7 @@ def test_a_live_log_s_recorded_compile_features_reach_the_replay_s_model(shipped
     assert any(a["probs"] != b["probs"] for a, b in zip(recs, plain))
 
 
-def test_gfsim_replay_learns_from_the_replayed_search_on_the_trace_driver_only():
+def test_gfsim_replay_learns_from_the_replayed_search_on_the_trace_driver():
     res = runner.invoke(app, ["replay", "--log", "h200-costmodel-all", "--policy",
                               "threshold:0.7", "--forecaster", "costmodel", "--json"])
     assert res.exit_code == 0, res.output

@@ -106,6 +106,28 @@ def test_synth_and_counterfactual_run_on_a_measured_world(tmp_path):
         assert math.isfinite(c["direct_log2"]["mean"])
 
 
+def test_counterfactual_with_the_learned_cost_model_on_a_measured_world():
+    """The direct runs and the replays read the cost model learned in each search: with it a
+    forecast-reading policy decides differently from the world's what-if forecasts."""
+    args = ["counterfactual", "--world", "h200:softmax", "--seeds", "2", "--steps", "4",
+            "--policies", "all,topk:2", "--overgen", "1,4", "--replay-seeds", "1",
+            "--direct-reps", "2", "--jobs", "1", "--json"]
+    runs = {}
+    for fc in (None, "costmodel"):
+        res = runner.invoke(app, args + (["--forecaster", fc] if fc else []))
+        assert res.exit_code == 0, res.output
+        out = json.loads(res.stdout)
+        assert out["spec"]["forecaster"] == fc
+        runs[fc] = {(c["policy"], c["overgen"]): c for c in out["worlds"][0]["cells"]}
+    for cell in (("all", 1), ("all", 4)):  # no forecast read: the same searches
+        assert runs[None][cell]["direct_log2"] == runs["costmodel"][cell]["direct_log2"]
+    for f in (1, 4):  # topk:2 reads forecasts (it measures 2 of 4 children at F = 1)
+        assert runs[None][("topk:2", f)]["direct_log2"] != \
+            runs["costmodel"][("topk:2", f)]["direct_log2"]
+    res = runner.invoke(app, args + ["--forecaster", "paper:gemini3-flash"])
+    assert res.exit_code == 2 and "a learned cost model" in res.output
+
+
 def _copy(tmp_path: Path, name: str = "layernorm") -> Path:
     src = load_table(name).path
     for suffix in ("", ".binaries", ".reference"):

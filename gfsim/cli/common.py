@@ -123,14 +123,12 @@ def puct_children(driver: str, children: str) -> dict:
     return {"children": children}
 
 
-def learning_spec(forecaster: str | None, driver: str):
-    """The cost model's spec where --forecaster names one and the replay can let it learn
-    only from what the replayed search measured (the trace driver); else None: the puct
-    driver reads its forecasts trained prequentially on the whole log."""
+def learning_spec(forecaster: str | None):
+    """The cost model's spec where --forecaster names one: the replay lets it learn only from
+    what the replayed search measured (``replay_many``'s ``learning``); else None."""
     from gfsim.forecasts.costmodel import is_costmodel, parse_costmodel
 
-    return parse_costmodel(forecaster) if is_costmodel(forecaster) and driver == "trace" \
-        else None
+    return parse_costmodel(forecaster) if is_costmodel(forecaster) else None
 
 
 def search_config(driver: str, preset: str | None, log=None, **knobs):

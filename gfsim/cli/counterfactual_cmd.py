@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import typer
 
@@ -73,6 +74,11 @@ def counterfactual(
                                       "parents, by bin), model (a world model fitted to the "
                                       "log; model:crb or model:gbm name its family) or own "
                                       "(none invented)."),
+    forecaster: Optional[str] = typer.Option(
+        None, "--forecaster", "-f",
+        help="What forecast-reading policies read: the world's what-if forecasts (default), or "
+             "costmodel[:k=v,...], the learned cost model, trained in each search (direct and "
+             "replayed) on what that search measured."),
     jobs: int = typer.Option(0, "--jobs", "-j", help="Processes (0: one per core, at most 8)."),
     as_json: bool = typer.Option(False, "--json", help="Print every figure as JSON.", metavar=""),
     list_worlds: bool = typer.Option(False, "--list-worlds", help="List built-in worlds.",
@@ -114,7 +120,7 @@ def counterfactual(
     specs = tuple(p.strip() for p in _split_policies(policies, sep) if p.strip())
     spec = bm.BenchSpec(policies=specs, overgens=_ints(overgen, "--overgen"), steps=steps,
                         cost=cost, replay_seeds=replay_seeds, direct_reps=direct_reps,
-                        children=children)
+                        children=children, forecaster=forecaster)
     from gfsim.cost_models import load_cost_model
     from gfsim.policies import make_policy
 
@@ -185,8 +191,8 @@ def _note(results: list[dict]) -> str:
         return "SYNTHETIC worlds throughout. Intervals are over world seeds."
     return ("In a MEASURED world (Kernel Tuner caches, the H200 tables) the kernels' outcomes, "
             "runtimes and stage seconds are measurements; its searches' mutations, forecasts "
-            "(what-if) and generation seconds are SYNTHETIC, as is every other world. "
-            "Intervals are over world seeds.")
+            "(what-if, unless --forecaster costmodel) and generation seconds are SYNTHETIC, as "
+            "is every other world. Intervals are over world seeds.")
 
 
 def _target(name: str, t: dict) -> str:

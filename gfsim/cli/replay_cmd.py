@@ -146,7 +146,7 @@ def replay(
     from gfsim.forecasts.whatif import resolve
 
     puct_only = puct_children(driver, children)
-    learning = learning_spec(forecaster, driver)
+    learning = learning_spec(forecaster)
     the_log, forecaster = resolve(open_log(log), forecaster)
     config = search_config(driver, search, the_log, steps=steps,
                            parents_per_step=parents_per_step,

@@ -60,7 +60,7 @@ def savings(
     make_policy(baseline)
     from gfsim.forecasts.whatif import resolve
 
-    learning = learning_spec(forecaster, driver)
+    learning = learning_spec(forecaster)
     the_log, forecaster = resolve(open_log(log), forecaster)
     model = load_cost_model(cost)
     config = search_config(driver, search, the_log, overgen=overgen)

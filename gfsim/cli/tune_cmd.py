@@ -121,7 +121,7 @@ def tune(
     limit = parse_constraint(constraint)
     from gfsim.forecasts.whatif import resolve
 
-    learning = learning_spec(forecaster, driver)
+    learning = learning_spec(forecaster)
     the_log, forecaster = resolve(open_log(log), forecaster)
     model = load_cost_model(cost)
     config = search_config(driver, search, the_log)

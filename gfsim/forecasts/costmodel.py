@@ -37,7 +37,8 @@ from gfsim.core.errors import GfsimError, SpecError
 from gfsim.forecasts.bins import PAPER_EDGES, gaussian_bins
 
 __all__ = ["BINARY_FEATURES", "CostModelSpec", "CostModel", "parse_costmodel", "is_costmodel",
-           "encode", "candidate_features", "recorded_features", "recorded_latency",
+           "encode", "candidate_features", "recorded_features", "recorded_latency", "log_metas",
+           "forecast_seconds",
            "prequential_records", "attach_costmodel", "PREFIX"]
 
 PREFIX = "costmodel"
@@ -145,6 +146,24 @@ def recorded_features(log) -> dict[str, dict]:
     return out
 
 
+def log_metas(log) -> list[dict | None]:
+    """Each candidate's ``source_meta`` (in the log's candidate order), with the compile
+    features a live cost model recorded where the candidate record lacks them; an error if no
+    candidate has any (the model would have nothing to learn from)."""
+    cand = log.candidates
+    extra = cand["extra"] if "extra" in cand else [None] * len(cand)
+    metas = [candidate_features(e) for e in extra]
+    recorded = recorded_features(log)
+    for i, cid in enumerate(cand["candidate_id"].tolist()):
+        if cid in recorded and metas[i] is not None and not metas[i].get("features"):
+            metas[i] = {**metas[i], "features": recorded[cid]}
+    if not any(m is not None for m in metas):
+        raise GfsimError(f"{log.path}: no candidate carries source_meta (variant, params, "
+                         "features); the cost model has nothing to learn from (live runs and "
+                         "measured worlds write it)")
+    return metas
+
+
 def recorded_latency(log) -> dict[str, float]:
     """candidate id -> the seconds a live cost model's forecast of it held its slot (the
     compile for its features, with whatever it waited for)."""
@@ -241,18 +260,9 @@ def prequential_records(log, spec: CostModelSpec, *, train_on: set[str] | None =
         raise GfsimError(f"{log.path}: its forecasts use other bin edges than the paper's; "
                          "the cost model answers in the paper's bins")
     cand = log.candidates
-    extra = cand["extra"] if "extra" in cand else [None] * len(cand)
-    metas = [candidate_features(e) for e in extra]
-    recorded = recorded_features(log)
+    metas = log_metas(log)
     latency = recorded_latency(log)
-    for i, cid in enumerate(cand["candidate_id"].tolist()):
-        if cid in recorded and metas[i] is not None and not metas[i].get("features"):
-            metas[i] = {**metas[i], "features": recorded[cid]}
     with_features = sum(m is not None for m in metas)
-    if not with_features:
-        raise GfsimError(f"{log.path}: no candidate carries source_meta (variant, params, "
-                         "features); the cost model has nothing to learn from (live runs and "
-                         "measured worlds write it)")
     ev = log.evaluations
     speed = {c: s for c, o, s in zip(ev["candidate_id"], ev["outcome"], ev["speedup"])
              if o == "success" and s == s and s > 0}
@@ -302,7 +312,7 @@ def prequential_records(log, spec: CostModelSpec, *, train_on: set[str] | None =
                              "raw_probability_sum": 1.0, "predicted_bin": int(np.argmax(p)) + 1,
                              "parse_failed": False, "repeat": 0,
                              "input_tokens": 0, "output_tokens": 0,
-                             "latency_s": latency.get(cid, _latency(metas[i])),
+                             "latency_s": latency.get(cid, forecast_seconds(metas[i])),
                              "centre_log2": round(float(c), 6), "width_log2": round(width, 6),
                              "trained_on": len(model.y), "learned": learned})
             # The step's measurements arrive after its decision: only now do they train.
@@ -329,7 +339,7 @@ def _parent_speedup(parent, parent_of: dict, speed: dict, train_on) -> float | N
     return None
 
 
-def _latency(meta) -> float:
+def forecast_seconds(meta) -> float:
     """Seconds a forecast costs where no live cost model recorded it: the ahead-of-time compile
     its features came from, where the log says (the trees themselves take milliseconds)."""
     v = ((meta or {}).get("features") or {}).get("seconds")

@@ -69,8 +69,19 @@ class BenchSpec:
     replay_seeds: int = 4
     direct_reps: int = 2
     children: tuple[str, ...] = ("fallback",)  # child sources, each replayed against one truth
+    # None: policies read the world's what-if forecasts; a cost-model spec (costmodel[:k=v]):
+    # they read the cost model's, learned in each search (direct and replayed) as it measures
+    forecaster: str | None = None
 
     def __post_init__(self):
+        if self.forecaster is not None:
+            from gfsim.forecasts.costmodel import is_costmodel, parse_costmodel
+
+            if not is_costmodel(self.forecaster):
+                raise GfsimError(f"--forecaster {self.forecaster!r}: a world's searches read "
+                                 "its own what-if forecasts, or a learned cost model "
+                                 "(costmodel[:k=v,...])")
+            parse_costmodel(self.forecaster)
         if isinstance(self.children, str):
             object.__setattr__(self, "children",
                                tuple(c.strip() for c in self.children.split(",") if c.strip()))
@@ -157,7 +168,13 @@ def run_world_seed(world_spec: str, world_seed: int, spec: BenchSpec) -> dict:
                       search=_search_config(spec.steps, 1))[0]
     usd = float(np.mean([s.total.usd for s in std.searches]))
     budget = Budget(usd=usd)
-    batch = calibration_batch(build_traces(log, model))
+    learning, forecaster = None, None
+    if spec.forecaster is not None:  # the log's own prequential forecasts fit the policies
+        from gfsim.forecasts.costmodel import attach_costmodel, parse_costmodel
+
+        learning = parse_costmodel(spec.forecaster)
+        log, forecaster = attach_costmodel(log, learning), learning.name
+    batch = calibration_batch(build_traces(log, model, forecaster))
     cells = {c: _Cell() for c in spec.cells}
     tasks = [t.task_id for t in world.tasks]
     reps = list(range(spec.replay_seeds))
@@ -167,7 +184,8 @@ def run_world_seed(world_spec: str, world_seed: int, spec: BenchSpec) -> dict:
             policies = [make_policy(p) for p in spec.policies for _ in reps]
             seeds = [q for _ in spec.policies for q in reps]
             results = replay_many(log, policies, model, seeds, budget=budget, driver="puct",
-                                  search=config, children=children)
+                                  search=config, children=children, forecaster=forecaster,
+                                  learning=learning)
             for k, res in enumerate(results):
                 cell = cells[(spec.policies[k // len(reps)], f)]
                 cell.replay.setdefault(children, []).append(
@@ -192,7 +210,8 @@ def run_world_seed(world_spec: str, world_seed: int, spec: BenchSpec) -> dict:
                 for t in tasks:
                     res, _ = run_on_world(world, t, config, policy, seed=r, cost=spec.cost,
                                           budget=budget, capacities=model.capacities,
-                                          replicate=r, cache=caches[t], keep_records=False)
+                                          replicate=r, cache=caches[t], keep_records=False,
+                                          learning=learning)
                     best.append(math.log2(res.best_speedup))
                     evals += res.gpu_evals
                     spent += res.total.usd

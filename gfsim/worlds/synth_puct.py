@@ -30,7 +30,7 @@ _WIDE = Capacities(generator=1024, forecaster=1024, compile_workers=1024, gpus=1
 def run_on_world(world, task_id: str, config: SearchConfig, policy: str | Policy, *, seed: int,
                  cost: str = "serverless-a100", budget: Budget = Budget(),
                  capacities: Capacities = _WIDE, engine: str = "auto", replicate: int = 0,
-                 cache: dict | None = None, keep_records: bool = True):
+                 cache: dict | None = None, keep_records: bool = True, learning=None):
     """One search with children from a world; returns (result, its child source).
 
     A policy given as a spec is made unfitted; one that must be fitted first (e.g.
@@ -39,14 +39,22 @@ def run_on_world(world, task_id: str, config: SearchConfig, policy: str | Policy
     replay under reserved billing, where idle GPUs are paid for. ``engine``: the fast path
     (``auto``) or the SimPy engine (``des``), which give the same result. ``replicate`` picks
     a fresh set of the world's draws (0: the draws a logged standard search saw); ``cache``:
-    see ``WorldChildren``.
+    see ``WorldChildren``. ``learning``: a ``CostModelSpec``: a policy that reads forecasts
+    reads the cost model's, learned in this search from what it measured
+    (``simulator.learning.LearningChildren``; the world's ``describe`` gives the features),
+    instead of the world's what-if forecasts. The source returned is the world's.
     """
     model = load_cost_model(cost)
     source = WorldChildren(world, task_id, model, replicate=replicate, cache=cache,
                            keep_records=keep_records)
     if isinstance(policy, str):
         policy = make_policy(policy)
-    result = simulate_puct(source, config, policy, model, capacities, budget, seed,
+    drawn = source
+    if learning is not None and policy.needs_forecast:
+        from gfsim.simulator.learning import LearningChildren, world_meta_of
+
+        drawn = LearningChildren(source, learning, world_meta_of(source), model)
+    result = simulate_puct(drawn, config, policy, model, capacities, budget, seed,
                            engine=engine, search_id=f"{task_id}-puct", task_id=task_id,
                            bin_edges=PAPER_EDGES)
     return result, source
