@@ -2,13 +2,17 @@
 
     python experiments/h200_worlds.py --seeds 24 --steps 10 --jobs 2
     python experiments/h200_worlds.py --from experiments/data/h200_worlds.json
+    python experiments/h200_worlds.py --forecaster costmodel --seeds 8 --steps 10 --jobs 2
 
 Runs ``gfsim counterfactual --world h200:TASK`` for every shipped table: per world seed a
 standard (measure-all) search is logged on the measured world, and every (policy, F) is run
 directly on it under the USD that search spent (the exact answer: every kernel the search can
 reach was measured) and replayed from the log with fallback and model children (the real-data
 row of the counterfactual benchmark). Writes every figure to ``--json`` and the tables between
-the markers of ``--doc``; ``--from`` re-renders them from a saved JSON.
+the markers of ``--doc``; ``--from`` re-renders them from a saved JSON. With ``--forecaster
+costmodel`` the policies read the learned cost model, trained in each search (direct or
+replayed) on what that search measured, instead of the worlds' what-if forecasts; its figures
+go to their own JSON and between their own markers.
 """
 
 from __future__ import annotations
@@ -39,9 +43,11 @@ def _speed(e) -> str:
 def render(runs: list[dict]) -> str:
     first = runs[0]
     spec = first["spec"]
+    fc = spec.get("forecaster")
+    opt = f" --forecaster {fc}" if fc else ""
     lines = [
-        f"Run: `python experiments/h200_worlds.py --seeds {len(first['world_seeds'])} "
-        f"--steps {spec['steps']}` (per world: `gfsim counterfactual --world h200:TASK "
+        f"Run: `python experiments/h200_worlds.py{opt} --seeds {len(first['world_seeds'])} "
+        f"--steps {spec['steps']}` (per world: `gfsim counterfactual --world h200:TASK{opt} "
         f"--seeds {len(first['world_seeds'])} --steps {spec['steps']} --children "
         f"{','.join(spec['children'])} --replay-seeds {spec['replay_seeds']} --direct-reps "
         f"{spec['direct_reps']}`; world seeds {first['world_seeds'][0]}.."
@@ -65,8 +71,11 @@ def render(runs: list[dict]) -> str:
             f"{_f(noise['median_abs_log2'], '{:.4f}')} log2 (largest "
             f"{_f(noise['max_abs_log2'], '{:.4f}')}, {noise['remeasured']} re-measurements). "
             f"Budget ${w0['usd_budget_mean']:.2f} per search (what the logged standard search "
-            f"spent, mean over world seeds); forecasts from `{prov['forecaster']}` "
-            "(SYNTHETIC), generation seconds assumed.",
+            f"spent, mean over world seeds); "
+            + (f"forecasts from the learned cost model `{fc}`, trained in each search on "
+               "what it measured (step 0: its stated prior)" if fc else
+               f"forecasts from `{prov['forecaster']}` (SYNTHETIC)")
+            + ", generation seconds assumed.",
             "",
             "| policy | F | direct best at equal USD (95%) | GPU evaluations | "
             + " | ".join(f"replay, {c}" for c in by) + " |",
@@ -102,6 +111,8 @@ def _run(task: str, args) -> dict:
            "--seeds", str(args.seeds), "--steps", str(args.steps), "--jobs", str(args.jobs),
            "--children", args.children, "--replay-seeds", str(args.replay_seeds),
            "--direct-reps", str(args.direct_reps), "--json"]
+    if args.forecaster:
+        cmd += ["--forecaster", args.forecaster]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode:
         raise SystemExit(proc.stderr)
@@ -124,10 +135,15 @@ def main() -> None:
     ap.add_argument("--direct-reps", type=int, default=2)
     ap.add_argument("--tasks", default=None, help="comma-separated (default: every shipped "
                     "table)")
+    ap.add_argument("--forecaster", default=None, help="costmodel[:k=v,...]: policies read "
+                    "the learned cost model (default: the worlds' what-if forecasts)")
     ap.add_argument("--from", dest="source", default=None, help="a saved JSON to render")
-    ap.add_argument("--json", default=str(ROOT / "experiments/data/h200_worlds.json"))
+    ap.add_argument("--json", default=None, help="default: experiments/data/h200_worlds.json "
+                    "(h200_worlds_costmodel.json with --forecaster)")
     ap.add_argument("--doc", default=str(ROOT / "docs/experiments/h200-worlds.md"))
     args = ap.parse_args()
+    suffix = "_costmodel" if args.forecaster else ""
+    args.json = args.json or str(ROOT / f"experiments/data/h200_worlds{suffix}.json")
     if args.source:
         runs = json.loads(Path(args.source).read_text())
     else:
@@ -138,7 +154,10 @@ def main() -> None:
         Path(args.json).write_text(json.dumps(runs, indent=1) + "\n")
         print(f"wrote {args.json}")
     doc = Path(args.doc)
-    start, end = f"<!-- {MARKER}:start -->", f"<!-- {MARKER}:end -->"
+    marker = MARKER + ("-costmodel" if runs[0]["spec"].get("forecaster") else "")
+    start, end = f"<!-- {marker}:start -->", f"<!-- {marker}:end -->"
+    if start not in doc.read_text():
+        raise SystemExit(f"{doc}: no {start} ... {end} markers to write the tables between")
     block = f"{start}\n{render(runs)}\n{end}"
     doc.write_text(re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _: block,
                           doc.read_text(), flags=re.S))

@@ -209,7 +209,8 @@ class CostModel:
             max_iter=self.spec.max_iter, max_depth=self.spec.max_depth,
             learning_rate=self.spec.learning_rate, min_samples_leaf=max(2, len(self.y) // 20),
             early_stopping=False, random_state=self.spec.seed)
-        model.fit(x, np.asarray(self.y))
+        with _one_thread():
+            model.fit(x, np.asarray(self.y))
         self._model, self._fitted_on = model, len(self.y)
 
     def _matrix(self, rows) -> np.ndarray:
@@ -230,13 +231,22 @@ class CostModel:
             return centre, s.prior_sigma, False
         if self._fitted_on != len(self.y):
             self._fit()
-        centre = self._model.predict(self._matrix(rows))
+        with _one_thread():
+            centre = self._model.predict(self._matrix(rows))
         if len(self.errors) >= s.min_errors:
             recent = np.asarray(self.errors[-s.window:])
             width = max(s.min_sigma, float(np.sqrt(np.mean(recent ** 2))))
         else:
             width = s.prior_sigma
         return centre, width, True
+
+
+def _one_thread():
+    """The trees on one OpenMP thread: on the few hundred rows a search holds, threads cost
+    more than they give (a fit took 0.5 s on 2 busy cores with them, 0.04 s without)."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(1, user_api="openmp")
 
 
 def distribution(centre: np.ndarray, width: float, edges=PAPER_EDGES) -> np.ndarray:
