@@ -15,7 +15,9 @@ found (best measured speedup) is set beside what the threshold run recorded:
 - ``trace, recorded``: the logged order, reading the forecasts the measure-all run recorded
   (whose model had learned from every measurement);
 - ``puct, recorded``: the search re-run closed loop with the run's own shape, children the
-  log lacks drawn from the fallback pool, reading the recorded forecasts.
+  log lacks drawn from the fallback pool, reading the recorded forecasts;
+- ``puct, learned``: the same, the cost model learning inside the re-run search from what it
+  measured in earlier steps.
 
 Every replay uses the live run's cost model (``gfsim.live.fidelity.live_cost_model``: the run's
 capacities, reserved billing). Intervals are percentile bootstraps over the searches
@@ -118,6 +120,9 @@ def run() -> dict:
         "puct, recorded": replay(all_log, make_policy(POLICY), model, seed=0,
                                  forecaster="costmodel", driver="puct",
                                  search=SearchConfig(**config["search"])),
+        "puct, learned": replay(learned_log, make_policy(POLICY), model, seed=0,
+                                forecaster=name, learning=spec, driver="puct",
+                                search=SearchConfig(**config["search"])),
     }
     out = {"logs": [ALL_LOG, THRESHOLD_LOG], "policy": POLICY, "searches": len(obs),
            "cost_model": model.name, "observed": obs, "measure_all": base,
@@ -129,7 +134,7 @@ def run() -> dict:
         assert set(pred) == set(obs), (label, set(pred) ^ set(obs))
         out["predictions"][label] = {
             "per_search": pred,
-            "notes": [n for n in result.notes if "learned only" in n],
+            "notes": [n for n in result.notes if "learned" in n],
             "gpu_evals": _bootstrap(obs, pred, "gpu_evals", True),
             "gpu_s": _bootstrap(obs, pred, "gpu_s", True),
             "wall_s": _bootstrap(obs, pred, "wall_s", True),

@@ -134,10 +134,18 @@ class LearningChildren(ChildSource):
 
 def log_meta_of(log):
     """``meta_of`` for children copied from ``log``'s candidates: the ``source_meta`` of the
-    logged candidate a child copies (its ``template``); None for one that copies none."""
-    from gfsim.forecasts.costmodel import log_metas
+    logged candidate a child copies (its ``template``); None for one that copies none. Where
+    a live cost model recorded how long its forecast of that candidate took, that is the
+    forecast's seconds (``features.seconds``), as in the log's own prequential forecasts."""
+    from gfsim.forecasts.costmodel import log_metas, recorded_latency
 
-    by_id = dict(zip(log.candidates["candidate_id"].tolist(), log_metas(log)))
+    latency = recorded_latency(log)
+    by_id = {}
+    for cid, meta in zip(log.candidates["candidate_id"].tolist(), log_metas(log)):
+        if cid in latency:
+            meta = dict(meta or {})
+            meta["features"] = {**(meta.get("features") or {}), "seconds": latency[cid]}
+        by_id[cid] = meta
     return lambda child: by_id.get(child.template) if child.template is not None else None
 
 

@@ -68,4 +68,4 @@ def test_the_live_threshold_tables_are_what_their_script_prints():
     # The first line carries this machine's run time; every table row must match.
     assert _rows(module.render(out)) == _rows(block)
     assert out["searches"] == 6 and set(out["predictions"]) == {
-        "trace, learned", "trace, recorded", "puct, recorded"}
+        "trace, learned", "trace, recorded", "puct, recorded", "puct, learned"}
