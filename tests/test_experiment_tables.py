@@ -42,17 +42,22 @@ def test_the_counterfactual_tables_are_rendered_from_the_saved_run(marker, saved
     assert module.render(out, out.get("seconds"), cells) == block
 
 
-def test_the_h200_world_tables_are_rendered_from_the_saved_run():
+@pytest.mark.parametrize("saved, marker, forecaster", [
+    ("h200_worlds.json", "results", None),
+    ("h200_worlds_costmodel.json", "results-costmodel", "costmodel")])
+def test_the_h200_world_tables_are_rendered_from_the_saved_run(saved, marker, forecaster):
     spec = importlib.util.spec_from_file_location("h200_worlds",
                                                   ROOT / "experiments" / "h200_worlds.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    runs = json.loads((ROOT / "experiments" / "data" / "h200_worlds.json").read_text())
+    runs = json.loads((ROOT / "experiments" / "data" / saved).read_text())
     doc = (DOCS / "h200-worlds.md").read_text()
-    block = re.search(r"<!-- results:start -->\n(.*?)\n<!-- results:end -->", doc, re.S).group(1)
+    block = re.search(re.escape(f"<!-- {marker}:start -->") + r"\n(.*?)\n"
+                      + re.escape(f"<!-- {marker}:end -->"), doc, re.S).group(1)
     assert module.render(runs) == block
     assert {r["worlds"][0]["world"] for r in runs} >= {"h200:softmax", "h200:layernorm",
                                                        "h200:fp8_quant"}
+    assert all(r["spec"].get("forecaster") == forecaster for r in runs)
 
 
 def test_the_live_threshold_tables_are_what_their_script_prints():
