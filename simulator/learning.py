@@ -97,12 +97,13 @@ class LearningChildren(ChildSource):
         feats = [encode(m, parent) for m in metas]
         centre, width, learned = self.cm.predict(feats)
         probs = distribution(centre, width)
-        out = {}
+        forecast = []
         for k, m, f, c, p in zip(live, metas, feats, centre, probs):
             self.pending[k.candidate_id] = (f, float(c), learned)
             self.trained_on[k.candidate_id] = len(self.cm.y)
-            out[id(k)] = self._forecast(k, p, forecast_seconds(m))
-        return [out.get(id(k), k) for k in kids]
+            forecast.append(self._forecast(k, p, forecast_seconds(m)))
+        ahead = iter(forecast)  # generation failures keep their place, unforecast
+        return [k if k.gen_failed else next(ahead) for k in kids]
 
     def _forecast(self, child: Child, probs, seconds: float) -> Child:
         from gfsim.cost_models.usage import Usage

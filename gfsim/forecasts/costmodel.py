@@ -241,12 +241,22 @@ class CostModel:
         return centre, width, True
 
 
+_CONTROLLER: list = []  # one ThreadpoolController per process, made on first use
+
+
 def _one_thread():
     """The trees on one OpenMP thread: on the few hundred rows a search holds, threads cost
-    more than they give (a fit took 0.5 s on 2 busy cores with them, 0.04 s without)."""
-    from threadpoolctl import threadpool_limits
+    more than they give (a fit took 0.5 s on 2 busy cores with them, 0.04 s without;
+    ``experiments/bench_costmodel.py`` times a whole search both ways). The
+    controller is made once: ``threadpool_limits`` rescans the loaded libraries each time
+    (3.5 ms a call here, against 0.014 ms through a kept controller), and a search fits and
+    predicts every step."""
+    if not _CONTROLLER:
+        import sklearn.ensemble  # noqa: F401 - its OpenMP runtime must be loaded to be found
+        from threadpoolctl import ThreadpoolController
 
-    return threadpool_limits(1, user_api="openmp")
+        _CONTROLLER.append(ThreadpoolController())
+    return _CONTROLLER[0].limit(limits=1, user_api="openmp")
 
 
 def distribution(centre: np.ndarray, width: float, edges=PAPER_EDGES) -> np.ndarray:
