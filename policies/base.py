@@ -153,6 +153,13 @@ class Policy(ABC):
                 values[p.name] = v
         return format_spec(self.name, values)
 
+    def reads_seed(self) -> bool:
+        """Whether the replay seed can change this policy's decisions: a policy whose
+        ``state_fields`` name ``seed`` (or leave the fields open) may draw keyed random numbers;
+        one that reads no seed decides the same at every seed, so replays that differ only in
+        the seed are the same replay (``gfsim.simulator.replay.seed_dependence``)."""
+        return self.state_fields is None or "seed" in self.state_fields
+
     def fit(self, calibration: Batch, seed: int) -> "Policy":
         """Learn from a calibration split of forecasts (no outcomes). Default: nothing to learn."""
         return self

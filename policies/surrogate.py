@@ -95,6 +95,10 @@ class ThresholdPolicy(GroupPolicy):
             text = text.replace(f"tau={self.tau},", "").replace(f":tau={self.tau}", ":")
         return text
 
+    def reads_seed(self) -> bool:
+        # The coverage form calibrates tau on a split keyed by the seed.
+        return self.coverage is not None and self.cal_frac < 1.0
+
     def fit(self, calibration: Batch, seed: int) -> "ThresholdPolicy":
         if self.coverage is None:
             return self

@@ -30,7 +30,8 @@ from gfsim.core.errors import GfsimError
 
 __all__ = ["ENGINES", "cached_traces", "calibration_batch", "replay", "replay_many",
            "replay_with_baseline",
-           "replay_seeds", "comparison_json", "simulate_search", "simulate_puct"]
+           "replay_seeds", "comparison_json", "simulate_search", "simulate_puct",
+           "seed_dependence", "SEED_FREE_DRAWS"]
 
 
 def _check_shape(log: ReplayLog, policy: Policy, traces: list[SearchTrace]) -> None:
@@ -300,6 +301,36 @@ def draw_shares(results: list[ReplayResult]) -> dict:
         return {}
     return {"draws": {k: v / total for k, v in draws.items() if v},
             "invented_share": (draws.get("fallback", 0) + draws.get("model", 0)) / total}
+
+
+SEED_FREE_DRAWS = ("own",)  # a closed-loop draw that takes no random number: logged order
+
+
+def seed_dependence(policies, *, driver: str = "trace", noise: MeasureNoise | None = None,
+                    results=()) -> str | None:
+    """Why replays of one configuration can differ between seeds, or None when they cannot.
+
+    The seed reaches a replay only through a policy that reads it (``Policy.reads_seed``),
+    keyed measurement noise, and the puct driver's child draws. A closed-loop draw takes a
+    random number only when it leaves a node's own logged expansion (its other expansions,
+    fallback and model draws); ``results`` (replays of this configuration at one seed) whose
+    searches drew only their own children show that no other seed can draw differently: the
+    same decisions meet the same children at every seed."""
+    reasons = [f"policy {p.spec()} draws keyed random numbers"
+               for p in dict.fromkeys(policies) if p.reads_seed()]
+    if noise is not None:
+        reasons.append("measurement noise is keyed by the seed")
+    if driver == "puct":
+        drawn: dict = {}
+        for res in results:
+            for s in res.searches:
+                for k, v in (s.extra or {}).get("draws", {}).items():
+                    drawn[k] = drawn.get(k, 0) + v
+        others = sorted(k for k, v in drawn.items() if v and k not in SEED_FREE_DRAWS)
+        if not drawn or others:
+            reasons.append("the puct driver draws children by seed"
+                           + (f" ({', '.join(others)} draws)" if others else ""))
+    return "; ".join(reasons) or None
 
 
 def replay_with_baseline(log: ReplayLog, policy: Policy, model: PresetCostModel, *,
