@@ -4,7 +4,9 @@
 replacement*, in this order: the node's own logged children from the same expansion; its other
 logged expansions; then a fallback pool of logged (parent, child) pairs of the same task whose
 parent is in the node's speedup bin, the child's speedup carried over as the child/parent ratio.
-Every draw says which (``draw_source``). ``WorldChildren`` asks a world instead (the synthetic
+Every draw says which (``draw_source``). A fallback child's speedup is held to what the log
+supports (``held_to_log``): chained ratios must not compound into gains the log never showed.
+``WorldChildren`` asks a world instead (the synthetic
 landscape or any other ``gfsim.worlds.protocol.World``), which is what a replay is checked
 against.
 """
@@ -23,10 +25,39 @@ from gfsim.core.rng import transient_stream
 from gfsim.forecasts.bins import speedup_to_bin
 
 __all__ = ["Child", "ChildSource", "LogChildren", "WorldChildren",
-           "LandscapeChildren", "DRAW_SOURCES", "INVENTED", "shift_probs"]
+           "LandscapeChildren", "DRAW_SOURCES", "INVENTED", "shift_probs", "held_to_log",
+           "INVENTED_HEADROOM", "log_frontier"]
 
 DRAW_SOURCES = ("own", "other_expansion", "fallback", "model", "world")
 INVENTED = ("fallback", "model")  # draws of children the log never held
+# How far above the best speedup its log measured an invented child may go (at most): the log
+# holds no evidence of kernels beyond its best, so a closed-loop replay that draws more or
+# other children may find a little more, never a gain of its own making.
+INVENTED_HEADROOM = 1.25
+
+
+def held_to_log(speedup: float, frontier: float, headroom: float = INVENTED_HEADROOM) -> float:
+    """An invented child's speedup held to what its log supports: unchanged up to
+    ``frontier`` (the best speedup the log measured for the search); above it the excess, in
+    log2, saturates (h (1 - exp(-excess / h)), h = log2 ``headroom``), so that no invented
+    child passes ``frontier`` x ``headroom`` and a better draw still stays better. Ratios
+    carried from one parent to another compound over a long search (a 1.6x log replayed at
+    18x, or millions); this is where they stop."""
+    if not speedup > frontier:  # NaN (a failure) too
+        return speedup
+    if not headroom > 1.0:
+        return frontier
+    h = math.log2(headroom)
+    return frontier * 2.0 ** (-h * math.expm1(-math.log2(speedup / frontier) / h))
+
+
+def log_frontier(trace: SearchTrace) -> float:
+    """The best speedup a logged search measured (its seed kernel's included)."""
+    s = np.asarray(trace.speedup, dtype=float)
+    s = s[np.isfinite(s) & (s > 0)]
+    return float(max(trace.seed_speedup, s.max())) if len(s) else float(trace.seed_speedup)
+
+
 _EVAL_STAGES = ("cold_start", "compilation", "check", "timing")
 
 
@@ -112,6 +143,7 @@ class _LogPool:
             self.pool_parent_speedup[i] = float(ps[i])
             self.pool.setdefault(b, []).append(i)
         self.pool_bins = sorted(self.pool)
+        self.frontier = log_frontier(t)  # invented children are held to it (held_to_log)
         # Each logged candidate as a child copies it: the fields before the speedup, then its
         # stage seconds and prices.
         self.head = [(t.gen_s[c], t.gen_in[c], t.gen_out[c], t.gen_imputed[c], t.gen_failed[c],
@@ -191,7 +223,7 @@ class LogChildren(ChildSource):
             cid = f"{node_id}/{expansion}.{slot}"
             s = pool.speedup[c]
             if source == "fallback" and s == s:
-                s = node_speedup * s / pool.pool_parent_speedup[c]
+                s = held_to_log(node_speedup * s / pool.pool_parent_speedup[c], pool.frontier)
             else:
                 self._logged[cid] = c
             out.append((c, cid, source, float(s)))

@@ -20,7 +20,7 @@ from gfsim.core.errors import GfsimError
 from gfsim.cost_models.presets import Capacities, PresetCostModel
 from gfsim.policies.base import Policy, SearchState
 from gfsim.simulator.budget import Budget
-from gfsim.simulator.children import DRAW_SOURCES, Child, ChildSource
+from gfsim.simulator.children import DRAW_SOURCES, INVENTED, Child, ChildSource
 from gfsim.simulator.engine import SearchSimulation
 from gfsim.simulator.noise import MeasureNoise
 from gfsim.simulator.pipeline import DEFAULT_PIPELINE, Pipeline
@@ -28,7 +28,7 @@ from gfsim.simulator.puct import ArchiveNode, ChildResult, PuctArchive
 from gfsim.simulator.results import SearchResult
 
 __all__ = ["SearchConfig", "SEARCH_PRESETS", "PuctSimulation", "EXTRAPOLATED_SHARE",
-           "cap_per_parent"]
+           "cap_per_parent", "best_lineage", "puct_extra"]
 
 EXTRAPOLATED_SHARE = 0.25  # a replay with more fallback draws than this is labelled extrapolated
 _EVAL = ("cold_start", "compilation", "check", "timing")
@@ -72,6 +72,40 @@ SEARCH_PRESETS = {
 
 
 _MEASURE_STAGES = ("cold_start", "compilation", "check", "timing")
+
+
+def best_lineage(best_id: str | None, candidate_ids, draw_source, parent_node) -> dict:
+    """What a closed-loop search's best rests on: the draw source of the best child (``seed``
+    when nothing beat the seed kernel), the number of drawn nodes from the seed down to it
+    (``length``) and how many of them were invented (``INVENTED``: children the log never
+    held). A best with none invented is a kernel the log measured, reached through kernels it
+    measured."""
+    if best_id is None:
+        return {"source": "seed", "length": 0, "invented": 0}
+    where = {cid: i for i, cid in enumerate(candidate_ids)}
+    length = invented = 0
+    node = best_id
+    while node in where:  # up to the root, which is no drawn child
+        i = where[node]
+        length += 1
+        invented += draw_source[i] in INVENTED
+        node = parent_node[i]
+    return {"source": draw_source[where[best_id]], "length": length, "invented": invented}
+
+
+def puct_extra(config: SearchConfig, best_id, candidate_ids, draw_source, parent_node,
+               archive_size: int) -> dict:
+    """``SearchResult.extra`` of a closed-loop search (both engines): its shape, where its
+    children came from, and what its best rests on."""
+    draws = {s: 0 for s in DRAW_SOURCES}
+    for source in draw_source:
+        draws[source] += 1
+    n = max(len(draw_source), 1)
+    invented = sum(draws[s] for s in INVENTED) / n
+    return {"driver": "puct", "search": config.as_dict(), "draws": draws,
+            "fallback_share": draws["fallback"] / n, "invented_share": invented,
+            "extrapolated": invented > EXTRAPOLATED_SHARE, "archive_size": archive_size,
+            "best_lineage": best_lineage(best_id, candidate_ids, draw_source, parent_node)}
 
 
 def cap_per_parent(batch, measure, k: int) -> np.ndarray:
@@ -230,19 +264,12 @@ class PuctSimulation(SearchSimulation):
     def run(self) -> SearchResult:
         result = super().run()
         t = self.trace
-        draws = {s: 0 for s in DRAW_SOURCES}
-        for c in t.children:
-            draws[c.draw_source] += 1
-        total = max(len(t.children), 1)
-        share = draws["fallback"] / total
-        invented = (draws["fallback"] + draws["model"]) / total
         result.table["draw_source"] = [c.draw_source for c in t.children]
         result.table["template"] = [c.template for c in t.children]
         result.table["parent_node"] = list(t.parent_node)
-        result.extra = {"driver": "puct", "search": self.config.as_dict(), "draws": draws,
-                        "fallback_share": share, "invented_share": invented,
-                        "extrapolated": invented > EXTRAPOLATED_SHARE,
-                        "archive_size": len(self.archive.nodes)}
+        result.extra = puct_extra(self.config, result.best_candidate_id, t.candidate_ids,
+                                  result.table["draw_source"], t.parent_node,
+                                  len(self.archive.nodes))
         return result
 
 

@@ -40,12 +40,12 @@ from gfsim.cost_models.presets import Capacities, PresetCostModel
 from gfsim.cost_models.usage import STAGES, Cost
 from gfsim.policies.base import Batch, Decisions, Policy, SearchState
 from gfsim.simulator.budget import Budget
-from gfsim.simulator.children import DRAW_SOURCES, Child, ChildSource, LogChildren, pool_of
+from gfsim.simulator.children import Child, ChildSource, LogChildren, pool_of
 from gfsim.simulator.engine import segments
 from gfsim.simulator.noise import MeasureNoise, confirm_best
 from gfsim.simulator.pipeline import COST_STAGE, DEFAULT_PIPELINE, Pipeline
 from gfsim.simulator.puct import ArchiveNode, ChildResult, PuctArchive
-from gfsim.simulator.puct_engine import EXTRAPOLATED_SHARE, SearchConfig, cap_per_parent
+from gfsim.simulator.puct_engine import SearchConfig, cap_per_parent, puct_extra
 from gfsim.simulator.results import SearchResult
 
 __all__ = ["run_puct_fast", "fast_search", "run_lockstep"]
@@ -540,11 +540,6 @@ class _FastPuct:
             "draw_source": self.draw_source, "template": self.template,
             "parent_node": self.parent_node,
         }
-        draws = {s: 0 for s in DRAW_SOURCES}
-        for source in self.draw_source:
-            draws[source] += 1
-        share = draws["fallback"] / max(n, 1)
-        invented = (draws["fallback"] + draws["model"]) / max(n, 1)
         result = SearchResult(
             search_id=self.search_id, task_id=self.task_id, seed_speedup=self.seed_speedup,
             best_speedup=self.best, best_candidate_id=self.best_id, gpu_evals=self.evals,
@@ -552,10 +547,8 @@ class _FastPuct:
             unmeasurable=self.unmeasurable, orphans=0, reached=n, steps=self.steps_done,
             wall_s=wall, stages=stages, stopped_by=self.stopped_by,
             anytime=np.array(self.anytime, dtype=float), table=table, engine="fast",
-            extra={"driver": "puct", "search": self.config.as_dict(), "draws": draws,
-                   "fallback_share": share, "invented_share": invented,
-                   "extrapolated": invented > EXTRAPOLATED_SHARE,
-                   "archive_size": len(self.archive.nodes)})
+            extra=puct_extra(self.config, self.best_id, self.cid, self.draw_source,
+                             self.parent_node, len(self.archive.nodes)))
         confirm_best(result, self.cid, self.speedup, self.noise, self.seed)
         return result
 

@@ -11,13 +11,13 @@ from gfsim.policies.base import Batch, Policy
 from gfsim.policies.registry import make_policy
 from gfsim.replay_logs.log import ReplayLog
 from gfsim.simulator.budget import Budget
+from gfsim.simulator.children import INVENTED, INVENTED_HEADROOM
 from gfsim.simulator.engine import SearchSimulation
 from gfsim.simulator.fastpath import FastPathUnsafe, fast_path_blocker, run_fast
 from gfsim.simulator.noise import MeasureNoise
 from gfsim.simulator.pipeline import DEFAULT_PIPELINE, Pipeline
 from gfsim.simulator.puct_engine import (
     EXTRAPOLATED_SHARE,
-    SEARCH_PRESETS,
     PuctSimulation,
     SearchConfig,
 )
@@ -31,7 +31,7 @@ from gfsim.core.errors import GfsimError
 __all__ = ["ENGINES", "cached_traces", "calibration_batch", "replay", "replay_many",
            "replay_with_baseline",
            "replay_seeds", "comparison_json", "simulate_search", "simulate_puct",
-           "seed_dependence", "SEED_FREE_DRAWS"]
+           "seed_dependence", "SEED_FREE_DRAWS", "best_evidence"]
 
 
 def _check_shape(log: ReplayLog, policy: Policy, traces: list[SearchTrace]) -> None:
@@ -168,7 +168,8 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
                 pipeline: Pipeline = DEFAULT_PIPELINE, engine: str = "auto",
                 driver: str = "trace", search: SearchConfig | None = None,
                 noise: MeasureNoise | None = None,
-                children: str = "fallback", learning=None) -> list[ReplayResult]:
+                children: str = "fallback", learning=None,
+                simulate: bool = False) -> list[ReplayResult]:
     """``replay`` for several seeds, ``policies[k]`` (fitted here) with ``seeds[k]``; each
     result is what ``replay`` gives for that seed alone. The puct fast path runs every search
     of every seed in lockstep, so that a step's decisions take one policy call.
@@ -176,12 +177,17 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
     ``learning``: a ``CostModelSpec`` whose forecasts the policy reads, learned from what each
     replay measured, not from the whole log (``gfsim.simulator.learning``): by iterating to a
     fixed point under the trace driver, inside the search under the puct driver (the log's
-    own prequential forecasts, attached if it lacks them, serve only to fit a policy)."""
+    own prequential forecasts, attached if it lacks them, serve only to fit a policy).
+
+    ``search`` (puct): a ``SearchConfig`` for every search, or each search in its own shape
+    (None, or ``simulator.shape.OwnShape`` with fields overridden). A search that PUCT does
+    not reproduce is simulated on the log's evidence, and refused (``simulate`` False) where
+    that evidence is too thin to invent children from (``simulator.shape``)."""
     if learning is not None and driver == "trace" and policies and policies[0].needs_forecast:
         return _replay_learning(log, policies, model, seeds, learning, budget=budget,
                                 capacities=capacities, orphans_dropped=orphans_dropped,
                                 pipeline=pipeline, engine=engine, driver=driver, search=search,
-                                noise=noise, children=children)
+                                noise=noise, children=children, simulate=simulate)
     if driver not in DRIVERS:
         raise GfsimError(f"unknown driver {driver!r}; valid: {', '.join(DRIVERS)}")
     if engine not in ENGINES:
@@ -207,15 +213,14 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
         if log.shape != "trajectory":
             raise GfsimError(f"{log.path}: the puct driver needs a trajectory log (parents and "
                              f"children); this one is {log.shape!r}")
-        config = search or SEARCH_PRESETS["paper-standard"]
-
+        shapes, repro = _closed_loop_shapes(log, traces, search, model, children, simulate)
         make_source = child_sources(children, traces)
         if learns:
             from gfsim.simulator.learning import LearningChildren, log_meta_of
 
             meta_of = log_meta_of(log)
 
-        def one(t, policy, seed):
+        def one(t, config, policy, seed):
             source = make_source(t)
             if learns and policy.needs_forecast:  # one model per search, learning in it
                 source = LearningChildren(source, learning, meta_of, model)
@@ -224,11 +229,16 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
                         task_id=t.task_id, forecast_frame=t.forecast_frame,
                         bin_edges=t.bin_edges, pipeline=pipeline, noise=noise)
 
-        jobs = [one(t, policy, seed) for policy, seed in zip(policies, seeds) for t in traces]
+        jobs = [one(t, config, policy, seed) for policy, seed in zip(policies, seeds)
+                for t, (config, _) in zip(traces, shapes)]
         if engine == "des":
             flat = [simulate_puct(engine="des", **j) for j in jobs]
         else:
             flat = run_lockstep([fast_search(**j) for j in jobs])
+        for k, r in enumerate(flat):
+            i = k % len(traces)
+            r.extra["shape_source"] = shapes[i][1]
+            r.extra["reproduces_log"] = repro[i].reproduced
         per_seed = [(flat[k * len(traces):(k + 1) * len(traces)], None)
                     for k in range(len(seeds))]
     else:
@@ -269,6 +279,30 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
             for policy, seed, (searches, dropped) in zip(policies, seeds, per_seed)]
 
 
+def _closed_loop_shapes(log, traces, search, model, children: str, simulate: bool):
+    """(shape, its source) per trace, and whether PUCT reproduces each logged search; a
+    search that it does not reproduce, and whose evidence is too thin to invent children
+    from, is refused unless ``simulate`` (or nothing is invented: ``children`` own)."""
+    from gfsim.simulator.shape import MIN_PAIRS, describe, reproductions, shapes_for
+
+    shapes = shapes_for(log, traces, search)
+    own = shapes if search is None else shapes_for(log, traces, None)
+    repro = reproductions(traces, [s for s, _ in own], model)
+    if not simulate and children != "own":
+        for r, (shape, _) in zip(repro, own):
+            if r.reproduced or r.pairs >= MIN_PAIRS:
+                continue
+            raise GfsimError(
+                f"{log.path}: search {r.search_id!r} cannot be replayed closed loop: PUCT "
+                f"does not reproduce it (replayed under all in its own shape, "
+                f"{describe(shape.as_dict())}, it drew {r.own} of its {r.logged} logged "
+                f"children as the log did) and it holds {r.pairs} (parent, child) "
+                f"pairs with a measured parent, fewer than the {MIN_PAIRS} a simulation "
+                "invents children from; replay it open loop (--driver trace), or pass "
+                "--simulate to simulate PUCT on this evidence anyway")
+    return shapes, repro
+
+
 def _replay_learning(log, policies, model, seeds, spec, *, driver, **kwargs):
     """``replay_many`` under a learning forecaster: one fixed point per seed."""
     from gfsim.simulator.learning import replay_learning
@@ -286,6 +320,30 @@ def _replay_learning(log, policies, model, seeds, spec, *, driver, **kwargs):
             "rounds to a fixed point); the orphans-dropped figures read the same forecasts")
         out.append(result)
     return out
+
+
+def best_evidence(result: ReplayResult) -> dict:
+    """What a replay's headline best speedup rests on. ``basis``: ``measured`` (every
+    search's best is a kernel the log measured, reached through kernels it measured, in a
+    search the replay reproduces or replays in logged order), ``invented`` (some search's best
+    has a child the log never held in its lineage: ``lineage_invented_share`` of the nodes
+    from the seeds down to the bests were invented) or ``simulated`` (some search is PUCT run
+    on a log whose own search was not PUCT's, ``simulated_searches`` of them); ``label``
+    says what the bests' lineage rests on in a few words for a table."""
+    searches = result.searches
+    lineage = [s.extra["best_lineage"] for s in searches if "best_lineage" in s.extra]
+    simulated = sum(1 for s in searches if s.extra.get("reproduces_log") is False)
+    length = sum(b["length"] for b in lineage)
+    invented = sum(b["invented"] for b in lineage)
+    invented_bests = sum(1 for b in lineage if b["invented"])
+    share = invented / length if length else 0.0
+    label = f"invented {share:.0%}" if invented_bests else "measured"
+    if result.measure_noise is not None:
+        label += " (with simulated noise)"
+    return {"basis": "simulated" if simulated else "invented" if invented_bests
+            else "measured", "label": label, "searches": len(searches),
+            "simulated_searches": simulated, "invented_bests": invented_bests,
+            "lineage_invented_share": share}
 
 
 def draw_shares(results: list[ReplayResult]) -> dict:
@@ -400,15 +458,20 @@ def comparison_json(result: ReplayResult, base: ReplayResult, budget: Budget,
             "deltas are policy minus baseline; negative usd_delta means the policy spent less",
         ],
     }
+    out["best_evidence"] = best_evidence(result)
+    out["baseline"]["best_evidence"] = best_evidence(base)
     puct = [r.extra for r in result.searches if r.extra.get("driver") == "puct"]
     if puct:
         draws = {k: sum(e["draws"][k] for e in puct) for k in puct[0]["draws"]}
         total = max(sum(draws.values()), 1)
         out["search"] = puct[0]["search"]
+        out["search_per_search"] = {r.search_id: r.extra["search"] for r in result.searches}
+        out["shape_source"] = sorted({e.get("shape_source", "given") for e in puct})
         out["baseline"]["search"] = base.searches[0].extra.get("search") if base.searches else None
         out["draws"] = draws
+        out["draw_shares"] = {k: v / total for k, v in draws.items() if v}
         out["fallback_share"] = draws["fallback"] / total
-        out["invented_share"] = (draws["fallback"] + draws.get("model", 0)) / total
+        out["invented_share"] = sum(draws.get(k, 0) for k in INVENTED) / total
         out["extrapolated"] = out["invented_share"] > EXTRAPOLATED_SHARE
         out["notes"].append(
             "puct driver: children are drawn without replacement from the node's own logged "
@@ -419,7 +482,16 @@ def comparison_json(result: ReplayResult, base: ReplayResult, budget: Budget,
                if draws.get("model") else
                "held, a fallback pool matched on the parent's speedup bin")
             + f"; a replay with more than {EXTRAPOLATED_SHARE:.0%} such invented draws is "
-            "labelled extrapolated")
+            "labelled extrapolated; an invented child is held to at most "
+            f"{INVENTED_HEADROOM:g}x the best speedup its log measured (the log supports no "
+            "more)")
+        simulated = out["best_evidence"]["simulated_searches"]
+        if simulated:
+            out["notes"].append(
+                f"SIMULATED: PUCT does not reproduce {simulated} of the log's "
+                f"{len(result.searches)} searches (replayed under all at F = 1 in their own "
+                "shape, they drew other children than the log's), so their figures are PUCT "
+                "simulated on the log's evidence, not a replay of the logged search")
     if result.orphans_dropped is not None:
         dropped = ReplayResult(result.policy, result.log, result.cost_model, result.seed,
                                result.orphans_dropped).figures()

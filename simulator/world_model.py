@@ -60,6 +60,7 @@ from gfsim.simulator.children import (
     Child,
     ChildSource,
     LogChildren,
+    held_to_log,
     pool_of,
     shift_probs,
 )
@@ -553,6 +554,7 @@ class ModelChildren(ChildSource):
         speedup = node_speedup * 2.0 ** step if outcome == "success" else math.nan
         if outcome == "success" and not math.isfinite(speedup):
             speedup = math.nan
+        speedup = held_to_log(speedup, self._pool.frontier)  # no gain the log cannot support
         head[12] = None if outcome == _GEN_FAILED else outcome
         if head[5]:  # it has a forecast: move a logged one onto this child's truth
             base = _frame_base(t, node_speedup)

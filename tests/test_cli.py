@@ -210,7 +210,7 @@ def test_validate_refuses_a_truncated_log_unless_allowed_every_time(tmp_path):
 
 
 def test_interval_tables_are_in_the_reports_units():
-    res = runner.invoke(app, ["replay", "--seeds", "2"])
+    res = runner.invoke(app, ["replay", "--seeds", "2", "--policy", "random:0.5"])
     assert res.exit_code == 0, res.output
     table = res.output[res.output.index("2 seeds: mean"):]
     assert "wall-clock h" in table and "$" in table and "e+0" not in table

@@ -136,6 +136,6 @@ def test_cli_reports_the_confirmed_best_and_rejects_bad_noise():
     iv = json.loads(res.output)["intervals"]["overall"]
     assert {"confirmed_speedup", "true_best_speedup"} <= set(iv)
     plain = json.loads(runner.invoke(app, ["replay", "--log", "synthetic-mini", "--seeds", "2",
-                                           "--json"]).output)
+                                           "--policy", "random:0.5", "--json"]).output)
     assert plain["measure_noise"] is None
     assert "confirmed_speedup" not in plain["intervals"]["overall"]

@@ -83,5 +83,25 @@ def test_cli_json_keys_and_the_puct_driver():
     assert {"mean", "lo", "hi"} <= set(out["usd_saved_per_search"])
     assert out["inputs"]["driver"] == "puct" and out["inputs"]["synthetic_log"]
     assert set(out["reach_probability"]) == {"q50", "q75", "q90"}
-    res = runner.invoke(app, ["savings", "--seeds", "1"])
-    assert res.exit_code == 2 and "--seeds must be >= 2" in res.output
+    assert out["seed_dependence"] and len(out["inputs"]["seeds"]) == 3  # puct draws by seed
+    res = runner.invoke(app, ["savings", "--jobs", "0"])
+    assert res.exit_code == 2 and "--jobs must be >= 1" in res.output
+
+
+def test_savings_replays_a_deterministic_configuration_once():
+    """threshold:0.7 against all under the trace driver: no seed can change either, so the
+    default is one replay (not 32 identical ones), --seeds N says it was not needed, and the
+    three targets, all equal, make one row."""
+    res = runner.invoke(app, ["savings", "--log", "synthetic-mini", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["seeds"] == 1 and out["inputs"]["seeds"] == [0]
+    assert out["seed_dependence"] is None and "replayed once" in out["seeds_note"]
+    res = runner.invoke(app, ["savings", "--log", "synthetic-mini", "--seeds", "4"])
+    assert res.exit_code == 0, res.output
+    assert "1 replay" in res.output and "--seeds 4 asked for" in res.output
+    assert "q50 = q75 = q90" in res.output.replace("\n", " ")
+    res = runner.invoke(app, ["savings", "--log", "synthetic-mini", "--policy", "random:0.5",
+                              "--seeds", "3", "--json"])
+    out = json.loads(res.output)
+    assert out["seeds"] == 3 and "random" in out["seed_dependence"]

@@ -11,7 +11,8 @@ import typer
 
 from gfsim.core.errors import GfsimError
 
-__all__ = ["handles_errors", "print_json", "console", "esc", "one_line", "search_config"]
+__all__ = ["handles_errors", "print_json", "console", "esc", "one_line", "search_config",
+           "puct_children", "SIMULATE_HELP"]
 
 EXIT_INPUT_ERROR = 2
 
@@ -109,18 +110,25 @@ CHILDREN_HELP = ("puct: where children the log never held come from: fallback (l
                  "(none: only the logged children).")
 
 
-def puct_children(driver: str, children: str) -> dict:
-    """The replay keyword for --children: checked, and only for the puct driver."""
+SIMULATE_HELP = ("puct: simulate PUCT even on a log whose search it does not reproduce and "
+                 "whose evidence is too thin to invent children from (refused otherwise; the "
+                 "result is labelled simulated either way).")
+
+
+def puct_children(driver: str, children: str, simulate: bool = False) -> dict:
+    """The replay keywords for --children and --simulate: checked, and only for the puct
+    driver."""
     from gfsim.core.errors import GfsimError
     from gfsim.simulator.world_model import check_children
 
     check_children(children)
     if driver != "puct":
-        if children != "fallback":
-            raise GfsimError("--children: only the puct driver draws children; the trace "
+        if children != "fallback" or simulate:
+            flag = "--children" if children != "fallback" else "--simulate"
+            raise GfsimError(f"{flag}: only the puct driver draws children; the trace "
                              "driver replays the logged order")
         return {}
-    return {"children": children}
+    return {"children": children, "simulate": simulate}
 
 
 def learning_spec(forecaster: str | None):
@@ -133,10 +141,12 @@ def learning_spec(forecaster: str | None):
 
 def search_config(driver: str, preset: str | None, log=None, **knobs):
     """The puct search shape from --search and the knobs; an error if given to the trace
-    driver, where they mean nothing. Without --search, the shape ``log``'s runs recorded (a
-    live or synthesised search: all its runs one shape) is the base, else paper-standard."""
+    driver, where they mean nothing. Without --search, each search of the log in its own shape
+    (recorded by its run, else inferred from its candidates: ``simulator.shape``) with the
+    knobs given in place of its own; with no ``log`` (a new, live search), paper-standard."""
     from gfsim.core.errors import GfsimError
     from gfsim.simulator.puct_engine import SEARCH_PRESETS, replace_config
+    from gfsim.simulator.shape import OwnShape
 
     given = {k: v for k, v in knobs.items() if v is not None}
     if driver != "puct":
@@ -145,19 +155,10 @@ def search_config(driver: str, preset: str | None, log=None, **knobs):
                               + [f"--{k.replace('_', '-')}" for k in given])
             raise GfsimError(f"{flags}: only with --driver puct")
         return None
-    if preset is not None and preset not in SEARCH_PRESETS:
+    if preset is None and log is not None:
+        return OwnShape(**given)
+    preset = preset or "paper-standard"
+    if preset not in SEARCH_PRESETS:
         raise GfsimError(f"--search: unknown preset {preset!r}; valid: "
                          f"{', '.join(SEARCH_PRESETS)}")
-    base = SEARCH_PRESETS[preset or "paper-standard"]
-    recorded = {repr(sorted(((r.get("configuration") or {}).get("search") or {}).items()))
-                for r in (log.runs if log is not None else [])}
-    if preset is None and log is not None and log.runs and len(recorded) == 1:
-        shape = (log.runs[0].get("configuration") or {}).get("search")
-        if isinstance(shape, dict) and shape:
-            from gfsim.simulator.puct_engine import SearchConfig
-
-            try:
-                base = SearchConfig(**shape)
-            except (TypeError, ValueError, GfsimError):
-                pass  # not a shape this version knows: the preset stands
-    return replace_config(base, **given)
+    return replace_config(SEARCH_PRESETS[preset], **given)

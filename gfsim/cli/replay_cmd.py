@@ -9,6 +9,7 @@ import typer
 
 from gfsim.cli.common import (
     CHILDREN_HELP,
+    SIMULATE_HELP,
     console,
     esc,
     handles_errors,
@@ -94,6 +95,7 @@ def replay(
                                help="auto (closed-form fast path wherever no capacity binds), "
                                     "des (always the SimPy engine) or fast."),
     children: str = typer.Option("fallback", "--children", help=CHILDREN_HELP),
+    simulate: bool = typer.Option(False, "--simulate", help=SIMULATE_HELP, metavar=""),
     calibrate: str = typer.Option("none", "--calibrate",
                                   help="Recalibrate forecasts before any policy sees them: "
                                        "none, temperature or isotonic, fitted out of fold (by "
@@ -131,6 +133,7 @@ def replay(
     from gfsim.policies import make_policy
     from gfsim.replay_logs import open_log
     from gfsim.simulator import comparison_json, parse_budget, replay_with_baseline
+    from gfsim.simulator.replay import seed_dependence
     from gfsim.simulator.noise import parse_noise
     from gfsim.simulator.pipeline import parse_pipeline
 
@@ -145,7 +148,7 @@ def replay(
     noise = parse_noise(measure_noise)
     from gfsim.forecasts.whatif import resolve
 
-    puct_only = puct_children(driver, children)
+    puct_only = puct_children(driver, children, simulate)
     learning = learning_spec(forecaster)
     the_log, forecaster = resolve(open_log(log), forecaster)
     config = search_config(driver, search, the_log, steps=steps,
@@ -167,7 +170,16 @@ def replay(
     out = comparison_json(result, base, the_budget,
                           anytime=None if detail else ANYTIME_POINTS)
     pairs = [(result, base)]
-    if seeds > 1:
+    varies = seed_dependence([the_policy, make_policy(baseline)], driver=driver, noise=noise,
+                             results=pairs[0])
+    if seeds > 1 and varies is None:
+        out["seeds_note"] = (f"--seeds {seeds}: replayed once; no seed can change this "
+                             f"configuration (policies {the_policy.spec()} and {baseline} read "
+                             "no seed, no measurement noise, "
+                             + ("every child drawn from its node's own logged expansion)"
+                                if driver == "puct" else "the logged order)")
+                             + ", so an interval over seeds would be one number repeated")
+    elif seeds > 1:
         pairs = _seed_pairs(the_log, policy, baseline, model, seed, seeds, jobs,
                             dict(budget=the_budget, capacities=caps, forecaster=forecaster,
                                  pipeline=the_pipeline, engine=engine, driver=driver,
@@ -265,6 +277,24 @@ def _write_table(df, path: Path) -> None:
         raise GfsimError(f"{path}: --candidates-out takes a .csv or .parquet path")
 
 
+_DRAW_NAMES = {"own": "own", "other_expansion": "other expansions", "fallback": "fallback",
+               "model": "model", "world": "world"}
+
+
+def _print_search(con, out: dict) -> None:
+    """The closed-loop shape, where it came from, and where the children came from."""
+    from gfsim.simulator.shape import describe
+
+    shapes = {repr(sorted(v.items())) for v in out["search_per_search"].values()}
+    shape = describe(out["search"]) if len(shapes) == 1 else \
+        f"{len(shapes)} shapes (per search in --json), the first {describe(out['search'])}"
+    con.print(f"search: {shape} ({'; '.join(out['shape_source'])}; baseline F "
+              f"{out['baseline']['search']['overgen']})")
+    drawn = ", ".join(f"{_DRAW_NAMES.get(k, k)} {v:.0%}" for k, v in out["draw_shares"].items())
+    con.print(f"children drawn: {drawn}; invented {out['invented_share']:.0%}"
+              + (" [bold red]EXTRAPOLATED[/bold red]" if out["extrapolated"] else ""))
+
+
 def _print_report(out: dict) -> None:
     from rich.table import Table
 
@@ -275,17 +305,17 @@ def _print_report(out: dict) -> None:
     con.print(f"[dim]driver {out['driver']}; pipeline {out['pipeline']}; engine "
               f"{', '.join(out['engines'])}; simulated in {out['simulation_s']:.2f} s[/dim]")
     if "search" in out:
-        s = out["search"]
-        con.print(f"search: {s['steps']} steps x {s['parents_per_step']} parents x "
-                  f"{s['samples_per_parent']} samples x F {s['overgen']}, k {s['k_per_parent']}"
-                  f" (baseline F {out['baseline']['search']['overgen']}); fallback draws "
-                  f"{out['fallback_share']:.0%}"
-                  + (" [bold red]EXTRAPOLATED[/bold red]" if out["extrapolated"] else ""))
+        _print_search(con, out)
     table = Table(show_edge=False)
     for col in ("", "policy", f"baseline ({esc(base['policy'])})", "delta"):
         table.add_column(col, justify="right" if col else "left")
+    evidence = out["best_evidence"], base["best_evidence"]
+    measured = all(e["basis"] == "measured" for e in evidence)
+    simulated = any(e["simulated_searches"] for e in evidence)
     rows = [
-        ("best speedup (geo-mean, measured)", "best_speedup", "{:.3f}x"),
+        ("best speedup (geo-mean, measured)" if measured else
+         "best speedup (geo-mean, SIMULATED)" if simulated else "best speedup (geo-mean)",
+         "best_speedup", "{:.3f}x"),
         *([("  confirmed (best re-measured)", "confirmed_speedup", "{:.3f}x"),
            ("  true (noise-free, same kernel)", "true_best_speedup", "{:.3f}x")]
           if out.get("measure_noise") else []),
@@ -302,7 +332,17 @@ def _print_report(out: dict) -> None:
         delta = mine - theirs
         table.add_row(label, fmt.format(mine), fmt.format(theirs),
                       ("+" if delta > 0 else "") + fmt.format(delta).replace("$-", "-$"))
+        if key == "best_speedup" and not measured:
+            table.add_row("  rests on", *(f"[bold red]{e['label']}[/bold red]"
+                                          if e["invented_bests"] else e["label"]
+                                          for e in evidence), "")
     con.print(table)
+    if not measured:
+        con.print("[dim]rests on: measured = kernels the log measured, reached through kernels "
+                  "it measured; invented N% = share of the nodes from the seed down to each "
+                  "search's best that the log never held (drawn by the fallback or the world "
+                  "model); simulated = PUCT run on the evidence of a log whose own search "
+                  "PUCT does not reproduce[/dim]")
     stages = Table(title="cost by stage (policy)", show_edge=False)
     for col in ("stage", "resource h", "USD", "kWh"):
         stages.add_column(col, justify="right" if col != "stage" else "left")
@@ -327,6 +367,8 @@ def _print_report(out: dict) -> None:
         con.print(f"stopped by budget: {', '.join(out['stopped_by'])}")
     if "intervals" in out:
         _print_intervals(con, out["intervals"])
+    if "seeds_note" in out:
+        con.print(out["seeds_note"])
     if "plot" in out:
         con.print(f"anytime curves: {esc(out['plot'], 400)}")
     for note in out["notes"]:

@@ -8,6 +8,7 @@ import typer
 
 from gfsim.cli.common import (
     CHILDREN_HELP,
+    SIMULATE_HELP,
     console,
     esc,
     handles_errors,
@@ -18,6 +19,8 @@ from gfsim.cli.common import (
 )
 
 __all__ = ["savings"]
+
+DEFAULT_SEEDS = 32  # paired seeds where a seed can change the replay
 
 
 @handles_errors
@@ -38,7 +41,11 @@ def savings(
                                              help="A logged forecaster's name, or a what-if "
                                                   "one (paper:gemini3-flash, synthetic:...)."),
     children: str = typer.Option("fallback", "--children", help=CHILDREN_HELP),
-    seeds: int = typer.Option(32, "--seeds", min=1, help="Paired seeds."),
+    simulate: bool = typer.Option(False, "--simulate", help=SIMULATE_HELP, metavar=""),
+    seeds: Optional[int] = typer.Option(None, "--seeds", min=1,
+                                        help="Paired seeds (default 32 where a seed can "
+                                             "change the replay, else 1: a deterministic "
+                                             "configuration is replayed once)."),
     seed: int = typer.Option(0, "--seed", help="First seed."),
     jobs: int = typer.Option(1, "--jobs", help="Processes for the seeds."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object.", metavar=""),
@@ -51,30 +58,43 @@ def savings(
     from gfsim.policies import make_policy
     from gfsim.replay_logs import open_log
     from gfsim.simulator import parse_budget
-    from gfsim.simulator.replay import draw_shares, replay_seeds
+    from gfsim.simulator.replay import draw_shares, replay_seeds, seed_dependence
 
 
-    if seeds < 2 or jobs < 1:
-        raise GfsimError("--seeds must be >= 2 and --jobs >= 1")
-    make_policy(policy)
-    make_policy(baseline)
+    if jobs < 1:
+        raise GfsimError("--jobs must be >= 1")
+    policies = [make_policy(policy), make_policy(baseline)]
     from gfsim.forecasts.whatif import resolve
 
     learning = learning_spec(forecaster)
     the_log, forecaster = resolve(open_log(log), forecaster)
     model = load_cost_model(cost)
     config = search_config(driver, search, the_log, overgen=overgen)
-    puct_only = puct_children(driver, children)
+    puct_only = puct_children(driver, children, simulate)
     the_budget = parse_budget(budget)
-    pairs = replay_seeds(the_log, policy, model, range(seed, seed + seeds), baseline=baseline,
-                         jobs=jobs, budget=the_budget, driver=driver, search=config,
-                         forecaster=forecaster, learning=learning, **puct_only)
+    kwargs = dict(baseline=baseline, budget=the_budget, driver=driver, search=config,
+                  forecaster=forecaster, learning=learning, **puct_only)
+    pairs = replay_seeds(the_log, policy, model, [seed], **kwargs)
+    varies = seed_dependence(policies, driver=driver, results=pairs[0])
+    wanted = seeds if seeds is not None else DEFAULT_SEEDS if varies else 1
+    if varies and wanted > 1:
+        pairs += replay_seeds(the_log, policy, model, range(seed + 1, seed + wanted),
+                              jobs=jobs, **kwargs)
     out = compute(pairs, seed=seed)
+    out["seed_dependence"] = varies
+    if varies is None:
+        out["seeds_note"] = (
+            "replayed once: no seed can change this configuration (policies "
+            f"{policies[0].spec()} and {policies[1].spec()} read no seed, "
+            + ("every child drawn from its node's own logged expansion"
+               if driver == "puct" else "the logged order")
+            + "); intervals are over the log's tasks only"
+            + (f" (--seeds {seeds} asked for)" if seeds and seeds > 1 else ""))
     out["inputs"] = {"log": the_log.name, "synthetic_log": the_log.is_synthetic,
                      "policy": pairs[0][0].policy, "baseline": pairs[0][1].policy,
                      "cost_model": cost, "driver": driver, "budget": the_budget.as_dict(),
                      "forecaster": forecaster,
-                     "seeds": list(range(seed, seed + seeds)),
+                     "seeds": [p[0].seed for p in pairs],
                      "search": pairs[0][0].searches[0].extra.get("search")}
     if puct_only:
         out["inputs"]["children"] = children
@@ -91,6 +111,18 @@ def _targets(per_task: dict) -> str:
     return f"{min(v):.2f}x-{max(v):.2f}x"
 
 
+def _distinct_targets(targets: dict) -> list[list[str]]:
+    """Target names grouped where their targets are the same on every task (one replay, or a
+    baseline whose final best never varies): one row each, not the same row repeated."""
+    groups: list[list[str]] = []
+    for name, per_task in targets.items():
+        if groups and targets[groups[-1][0]] == per_task:
+            groups[-1].append(name)
+        else:
+            groups.append([name])
+    return groups
+
+
 def _report(out: dict) -> None:
     from rich.table import Table
 
@@ -100,7 +132,9 @@ def _report(out: dict) -> None:
     i = out["inputs"]
     con.print(f"[bold]gfsim savings[/bold]  {esc(i['policy'])} vs {esc(i['baseline'])}  "
               f"log={esc(i['log'], 400)}  cost={esc(i['cost_model'])}  driver={i['driver']}  "
-              f"{out['seeds']} paired seeds")
+              + (f"{out['seeds']} paired seeds" if out["seed_dependence"] else "1 replay"))
+    if "seeds_note" in out:
+        con.print(out["seeds_note"], markup=False, highlight=False)
     con.print(f"[bold]{esc(out['verdict'], 2000)}[/bold]")
     if i.get("policy_draws"):
         con.print(f"children: {i['children']}; the policy's children the log never held: "
@@ -125,10 +159,12 @@ def _report(out: dict) -> None:
     for col in ("target", "P(reach) policy", "P(reach) baseline",
                 "restricted mean USD policy", "baseline", "saved [95%]"):
         r.add_column(col, justify="right")
-    for name, c in out["cost_to_target"].items():
-        p = out["reach_probability"][name]
+    for names in _distinct_targets(out["targets"]):
+        name = names[0]
+        c, p = out["cost_to_target"][name], out["reach_probability"][name]
         s = c["saved_usd"]
-        r.add_row(esc(f"{name} ({_targets(out['targets'][name])})"), f"{p['policy']:.0%}",
+        r.add_row(esc(f"{' = '.join(names)} ({_targets(out['targets'][name])})"),
+                  f"{p['policy']:.0%}",
                   f"{p['baseline']:.0%}", usd_text(c["policy_usd"]),
                   usd_text(c["baseline_usd"]),
                   esc(f"{usd_text(s['mean'])} [{usd_text(s['lo'])}, {usd_text(s['hi'])}]"))

@@ -9,6 +9,7 @@ import typer
 
 from gfsim.cli.common import (
     CHILDREN_HELP,
+    SIMULATE_HELP,
     console,
     esc,
     handles_errors,
@@ -59,6 +60,7 @@ def tune(
                                       "configurations better than the fallback in every world "
                                       "of the counterfactual benchmark; else fallback. "
                                       + CHILDREN_HELP),
+    simulate: bool = typer.Option(False, "--simulate", help=SIMULATE_HELP, metavar=""),
     seeds: int = typer.Option(8, "--seeds", min=1, help="Seeds per trial (the same for every "
                                                  "trial: common random numbers)."),
     seed: int = typer.Option(0, "--seed", help="First seed; the sampler's seed too."),
@@ -128,7 +130,7 @@ def tune(
     if children == "auto":
         widens = any(p.name in ("overgen", "samples_per_parent") for p in params)
         children = "model" if driver == "puct" and widens else "fallback"
-    puct_only = puct_children(driver, children)
+    puct_only = puct_children(driver, children, simulate)
     setup = TrialSetup(the_log, model, policy, driver, parse_budget(budget),
                        list(range(seed, seed + seeds)), config, target, forecaster,
                        learning=learning, **puct_only)

@@ -197,6 +197,7 @@ class TrialSetup:
     forecaster: str | None = None  # the logged forecaster policies read (None: the first)
     pools: dict | None = None  # task -> (logged speedups, seed speedup), for the score
     children: str = "fallback"  # puct: where unlogged children come from (--children)
+    simulate: bool = False  # puct: simulate a log PUCT does not reproduce on thin evidence
     learning: object | None = None  # a cost model's spec: learns from what each replay measured
 
     def __post_init__(self):
@@ -271,7 +272,8 @@ def _seed_rows(setup: TrialSetup, spec: str, search, seeds: list[int]) -> list:
     for res in replay_many(setup.log, [make_policy(spec) for _ in seeds], setup.model, seeds,
                            budget=setup.budget, driver=setup.driver, search=search,
                            orphans_dropped=False, forecaster=setup.forecaster,
-                           children=setup.children, learning=setup.learning):
+                           children=setup.children, learning=setup.learning,
+                           simulate=setup.simulate):
         clipped: list = []
         per = [_search_metrics(s, setup, clipped) for s in res.searches]
         rows.append(([s.task_id for s in res.searches], per, len(clipped)))
@@ -290,7 +292,8 @@ def trial_draws(setup: TrialSetup, spec: str, search) -> dict:
     return draw_shares(replay_many(setup.log, [make_policy(spec) for _ in seeds], setup.model,
                                    seeds, budget=setup.budget, driver=setup.driver,
                                    search=search, orphans_dropped=False,
-                                   forecaster=setup.forecaster, children=setup.children))
+                                   forecaster=setup.forecaster, children=setup.children,
+                                   simulate=setup.simulate))
 
 
 _INSTALLED: dict = {}  # in a SeedPool's processes: the setup they replay
