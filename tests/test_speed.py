@@ -64,7 +64,7 @@ def test_the_running_measurement_cost_is_the_growing_traces_mean(monkeypatch):
     monkeypatch.setattr(PuctSimulation, "_measure_usd", checked)
     replay(open_log("synthetic-mini"), make_policy("ev:10"), MODEL, driver="puct", seed=3,
            engine="des")
-    assert len(seen) > 50
+    assert len(seen) >= 3 * 15  # three searches of 16 steps, the log's own shape
     got, want = np.array(seen).T
     assert np.array_equal(np.isnan(got), np.isnan(want))
     assert np.array_equal(got[~np.isnan(got)], want[~np.isnan(want)])
