@@ -129,6 +129,29 @@ def test_bad_input_exits_2_with_one_line(args, fragment):
     assert fragment in lines[0]
 
 
+def test_candidates_out_into_a_missing_folder_is_refused_before_any_replay(tmp_path,
+                                                                          monkeypatch):
+    """It ended in a traceback, after the whole replay had run."""
+    import gfsim.replay_logs
+    import gfsim.simulator
+
+    def no_work(*a, **k):
+        raise AssertionError("replay work began before the output path was checked")
+
+    monkeypatch.setattr(gfsim.replay_logs, "open_log", no_work)
+    monkeypatch.setattr(gfsim.simulator, "replay_with_baseline", no_work)
+    target = tmp_path / "absent" / "x.csv"
+    for path, fragment in ((target, f"{target}: --candidates-out: folder {target.parent} does "
+                                    "not exist"),
+                           (tmp_path / "x.txt", "--candidates-out takes a .csv or .parquet")):
+        res = invoke("replay", "--log", str(TINY), "--candidates-out", str(path))
+        assert res.exit_code == 2, res.output
+        lines = res.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("gfsim: error:"), res.output
+        assert fragment in lines[0]
+    assert not target.parent.exists()
+
+
 def test_corrupt_log_exits_2_naming_its_line(tmp_path):
     path = corrupt_copy(tmp_path)
     for args in (["validate", str(path)], ["replay", "--log", str(path)]):
