@@ -113,6 +113,8 @@ def corrupt_copy(tmp_path):
     (["replay", "--policy", "nosuch"], "unknown policy 'nosuch'; valid: all, random"),
     (["replay", "--policy", "threshold:tau=0.7,x=1"], "unknown parameter 'x'"),
     (["replay", "--baseline", "nosuch"], "unknown policy 'nosuch'"),
+    (["replay", "--policy", "threshold:1.5"],
+     "threshold: tau=1.5 is above its maximum 1.0 (range 0 to 1)"),
     (["replay", "--budget", "usd=-3"], "budget: usd must be > 0"),
     (["replay", "--budget", "dollars=3"], "budget: unknown key 'dollars'"),
     (["replay", "--cost", "gpu-for-free"], "unknown cost preset"),
