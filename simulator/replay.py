@@ -36,11 +36,11 @@ __all__ = ["ENGINES", "cached_traces", "calibration_batch", "replay", "replay_ma
 def _check_shape(log: ReplayLog, policy: Policy, traces: list[SearchTrace]) -> None:
     if policy.needs_forecast:
         if log.shape == "config_space":
-            raise GfsimError(f"{log.path}: a config_space log allows only policies that need no "
-                             f"forecast (all, random, oracle); got {policy.name!r}")
+            raise GfsimError(f"{log.display_name}: a config_space log allows only policies that "
+                             f"need no forecast (all, random, oracle); got {policy.name!r}")
         if not any(t.has_forecast.any() for t in traces):
-            raise GfsimError(f"{log.path}: policy {policy.name!r} reads forecasts and the log "
-                             "has none")
+            raise GfsimError(f"{log.display_name}: policy {policy.name!r} reads forecasts and "
+                             "the log has none")
 
 
 def calibration_batch(traces: list[SearchTrace]) -> Batch:
@@ -204,8 +204,8 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
 
     if driver == "puct":
         if log.shape != "trajectory":
-            raise GfsimError(f"{log.path}: the puct driver needs a trajectory log (parents and "
-                             f"children); this one is {log.shape!r}")
+            raise GfsimError(f"{log.display_name}: the puct driver needs a trajectory log "
+                             f"(parents and children); this one is {log.shape!r}")
         config = search or SEARCH_PRESETS["paper-standard"]
 
         make_source = child_sources(children, traces)

@@ -154,6 +154,24 @@ def test_candidates_out_into_a_missing_folder_is_refused_before_any_replay(tmp_p
     assert not target.parent.exists()
 
 
+def test_errors_name_a_shipped_log_by_its_name_not_its_installed_path():
+    """They printed /.../site-packages/gfsim/replay_logs/data/h200-suite-v0.jsonl.gz."""
+    shipped = str(resolve_log("h200-suite-v0"))
+    for args, fragment in (
+            (["replay", "--log", "h200-suite-v0", "--driver", "puct"],
+             "h200-suite-v0 (shipped log): a 'pairs' log has no search order"),
+            (["score", "--log", "synthetic-mini", "--task", "nope"],
+             "synthetic-mini (shipped log): no task 'nope'")):
+        res = invoke(*args)
+        assert res.exit_code == 2, res.output
+        line = res.output.strip()
+        assert "\n" not in line and line.startswith(f"gfsim: error: {fragment}"), line
+        assert shipped not in line and "replay_logs" not in line
+    res = invoke("replay", "--log", str(TINY), "--forecaster", "nobody")
+    assert f"gfsim: error: {TINY}: no forecasts by 'nobody'" in res.output  # a path stays one
+    assert load_log(TINY).display_name == str(TINY)
+
+
 def test_corrupt_log_exits_2_naming_its_line(tmp_path):
     path = corrupt_copy(tmp_path)
     for args in (["validate", str(path)], ["replay", "--log", str(path)]):
