@@ -1,6 +1,6 @@
 """Replay throughput on a real Kernel Tuner cache, beside Kernel Tuner's own simulation mode.
 
-    python experiments/bench_kernel_tuner.py [--cache tests/data/kernel_tuner/benchmark_hub/dedispersion_milo_A100.json.gz] [--repeats 3]
+    python experiments/bench_kernel_tuner.py [--cache gfsim/worlds/data/kernel_tuner/dedispersion_milo_A100.json.gz] [--repeats 3]
 
 Both replay the same configurations (brute force over the cached ones), cold: Kernel Tuner with
 ``tune_kernel(..., cache=..., simulation_mode=True)``, which reads its cache file on every
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cache", type=Path, default=ROOT / "tests/data/kernel_tuner/benchmark_hub/"
+    ap.add_argument("--cache", type=Path, default=ROOT / "gfsim/worlds/data/kernel_tuner/"
                     "dedispersion_milo_A100.json.gz")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", action="store_true")

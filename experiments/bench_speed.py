@@ -215,7 +215,7 @@ def million(tmp: Path, rows: list, results: dict) -> None:
 
 
 def kernel_tuner(rows: list, results: dict) -> None:
-    cache = HERE.parent / "tests/data/kernel_tuner/benchmark_hub/dedispersion_milo_A100.json.gz"
+    cache = HERE.parent / "gfsim/worlds/data/kernel_tuner/dedispersion_milo_A100.json.gz"
     cache = Path(os.environ.get("GFSIM_KT_CACHE", cache))
     if not cache.exists():
         rows.append(("Kernel Tuner simulation mode, cold on both sides",

@@ -63,7 +63,9 @@ class ThresholdPolicy(GroupPolicy):
     name = "threshold"
     summary = "measure iff confidence < tau or P(S > best) >= rho (the selective surrogate)"
     params = (
-        Param("tau", float, 0.7, "confidence below which a candidate is always measured", 0.0),
+        # A confidence score (maxprob, negentropy, margin) lies in [0, 1]: so does tau.
+        Param("tau", float, 0.7, "confidence below which a candidate is always measured", 0.0,
+              1.0),
         Param("score", tuple(SCORES), "maxprob", "confidence score of a forecast"),
         Param("rho", float, 0.5, "promise P(S > best) at or above which it is measured", 0.0, 1.0),
         Param("coverage", float, None, "set tau so that this fraction is measured (calibrated)",

@@ -65,6 +65,12 @@ class ReplayLog:
         return self.label or self.header.get("log_id") or Path(self.path).name
 
     @property
+    def display_name(self) -> str:
+        """The log as messages name it: a shipped log by its name (its path lies inside the
+        installed package and says nothing to the user), any other by its path."""
+        return f"{self.label} (shipped log)" if self.label else str(self.path)
+
+    @property
     def shape(self) -> str:
         return self.header["log_shape"]
 

@@ -56,7 +56,7 @@ def replay_learning(log, policy, model, seed: int, spec, replay_once, memo: dict
         if train is not None and measured == train:
             return result, rounds
         train = measured
-    raise GfsimError(f"{log.path}: the replay under {policy.spec()} with the learning "
+    raise GfsimError(f"{log.display_name}: the replay under {policy.spec()} with the learning "
                      f"forecaster {spec.name} did not settle within {steps + 2} rounds "
                      "(a policy whose decisions depend on more than earlier steps?)")
 

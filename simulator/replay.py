@@ -37,11 +37,11 @@ __all__ = ["ENGINES", "cached_traces", "calibration_batch", "replay", "replay_ma
 def _check_shape(log: ReplayLog, policy: Policy, traces: list[SearchTrace]) -> None:
     if policy.needs_forecast:
         if log.shape == "config_space":
-            raise GfsimError(f"{log.path}: a config_space log allows only policies that need no "
-                             f"forecast (all, random, oracle); got {policy.name!r}")
+            raise GfsimError(f"{log.display_name}: a config_space log allows only policies that "
+                             f"need no forecast (all, random, oracle); got {policy.name!r}")
         if not any(t.has_forecast.any() for t in traces):
-            raise GfsimError(f"{log.path}: policy {policy.name!r} reads forecasts and the log "
-                             "has none")
+            raise GfsimError(f"{log.display_name}: policy {policy.name!r} reads forecasts and "
+                             "the log has none")
 
 
 def calibration_batch(traces: list[SearchTrace]) -> Batch:
@@ -211,8 +211,8 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
 
     if driver == "puct":
         if log.shape != "trajectory":
-            raise GfsimError(f"{log.path}: the puct driver needs a trajectory log (parents and "
-                             f"children); this one is {log.shape!r}")
+            raise GfsimError(f"{log.display_name}: the puct driver needs a trajectory log "
+                             f"(parents and children); this one is {log.shape!r}")
         shapes, repro = _closed_loop_shapes(log, traces, search, model, children, simulate)
         make_source = child_sources(children, traces)
         if learns:
@@ -293,7 +293,7 @@ def _closed_loop_shapes(log, traces, search, model, children: str, simulate: boo
             if r.reproduced or r.pairs >= MIN_PAIRS:
                 continue
             raise GfsimError(
-                f"{log.path}: search {r.search_id!r} cannot be replayed closed loop: PUCT "
+                f"{log.display_name}: search {r.search_id!r} cannot be replayed closed loop: PUCT "
                 f"does not reproduce it (replayed under all in its own shape, "
                 f"{describe(shape.as_dict())}, it drew {r.own} of its {r.logged} logged "
                 f"children as the log did) and it holds {r.pairs} (parent, child) "

@@ -117,7 +117,8 @@ def pick_forecaster(log: ReplayLog, forecaster: str | None) -> str | None:
         return names[0] if names else None
     if forecaster not in names:
         raise GfsimError(
-            f"{log.path}: no forecasts by {forecaster!r}; the log has: {', '.join(names) or 'none'}"
+            f"{log.display_name}: no forecasts by {forecaster!r}; the log has: "
+            f"{', '.join(names) or 'none'}"
             " (or draw them: paper:PRESET, synthetic:k=v,... or costmodel:...)"
         )
     return forecaster
@@ -136,10 +137,11 @@ def build_traces(
     """Per-search traces for ``log`` priced under ``model`` (its priors fill gaps)."""
     if log.shape == "pairs":
         raise GfsimError(
-            f"{log.path}: a 'pairs' log has no search order or parents; use it with `gfsim score`"
+            f"{log.display_name}: a 'pairs' log has no search order or parents; use it with "
+            "`gfsim score`"
         )
     if not len(log.candidates):
-        raise GfsimError(f"{log.path}: the log holds no candidates: nothing to replay")
+        raise GfsimError(f"{log.display_name}: the log holds no candidates: nothing to replay")
     pri = model.priors
     name = pick_forecaster(log, forecaster)
     cands = log.candidates
@@ -165,7 +167,8 @@ def build_traces(
         parent = [index[p] if isinstance(p, str) else -1 for p in rows["parent_id"].tolist()]
         task_id = rows["task_id"].iloc[0]
         if rows["task_id"].nunique() > 1:
-            raise GfsimError(f"{log.path}: search {search_id!r} mixes tasks; one task per search")
+            raise GfsimError(f"{log.display_name}: search {search_id!r} mixes tasks; one task "
+                             "per search")
         # A live run measures its seed kernel itself and records it on its run record (merged
         # runs may have measured the same task's seed apart); otherwise the header's.
         seed_speedup = float(run_seed.get(str(search_id)) or tasks[task_id].get("seed_speedup")

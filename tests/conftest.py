@@ -2,8 +2,8 @@
 ``vllm_server``: the real vLLM OpenAI-compatible server the live forecaster tests talk to
 (``scripts/test-all`` and ``.ci/run`` start it with ``scripts/start_vllm_cpu.sh``). Where it is
 not running the tests skip, unless ``GFSIM_REQUIRE_VLLM=1``, under which they fail. The real
-Kernel Tuner caches the tests use ship in ``tests/data/kernel_tuner/benchmark_hub``; the worlds
-built on them find them through ``GFSIM_KERNEL_TUNER_DIR``, set here unless already set."""
+Kernel Tuner caches the tests use ship as package data (``gfsim/worlds/data/kernel_tuner``), found
+through the installed package as any user's install finds them."""
 
 from __future__ import annotations
 
@@ -12,12 +12,8 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-
-KERNEL_TUNER_CACHES = Path(__file__).parent / "data" / "kernel_tuner" / "benchmark_hub"
-os.environ.setdefault("GFSIM_KERNEL_TUNER_DIR", str(KERNEL_TUNER_CACHES))
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -113,6 +113,8 @@ def corrupt_copy(tmp_path):
     (["replay", "--policy", "nosuch"], "unknown policy 'nosuch'; valid: all, random"),
     (["replay", "--policy", "threshold:tau=0.7,x=1"], "unknown parameter 'x'"),
     (["replay", "--baseline", "nosuch"], "unknown policy 'nosuch'"),
+    (["replay", "--policy", "threshold:1.5"],
+     "threshold: tau=1.5 is above its maximum 1.0 (range 0 to 1)"),
     (["replay", "--budget", "usd=-3"], "budget: usd must be > 0"),
     (["replay", "--budget", "dollars=3"], "budget: unknown key 'dollars'"),
     (["replay", "--cost", "gpu-for-free"], "unknown cost preset"),
@@ -127,6 +129,47 @@ def test_bad_input_exits_2_with_one_line(args, fragment):
     lines = res.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("gfsim: error:"), res.output
     assert fragment in lines[0]
+
+
+def test_candidates_out_into_a_missing_folder_is_refused_before_any_replay(tmp_path,
+                                                                          monkeypatch):
+    """It ended in a traceback, after the whole replay had run."""
+    import gfsim.replay_logs
+    import gfsim.simulator
+
+    def no_work(*a, **k):
+        raise AssertionError("replay work began before the output path was checked")
+
+    monkeypatch.setattr(gfsim.replay_logs, "open_log", no_work)
+    monkeypatch.setattr(gfsim.simulator, "replay_with_baseline", no_work)
+    target = tmp_path / "absent" / "x.csv"
+    for path, fragment in ((target, f"{target}: --candidates-out: folder {target.parent} does "
+                                    "not exist"),
+                           (tmp_path / "x.txt", "--candidates-out takes a .csv or .parquet")):
+        res = invoke("replay", "--log", str(TINY), "--candidates-out", str(path))
+        assert res.exit_code == 2, res.output
+        lines = res.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("gfsim: error:"), res.output
+        assert fragment in lines[0]
+    assert not target.parent.exists()
+
+
+def test_errors_name_a_shipped_log_by_its_name_not_its_installed_path():
+    """They printed /.../site-packages/gfsim/replay_logs/data/h200-suite-v0.jsonl.gz."""
+    shipped = str(resolve_log("h200-suite-v0"))
+    for args, fragment in (
+            (["replay", "--log", "h200-suite-v0", "--driver", "puct"],
+             "h200-suite-v0 (shipped log): a 'pairs' log has no search order"),
+            (["score", "--log", "synthetic-mini", "--task", "nope"],
+             "synthetic-mini (shipped log): no task 'nope'")):
+        res = invoke(*args)
+        assert res.exit_code == 2, res.output
+        line = res.output.strip()
+        assert "\n" not in line and line.startswith(f"gfsim: error: {fragment}"), line
+        assert shipped not in line and "replay_logs" not in line
+    res = invoke("replay", "--log", str(TINY), "--forecaster", "nobody")
+    assert f"gfsim: error: {TINY}: no forecasts by 'nobody'" in res.output  # a path stays one
+    assert load_log(TINY).display_name == str(TINY)
 
 
 def test_corrupt_log_exits_2_naming_its_line(tmp_path):

@@ -103,6 +103,21 @@ def test_unknown_keys_list_the_valid_ones(name):
         assert p.name in str(info.value)
 
 
+def test_every_probability_share_or_confidence_parameter_is_bounded_to_0_1():
+    """threshold:1.5 was accepted: tau is a confidence (maxprob, negentropy, margin), in [0, 1],
+    but had no upper bound. A parameter whose help says it is a probability, fraction, share,
+    confidence or promise must be refused outside [0, 1]."""
+    unit = [(name, p) for name, cls in POLICIES.items() for p in cls.params
+            if p.kind is float and any(w in p.help for w in ("probability", "fraction", "share",
+                                                            "confidence", "promise"))]
+    assert len(unit) >= 6  # random p, oracle p, tau, rho, coverage, cal_frac
+    for name, p in unit:
+        assert (p.low, p.high) == (0.0, 1.0), (name, p.name)
+        with pytest.raises(SpecError, match=rf"{p.name}=1.5 is above its maximum 1.0 "
+                                            r"\(range 0 to 1\)"):
+            make_policy(f"{name}:{p.name}=1.5")
+
+
 # -- cost models --------------------------------------------------------------------------
 def toml_model(tmp_path):
     path = tmp_path / "cost.toml"

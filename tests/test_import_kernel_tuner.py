@@ -1,5 +1,6 @@
 """gfsim import kernel-tuner: caches and T4 files as config_space logs, checked side by side
-with Kernel Tuner's own simulation mode on the real caches in tests/data/kernel_tuner/benchmark_hub."""
+with Kernel Tuner's own simulation mode on the real caches gfsim ships
+(gfsim/worlds/data/kernel_tuner)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,11 @@ ONE_GPU = Capacities(generator=1, forecaster=1, compile_workers=1, gpus=1)
 
 
 def hub() -> Path:
-    """The real Kernel Tuner caches this repository ships (their README says where from)."""
-    return DATA / "benchmark_hub"
+    """The real Kernel Tuner caches gfsim ships, in the installed package (their README says
+    where from)."""
+    from gfsim.worlds.kernel_tuner import shipped_cache_dir
+
+    return shipped_cache_dir()
 
 
 def test_a_small_cache_becomes_one_candidate_per_configuration(tmp_path):
@@ -118,6 +122,21 @@ def test_the_other_shared_files_import_and_validate(tmp_path, name):
     s = import_kernel_tuner(hub() / f"{name}.json.gz", out)
     assert s["configurations"] == 4362
     assert runner.invoke(app, ["validate", str(out)]).exit_code == 0
+
+
+def test_a_shipped_cache_imports_by_name_from_any_folder(tmp_path, monkeypatch):
+    """The README's tour imports a cache gfsim ships by its file name: it must work from any
+    folder of any install, not only in the checkout."""
+    monkeypatch.delenv("GFSIM_KERNEL_TUNER_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    res = runner.invoke(app, ["import", "kernel-tuner", "convolution_milo_MI250X.json.gz", "-o",
+                              "x.jsonl.gz", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["configurations"] == 4362
+    res = runner.invoke(app, ["import", "kernel-tuner", "nope.json.gz", "-o", "y.jsonl.gz"])
+    assert res.exit_code == 2 and "nope.json.gz: not found" in res.output
+    assert len(res.output.strip().splitlines()) == 1
 
 
 def test_bad_files_get_one_line_naming_file_and_place(tmp_path):

@@ -233,6 +233,20 @@ def test_an_unsupported_version_and_a_missing_metric_are_refused(tmp_path):
     assert not out.exists()
 
 
+def test_a_runtime_metric_typo_lists_the_runs_metrics(tmp_path):
+    """It blamed the seed program ("has no value > 0"); with --reference-runtime every program
+    became 'incorrect'. It is one line naming the unknown metric and listing the run's."""
+    out = tmp_path / "x.jsonl"
+    for extra in ([], ["--reference-runtime", "1000"]):
+        res = runner.invoke(app, ["import", "openevolve", str(RUN), "-o", str(out),
+                                  "--runtime-metric", "runtim_ns", *extra])
+        assert res.exit_code == 2, res.output
+        assert res.output.strip() == (
+            f"gfsim: error: {RUN}: --runtime-metric 'runtim_ns': no program of this run has "
+            "that metric (its numeric metrics: combined_score, runtime_ns, speedup)")
+        assert not out.exists()
+
+
 def test_a_live_forecaster_reads_the_imported_log(imported, tmp_path, vllm_server):
     """``gfsim forecast`` with the real vLLM CPU server compares each program with the seed
     program (the task's reference code), and the forecasts replay under threshold:0.7."""

@@ -49,6 +49,10 @@ def test_parameters_of_the_policy_and_of_the_search():
         ("tau", "threshold", "trace", "expected NAME="),
         ("k=1.5:3", "topk", "trace", "whole numbers"),
         ("tau=0.1:0.9", "nope", "trace", "unknown policy"),
+        # 'all' has none: this said "valid: " with nothing after it
+        ("tau=0.3:0.9", "all", "trace", "policy 'all' has no tunable parameters \\(tune"),
+        ("tau=0.3:0.9", "all", "puct", "'all' has no tunable parameters; the puct search's: "
+                                       "overgen, samples_per_parent"),
     ):
         with pytest.raises(SpecError, match=msg):
             parse_param(text, policy, driver)
@@ -61,6 +65,15 @@ def test_parameters_of_the_policy_and_of_the_search():
     assert parse_constraint("usd<=40") == ("usd", 40.0)
     with pytest.raises(SpecError):
         parse_constraint("usd>=40")
+
+
+def test_tuning_a_parameter_of_all_says_it_has_none(tmp_path):
+    res = runner.invoke(app, ["tune", "--policy", "all", "--param", "tau=0.3:0.9", "--storage",
+                              str(tmp_path / "j.log")])
+    assert res.exit_code == 2, res.output
+    assert res.output.strip() == ("gfsim: error: --param tau: policy 'all' has no tunable "
+                                  "parameters (tune another policy, or a search parameter with "
+                                  "--driver puct)")
 
 
 def test_the_expected_best_of_random_order_is_exact():

@@ -43,10 +43,11 @@ def _num(x, fmt="{:.2f}") -> str:
 
 @handles_errors
 def counterfactual(
-    world: str = typer.Option("family", "--world", "-w",
-                              help="The world(s): 'family' (every built-in world), a built-in "
-                                   "name (--list-worlds), kernel-tuner:CACHE, PATH.py:NAME or "
-                                   "module:NAME."),
+    world: list[str] = typer.Option(["family"], "--world", "-w",
+                                    help="The world(s), repeated or separated by commas: "
+                                         "'family' (every built-in world), a built-in name "
+                                         "(--list-worlds), kernel-tuner:CACHE[,CACHE...], "
+                                         "h200:TASK[,TASK...], PATH.py:NAME or module:NAME."),
     policies: str = typer.Option(",".join(["all", "topk:4", "threshold:0.7",
                                            "threshold:coverage=0.5", "ev:10"]),
                                  "--policies", "-p",
@@ -97,7 +98,7 @@ def counterfactual(
     from gfsim.core.errors import GfsimError
     from gfsim.worlds import benchmark as bm
     from gfsim.worlds.conformance import check_world
-    from gfsim.worlds.family import FAMILY, family, world_names, world_seeds
+    from gfsim.worlds.family import family, world_names, world_seeds
     from gfsim.worlds.protocol import resolve_world
 
     if list_worlds:
@@ -130,8 +131,11 @@ def counterfactual(
     if isinstance(seeds, bool) or seeds < 2:
         raise GfsimError(f"--seeds must be >= 2 (regret scores a pick on other seeds), got "
                          f"{seeds}")
-    names = world_names() if world == FAMILY else [world]
-    if world == FAMILY or names[0] in world_names():
+    names, optional = _world_specs(world)
+    for name in names:  # every named world's spec, before any world is loaded
+        if name not in optional:
+            resolve_world(name)
+    if any(name in world_names() for name in names):
         seed_list = world_seeds(split, seeds)
     else:
         seed_list = list(range(seeds))  # a user's world has no frozen split
@@ -142,7 +146,7 @@ def counterfactual(
             label, factory, _ = resolve_world(name)
             w0 = factory(seed_list[0])
         except GfsimError as exc:
-            if world == FAMILY:
+            if name in optional:
                 skipped[name] = str(exc)
                 continue
             raise
@@ -183,6 +187,37 @@ def counterfactual(
         print_json(out)
         return
     _print(out)
+
+
+def _world_specs(values: list[str]) -> tuple[list[str], set[str]]:
+    """The ``--world`` values (repeated, or separated by commas) as world specs in order,
+    duplicates dropped, ``family`` expanded; and the set of those only ``family`` brought in
+    (skipped, said, when they cannot load). A comma continues a ``kernel-tuner:`` or ``h200:``
+    spec unless what follows is a built-in name or another spec:
+    ``h200:softmax,layernorm,nk-heavy`` is two worlds."""
+    from gfsim.core.errors import GfsimError
+    from gfsim.worlds.family import FAMILY, world_names
+
+    builtin = world_names()
+    specs: list[str] = []
+    for value in values:
+        for part in (p.strip() for p in value.split(",")):
+            if not part:
+                continue
+            if ":" in part or part in builtin or part == FAMILY:
+                specs.append(part)
+            elif specs and specs[-1].startswith(("kernel-tuner:", "h200:")):
+                specs[-1] += "," + part
+            else:
+                raise GfsimError(f"--world {part!r}: no such world; valid: {FAMILY}, "
+                                 f"{', '.join(builtin)}, kernel-tuner:CACHE, h200:TASK, "
+                                 "PATH.py:NAME or module:NAME")
+    if not specs:
+        raise GfsimError("--world: empty")
+    named = [s for s in specs if s != FAMILY]
+    if FAMILY in specs:
+        specs = [n for s in specs for n in (world_names() if s == FAMILY else [s])]
+    return list(dict.fromkeys(specs)), set(specs) - set(named)
 
 
 def _note(results: list[dict]) -> str:

@@ -30,7 +30,8 @@ def _done(summary: dict, as_json: bool) -> None:
 @handles_errors
 def kernel_tuner(
     cache: Path = typer.Argument(..., help="A Kernel Tuner cache (.json or .json.gz) or a T4 "
-                                           "results file."),
+                                           "results file: a path, or the file name of a cache "
+                                           "gfsim ships (convolution_milo_A100.json.gz, ...)."),
     out: Path = typer.Option(..., "--out", "-o", help="The config_space log to write."),
     reference: Optional[str] = typer.Option(None, "--reference",
                                             help="key=value,... of the configuration speedups "
@@ -42,6 +43,10 @@ def kernel_tuner(
     candidate with its compile, verification and benchmark times)."""
     from gfsim.importers.kernel_tuner import import_kernel_tuner
 
+    if not cache.exists() and cache.parent == Path("."):
+        from gfsim.worlds.kernel_tuner import find_cache
+
+        cache = find_cache(str(cache))  # by name: $GFSIM_KERNEL_TUNER_DIR, ..., the shipped ones
     _done(import_kernel_tuner(cache, out, reference=reference), as_json)
 
 

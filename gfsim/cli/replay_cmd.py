@@ -137,6 +137,8 @@ def replay(
     from gfsim.simulator.noise import parse_noise
     from gfsim.simulator.pipeline import parse_pipeline
 
+    if candidates_out is not None:
+        _check_table_path(candidates_out)  # before any work, not after the replay
     the_policy = make_policy(policy)
     make_policy(baseline)  # fail on a bad baseline before any work
     the_budget = parse_budget(budget)
@@ -266,15 +268,21 @@ def _print_intervals(con, iv: dict) -> None:
     con.print(f"[dim]note: {iv['note']}[/dim]")
 
 
-def _write_table(df, path: Path) -> None:
+def _check_table_path(path: Path) -> None:
     from gfsim.core.errors import GfsimError
 
+    if path.suffix not in (".csv", ".parquet"):
+        raise GfsimError(f"{path}: --candidates-out takes a .csv or .parquet path")
+    if not path.parent.is_dir():
+        raise GfsimError(f"{path}: --candidates-out: folder {path.parent} does not exist")
+
+
+def _write_table(df, path: Path) -> None:
+    _check_table_path(path)
     if path.suffix == ".parquet":
         df.to_parquet(path, index=False)
-    elif path.suffix == ".csv":
-        df.to_csv(path, index=False)
     else:
-        raise GfsimError(f"{path}: --candidates-out takes a .csv or .parquet path")
+        df.to_csv(path, index=False)
 
 
 _DRAW_NAMES = {"own": "own", "other_expansion": "other expansions", "fallback": "fallback",

@@ -46,10 +46,14 @@ class Param:
         if kind in (int, float):
             if value != value:  # NaN
                 raise SpecError(f"{owner}: {self.name} must be a number, got {raw!r}")
+            span = (f" (range {self.low:g} to {self.high:g})"
+                    if self.low is not None and self.high is not None else "")
             if self.low is not None and value < self.low:
-                raise SpecError(f"{owner}: {self.name}={value} is below its minimum {self.low}")
+                raise SpecError(f"{owner}: {self.name}={value} is below its minimum "
+                                f"{self.low}{span}")
             if self.high is not None and value > self.high:
-                raise SpecError(f"{owner}: {self.name}={value} is above its maximum {self.high}")
+                raise SpecError(f"{owner}: {self.name}={value} is above its maximum "
+                                f"{self.high}{span}")
         return value
 
 

@@ -158,7 +158,7 @@ def log_metas(log) -> list[dict | None]:
         if cid in recorded and metas[i] is not None and not metas[i].get("features"):
             metas[i] = {**metas[i], "features": recorded[cid]}
     if not any(m is not None for m in metas):
-        raise GfsimError(f"{log.path}: no candidate carries source_meta (variant, params, "
+        raise GfsimError(f"{log.display_name}: no candidate carries source_meta (variant, params, "
                          "features); the cost model has nothing to learn from (live runs and "
                          "measured worlds write it)")
     return metas
@@ -277,7 +277,7 @@ def prequential_records(log, spec: CostModelSpec, *, train_on: set[str] | None =
     spec; a step whose training history is unchanged reuses its fitted forecasts."""
     edges = tuple(log.header.get("forecast_bin_edges") or PAPER_EDGES)
     if tuple(edges) != tuple(PAPER_EDGES):
-        raise GfsimError(f"{log.path}: its forecasts use other bin edges than the paper's; "
+        raise GfsimError(f"{log.display_name}: its forecasts use other bin edges than the paper's; "
                          "the cost model answers in the paper's bins")
     cand = log.candidates
     metas = log_metas(log)

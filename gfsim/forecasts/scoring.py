@@ -194,16 +194,17 @@ def score_log(log: ReplayLog, *, forecaster: str | None = None, task: str | None
     """One metrics object per forecaster (or only ``forecaster``)."""
     names = log.forecasters()
     if not names:
-        raise GfsimError(f"{log.path}: the log has no forecasts to score")
+        raise GfsimError(f"{log.display_name}: the log has no forecasts to score")
     if forecaster is not None:
         if forecaster not in names:
-            raise GfsimError(f"{log.path}: no forecasts by {forecaster!r}; the log has: "
+            raise GfsimError(f"{log.display_name}: no forecasts by {forecaster!r}; the log has: "
                              f"{', '.join(names)}")
         names = [forecaster]
     if score not in SCORES:
         raise GfsimError(f"unknown score {score!r}; valid: {', '.join(SCORES)}")
     if task is not None and task not in log.tasks:
-        raise GfsimError(f"{log.path}: no task {task!r}; the log has: {', '.join(log.tasks)}")
+        raise GfsimError(f"{log.display_name}: no task {task!r}; the log has: "
+                         f"{', '.join(log.tasks)}")
     scored = recalibrate_log(log, calibrate, true_bins(log)) if calibrate != "none" else log
     results = []
     for name in names:
@@ -211,8 +212,8 @@ def score_log(log: ReplayLog, *, forecaster: str | None = None, task: str | None
         if task is not None:
             rows = rows.subset(rows.task == task)
         if not rows.has_truth.any():
-            raise GfsimError(f"{log.path}: forecaster {name!r} has no forecast of a candidate "
-                             "with a successful evaluation, so nothing has a true bin")
+            raise GfsimError(f"{log.display_name}: forecaster {name!r} has no forecast of a "
+                             "candidate with a successful evaluation, so nothing has a true bin")
         out = _one(scored, rows, score, by_task)
         out["label_bin_convention"] = log.header["label_bin_convention"]
         out["forecast_relative_to"] = log.header.get("forecast_relative_to")

@@ -239,11 +239,14 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
     got = read_run(run)
     programs, said = got["programs"], got["logs"]["programs"]
     surrogate = _read_surrogate(Path(surrogate_log)) if surrogate_log is not None else None
+    numeric = ", ".join(sorted({k for p, _ in programs.values()
+                                for k, v in p["metrics"].items() if _number(v)}))[:300]
     if not runtime_metric:
-        names = sorted({k for p, _ in programs.values() for k, v in p["metrics"].items()
-                        if _number(v)})
         raise GfsimError(f"{run}: give --runtime-metric NAME (this run's numeric metrics: "
-                         f"{', '.join(names)[:300] or 'none'})")
+                         f"{numeric or 'none'})")
+    if not any(runtime_metric in p["metrics"] for p, _ in programs.values()):
+        raise GfsimError(f"{run}: --runtime-metric {runtime_metric!r}: no program of this run "
+                         f"has that metric (its numeric metrics: {numeric or 'none'})")
     # migrant copies: not candidates; links through them go to the original
     original = {pid: p["parent_id"] for pid, (p, _) in programs.items()
                 if p["metadata"].get("migrant") is True and p.get("parent_id")}

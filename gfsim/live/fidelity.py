@@ -41,7 +41,7 @@ def fidelity(log) -> dict:
         log = load_log(log)
     live_runs = [r for r in log.runs if (r.get("configuration") or {}).get("live")]
     if not live_runs:
-        raise GfsimError(f"{log.path}: no live run records (configuration.live); fidelity "
+        raise GfsimError(f"{log.display_name}: no live run records (configuration.live); fidelity "
                          "compares a live run with its replay")
     rows, notes = [], []
     for run in live_runs:
@@ -111,7 +111,7 @@ def _compare(log, run: dict) -> tuple[dict, list[str]]:
     while n_steps in live:
         n_steps += 1
     if n_steps == 0:
-        raise GfsimError(f"{log.path}: search {sid} completed no step; nothing to compare")
+        raise GfsimError(f"{log.display_name}: search {sid} completed no step; nothing to compare")
     model = live_cost_model(cfg)
     budget = dict(cfg.get("budget") or {})
     budget["steps"] = min(budget.get("steps", math.inf), n_steps)

@@ -75,8 +75,8 @@ class LogMeasurer(Measurer):
         ev = self.log.evaluations
         rows = ev[ev["candidate_id"] == cid]
         if not len(rows):
-            raise GfsimError(f"{self.log.path}: no evaluation of candidate {cid!r} (a replay "
-                             "measures only what was measured)")
+            raise GfsimError(f"{self.log.display_name}: no evaluation of candidate {cid!r} (a "
+                             "replay measures only what was measured)")
         rec = rows.iloc[0].to_dict()
         return {k: v for k, v in rec.items() if k not in ("line", "extra") and v == v}
 

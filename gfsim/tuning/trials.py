@@ -88,6 +88,11 @@ def parse_param(text: str, policy: str, driver: str) -> TunedParam:
         target = "search"
     elif name in known:
         target = "policy"
+    elif not known:
+        raise SpecError(f"--param {name}: policy {policy!r} has no tunable parameters"
+                        + (f"; the puct search's: {', '.join(SEARCH_PARAMS)}"
+                           if driver == "puct" else
+                           " (tune another policy, or a search parameter with --driver puct)"))
     else:
         valid = list(known) + (list(SEARCH_PARAMS) if driver == "puct" else [])
         raise SpecError(f"--param {name}: not a parameter of {policy!r}"

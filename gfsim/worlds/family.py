@@ -4,8 +4,9 @@ The family lives in ``data/family.json``, committed before any model of counterf
 children was built and frozen since (a test pins its hash): seven worlds that differ along the
 axes a replay's honesty depends on (heavy vs light-tailed steps, strong vs no lineage drift,
 high vs low failure rates, good, poor and overconfident forecasters), three kinds of structure
-(the landscape, an NK world, real Kernel Tuner caches) and two seed splits: ``dev`` seeds are
-free for tuning and model choice, ``heldout`` seeds are for final figures only.
+(the landscape, an NK world, real Kernel Tuner caches, shipped in ``data/kernel_tuner``) and two
+seed splits: ``dev`` seeds are free for tuning and model choice, ``heldout`` seeds are for final
+figures only.
 """
 
 from __future__ import annotations
@@ -60,10 +61,12 @@ def builtin_factory(name: str):
         params = NKParams(**w["params"])
         return lambda seed: NKWorld(params, seed, w["tasks"])
     if w["kind"] == "kernel-tuner":
-        from gfsim.worlds.kernel_tuner import KernelTunerWorld
+        from gfsim.worlds.kernel_tuner import KernelTunerWorld, shipped_cache_dir
 
-        return lambda seed: KernelTunerWorld(w["caches"], seed=seed,
-                                             forecaster=w["forecaster"])
+        # The family's caches ship with it (package data): the frozen worlds read those
+        # copies on any install, never a file of the same name elsewhere.
+        caches = [str(shipped_cache_dir() / name) for name in w["caches"]]
+        return lambda seed: KernelTunerWorld(caches, seed=seed, forecaster=w["forecaster"])
     raise GfsimError(f"family.json: world {name!r} has an unknown kind {w['kind']!r}")
 
 

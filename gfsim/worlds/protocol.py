@@ -141,7 +141,10 @@ def _missing(obj) -> list[str]:
 def _load_object(spec: str):
     target, sep, name = spec.rpartition(":")
     if not sep or not target or not name:
-        raise GfsimError(f"--world {spec!r}: expected a built-in name, kernel-tuner:CACHE, "
+        from gfsim.worlds.family import world_names
+
+        raise GfsimError(f"--world {spec!r}: no such world; valid: a built-in name "
+                         f"({', '.join(world_names())}), kernel-tuner:CACHE, h200:TASK, "
                          "PATH.py:NAME or module:NAME")
     if target.endswith(".py"):
         path = Path(target)
