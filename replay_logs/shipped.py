@@ -7,7 +7,8 @@ from pathlib import Path
 
 from gfsim.core.errors import GfsimError
 
-__all__ = ["SHIPPED_LOGS", "DEFAULT_LOG", "resolve_log", "open_log"]
+__all__ = ["SHIPPED_LOGS", "SHIPPED_CAVEATS", "DEFAULT_LOG", "resolve_log", "open_log",
+           "log_caveats"]
 
 # name -> (file under gfsim/replay_logs/data/, one-line description)
 SHIPPED_LOGS: dict[str, tuple[str, str]] = {
@@ -61,6 +62,42 @@ SHIPPED_LOGS: dict[str, tuple[str, str]] = {
 }
 DEFAULT_LOG = "synthetic-puct-v1"
 
+# name -> what the docs admit about a shipped log that its numbers do not show: printed by
+# `gfsim logs` and beside every replay of it, so that a reader meets the caveat where the numbers
+# are, not only on the page that states it. Each quotes the page it comes from.
+SHIPPED_CAVEATS: dict[str, tuple[str, ...]] = {
+    "h200-suite-v0": (
+        "its candidates were written by hand, not by an LLM, and it holds no forecasts until "
+        "`gfsim forecast` adds them (docs/concepts/logs.md)",
+    ),
+    "h200-live-v1": (
+        "the baseline timings of this log drift between sessions: the fp8 seed-0 speedups of its "
+        "first 5 steps (up to 102x) rest on an inflated baseline (fp8_quant's PyTorch baseline "
+        "recorded at 4.64 ms; in fresh processes it times 0.58 ms); measured against 0.58 ms, "
+        "the same kernels are 2.2-12.9x faster than PyTorch; matmul's baseline was recorded at "
+        "193, 297, 198 and 244 us, softmax's at 204 and 322 us; each evaluation's own runtime_ns "
+        "is unaffected (docs/how-to/live-gpu.md)",
+        "no LLM wrote these kernels (the tasks' mutation operator did): replays price generation "
+        "with the LLM-token prior (docs/experiments/fidelity.md)",
+        "1,308 of its 1,716 candidates repeated a kernel their search had already measured; "
+        "their measurement was reused at zero seconds (docs/how-to/live-gpu.md)",
+    ),
+    "h200-costmodel-all": (
+        "each search replays its own GPU time exactly and its wall-clock within 5% (`gfsim "
+        "fidelity`), except four of the five searches that ran over two sessions: the second "
+        "session's start-up sits in its first step, and they replay 8-10% short "
+        "(docs/experiments/live-threshold.md)",
+    ),
+    "h200-costmodel-threshold": (
+        "the live run under threshold:0.7 never measured what it skipped: those candidates "
+        "have no speedup in the log (docs/experiments/live-threshold.md)",
+        "each search replays its own GPU time exactly and its wall-clock within 5% (`gfsim "
+        "fidelity`), except four of the five searches that ran over two sessions: the second "
+        "session's start-up sits in its first step, and they replay 8-10% short "
+        "(docs/experiments/live-threshold.md)",
+    ),
+}
+
 
 def shipped_path(name: str) -> Path:
     filename = SHIPPED_LOGS[name][0]
@@ -90,3 +127,14 @@ def open_log(name_or_path: str | None, *, cache: bool = True):
     if name in SHIPPED_LOGS:
         log.label = name
     return log
+
+
+def log_caveats(log) -> list[str]:
+    """The known caveats of ``log``: a shipped log's, by the name it was opened by, or by the
+    log it was derived from (``gfsim forecast`` keeps ``derived_from.log_id`` in its copy's
+    header, and a copy inherits its source's timings and so their caveats)."""
+    names = [log.label, (log.header.get("derived_from") or {}).get("log_id")]
+    for name in names:
+        if name in SHIPPED_CAVEATS:
+            return list(SHIPPED_CAVEATS[name])
+    return []

@@ -64,13 +64,13 @@ def logs(as_json: bool = typer.Option(False, "--json", help="Print JSON.", metav
     """List the logs shipped with gfsim (usable as --log NAME)."""
     from rich.table import Table
 
-    from gfsim.replay_logs import DEFAULT_LOG, SHIPPED_LOGS, open_log
+    from gfsim.replay_logs import DEFAULT_LOG, SHIPPED_LOGS, log_caveats, open_log
 
     rows = []
     for name, (_, description) in SHIPPED_LOGS.items():
         log = open_log(name)
         rows.append({"name": name, "default": name == DEFAULT_LOG, "description": description,
-                     **_log_summary(log)})
+                     **_log_summary(log), "caveats": log_caveats(log)})
     if as_json:
         print_json(rows)
         return
@@ -81,7 +81,13 @@ def logs(as_json: bool = typer.Option(False, "--json", help="Print JSON.", metav
         table.add_row(r["name"] + (" (default)" if r["default"] else ""), r["shape"],
                       str(r["candidates"]), str(len(r["tasks"])), r["provenance"],
                       r["description"])
-    console().print(table)
+    con = console()
+    con.print(table)
+    # What the docs admit about a log and its numbers do not show, under the table where the
+    # logs are chosen (a replay of the log repeats them).
+    for r in rows:
+        for c in r["caveats"]:
+            con.print(f"caveat, {esc(r['name'])}: {esc(c, 2000)}")
 
 
 @handles_errors

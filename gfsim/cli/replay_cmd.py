@@ -196,10 +196,22 @@ def replay(
                                "output": model.priors.gen_output_tokens}
     if candidates_out is not None:
         _write_table(result.candidate_table(), candidates_out)
+    _add_provenance(out, the_log, forecaster, model,
+                    the_policy.needs_forecast or make_policy(baseline).needs_forecast)
     if as_json:
         print_json(out)
     else:
         _print_report(out)
+
+
+def _add_provenance(out: dict, log, forecaster, model, read: bool) -> None:
+    """Where the forecasts came from, the log's known caveats and a price for another GPU:
+    as JSON fields and as notes under the report (``gfsim.forecasts.provenance``)."""
+    from gfsim.forecasts.provenance import provenance, provenance_notes
+
+    prov = provenance(log, forecaster, model, read=read)
+    out.update(prov)
+    out["notes"] = [*out.get("notes", []), *provenance_notes(prov, log.name)]
 
 
 def _seed_pairs(log, policy, baseline, model, seed, seeds, jobs, kwargs) -> list:

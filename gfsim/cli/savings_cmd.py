@@ -96,6 +96,13 @@ def savings(
                      "forecaster": forecaster,
                      "seeds": [p[0].seed for p in pairs],
                      "search": pairs[0][0].searches[0].extra.get("search")}
+    from gfsim.forecasts.provenance import provenance, provenance_notes
+
+    # Where the forecasts came from, the log's known caveats, a price for another GPU.
+    prov = provenance(the_log, forecaster, model, read=make_policy(policy).needs_forecast
+                      or make_policy(baseline).needs_forecast)
+    out.update(prov)
+    out["notes"] = provenance_notes(prov, the_log.name)
     if puct_only:
         out["inputs"]["children"] = children
         out["inputs"]["policy_draws"] = draw_shares([p for p, _ in pairs])
@@ -177,3 +184,5 @@ def _report(out: dict) -> None:
     if i["synthetic_log"]:
         con.print("[dim]note: the log is SYNTHETIC: these dollars describe it, not a real "
                   "search[/dim]")
+    for note in out.get("notes", []):
+        con.print(f"[dim]note: {esc(note, 2000)}[/dim]")

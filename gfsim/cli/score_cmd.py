@@ -52,6 +52,14 @@ def score(
                     title=f"gfsim score: log {the_log.name}"
                     + (" (SYNTHETIC: nothing measured)" if the_log.is_synthetic else ""))
     clean = [_without_curves(r) for r in results]
+    from gfsim.forecasts.provenance import forecast_source
+    from gfsim.replay_logs import log_caveats
+
+    # A score is the forecaster's only where the forecasts are its own: say whose they are
+    # (a what-if column is a model's draws, not the named LLM's accuracy).
+    for r in clean:
+        r["forecast_source"] = forecast_source(the_log, r["forecaster"])
+        r["log_caveats"] = log_caveats(the_log)
     if as_json:
         print_json(clean[0] if len(clean) == 1 else clean)
         return
@@ -73,10 +81,15 @@ def _print(log, results: list[dict], plot) -> None:
     con.print(f"[bold]gfsim score[/bold]  log={esc(log.name, 400)} ({prov})  labels in the "
               f"{log.header['label_bin_convention']} bin convention, forecasts relative to the "
               f"{log.header.get('forecast_relative_to')}")
+    for r in results:
+        con.print(f"forecasts scored, {esc(r['forecaster'], 80)}: "
+                  f"{esc(r['forecast_source']['text'], 2000)}")
     table = Table(show_edge=False)  # metrics as rows: fits a narrow terminal
     table.add_column("metric")
     for r in results:
-        table.add_column(esc(r["forecaster"], 60), justify="right")
+        table.add_column(esc(r["forecaster"], 60)
+                         + (" (SYNTHETIC)" if r["forecast_source"]["synthetic"] else ""),
+                         justify="right")
     for key, fmt in _TABLE:
         table.add_row(key, *[fmt.format(r[key]) if r[key] == r[key] else "-" for r in results])
     con.print(table)
@@ -99,5 +112,7 @@ def _print(log, results: list[dict], plot) -> None:
     con.print("[dim]recovered: per task, the best true speedup among the top b% by expected "
               "speedup over the best among all (gfsim's definition; the paper's code has none)."
               " Parse failures: uniform in Brier/CRPS/NLL, excluded from accuracy and ECE.[/dim]")
+    for c in results[0]["log_caveats"] if results else []:
+        con.print(f"[dim]note: known caveat of {esc(log.name, 400)}: {esc(c, 2000)}[/dim]")
     if plot is not None:
         con.print(f"wrote {esc(plot, 400)}")

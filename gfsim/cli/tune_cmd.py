@@ -202,6 +202,17 @@ def tune(
           + (["the log is SYNTHETIC: a tau tuned on it is a demonstration, not a "
               "recommendation"] if the_log.is_synthetic else []),
     }
+    from gfsim.forecasts.provenance import provenance, provenance_notes
+    from gfsim.policies import POLICIES
+
+    # Where the forecasts the tuned policy reads came from, the log's known caveats, a price
+    # for another GPU: a tuned value rests on all three. (The tuned policy is a name; its
+    # class says whether it reads forecasts; an unknown one has failed before this.)
+    tuned = POLICIES.get(policy.partition(":")[0])
+    prov = provenance(the_log, forecaster, model,
+                      read=tuned is None or tuned.needs_forecast)
+    out.update(prov)
+    out["notes"] = [*out["notes"], *provenance_notes(prov, the_log.name)]
     if plot is not None:
         out["plots"] = _plots(the_study, objectives, plot)
     if as_json:
@@ -295,6 +306,6 @@ def _report(out: dict) -> None:
                        f"#{r['chosen_on_all']}", f"{r['in_sample']:.4g}")
         con.print(lo)
     for note in out["notes"]:
-        con.print(f"[dim]note: {note}[/dim]")
+        con.print(f"[dim]note: {esc(note, 2000)}[/dim]")
     for p in out.get("plots", []):
         con.print(f"plot: {p}")
