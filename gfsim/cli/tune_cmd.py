@@ -88,7 +88,8 @@ def tune(
     validate_seeds: Optional[int] = typer.Option(None, "--validate-seeds",
                                                  help="Fresh seeds for the out-of-sample "
                                                       "check (default: as many as --seeds; 0 "
-                                                      "skips it)."),
+                                                      "skips it, as does a configuration no "
+                                                      "seed can change)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Folder for history and Pareto "
                                                              "front PNGs."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object.", metavar=""),
@@ -267,6 +268,10 @@ def _plots(study, objectives, folder: Path) -> list[str]:
     return paths
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _report(out: dict) -> None:
     from rich.table import Table
 
@@ -275,10 +280,9 @@ def _report(out: dict) -> None:
     con.print(f"[bold]gfsim tune[/bold]  study={esc(out['study'])} ({esc(out['storage'], 400)})"
               f"  log={esc(out['log'], 400)}  policy={esc(out['policy'])}  "
               f"driver={out['driver']}  cost={esc(out['cost_model'])}")
-    n = out["seeds"]
-    con.print(f"{out['trials']} finished trial{'' if out['trials'] == 1 else 's'} "
-              f"({out['ran_now']} now), {n} seed"
-              f"{'' if n == 1 else 's'} each; objectives {', '.join(f'{n} ({d})' for n, d in out['objectives'])}"
+    con.print(f"{_count(out['trials'], 'finished trial')} ({out['ran_now']} now), "
+              f"{_count(out['seeds'], 'seed')} each; objectives "
+              f"{', '.join(f'{n} ({d})' for n, d in out['objectives'])}"
               + (f"; constraint {out['constraint']}" if out["constraint"] else ""))
     if out["deterministic"]:
         con.print(out["deterministic"], markup=False, highlight=False)
@@ -304,8 +308,7 @@ def _report(out: dict) -> None:
               "standardised (0 = random order, 1 = the log's best; clipped: denominators "
               "clipped); USD and evals: per search; ok: meets the constraint[/dim]")
     if out["out_of_sample"]:
-        k = len(out["fresh_seeds"])
-        oos = Table(title=f"out of sample: {k} fresh seed{'' if k == 1 else 's'}",
+        oos = Table(title=f"out of sample: {_count(len(out['fresh_seeds']), 'fresh seed')}",
                     show_edge=False)
         oos.add_column("#", justify="right")
         oos.add_column("spec")
