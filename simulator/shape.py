@@ -27,7 +27,7 @@ from gfsim.simulator.puct_engine import SearchConfig
 from gfsim.simulator.trace import SearchTrace
 
 __all__ = ["OwnShape", "infer_shape", "recorded_shape", "shapes_for", "evidence_pairs",
-           "MIN_PAIRS", "Reproduction", "reproductions", "describe"]
+           "MIN_PAIRS", "Reproduction", "reproductions", "describe", "shape_from_dict"]
 
 # A simulated child copies one of the K nearest logged (parent, child) pairs (the world model's
 # K_NEAREST, 16); with fewer pairs than that there is nothing to choose between.
@@ -67,6 +67,16 @@ def describe(shape: dict) -> str:
     return (f"{n(shape['steps'], 'step')} x {n(shape['parents_per_step'], 'parent')} x "
             f"{n(shape['samples_per_parent'], 'sample')} x F {shape['overgen']}, "
             f"k {shape['k_per_parent']}")
+
+
+def shape_from_dict(shape: dict | None):
+    """The shape an ``as_dict()`` came from: an ``OwnShape`` (``own`` set) or a
+    ``SearchConfig``; None for None."""
+    if not shape:
+        return None
+    if shape.get("own"):
+        return OwnShape(**{k: v for k, v in shape.items() if k != "own"})
+    return SearchConfig(**shape)
 
 
 def _mode(values) -> int:

@@ -6,6 +6,7 @@ import itertools
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -117,8 +118,9 @@ def tune(tmp_path, *args):
 
 
 def test_a_study_resumes_and_reports_out_of_sample(tmp_path):
-    out = tune(tmp_path, "--param", "tau=0.3:0.99", "--trials", "5", "--study", "a",
-               "--plot", str(tmp_path / "plots"))
+    # The random policy reads the seed: each trial replays every seed, and fresh ones check it.
+    rnd = ("--policy", "random", "--param", "p=0.1:0.9")
+    out = tune(tmp_path, *rnd, "--trials", "5", "--study", "a", "--plot", str(tmp_path / "plots"))
     assert (out["trials"], out["ran_now"]) == (5, 5)
     assert out["synthetic_log"] and any("demonstration" in n for n in out["notes"])
     best = out["best"]
@@ -127,6 +129,7 @@ def test_a_study_resumes_and_reports_out_of_sample(tmp_path):
     oos = out["out_of_sample"]
     assert len(oos) == 3 and out["fresh_seeds"] == [2, 3]
     assert oos[0]["in_sample"]["best_speedup"] == best["metrics"]["best_speedup"]
+    assert out["seeds"] == 2 and out["deterministic"] is None
     # Re-scoring the best trial's spec on the same seeds gives its stored figures back.
     again = evaluate(setup(), best["spec"], None)
     assert aggregate("best_speedup", again["values"]["best_speedup"]) == pytest.approx(
@@ -134,13 +137,11 @@ def test_a_study_resumes_and_reports_out_of_sample(tmp_path):
     assert {p.split("/")[-1] for p in out["plots"]} == {"history-best_speedup.png"}
     assert len(out["leave_one_task_out"]) == 3
     # The same command with more trials resumes the study: only the rest run.
-    more = tune(tmp_path, "--param", "tau=0.3:0.99", "--trials", "8", "--study", "a",
-                "--validate-seeds", "0")
+    more = tune(tmp_path, *rnd, "--trials", "8", "--study", "a", "--validate-seeds", "0")
     assert (more["trials"], more["ran_now"]) == (8, 3) and more["out_of_sample"] == []
-    done = tune(tmp_path, "--param", "tau=0.3:0.99", "--trials", "8", "--study", "a",
-                "--validate-seeds", "0")
+    done = tune(tmp_path, *rnd, "--trials", "8", "--study", "a", "--validate-seeds", "0")
     assert done["ran_now"] == 0
-    res = runner.invoke(app, ["tune", "--log", "synthetic-mini", "--param", "tau=0.3:0.99",
+    res = runner.invoke(app, ["tune", "--log", "synthetic-mini", *rnd,
                               "--objective", "best_speedup,usd", "--storage",
                               f"sqlite:///{tmp_path}/s.db", "--study", "a"])
     assert res.exit_code == 2 and "exists with directions" in res.output
@@ -240,3 +241,142 @@ def test_a_journal_storage_that_cannot_be_used_is_one_line_and_left_as_it_is(tmp
     assert ("not a journal file" if kind == "corrupt" else "cannot be opened") in res.output
     if before is not None:
         assert path.read_bytes() == before
+
+
+def tune_here(*args, code=0):
+    """``gfsim tune`` in the current folder, with the default study name and storage."""
+    res = runner.invoke(app, ["tune", "--log", "synthetic-puct-v1", "--seeds", "2",
+                              "--validate-seeds", "1", "--trials", "2", *args, "--json"])
+    assert res.exit_code == code, res.output
+    return json.loads(res.stdout) if code == 0 else res.stderr
+
+
+BASE = ("--param", "tau=0.3:0.99")
+
+
+@pytest.mark.parametrize("other, named", [
+    (("--policy", "random", "--param", "p=0.1:0.9"), "policy=threshold, not random"),
+    (("--param", "tau=0.5:0.9"), 'params=["tau=0.3:0.99"], not ["tau=0.5:0.9"]'),
+    (("--driver", "puct", "--seeds", "1", *BASE), "driver=trace, not puct"),
+])
+def test_another_configuration_starts_another_study_and_is_refused_under_one_name(
+        tmp_path, monkeypatch, other, named):
+    monkeypatch.chdir(tmp_path)
+    first = tune_here(*BASE)
+    second = tune_here(*other)
+    # By default each configuration has its own study: the second ran its own trials.
+    assert first["study"] != second["study"] and second["study"].startswith("gfsim-tune-")
+    assert (second["trials"], second["ran_now"]) == (2, 2)
+    assert first["configuration"] != second["configuration"]
+    # Under one explicit name the second is refused, in one line naming the difference.
+    tune_here(*BASE, "--study", "same")
+    err = tune_here(*other, "--study", "same", code=2)
+    assert len(err.strip().splitlines()) == 1
+    assert err.startswith("gfsim: error: study 'same' in same.journal was made with ")
+    assert named in err and "use another --study name or the same settings" in err
+
+
+def test_the_same_command_resumes_its_own_study(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    first = tune_here(*BASE)
+    # --jobs, --top, --validate-seeds and --seeds (which cannot change a trial here) are
+    # not part of what the study is.
+    again = tune_here(*BASE, "--jobs", "1", "--top", "1", "--seeds", "3")
+    assert again["study"] == first["study"] and again["storage"] == f"{first['study']}.journal"
+    assert (again["trials"], again["ran_now"]) == (2, 0)
+    assert [r["values"] for r in again["top"]] == [r["values"] for r in first["top"]]
+    more = tune_here(*BASE, "--trials", "3")
+    assert (more["study"], more["trials"], more["ran_now"]) == (first["study"], 3, 1)
+    import optuna
+
+    from gfsim.tuning.study import make_storage
+
+    study = optuna.load_study(study_name=first["study"],
+                              storage=make_storage(first["storage"]))
+    assert study.user_attrs["gfsim_configuration"] == first["configuration"]
+    assert first["configuration"]["log_sha256"] and first["configuration"]["policy"] == \
+        "threshold"
+
+
+def test_a_deterministic_configuration_replays_each_trial_once(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = tune_here(*BASE, "--seeds", "4")
+    assert out["seeds"] == 1 and out["seeds_requested"] == 4
+    assert out["deterministic"].startswith("deterministic configuration: each trial replayed "
+                                           "once; seeds cannot change it (")
+    assert out["out_of_sample"] == [] and out["fresh_seeds"] == []
+    assert out["configuration"]["seeds"] is None
+    import optuna
+
+    from gfsim.tuning.study import make_storage
+
+    study = optuna.load_study(study_name=out["study"], storage=make_storage(out["storage"]))
+    assert all(len(t.user_attrs["values_best_speedup"]) == 1 for t in study.trials)
+    res = runner.invoke(app, ["tune", "--log", "synthetic-puct-v1", *BASE, "--seeds", "4",
+                              "--trials", "2"])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.stdout.split())
+    assert "deterministic configuration: each trial replayed once" in text
+    assert "1 seed each" in text and "out of sample" not in text
+    # A policy that reads the seed keeps them all, and the fresh-seed check.
+    rnd = tune_here("--policy", "random", "--param", "p=0.1:0.9", "--seeds", "3")
+    assert rnd["seeds"] == 3 and rnd["deterministic"] is None
+    assert "random" in rnd["seed_dependence"]
+    assert len(rnd["out_of_sample"]) == 2 and rnd["fresh_seeds"] == [3]
+    res = runner.invoke(app, ["tune", "--log", "synthetic-puct-v1", "--policy", "random",
+                              "--param", "p=0.1:0.9", "--seeds", "3", "--trials", "2"])
+    text = " ".join(res.stdout.split())
+    assert "3 seeds each" in text and "out of sample: 3 fresh seeds" in text
+    assert "deterministic" not in text
+
+
+def test_which_search_spaces_the_seed_can_change():
+    from gfsim.tuning.trials import seed_dependence_of_space
+
+    s = setup()
+    for policy, specs, driver, seeded in (
+        ("threshold", ["tau=0.3:0.99", "score=maxprob|margin"], "trace", False),
+        ("topk", ["k=1:4"], "trace", False),
+        ("all", [], "trace", False),
+        ("threshold", ["coverage=0.2:0.9"], "trace", True),  # calibrates on a keyed split
+        ("threshold", ["coverage=0.2:0.9", "cal_frac=0.5:1.0"], "trace", True),
+        ("threshold", ["cal_frac=0.5:1.0"], "trace", False),  # no coverage: no calibration
+        ("random", ["p=0.1:0.9"], "trace", True),
+        ("threshold", ["tau=0.3:0.99"], "puct", True),  # the closed loop draws children
+    ):
+        params = [parse_param(t, policy, driver) for t in specs]
+        the = replace(s, policy=policy, driver=driver)
+        assert (seed_dependence_of_space(the, params) is not None) == seeded, (policy, specs)
+
+
+def test_a_study_from_an_older_gfsim_is_adopted_when_its_settings_agree(tmp_path,
+                                                                      monkeypatch):
+    import optuna
+
+    from gfsim.tuning.study import make_storage
+
+    monkeypatch.chdir(tmp_path)
+    storage = make_storage("old.journal")
+    old = optuna.create_study(study_name="old", storage=storage, direction="maximize")
+    old.set_user_attr("setup", {"log": "synthetic-puct-v1", "cost": "serverless-a100",
+                                "policy": "threshold", "forecaster": None, "driver": "trace",
+                                "children": "fallback", "budget": None, "seeds": 2, "seed": 0,
+                                "params": ["tau=0.3:0.99"]})
+    old.add_trial(optuna.trial.create_trial(
+        params={"tau": 0.5}, distributions={"tau": optuna.distributions.FloatDistribution(
+            0.3, 0.99)}, value=0.5, user_attrs={"spec": "threshold:tau=0.5"}))
+    where = ("--study", "old", "--storage", "old.journal", "--validate-seeds", "0")
+    err = tune_here("--param", "tau=0.3:0.9", *where, code=2)
+    assert 'params=["tau=0.3:0.99"], not ["tau=0.3:0.9"]' in err
+    out = tune_here(*BASE, *where)
+    assert (out["trials"], out["ran_now"]) == (2, 1)
+    assert any("older gfsim" in n for n in out["notes"])
+    study = optuna.load_study(study_name="old", storage=make_storage("old.journal"))
+    assert study.user_attrs["gfsim_configuration"] == out["configuration"]
+    # A study that holds trials and records nothing (not made by gfsim tune) is refused.
+    bare = optuna.create_study(study_name="bare", storage=storage, direction="maximize")
+    bare.add_trial(optuna.trial.create_trial(
+        params={"tau": 0.5}, distributions={"tau": optuna.distributions.FloatDistribution(
+            0.3, 0.99)}, value=1.0))
+    err = tune_here(*BASE, "--study", "bare", "--storage", "old.journal", code=2)
+    assert "holds trials but no record of the settings" in err

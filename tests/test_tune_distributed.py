@@ -55,8 +55,14 @@ def test_two_workers_on_one_postgresql_study(postgres_url, tmp_path):
 def _kill_mid_trial(storage, name, tmp_path, heartbeat_args):
     import optuna
 
-    slow = TUNE + ["--storage", storage, "--study", name, "--trials", "3", "--seeds", "400",
-                   *heartbeat_args]
+    # A policy that reads the seed, so that a trial replays all 400 seeds (a deterministic
+    # configuration replays each trial once); the second worker joins the study with the
+    # same settings (a study refuses others) and runs two trials, the killed one's retry
+    # among them.
+    same = ["tune", "--log", "synthetic-puct-v1", "--policy", "random", "--param", "p=0.1:0.9",
+            "--validate-seeds", "0", "--json", "--storage", storage, "--study", name,
+            "--seeds", "400", *heartbeat_args]
+    slow = same + ["--trials", "3"]
     a = gfsim(slow, tmp_path)
     deadline = time.time() + 120
     running = None
@@ -75,8 +81,7 @@ def _kill_mid_trial(storage, name, tmp_path, heartbeat_args):
     os.killpg(a.pid, signal.SIGKILL)  # mid-trial: no chance to tidy up
     a.wait(timeout=30)
     time.sleep(4)  # past the grace period (three heartbeats of 1 s)
-    quick = TUNE + ["--storage", storage, "--study", name, "--trials", "2", "--seeds", "2",
-                    *heartbeat_args]
+    quick = same + ["--trials", "2"]
     b = gfsim(quick, tmp_path)
     out, err = b.communicate(timeout=600)
     assert b.returncode == 0, err[-2000:]

@@ -62,7 +62,9 @@ def tune(
                                       + CHILDREN_HELP),
     simulate: bool = typer.Option(False, "--simulate", help=SIMULATE_HELP, metavar=""),
     seeds: int = typer.Option(8, "--seeds", min=1, help="Seeds per trial (the same for every "
-                                                 "trial: common random numbers)."),
+                                                 "trial: common random numbers); one where "
+                                                 "no seed can change a trial (trace driver, "
+                                                 "a policy that reads none)."),
     seed: int = typer.Option(0, "--seed", help="First seed; the sampler's seed too."),
     trials: int = typer.Option(50, "--trials", help="Finished trials the study should hold "
                                                     "(a rerun resumes up to it)."),
@@ -71,8 +73,12 @@ def tune(
                                           help="Optuna storage URL (default: a JournalStorage "
                                                "file STUDY.journal; STUDY.db if an earlier "
                                                "gfsim left one)."),
-    study: str = typer.Option("gfsim-tune", "--study", help="Study name; an existing one "
-                                                            "resumes."),
+    study: Optional[str] = typer.Option(None, "--study",
+                                        help="Study name (default: gfsim-tune-POLICY-HASH, "
+                                             "HASH of the settings trials depend on, so the "
+                                             "same command resumes its study). An existing "
+                                             "study resumes if made with the same settings; "
+                                             "else it is refused."),
     workers: int = typer.Option(1, "--workers", help="Processes running trials on this host."),
     heartbeat: int = typer.Option(30, "--heartbeat",
                                   help="Seconds between a running trial's heartbeats; a trial "
@@ -84,7 +90,8 @@ def tune(
     validate_seeds: Optional[int] = typer.Option(None, "--validate-seeds",
                                                  help="Fresh seeds for the out-of-sample "
                                                       "check (default: as many as --seeds; 0 "
-                                                      "skips it)."),
+                                                      "skips it, as does a configuration no "
+                                                      "seed can change)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Folder for history and Pareto "
                                                              "front PNGs."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object.", metavar=""),
@@ -94,6 +101,7 @@ def tune(
     from gfsim.cost_models import load_cost_model
     from gfsim.replay_logs import open_log
     from gfsim.simulator import parse_budget
+    from gfsim.tuning.identity import claim_study, configuration, default_study_name
     from gfsim.tuning.study import (
         Objective,
         leave_one_task_out,
@@ -110,9 +118,9 @@ def tune(
         parse_constraint,
         parse_objectives,
         parse_param,
+        seed_dependence_of_space,
         trial_draws,
     )
-
 
     if seeds < 1 or trials < 1 or workers < 1 or jobs < 1:
         raise GfsimError("--seeds, --trials, --workers and --jobs must be >= 1")
@@ -131,18 +139,24 @@ def tune(
         widens = any(p.name in ("overgen", "samples_per_parent") for p in params)
         children = "model" if driver == "puct" and widens else "fallback"
     puct_only = puct_children(driver, children, simulate)
-    setup = TrialSetup(the_log, model, policy, driver, parse_budget(budget),
+    the_budget = parse_budget(budget)
+    setup = TrialSetup(the_log, model, policy, driver, the_budget,
                        list(range(seed, seed + seeds)), config, target, forecaster,
                        learning=learning, **puct_only)
+    seeded = seed_dependence_of_space(setup, params)
+    if seeded is None:  # every seed replays the same trial: one replay is all there is
+        setup.seeds = setup.seeds[:1]
+    settings = configuration(log=the_log, policy=policy, params=params, driver=driver,
+                             search=config, children=children, forecaster=forecaster,
+                             learning=learning, cost=cost, model=model, budget=the_budget,
+                             objectives=objectives, constraint=limit, target=target,
+                             seeds=setup.seeds if seeded else None)
+    study = study or default_study_name(settings)
     the_sampler = make_sampler(sampler, seed, limit is not None)
     url = storage_url(storage, study, workers)
     the_study = open_study(make_storage(url, heartbeat or None, retries), study,
                            [d for _, d in objectives], the_sampler)
-    the_study.set_user_attr("setup", {"log": the_log.name, "cost": cost, "policy": policy,
-                                      "forecaster": forecaster,
-                                      "driver": driver, "children": children,
-                                      "budget": budget, "seeds": seeds,
-                                      "seed": seed, "params": [p.spec() for p in params]})
+    adopted = claim_study(the_study, settings, url)
     obj = Objective(setup, params, objectives, limit, jobs, heartbeat or None, retries)
     if as_json:
         ran = run_study(the_study, obj, trials=trials, workers=workers, storage=url,
@@ -169,33 +183,42 @@ def tune(
     if not rows:
         raise GfsimError(f"study {study!r} has no finished trial")
     n_fresh = seeds if validate_seeds is None else validate_seeds
+    if seeded is None:  # fresh seeds would replay the same trials again
+        n_fresh = 0
     fresh = list(range(seed + seeds, seed + seeds + n_fresh))
     oos = out_of_sample(setup, rows[:top], objectives, fresh) if n_fresh else []
     loto = leave_one_task_out(the_study, objectives)
     lead = rows[0]
     draws = {}
     if driver == "puct":
-        from gfsim.simulator.puct_engine import SearchConfig
+        from gfsim.simulator.shape import shape_from_dict
 
-        draws = trial_draws(setup, lead["spec"],
-                            SearchConfig(**lead["search"]) if lead["search"] else None)
+        draws = trial_draws(setup, lead["spec"], shape_from_dict(lead["search"]))
     out = {
         "study": study, "storage": url,
         "log": the_log.name, "synthetic_log": the_log.is_synthetic, "cost_model": cost,
         "policy": policy, "driver": driver, **({"children": children, "draws_of_first": draws}
                                                if driver == "puct" else {}),
         "objectives": [list(o) for o in objectives],
-        "constraint": constraint, "params": [p.spec() for p in params], "seeds": seeds,
+        "constraint": constraint, "params": [p.spec() for p in params],
+        "seeds": len(setup.seeds), "seeds_requested": seeds,
+        "deterministic": None if seeded else (
+            "deterministic configuration: each trial replayed once; seeds cannot change it "
+            f"({_why_seed_free(driver, policy, params)})"),
+        "seed_dependence": seeded, "configuration": settings,
         "trials": len(rows), "ran_now": ran, "best": rows[0] if len(objectives) == 1 else None,
         "pareto_front": [r for r in rows if r["pareto"]] if len(objectives) > 1 else None,
         "top": rows[:max(top, 5)], "out_of_sample": oos, "fresh_seeds": fresh,
         "leave_one_task_out": loto,
-        "notes": [
+        "notes": ([adopted] if adopted else []) + ([
             "every trial replays the same seeds (common random numbers); seeds resample one "
             "log, so a tuned value is as good as the log is representative",
             "out_of_sample re-scores the top trials on seeds no trial saw; leave_one_task_out "
             "chooses the best trial on the other tasks and scores it on the held-out one",
-        ] + ([f"overgen is tuned with --children {children}: most children at F >= 2 were "
+        ] if seeded else [
+            "a tuned value is as good as the log is representative; leave_one_task_out "
+            "chooses the best trial on the other tasks and scores it on the held-out one",
+        ]) + ([f"overgen is tuned with --children {children}: most children at F >= 2 were "
               "never logged, and how far such replays are off is measured by gfsim "
               "counterfactual (docs/experiments/counterfactual-benchmark.md)"]
              if any(p.name == "overgen" for p in params) else [])
@@ -219,6 +242,12 @@ def tune(
         print_json(out)
     else:
         _report(out)
+
+
+def _why_seed_free(driver: str, policy: str, params) -> str:
+    tuned = [p.name for p in params if p.target == "policy"]
+    return (f"{driver} driver replays the logged order; policy {policy} reads no seed"
+            + (f" at any {', '.join(tuned)}" if tuned else "") + "; no measurement noise")
 
 
 def _plots(study, objectives, folder: Path) -> list[str]:
@@ -251,6 +280,10 @@ def _plots(study, objectives, folder: Path) -> list[str]:
     return paths
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _report(out: dict) -> None:
     from rich.table import Table
 
@@ -259,9 +292,12 @@ def _report(out: dict) -> None:
     con.print(f"[bold]gfsim tune[/bold]  study={esc(out['study'])} ({esc(out['storage'], 400)})"
               f"  log={esc(out['log'], 400)}  policy={esc(out['policy'])}  "
               f"driver={out['driver']}  cost={esc(out['cost_model'])}")
-    con.print(f"{out['trials']} finished trials ({out['ran_now']} now), {out['seeds']} seeds "
-              f"each; objectives {', '.join(f'{n} ({d})' for n, d in out['objectives'])}"
+    con.print(f"{_count(out['trials'], 'finished trial')} ({out['ran_now']} now), "
+              f"{_count(out['seeds'], 'seed')} each; objectives "
+              f"{', '.join(f'{n} ({d})' for n, d in out['objectives'])}"
               + (f"; constraint {out['constraint']}" if out["constraint"] else ""))
+    if out["deterministic"]:
+        con.print(out["deterministic"], markup=False, highlight=False)
     if out.get("draws_of_first"):
         con.print(f"children: {out['children']}; the first trial's children the log never "
                   f"held: {out['draws_of_first']['invented_share']:.0%}", markup=False,
@@ -273,8 +309,10 @@ def _report(out: dict) -> None:
     rows = out["pareto_front"] or out["top"]
     for r in rows:
         m = r["metrics"]
-        s = r["search"] or {}
-        shape = f" (F {s['overgen']}, spp {s['samples_per_parent']}, k {s['k_per_parent']})" \
+        s = {k: v for k, v in (r["search"] or {}).items() if k != "own"}
+        names = {"overgen": "F", "samples_per_parent": "spp", "k_per_parent": "k",
+                 "parents_per_step": "parents", "steps": "steps"}
+        shape = " (" + ", ".join(f"{names[k]} {s[k]}" for k in names if k in s) + ")" \
             if s else ""
         table.add_row(str(r["number"]), esc(r["spec"] + shape), f"{m['best_speedup']:.3f}x",
                       f"{m['score']:.3f}", f"${m['usd']:.2f}", f"{m['gpu_evals']:.0f}",
@@ -284,7 +322,8 @@ def _report(out: dict) -> None:
               "standardised (0 = random order, 1 = the log's best; clipped: denominators "
               "clipped); USD and evals: per search; ok: meets the constraint[/dim]")
     if out["out_of_sample"]:
-        oos = Table(title=f"out of sample: {len(out['fresh_seeds'])} fresh seeds", show_edge=False)
+        oos = Table(title=f"out of sample: {_count(len(out['fresh_seeds']), 'fresh seed')}",
+                    show_edge=False)
         oos.add_column("#", justify="right")
         oos.add_column("spec")
         for n in names:

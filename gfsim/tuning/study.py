@@ -328,11 +328,11 @@ def trial_rows(study, objectives) -> list[dict]:
 
 def out_of_sample(setup, rows: list[dict], objectives, fresh_seeds, pool=None) -> list[dict]:
     """The given trials re-scored on seeds no trial saw, beside their in-sample figures."""
-    from gfsim.simulator.puct_engine import SearchConfig
+    from gfsim.simulator.shape import shape_from_dict
 
     out = []
     for r in rows:
-        search = SearchConfig(**r["search"]) if r["search"] else None
+        search = shape_from_dict(r["search"])
         ev = evaluate(setup, r["spec"], search, seeds=fresh_seeds, pool=pool)
         fresh = {m: aggregate(m, ev["values"][m]) for m, _ in objectives}
         out.append({"number": r["number"], "spec": r["spec"],

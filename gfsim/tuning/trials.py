@@ -33,7 +33,8 @@ from gfsim.core.errors import SpecError
 from gfsim.simulator.results import first_reaching
 
 __all__ = ["TunedParam", "parse_param", "parse_objectives", "parse_constraint", "TrialSetup",
-           "evaluate", "SeedPool", "expected_random_best", "OBJECTIVES", "SEARCH_PARAMS"]
+           "evaluate", "SeedPool", "expected_random_best", "seed_dependence_of_space",
+           "OBJECTIVES", "SEARCH_PARAMS"]
 
 # Search-shape parameters a trial may set (puct driver only).
 SEARCH_PARAMS = ("overgen", "samples_per_parent", "k_per_parent", "parents_per_step", "steps")
@@ -218,6 +219,35 @@ class TrialSetup:
         config = replace(self.search, **search) if self.search is not None and search else \
             self.search
         return spec, config
+
+
+def _extremes(p: TunedParam) -> list:
+    """The values of ``p`` a policy's seed use could turn on: its choices, or both ends of
+    its range (a policy reads the seed by a parameter being set, or crossing a bound such as
+    threshold's cal_frac < 1)."""
+    if p.kind == "categorical":
+        return list(p.choices)
+    if p.kind == "int":
+        return [int(p.low), int(p.high)]
+    return [float(p.low), float(p.high)]
+
+
+def seed_dependence_of_space(setup: TrialSetup, params: list[TunedParam]) -> str | None:
+    """Why a trial's replays can differ between seeds, or None when no trial's can: the trace
+    driver, a policy that reads no seed at any corner of the tuned ranges, no measurement
+    noise (tune has none). Then every seed replays the same trial, and one replay is it."""
+    import itertools
+
+    from gfsim.policies import make_policy
+    from gfsim.simulator.replay import seed_dependence
+
+    tuned = [p for p in params if p.target == "policy"]
+    corners = itertools.product(*(_extremes(p) for p in tuned))
+    policies = [make_policy(setup.spec(dict(zip([p.name for p in tuned], values)), tuned)[0])
+                for values in corners]
+    # No replay results: under puct, only a replay's draws could show its seeds did not
+    # matter, and trials draw differently from one another.
+    return seed_dependence(policies, driver=setup.driver, noise=None)
 
 
 def _pools(log) -> dict:
