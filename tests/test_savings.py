@@ -98,7 +98,7 @@ def test_savings_replays_a_deterministic_configuration_once():
     assert out["seeds"] == 1 and out["inputs"]["seeds"] == [0]
     assert out["seed_dependence"] is None and "replayed once" in out["seeds_note"]
     res = runner.invoke(app, ["savings", "--log", "synthetic-mini", "--seeds", "4"],
-                        terminal_width=200)
+                        env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     assert "1 replay" in res.output and "--seeds 4 asked for" in res.output
     assert "q50 = q75 = q90" in res.output
