@@ -310,9 +310,9 @@ def _report(out: dict) -> None:
     for r in rows:
         m = r["metrics"]
         s = {k: v for k, v in (r["search"] or {}).items() if k != "own"}
-        names = {"overgen": "F", "samples_per_parent": "spp", "k_per_parent": "k",
+        short = {"overgen": "F", "samples_per_parent": "spp", "k_per_parent": "k",
                  "parents_per_step": "parents", "steps": "steps"}
-        shape = " (" + ", ".join(f"{names[k]} {s[k]}" for k in names if k in s) + ")" \
+        shape = " (" + ", ".join(f"{short[k]} {s[k]}" for k in short if k in s) + ")" \
             if s else ""
         table.add_row(str(r["number"]), esc(r["spec"] + shape), f"{m['best_speedup']:.3f}x",
                       f"{m['score']:.3f}", f"${m['usd']:.2f}", f"{m['gpu_evals']:.0f}",
