@@ -180,3 +180,18 @@ def test_seeds_that_cannot_matter_are_replayed_once():
     assert "intervals" not in out and "own logged expansion" in out["seeds_note"]
     out = replay_json("--policy", "random:0.5", "--seeds", "2")
     assert out["intervals"]["seeds"] == 2 and "seeds_note" not in out
+
+
+def test_tune_and_savings_refuse_or_say_simulated(imported, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    log = str(imported["openevolve"])
+    tune = ["tune", "--log", log, "--driver", "puct", "--policy", "all", "--param",
+            "overgen=1:4", "--trials", "2", "--seeds", "2"]
+    for args in (tune, ["savings", "--log", log, "--driver", "puct", "--policy", "all"]):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2 and "cannot be replayed closed loop" in res.stderr
+    res = runner.invoke(app, [*tune, "--simulate"])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.stdout.split())
+    assert "SIMULATED: PUCT does not reproduce the log's search" in text
+    assert "best: best speedup found" in text and "best measured speedup" not in text

@@ -298,10 +298,15 @@ def _report(out: dict) -> None:
               + (f"; constraint {out['constraint']}" if out["constraint"] else ""))
     if out["deterministic"]:
         con.print(out["deterministic"], markup=False, highlight=False)
-    if out.get("draws_of_first"):
+    first = out.get("draws_of_first") or {}
+    if first:
+        evidence = first["best_evidence"]
         con.print(f"children: {out['children']}; the first trial's children the log never "
-                  f"held: {out['draws_of_first']['invented_share']:.0%}", markup=False,
-                  highlight=False)
+                  f"held: {first['invented_share']:.0%}; its best rests on: "
+                  f"{evidence['label']}"
+                  + ("; SIMULATED: PUCT does not reproduce the log's search, so trials are PUCT "
+                     "simulated on its evidence" if evidence["simulated_searches"] else ""),
+                  markup=False, highlight=False)
     title = "Pareto front" if out["pareto_front"] else "best trials"
     table = Table(title=title, show_edge=False)
     for col in ("#", "policy (search)", "best", "score", "USD", "evals", "clipped", "ok"):
@@ -318,7 +323,9 @@ def _report(out: dict) -> None:
                       f"{m['score']:.3f}", f"${m['usd']:.2f}", f"{m['gpu_evals']:.0f}",
                       str(r["clipped"]), "yes" if r["feasible"] else "no")
     con.print(table)
-    con.print("[dim]best: best measured speedup (geo-mean over tasks, mean over seeds); score: "
+    best = "best speedup found" if first and first["best_evidence"]["basis"] != "measured" \
+        else "best measured speedup"
+    con.print(f"[dim]best: {best} (geo-mean over tasks, mean over seeds); score: "
               "standardised (0 = random order, 1 = the log's best; clipped: denominators "
               "clipped); USD and evals: per search; ok: meets the constraint[/dim]")
     if out["out_of_sample"]:

@@ -316,19 +316,21 @@ def _seed_rows(setup: TrialSetup, spec: str, search, seeds: list[int]) -> list:
 
 
 def trial_draws(setup: TrialSetup, spec: str, search) -> dict:
-    """Where one trial's children came from (``draw_shares``), replayed on the setup's seeds;
-    empty under the trace driver, which draws none."""
+    """Where one trial's children came from (``draw_shares``) and what its best rests on
+    (``best_evidence`` over every seed's searches: measured, invented or simulated), replayed
+    on the setup's seeds; empty under the trace driver, which draws none."""
     if setup.driver != "puct":
         return {}
     from gfsim.policies import make_policy
-    from gfsim.simulator.replay import draw_shares, replay_many
+    from gfsim.simulator.replay import best_evidence, draw_shares, replay_many
 
     seeds = list(setup.seeds)
-    return draw_shares(replay_many(setup.log, [make_policy(spec) for _ in seeds], setup.model,
-                                   seeds, budget=setup.budget, driver=setup.driver,
-                                   search=search, orphans_dropped=False,
-                                   forecaster=setup.forecaster, children=setup.children,
-                                   simulate=setup.simulate))
+    results = replay_many(setup.log, [make_policy(spec) for _ in seeds], setup.model, seeds,
+                          budget=setup.budget, driver=setup.driver, search=search,
+                          orphans_dropped=False, forecaster=setup.forecaster,
+                          children=setup.children, simulate=setup.simulate)
+    every = replace(results[0], searches=[s for r in results for s in r.searches])
+    return {**draw_shares(results), "best_evidence": best_evidence(every)}
 
 
 _INSTALLED: dict = {}  # in a SeedPool's processes: the setup they replay
