@@ -143,10 +143,14 @@ def test_candidates_out_into_a_missing_folder_is_refused_before_any_replay(tmp_p
     monkeypatch.setattr(gfsim.replay_logs, "open_log", no_work)
     monkeypatch.setattr(gfsim.simulator, "replay_with_baseline", no_work)
     target = tmp_path / "absent" / "x.csv"
-    for path, fragment in ((target, f"{target}: --candidates-out: folder {target.parent} does "
-                                    "not exist"),
-                           (tmp_path / "x.txt", "--candidates-out takes a .csv or .parquet")):
-        res = invoke("replay", "--log", str(TINY), "--candidates-out", str(path))
+    png = tmp_path / "absent" / "x.png"
+    for flag, path, fragment in (
+            ("--candidates-out", target,
+             f"{target}: --candidates-out: folder {target.parent} does not exist"),
+            ("--candidates-out", tmp_path / "x.txt", "--candidates-out takes a .csv or .parquet"),
+            ("--plot", png, f"{png}: folder {png.parent} does not exist"),
+            ("--plot", tmp_path / "x.jpg", "--plot writes a .png")):
+        res = invoke("replay", "--log", str(TINY), flag, str(path))
         assert res.exit_code == 2, res.output
         lines = res.output.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("gfsim: error:"), res.output

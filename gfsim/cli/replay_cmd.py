@@ -139,6 +139,8 @@ def replay(
 
     if candidates_out is not None:
         _check_table_path(candidates_out)  # before any work, not after the replay
+    if plot is not None:
+        _check_plot_path(plot)
     the_policy = make_policy(policy)
     make_policy(baseline)  # fail on a bad baseline before any work
     the_budget = parse_budget(budget)
@@ -232,14 +234,18 @@ def _intervals(pairs, seed: int) -> dict:
                            SeedTable.from_results(seed_list, [p[1] for p in pairs]), seed=seed)
 
 
-def _plot(pairs, out: dict, path: Path, synthetic: bool) -> Path:
-    from gfsim.analysis.plots import plot_anytime
+def _check_plot_path(path: Path) -> None:
     from gfsim.core.errors import GfsimError
 
     if path.suffix.lower() != ".png":
         raise GfsimError(f"{path}: --plot writes a .png")
     if not path.parent.exists():
         raise GfsimError(f"{path}: folder {path.parent} does not exist")
+
+
+def _plot(pairs, out: dict, path: Path, synthetic: bool) -> Path:
+    from gfsim.analysis.plots import plot_anytime
+
     series = {f"policy {out['policy']}": [p[0] for p in pairs],
               f"baseline {out['baseline']['policy']}": [p[1] for p in pairs]}
     return plot_anytime(series, path, title=("SYNTHETIC log (nothing measured): "
