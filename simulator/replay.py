@@ -293,8 +293,8 @@ def _closed_loop_shapes(log, traces, search, model, children: str, simulate: boo
             if r.reproduced or r.pairs >= MIN_PAIRS:
                 continue
             raise GfsimError(
-                f"{log.display_name}: search {r.search_id!r} cannot be replayed closed loop: PUCT "
-                f"does not reproduce it (replayed under all in its own shape, "
+                f"{log.display_name}: search {r.search_id!r} cannot be replayed closed loop: "
+                "PUCT does not reproduce it (replayed under all in its own shape, "
                 f"{describe(shape.as_dict())}, it drew {r.own} of its {r.logged} logged "
                 f"children as the log did) and it holds {r.pairs} (parent, child) "
                 f"pairs with a measured parent, fewer than the {MIN_PAIRS} a simulation "
@@ -358,7 +358,7 @@ def draw_shares(results: list[ReplayResult]) -> dict:
     if not total:
         return {}
     return {"draws": {k: v / total for k, v in draws.items() if v},
-            "invented_share": (draws.get("fallback", 0) + draws.get("model", 0)) / total}
+            "invented_share": sum(draws.get(k, 0) for k in INVENTED) / total}
 
 
 SEED_FREE_DRAWS = ("own",)  # a closed-loop draw that takes no random number: logged order
