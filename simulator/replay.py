@@ -31,7 +31,7 @@ from gfsim.core.errors import GfsimError
 __all__ = ["ENGINES", "cached_traces", "calibration_batch", "replay", "replay_many",
            "replay_with_baseline",
            "replay_seeds", "comparison_json", "simulate_search", "simulate_puct",
-           "seed_dependence", "SEED_FREE_DRAWS", "best_evidence"]
+           "seed_dependence", "seed_free_reason", "SEED_FREE_DRAWS", "best_evidence"]
 
 
 def _check_shape(log: ReplayLog, policy: Policy, traces: list[SearchTrace]) -> None:
@@ -389,6 +389,14 @@ def seed_dependence(policies, *, driver: str = "trace", noise: MeasureNoise | No
             reasons.append("the puct driver draws children by seed"
                            + (f" ({', '.join(others)} draws)" if others else ""))
     return "; ".join(reasons) or None
+
+
+def seed_free_reason(policies, driver: str) -> str:
+    """Why ``seed_dependence`` found nothing a seed could change, in words for a note."""
+    names = " and ".join(p.spec() for p in dict.fromkeys(policies))
+    return (f"policies {names} read no seed, "
+            + ("every child drawn from its node's own logged expansion" if driver == "puct"
+               else "the logged order"))
 
 
 def replay_with_baseline(log: ReplayLog, policy: Policy, model: PresetCostModel, *,

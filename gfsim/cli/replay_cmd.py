@@ -133,7 +133,7 @@ def replay(
     from gfsim.policies import make_policy
     from gfsim.replay_logs import open_log
     from gfsim.simulator import comparison_json, parse_budget, replay_with_baseline
-    from gfsim.simulator.replay import seed_dependence
+    from gfsim.simulator.replay import seed_dependence, seed_free_reason
     from gfsim.simulator.noise import parse_noise
     from gfsim.simulator.pipeline import parse_pipeline
 
@@ -174,15 +174,13 @@ def replay(
     out = comparison_json(result, base, the_budget,
                           anytime=None if detail else ANYTIME_POINTS)
     pairs = [(result, base)]
-    varies = seed_dependence([the_policy, make_policy(baseline)], driver=driver, noise=noise,
-                             results=pairs[0])
+    both = [the_policy, make_policy(baseline)]
+    varies = seed_dependence(both, driver=driver, noise=noise, results=pairs[0])
     if seeds > 1 and varies is None:
         out["seeds_note"] = (f"--seeds {seeds}: replayed once; no seed can change this "
-                             f"configuration (policies {the_policy.spec()} and {baseline} read "
-                             "no seed, no measurement noise, "
-                             + ("every child drawn from its node's own logged expansion)"
-                                if driver == "puct" else "the logged order)")
-                             + ", so an interval over seeds would be one number repeated")
+                             f"configuration ({seed_free_reason(both, driver)}, no "
+                             "measurement noise), so an interval over seeds would be one "
+                             "number repeated")
     elif seeds > 1:
         pairs = _seed_pairs(the_log, policy, baseline, model, seed, seeds, jobs,
                             dict(budget=the_budget, capacities=caps, forecaster=forecaster,

@@ -58,7 +58,12 @@ def savings(
     from gfsim.policies import make_policy
     from gfsim.replay_logs import open_log
     from gfsim.simulator import parse_budget
-    from gfsim.simulator.replay import draw_shares, replay_seeds, seed_dependence
+    from gfsim.simulator.replay import (
+        draw_shares,
+        replay_seeds,
+        seed_dependence,
+        seed_free_reason,
+    )
 
 
     if jobs < 1:
@@ -84,11 +89,8 @@ def savings(
     out["seed_dependence"] = varies
     if varies is None:
         out["seeds_note"] = (
-            "replayed once: no seed can change this configuration (policies "
-            f"{policies[0].spec()} and {policies[1].spec()} read no seed, "
-            + ("every child drawn from its node's own logged expansion"
-               if driver == "puct" else "the logged order")
-            + "); intervals are over the log's tasks only"
+            "replayed once: no seed can change this configuration "
+            f"({seed_free_reason(policies, driver)}); intervals are over the log's tasks only"
             + (f" (--seeds {seeds} asked for)" if seeds and seeds > 1 else ""))
     out["inputs"] = {"log": the_log.name, "synthetic_log": the_log.is_synthetic,
                      "policy": pairs[0][0].policy, "baseline": pairs[0][1].policy,
