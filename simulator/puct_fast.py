@@ -44,7 +44,8 @@ from gfsim.simulator.children import Child, ChildSource, LogChildren, pool_of
 from gfsim.simulator.engine import segments
 from gfsim.simulator.noise import MeasureNoise, confirm_best
 from gfsim.simulator.pipeline import COST_STAGE, DEFAULT_PIPELINE, Pipeline
-from gfsim.simulator.puct import ArchiveNode, ChildResult, PuctArchive
+from gfsim.simulator.puct import ArchiveNode, ChildResult
+from gfsim.simulator.puct_bank import ArchiveBank
 from gfsim.simulator.puct_engine import SearchConfig, cap_per_parent, puct_extra
 from gfsim.simulator.results import SearchResult
 
@@ -134,8 +135,9 @@ def _plan_part(child: Child, segs, reads_forecasts: bool):
 
 
 class _FastPuct:
-    """One closed-loop search, run a step at a time (``start``, then ``prepare_step``,
-    ``pending``/``predecided`` and ``run_step`` per step, then ``result``). Names follow
+    """One closed-loop search, run a step at a time (``start``; per step ``begin_step``,
+    ``draw_step`` with the parents its archive row chose, ``pending``/``predecided``,
+    ``run_step``, the bank's update, ``finish_step``; then ``result``). Names follow
     ``SearchSimulation`` where they mean the same thing."""
 
     def __init__(self, source: ChildSource, config: SearchConfig, policy: Policy,
@@ -376,27 +378,36 @@ class _FastPuct:
                 self._measured(i)
 
     # -- the search ------------------------------------------------------------------------------
-    def _draw(self, parent: ArchiveNode, expansion: int, n: int, b: int) -> list[int]:
-        """Draw a parent's children and add them; returns their indices."""
-        rows = []
+    def _draw(self, parents: list[ArchiveNode], n: int) -> list[list[int]]:
+        """Draw the step's children of every parent (one ``draw_step`` call) and add them;
+        returns their indices per parent."""
+        requests = []
+        for p in parents:
+            e = self.expanded.get(p.node_id, 0)
+            self.expanded[p.node_id] = e + 1
+            requests.append((p.node_id, self.true_speedup[p.node_id], e, n))
+        batches = []
         if self.logged:
             src = self.source
             pool = pool_of(src.t)
             protos = self.protos
-            for c, cid, source, s in src.picks(parent.node_id,
-                                               self.true_speedup[parent.node_id], expansion, n,
-                                               self.seed):
-                proto = protos.get(c)
-                if proto is None:
-                    proto = protos[c] = _Proto(src._child(pool, c, cid, source, s),
-                                               self.before, self.after, self.reads)
-                rows.append(self._add(cid, proto, s, None if source == "fallback"
-                                      else pool.identity[c], source, src.t.candidate_ids[c],
-                                      parent, b))
-        else:
-            protos = self.protos
-            for child in self.source.draw(parent.node_id, self.true_speedup[parent.node_id],
-                                          expansion, n, self.seed):
+            for b, (parent, (node_id, speedup, e, _)) in enumerate(zip(parents, requests)):
+                rows = []
+                for c, cid, source, s in src.picks(node_id, speedup, e, n, self.seed):
+                    proto = protos.get(c)
+                    if proto is None:
+                        proto = protos[c] = _Proto(src._child(pool, c, cid, source, s),
+                                                   self.before, self.after, self.reads)
+                    rows.append(self._add(cid, proto, s, None if source == "fallback"
+                                          else pool.identity[c], source,
+                                          src.t.candidate_ids[c], parent, b))
+                batches.append(rows)
+            return batches
+        protos = self.protos
+        drawn = _draw_step(self.source, requests, self.seed)
+        for b, (parent, children) in enumerate(zip(parents, drawn)):
+            rows = []
+            for child in children:
                 key = child.candidate_id if child.plan_key is None else child.plan_key
                 proto = None if protos is None else protos.get(key)
                 if proto is None:
@@ -407,7 +418,8 @@ class _FastPuct:
                     proto = proto.showing(child)
                 rows.append(self._add(child.candidate_id, proto, child.speedup, child.code,
                                       child.draw_source, child.template, parent, b))
-        return rows
+            batches.append(rows)
+        return batches
 
     def _add(self, cid, proto, speedup, code, draw_source, template, parent, b) -> int:
         i = len(self.cid)
@@ -429,11 +441,8 @@ class _FastPuct:
         return i
 
     def start(self) -> None:
-        cfg = self.config
         root_id, self.seed_speedup = self.source.root()
-        self.archive = PuctArchive(ArchiveNode(root_id, self.seed_speedup, (), is_seed=True),
-                                   k_per_parent=cfg.k_per_parent, capacity=cfg.capacity,
-                                   c_puct=cfg.c_puct)
+        self.root = ArchiveNode(root_id, self.seed_speedup, (), is_seed=True)
         n_stages = len(STAGES)
         self.stage_s, self.stage_usd = [0.0] * n_stages, [0.0] * n_stages
         self.stage_j, self.stage_imp = [0.0] * n_stages, [0.0] * n_stages
@@ -458,32 +467,29 @@ class _FastPuct:
         self.true_speedup = {root_id: self.seed_speedup}
         self.steps_done = 0
 
-    def prepare_step(self) -> bool:
-        """The driver's start of a step: budgets, parents, their children (False: the search
-        is over)."""
-        step, cfg = self.steps_done, self.config
-        if step >= cfg.steps:
+    def begin_step(self) -> bool:
+        """The driver's start of a step: budgets and steps (False: the search is over)."""
+        step = self.steps_done
+        if step >= self.config.steps:
             return False
         if step >= self.budget.steps and self.stopped_by is None:
             self.stopped_by = "steps"
-        if self._exhausted():
-            return False
-        self.parents = self.archive.select_parents(cfg.parents_per_step)
+        return not self._exhausted()
+
+    def draw_step(self, parents: list[ArchiveNode]) -> None:
+        """The step's parents (chosen by the archive bank) and their children."""
+        self.parents = parents
         self.step_state = SearchState(
-            search_id=self.search_id, task_id=self.task_id, step=step,
+            search_id=self.search_id, task_id=self.task_id, step=self.steps_done,
             best_speedup=self.best, gpu_evals=self.evals, seed=self.seed,
             budget_left=self._budget_left(), measure_usd=self._measure_usd())
         lo = len(self.cid)
-        self.batches = []
-        for b, p in enumerate(self.parents):
-            e = self.expanded.get(p.node_id, 0)
-            self.expanded[p.node_id] = e + 1
-            self.batches.append(self._draw(p, e, cfg.children_per_parent, b))
+        self.batches = self._draw(parents, self.config.children_per_parent)
         self._extend(lo)
-        return True
 
     def run_step(self) -> None:
-        """The step's events, then the archive's update (``predecided`` first)."""
+        """The step's events (``predecided`` first); ``results`` what it measured, for the
+        archive, then ``finish_step``."""
         # Every batch is admitted together at the step's start (nothing is exhausted now,
         # and nothing changes between the admissions), then each child's process starts.
         self.remaining = [len(rows) for rows in self.batches]
@@ -505,8 +511,11 @@ class _FastPuct:
                 results.append(ChildResult(self.parent_node[i], self.cid[i],
                                            self.measured_speedup[i] if ok else None,
                                            self.code[i]))
-        self.archive.complete_step(self.parents, results)
-        self.source.observe_step(results)
+        self.results = results
+
+    def finish_step(self) -> None:
+        """After the archive took the step in: the source learns it, the step is done."""
+        self.source.observe_step(self.results)
         self.steps_done += 1
 
     def _extend(self, lo: int) -> None:
@@ -548,7 +557,7 @@ class _FastPuct:
             wall_s=wall, stages=stages, stopped_by=self.stopped_by,
             anytime=np.array(self.anytime, dtype=float), table=table, engine="fast",
             extra=puct_extra(self.config, self.best_id, self.cid, self.draw_source,
-                             self.parent_node, len(self.archive.nodes)))
+                             self.parent_node, self.bank.size(self.row)))
         confirm_best(result, self.cid, self.speedup, self.noise, self.seed)
         return result
 
@@ -613,16 +622,36 @@ def run_lockstep(runs: list[_FastPuct]) -> list[SearchResult]:
     """Several searches, step by step together, so that a step's decisions of all of them
     take one policy call where the policy allows (``_Sharing``); each search's result is what
     it would be alone."""
-    for run in runs:
+    for k, run in enumerate(runs):
         run.start()
         run.sharing = _Sharing(run.policy, run.bin_edges)
+        run.row = k
+    bank = ArchiveBank([run.root for run in runs], [run.config for run in runs])
+    for run in runs:
+        run.bank = bank
     active = runs
     while active:
-        active = [run for run in active if run.prepare_step()]
+        active = [run for run in active if run.begin_step()]
+        chosen = bank.select([run.row for run in active],
+                             [run.config.parents_per_step for run in active])
+        for run, parents in zip(active, chosen):
+            run.draw_step(parents)
         _decide_together(active)
         for run in active:
             run.run_step()
+        bank.complete([(run.row, run.parents, run.results) for run in active])
+        for run in active:
+            run.finish_step()
     return [run.result() for run in runs]
+
+
+def _draw_step(source: ChildSource, requests: list, seed: int) -> list[list[Child]]:
+    """One call for a step's children of every parent (``ChildSource.draw_step`` where the
+    source batches them)."""
+    batched = getattr(source, "draw_step", None)
+    if batched is not None:
+        return batched(requests, seed)
+    return [source.draw(*r, seed) for r in requests]
 
 
 def fast_search(source: ChildSource, config: SearchConfig, policy: Policy,
