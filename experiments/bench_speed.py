@@ -1,7 +1,8 @@
 """Where the time goes, and whether the speed targets are met (a benchmark, not a test).
 
     python experiments/bench_speed.py [--candidates 100000] [--repeat 3] [--skip-tune]
-                                      [--million] [--markdown docs/experiments/benchmarks.md]
+                                      [--million] [--counterfactual]
+                                      [--markdown docs/experiments/benchmarks.md]
 
 Every figure is measured in this run, on this machine, and each is put beside a baseline
 measured in the same run (these machines are noisy; ratios travel better than seconds):
@@ -11,9 +12,16 @@ measured in the same run (these machines are noisy; ratios travel better than se
 - end to end: ``gfsim replay --json`` in a fresh process, cold (no cache) and cached, minus
   the start-up (a process that imports what the command imports and exits);
 - engines: the trace driver's SimPy engine and fast path on the same log; the puct driver's
-  SimPy engine and fast path on the shipped paper-standard log;
-- tuning: ``bench_tune.py``'s workload (200 trials x 32 seeds, 2 jobs), every trial's value
+  SimPy engine and fast path on the shipped paper-standard log, every seed of a replay in
+  lockstep (``--lockstep-seeds``, as ``gfsim replay --seeds`` and ``gfsim tune`` run them);
+- children: the same closed-loop replays with world-model children (``--children model``)
+  against the fallback, and one search reading the learned cost model's forecasts against
+  one reading the world's what-if forecasts (``bench_costmodel.py``'s search);
+- tuning: the 40-trial ``gfsim tune`` command of issue 39 in a fresh process, and
+  ``bench_tune.py``'s workload (200 trials x 32 seeds, 2 jobs), every trial's value
   compared with the values recorded before the fast path (``data/bench_tune_reference.json``);
+- ``--counterfactual``: ``gfsim counterfactual`` on the family, 12 held-out seeds, fallback and
+  model children, 2 jobs (about 20 minutes before issue 39: off by default);
 - ``--million``: the peak memory of loading and replaying a 1,000,000-candidate log;
 - Kernel Tuner: its simulation mode beside a gfsim replay of the same cache, both cold
   (``bench_kernel_tuner.py``), where a cache is found.
@@ -133,14 +141,15 @@ def end_to_end(path: Path, rows: list, results: dict) -> None:
                  rate_cached, "candidates/s", 200_000, ">="))
 
 
-def engines(path: Path, repeat: int, rows: list, results: dict) -> None:
+def engines(path: Path, repeat: int, lockstep: int, rows: list, results: dict) -> None:
     from gfsim.cost_models import Capacities, load_cost_model
     from gfsim.policies import make_policy
     from gfsim.replay_logs import load_log, open_log
     from gfsim.simulator import Budget, build_traces
     from gfsim.simulator.engine import SearchSimulation
     from gfsim.simulator.fastpath import run_fast
-    from gfsim.simulator.replay import replay
+    from gfsim.simulator.puct_engine import SEARCH_PRESETS
+    from gfsim.simulator.replay import replay_many
 
     log = load_log(path)
     model = load_cost_model("serverless-a100")
@@ -155,21 +164,107 @@ def engines(path: Path, repeat: int, rows: list, results: dict) -> None:
     rows.append(("trace driver: fast path / SimPy engine", f"{n / t_fast:,.0f} vs "
                  f"{n / t_des:,.0f} candidates/s", t_des / t_fast, "x", None, None))
     puct = open_log("synthetic-puct-v1")
+    seeds = list(range(lockstep))
     out = {}
     for spec in ("all", "threshold:0.7"):
-        kw = dict(driver="puct", orphans_dropped=False, budget=Budget(usd=40))
-        t_d, a = best_of(lambda: [replay(puct, make_policy(spec), model, seed=s, engine="des",
-                                         **kw) for s in range(4)], 1)
-        t_f, b = best_of(lambda: [replay(puct, make_policy(spec), model, seed=s, engine="fast",
-                                         **kw) for s in range(4)], repeat)
+        def both(engine, spec=spec):
+            return replay_many(puct, [make_policy(spec) for _ in seeds], model, seeds,
+                               engine=engine, budget=Budget(usd=40),
+                               search=SEARCH_PRESETS["paper-standard"], **PUCT)
+        t_d, a = best_of(lambda: both("des"), 1)
+        t_f, b = best_of(lambda: both("fast"), repeat)
         same = all(x.best_speedup == y.best_speedup for ra, rb in zip(a, b)
                    for x, y in zip(ra.searches, rb.searches))
-        out[spec] = {"des_s": t_d / 4, "fast_s": t_f / 4, "same_answers": same}
+        searches = sum(len(r.searches) for r in a)
+        out[spec] = {"des_s": t_d, "fast_s": t_f, "searches": searches, "same_answers": same}
         rows.append((f"puct: fast path / SimPy engine, paper-standard, {spec}, $40",
-                     f"{1e3 * t_f / 4:.0f} vs {1e3 * t_d / 4:.0f} ms per replay of 6 searches"
+                     f"{1e3 * t_f / searches:.1f} vs {1e3 * t_d / searches:.1f} ms per search, "
+                     f"{lockstep} seeds x 6 searches in lockstep"
                      + ("" if same else " (ANSWERS DIFFER)"), t_d / t_f, "x", 20, ">="))
     results["engines"] = {"trace": {"candidates": n, "des_s": t_des, "fast_s": t_fast},
                           "puct": out}
+
+
+# The closed-loop workload of the engine and children figures: the shipped PUCT log, $40.
+PUCT = dict(driver="puct", orphans_dropped=False)
+
+
+def children(repeat: int, lockstep: int, rows: list, results: dict) -> None:
+    """World-model children against the fallback, and the learned cost model against the
+    world's what-if forecasts, each pair in the same run."""
+    from gfsim.cost_models import load_cost_model
+    from gfsim.policies import make_policy
+    from gfsim.replay_logs import open_log
+    from gfsim.simulator import Budget
+    from gfsim.simulator.puct_engine import SEARCH_PRESETS
+    from gfsim.simulator.replay import replay_many
+
+    log = open_log("synthetic-puct-v1")
+    model = load_cost_model("serverless-a100")
+    seeds = list(range(lockstep))
+    out = {}
+    for preset in ("paper-standard", "paper-filtered"):
+        def run(source, preset=preset):
+            return replay_many(log, [make_policy("threshold:0.7") for _ in seeds], model,
+                               seeds, budget=Budget(usd=40), search=SEARCH_PRESETS[preset],
+                               children=source, **PUCT)
+        run("model")  # the world model's fit and ensemble members, once per process
+        t_fb, _ = best_of(lambda: run("fallback"), repeat)
+        t_m, _ = best_of(lambda: run("model"), repeat)
+        out[preset] = {"fallback_s": t_fb, "model_s": t_m}
+        rows.append((f"children: model / fallback, {preset}, threshold:0.7, $40",
+                     f"{t_m:.2f} vs {t_fb:.2f} s for {lockstep} seeds x 6 searches",
+                     t_m / t_fb, "x", 1.5, "<="))
+    results["children"] = out
+
+    from dataclasses import replace
+
+    from gfsim.forecasts.costmodel import CostModelSpec
+    from gfsim.worlds.protocol import resolve_world
+    from gfsim.worlds.synth_puct import paper_standard, run_on_world
+
+    _, factory, _ = resolve_world("h200:softmax")
+    world = factory(0)
+    task = world.tasks[0].task_id
+    config = replace(paper_standard(10), overgen=4)
+    spec = CostModelSpec()
+
+    def search(learning):
+        return run_on_world(world, task, config, "threshold:0.7", seed=1, learning=learning)
+
+    search(spec)  # warm: imports, the world's child cache
+    t_w, _ = best_of(lambda: search(None), repeat)
+    t_c, _ = best_of(lambda: search(spec), repeat)
+    results["costmodel"] = {"whatif_s": t_w, "costmodel_s": t_c}
+    rows.append(("forecasts: cost model / what-if, one search (h200:softmax, 10 steps, F 4)",
+                 f"{1e3 * t_c:.0f} vs {1e3 * t_w:.0f} ms", t_c / t_w, "x", 2.0, "<="))
+
+
+def tune_command(rows: list, results: dict) -> None:
+    """Issue 39's everyday tuning run, as a user types it, in a fresh process."""
+    cmd = [sys.executable, "-m", "gfsim.cli.main", "tune", "--policy", "threshold",
+           "--param", "tau=0.3:0.99", "--param", "overgen=1:4:int", "--driver", "puct",
+           "--budget", "usd=40", "--seeds", "32", "--trials", "40", "--jobs", "2"]
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=tmp)
+        took = time.perf_counter() - t0
+    results["tune_command"] = {"seconds": took, "command": " ".join(cmd[3:])}
+    rows.append(("gfsim tune, threshold tau and F, puct, $40, 32 seeds, 40 trials, 2 jobs",
+                 "a fresh process, start-up included", took, "s", 20, "<="))
+
+
+def counterfactual(rows: list, results: dict) -> None:
+    """``gfsim counterfactual`` on the family, 12 held-out seeds, fallback and model."""
+    cmd = [sys.executable, "-m", "gfsim.cli.main", "counterfactual", "--seeds", "12",
+           "--children", "fallback,model", "--jobs", "2", "--json"]
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=tmp)
+        took = time.perf_counter() - t0
+    results["counterfactual"] = {"seconds": took, "command": " ".join(cmd[3:])}
+    rows.append(("gfsim counterfactual, the family, 12 seeds, fallback + model, 2 jobs",
+                 "before issue 39: 1,122 s", took, "s", 120, "<="))
 
 
 def tuning(rows: list, results: dict, trials: int, seeds: int, jobs: int) -> None:
@@ -276,7 +371,10 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--skip-tune", action="store_true")
     ap.add_argument("--skip-kernel-tuner", action="store_true")
+    ap.add_argument("--lockstep-seeds", type=int, default=16,
+                    help="seeds per closed-loop replay in the engine and children figures")
     ap.add_argument("--million", action="store_true")
+    ap.add_argument("--counterfactual", action="store_true")
     ap.add_argument("--markdown", type=Path)
     ap.add_argument("--json", type=Path, help="also write every figure as JSON")
     args = ap.parse_args()
@@ -292,15 +390,20 @@ def main() -> None:
         synthesize(path, seed=5, candidates=args.candidates, tasks=args.tasks)
         reader(path, args.repeat, rows, results)
         end_to_end(path, rows, results)
-        engines(path, args.repeat, rows, results)
+        engines(path, args.repeat, args.lockstep_seeds, rows, results)
+        children(args.repeat, args.lockstep_seeds, rows, results)
         if not args.skip_tune:
+            tune_command(rows, results)
             tuning(rows, results, args.trials, args.seeds, args.jobs)
+        if args.counterfactual:
+            counterfactual(rows, results)
         if args.million:
             million(tmp, rows, results)
         if not args.skip_kernel_tuner:
             kernel_tuner(rows, results)
     header = (f"# Benchmarks\n\nMade by `python experiments/bench_speed.py"
-              f"{' --million' if args.million else ''}` on a SYNTHETIC log (`gfsim synth --seed "
+              f"{' --million' if args.million else ''}"
+              f"{' --counterfactual' if args.counterfactual else ''}` on a SYNTHETIC log (`gfsim synth --seed "
               f"5 --candidates {args.candidates:,} --tasks {args.tasks}`; nothing in it was "
               "measured on a GPU). Ratios compare two figures of the same run.")
     text = report(rows, started, header)
