@@ -246,7 +246,7 @@ class _FastPuct:
 
     def _run_events(self) -> None:
         heap, pop, push, eid = self.heap, heapq.heappop, heapq.heappush, self.eid
-        in_use, waiting, proto = self.in_use, self.waiting, self.proto
+        in_use, cap, waiting, proto = self.in_use, self.cap, self.waiting, self.proto
         stage_s, stage_usd, stage_j, stage_imp = (self.stage_s, self.stage_usd, self.stage_j,
                                                   self.stage_imp)
         cand_usd = self.cand_usd
@@ -265,6 +265,7 @@ class _FastPuct:
                     in_use[res] -= 1
                 usd = self.usd
                 joules = self.joules
+                spent = cand_usd[i]
                 for k, secs, u, jl, imp in bookings:
                     stage_s[k] += secs
                     stage_usd[k] += u
@@ -272,14 +273,21 @@ class _FastPuct:
                     stage_imp[k] += imp
                     usd += u
                     joules += jl
-                    cand_usd[i] += u
+                    spent += u
                     if k == _FC:
                         self.forecasts += 1
+                cand_usd[i] = spent
                 self.usd, self.joules = usd, joules
                 if on_gpu:
                     self.gpu_busy += total
-                if s + 1 < len(part):
-                    self._acquire(i, s + 1, kind == _POST_END)
+                s += 1
+                if s < len(part):  # the next segment asks for its resource (``_acquire``)
+                    res, total = part[s][:2]
+                    if in_use[res] < cap[res] and not waiting[res]:
+                        in_use[res] += 1
+                        push(heap, (t + total, next(eid), kind, i, s))
+                    else:
+                        waiting[res].append((kind + 2, i, s))
                 elif kind == _PRE_END:
                     self._prepared(i)
                 else:
@@ -342,15 +350,18 @@ class _FastPuct:
         if not live:
             return
         early_best, early_batch, d, bounds = self.early
+        k = self.config.k_per_parent
         if self.best == early_best:
             lo, hi = bounds[b], bounds[b + 1]
-            batch = early_batch.take(slice(lo, hi))
             measure, score, reason = d.measure[lo:hi], d.score[lo:hi], d.reason[lo:hi]
+            if np.count_nonzero(measure) > k:  # the cap reads the batch (else it keeps all)
+                measure = cap_per_parent(early_batch.take(slice(lo, hi)), measure, k)
         else:
             batch = self._batch(live)
             d = self.policy.decide(batch, replace(self.step_state, best_speedup=self.best))
-            measure, score, reason = d.measure, d.score, d.reason
-        measure = cap_per_parent(batch, measure, self.config.k_per_parent).tolist()
+            measure = cap_per_parent(batch, d.measure, k)
+            score, reason = d.score, d.reason
+        measure = np.asarray(measure, dtype=bool).tolist()
         score = score.tolist()
         chosen = []
         for j, i in enumerate(live):
