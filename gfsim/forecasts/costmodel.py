@@ -185,8 +185,7 @@ class CostModel:
         self.rows: list[dict[str, float]] = []
         self.y: list[float] = []
         self.errors: list[float] = []
-        self._model = None
-        self._forest: _Forest | None = None
+        self._forest = None  # the fitted trees (_Boosted or _Forest)
         self._columns: list[str] = []
         self._fitted_on = 0
 
@@ -202,18 +201,22 @@ class CostModel:
         return len(self.y) >= self.spec.min_train
 
     def _fit(self) -> None:
-        from sklearn.ensemble import HistGradientBoostingRegressor
-
         self._columns = sorted({k for r in self.rows for k in r})
-        x = self._matrix(self.rows)
-        model = HistGradientBoostingRegressor(
-            max_iter=self.spec.max_iter, max_depth=self.spec.max_depth,
-            learning_rate=self.spec.learning_rate, min_samples_leaf=max(2, len(self.y) // 20),
-            early_stopping=False, random_state=self.spec.seed)
-        with _one_thread():
-            model.fit(x, np.asarray(self.y))
-        self._model, self._fitted_on = model, len(self.y)
-        self._forest = _Forest(model)
+        x, y = self._matrix(self.rows), np.asarray(self.y)
+        min_leaf = max(2, len(self.y) // 20)
+        if _Boosted.handles(self.spec, x):
+            self._forest = _Boosted(x, y, self.spec, min_leaf)
+        else:
+            from sklearn.ensemble import HistGradientBoostingRegressor
+
+            model = HistGradientBoostingRegressor(
+                max_iter=self.spec.max_iter, max_depth=self.spec.max_depth,
+                learning_rate=self.spec.learning_rate, min_samples_leaf=min_leaf,
+                early_stopping=False, random_state=self.spec.seed)
+            with _one_thread():
+                model.fit(x, y)
+            self._forest = _Forest(model)
+        self._fitted_on = len(self.y)
 
     def _matrix(self, rows) -> np.ndarray:
         x = np.full((len(rows), len(self._columns)), np.nan)
@@ -242,6 +245,178 @@ class CostModel:
         else:
             width = s.prior_sigma
         return centre, width, True
+
+
+class _Boosted:
+    """Scikit-learn's ``HistGradientBoostingRegressor`` fit for the cost model's settings
+    (squared error, no early stopping, validation, categorical, monotonic or interaction
+    constraints, ``max_depth`` <= 4 so that its 31-leaf cap never binds), driven from here
+    over scikit-learn's own histogram and splitter: the same bins, histograms, splits and leaf
+    values, bit for bit, without the per-tree objects its grower and predictor make.
+
+    Why: a search refits the model at every step on tens of rows, where those objects (about
+    1 ms a tree: nodes, a heap, histogram views parsed from their buffer format, a predictor's
+    arrays) were most of a fit and made a closed-loop search reading the cost model cost ~4x
+    one reading the log's what-if forecasts. ``tests/test_costmodel_batch.py`` checks the fit
+    and the predictions against scikit-learn's own, to the bit."""
+
+    @staticmethod
+    def handles(spec, x: np.ndarray) -> bool:
+        """Whether this fit is scikit-learn's for these settings: trees of at most 16 leaves
+        (its 31-leaf cap never binds, so the order it grows nodes in does not matter), bins
+        from every row (it subsamples past 200,000), and its private histogram and splitter
+        classes present with the signatures used here (else its own fit serves)."""
+        if not 1 <= spec.max_depth <= 4 or not 2 <= x.shape[0] <= 200_000 or not x.shape[1]:
+            return False
+        return _sklearn_parts() is not None
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, spec, min_samples_leaf: int):
+        HistogramBuilder, Splitter = _sklearn_parts()
+        n, nf = x.shape
+        self.depth = depth = int(spec.max_depth)
+        n_iter, lr = int(spec.max_iter), float(spec.learning_rate)
+        # the bins of scikit-learn's _BinMapper (its thresholds, values to bins by binary
+        # search, missing values to bin 255), without its per-feature thread pool
+        cuts = [_bin_thresholds(x[:, j]) for j in range(nf)]
+        nbnm = np.array([len(c) + 1 for c in cuts], dtype=np.uint32)
+        missing_bin = 255
+        binned = np.empty((n, nf), dtype=np.uint8, order="F")
+        for j in range(nf):
+            binned[:, j] = np.searchsorted(cuts[j], x[:, j], side="left")
+        miss = np.isnan(x)
+        binned[miss] = missing_bin
+        has_missing = miss.any(axis=0).astype(np.uint8)
+        grad = np.empty(n, dtype=np.float32)
+        hess = np.ones(1, dtype=np.float32)
+        # one splitter for every tree, its partition reset to the root's (scikit-learn makes a
+        # new one per tree: the same state)
+        splitter = Splitter(binned, nbnm, missing_bin, has_missing, np.zeros(nf, np.uint8),
+                            np.zeros(nf, np.int8), 0.0, 1e-3, min_samples_leaf, 0.0, True,
+                            1.0, np.random.default_rng(0), 1)
+        part = splitter.partition
+        part_arr = np.asarray(part)
+        everyone = np.arange(n, dtype=np.uint32)
+        self.base = float(np.mean(y, axis=0))
+        raw = np.zeros(n)
+        raw += self.base
+        n_int = 2 ** depth - 1
+        self.feat = np.zeros((n_iter, n_int), dtype=np.int64)
+        self.thr = np.full((n_iter, n_int), np.inf)
+        self.mgl = np.ones((n_iter, n_int), dtype=bool)
+        self.val = np.zeros((n_iter, 2 ** depth))
+        for it in range(n_iter):
+            grad[:] = raw - y
+            part_arr[:] = everyone
+            # a builder per tree, as there: it keeps a copy of the root's gradients
+            builder = HistogramBuilder(binned, 256, grad, hess, True, 1)
+            hist = builder.compute_histograms_brute(part, None)
+            # the root's sum: feature 0's histogram summed (its array, not the buffer view that
+            # NumPy would parse the format of)
+            sum_g = hist.base["sum_gradients"][0].sum()
+            feat, thr, mgl, val = self.feat[it], self.thr[it], self.mgl[it], self.val[it]
+            # (heap position, depth, samples, histograms, sum of gradients, value)
+            todo = [(0, 0, part, hist, sum_g, 0.0)] if n >= 2 * min_samples_leaf else []
+            leaves = [] if todo else [(0, part, 0.0)]
+            while todo:
+                p, d, idx, h, sg, v = todo.pop()
+                si = splitter.find_node_split(len(idx), h, sg, float(len(idx)), v)
+                if si.gain <= 0:
+                    leaves.append((p, idx, v))
+                    continue
+                left, right, _ = splitter.split_indices(si, idx)
+                f, b = si.feature_idx, si.bin_idx
+                feat[p] = f
+                thr[p] = np.inf if b == nbnm[f] - 1 else cuts[f][b]
+                mgl[p] = si.missing_go_to_left if has_missing[f] else len(left) > len(right)
+                kids = [(2 * p + 1, left, si.sum_gradient_left, si.value_left),
+                        (2 * p + 2, right, si.sum_gradient_right, si.value_right)]
+                if d + 1 == depth:
+                    leaves += [(q, i, w) for q, i, _, w in kids]
+                    continue
+                split = [len(i) >= 2 * min_samples_leaf for _, i, _, _ in kids]
+                if not any(split):
+                    leaves += [(q, i, w) for q, i, _, w in kids]
+                    continue
+                small = 0 if len(left) < len(right) else 1
+                hs = builder.compute_histograms_brute(kids[small][1], None)
+                hb = builder.compute_histograms_subtraction(h, hs, None)
+                hk = (hs, hb) if small == 0 else (hb, hs)
+                for (q, i, s, w), go, hh in zip(kids, split, hk):
+                    if go:
+                        todo.append((q, d + 1, i, hh, s, w))
+                    else:
+                        leaves.append((q, i, w))
+            for p, idx, v in leaves:
+                v = v * lr
+                raw[np.asarray(idx)] += v
+                q = p
+                while q < n_int:  # a leaf above the bottom: its value down the leftmost path
+                    q = 2 * q + 1
+                val[q - n_int] = v
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """The trees' sum for rows ``x``, added tree by tree as scikit-learn adds them."""
+        m, n_trees = len(x), len(self.feat)
+        t = np.arange(n_trees)[None, :]
+        r = np.arange(m)[:, None]
+        pos = np.zeros((m, n_trees), dtype=np.int64)
+        for _ in range(self.depth):
+            xv = x[r, self.feat[t, pos]]
+            left = (xv <= self.thr[t, pos]) | (np.isnan(xv) & self.mgl[t, pos])
+            pos = 2 * pos + 2 - left
+        vals = self.val[t, pos - (2 ** self.depth - 1)]
+        # scikit-learn: zeros, += the baseline, += each tree in turn: a sequential sum
+        return np.cumsum(np.concatenate([np.full((m, 1), self.base), vals], axis=1),
+                         axis=1)[:, -1]
+
+
+_ALMOST_INF = 1e300  # scikit-learn's cap on bin thresholds
+
+
+def _bin_thresholds(col: np.ndarray) -> np.ndarray:
+    """scikit-learn's ``_find_binning_thresholds`` (no sample weights)."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    col = np.sort(col[~np.isnan(col)])
+    distinct = np.unique(col).astype(np.float64)
+    if len(distinct) <= 1:
+        return np.asarray([], dtype=np.float64)
+    if len(distinct) <= 255:
+        t = sliding_window_view(distinct, 2).mean(axis=1)
+    else:
+        pct = np.linspace(0, 100, num=256)[1:-1]
+        t = np.percentile(col, pct, method="averaged_inverted_cdf")
+    u = np.unique(t)
+    if u.shape[0] != t.shape[0]:
+        t = u
+    np.clip(t, a_min=None, a_max=_ALMOST_INF, out=t)
+    return t
+
+
+def _sklearn_parts():
+    """scikit-learn's histogram builder and splitter (private: present and with the
+    signatures ``_Boosted`` calls in 1.4 to 1.9), or None."""
+    if not _PARTS:
+        try:
+            from sklearn.ensemble._hist_gradient_boosting.histogram import HistogramBuilder
+            from sklearn.ensemble._hist_gradient_boosting.splitting import Splitter
+
+            x = np.zeros((4, 1), dtype=np.uint8, order="F")
+            g, h = np.zeros(4, dtype=np.float32), np.ones(1, dtype=np.float32)
+            sp = Splitter(x, np.ones(1, dtype=np.uint32), 255, np.zeros(1, dtype=np.uint8),
+                          np.zeros(1, dtype=np.uint8), np.zeros(1, dtype=np.int8), 0.0, 1e-3,
+                          2, 0.0, True, 1.0, np.random.default_rng(0), 1)
+            hist = HistogramBuilder(x, 256, g, h, True, 1).compute_histograms_brute(
+                sp.partition, None)
+            sp.find_node_split(4, hist, 0.0, 4.0, 0.0)
+            hist.base["sum_gradients"]
+            _PARTS.append((HistogramBuilder, Splitter))
+        except Exception:  # noqa: BLE001 - another version: scikit-learn's own fit serves
+            _PARTS.append(None)
+    return _PARTS[0]
+
+
+_PARTS: list = []
 
 
 class _Forest:
