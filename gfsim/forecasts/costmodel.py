@@ -17,7 +17,10 @@ successes: already a dependency of gfsim (the world model), fast on the few hund
 search holds, and it takes missing features (NaN) without imputation. Its 8-bin distribution is
 a Gaussian around the prediction, integrated over the paper's bins, whose width is the root mean
 square of the model's own past prequential errors (the last ``window``; the prior width until
-``min_errors`` of them exist), floored at ``min_sigma``.
+``min_errors`` of them exist), floored at ``min_sigma``. Its fit drives scikit-learn's own
+histogram builder and splitter (``_Boosted``: the same trees, bit for bit, at a quarter of the
+cost on a search's few rows), and its trees predict a whole batch as arrays, as scikit-learn's
+``predict`` would (``_Boosted.predict``; ``_Forest`` where scikit-learn's own fit serves).
 
 Prequential: within a search, every candidate of step s is forecast by a model fitted on the
 evaluations of steps < s only. At step 0, and until ``min_train`` successes are measured, the
@@ -264,9 +267,12 @@ class _Boosted:
     def handles(spec, x: np.ndarray) -> bool:
         """Whether this fit is scikit-learn's for these settings: trees of at most 16 leaves
         (its 31-leaf cap never binds, so the order it grows nodes in does not matter), bins
-        from every row (it subsamples past 200,000), and its private histogram and splitter
+        from every row (it subsamples past 200,000), a value in every column (the cost model's
+        columns always have one), and its private histogram and splitter
         classes present with the signatures used here (else its own fit serves)."""
         if not 1 <= spec.max_depth <= 4 or not 2 <= x.shape[0] <= 200_000 or not x.shape[1]:
+            return False
+        if np.isnan(x).all(axis=0).any():  # a column with no value: scikit-learn's to handle
             return False
         return _sklearn_parts() is not None
 
