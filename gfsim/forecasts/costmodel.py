@@ -294,14 +294,18 @@ class _Boosted:
         has_missing = miss.any(axis=0).astype(np.uint8)
         grad = np.empty(n, dtype=np.float32)
         hess = np.ones(1, dtype=np.float32)
-        # one splitter for every tree, its partition reset to the root's (scikit-learn makes a
-        # new one per tree: the same state)
+        # one splitter for every tree (scikit-learn makes a new one per tree: the same state,
+        # as it only finds splits here); the samples are partitioned here, as its
+        # split_indices does on one thread (a stable partition of the node's range), without
+        # the arrays that call allocates each time
         splitter = Splitter(binned, nbnm, missing_bin, has_missing, np.zeros(nf, np.uint8),
                             np.zeros(nf, np.int8), 0.0, 1e-3, min_samples_leaf, 0.0, True,
                             1.0, np.random.default_rng(0), 1)
-        part = splitter.partition
-        part_arr = np.asarray(part)
+        part = np.empty(n, dtype=np.uint32)
         everyone = np.arange(n, dtype=np.uint32)
+        columns = [np.ascontiguousarray(binned[:, j]) for j in range(nf)]  # bins by feature
+        last_bin, missing = (nbnm - 1).tolist(), has_missing.astype(bool).tolist()
+        split_leaf = 2 * min_samples_leaf  # fewer samples: a leaf
         self.base = float(np.mean(y, axis=0))
         raw = np.zeros(n)
         raw += self.base
@@ -312,7 +316,7 @@ class _Boosted:
         self.val = np.zeros((n_iter, 2 ** depth))
         for it in range(n_iter):
             grad[:] = raw - y
-            part_arr[:] = everyone
+            part[:] = everyone
             # a builder per tree, as there: it keeps a copy of the root's gradients
             builder = HistogramBuilder(binned, 256, grad, hess, True, 1)
             hist = builder.compute_histograms_brute(part, None)
@@ -329,17 +333,23 @@ class _Boosted:
                 if si.gain <= 0:
                     leaves.append((p, idx, v))
                     continue
-                left, right, _ = splitter.split_indices(si, idx)
                 f, b = si.feature_idx, si.bin_idx
+                col = columns[f][idx]
+                goes_left = col <= b
+                if si.missing_go_to_left:
+                    goes_left |= col == missing_bin
+                n_left = int(np.count_nonzero(goes_left))
+                idx[:] = np.concatenate([idx[goes_left], idx[~goes_left]])
+                left, right = idx[:n_left], idx[n_left:]  # views of the partition
                 feat[p] = f
-                thr[p] = np.inf if b == nbnm[f] - 1 else cuts[f][b]
-                mgl[p] = si.missing_go_to_left if has_missing[f] else len(left) > len(right)
+                thr[p] = np.inf if b == last_bin[f] else cuts[f][b]
+                mgl[p] = si.missing_go_to_left if missing[f] else n_left > len(idx) - n_left
                 kids = [(2 * p + 1, left, si.sum_gradient_left, si.value_left),
                         (2 * p + 2, right, si.sum_gradient_right, si.value_right)]
                 if d + 1 == depth:
                     leaves += [(q, i, w) for q, i, _, w in kids]
                     continue
-                split = [len(i) >= 2 * min_samples_leaf for _, i, _, _ in kids]
+                split = [len(i) >= split_leaf for _, i, _, _ in kids]
                 if not any(split):
                     leaves += [(q, i, w) for q, i, _, w in kids]
                     continue
@@ -354,7 +364,7 @@ class _Boosted:
                         leaves.append((q, i, w))
             for p, idx, v in leaves:
                 v = v * lr
-                raw[np.asarray(idx)] += v
+                raw[idx] += v
                 q = p
                 while q < n_int:  # a leaf above the bottom: its value down the leftmost path
                     q = 2 * q + 1
