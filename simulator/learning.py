@@ -86,24 +86,44 @@ class LearningChildren(ChildSource):
         return self.inner.template_cache()
 
     def draw(self, node_id, node_speedup, expansion, n, seed) -> list[Child]:
+        return self.draw_step([(node_id, node_speedup, expansion, n)], seed)[0]
+
+    def draw_step(self, requests, seed) -> list[list[Child]]:
+        """The children of every expansion of one step (``requests``: ``(node_id,
+        node_speedup, expansion, n)`` per parent, in order), as ``[self.draw(*r, seed) for r
+        in requests]`` would give them, forecast in one batch: the model is fitted at most
+        once a step (only if the previous step's measurements changed its training set) and
+        predicts all the step's children in one call. Why: fitting and predicting per parent
+        repeated the same work for every parent of a step (nothing is learned between them:
+        a step's measurements arrive after all its draws), and a batch's rows are predicted
+        independently, so the forecasts are the same, bit for bit."""
         from gfsim.forecasts.costmodel import distribution, encode, forecast_seconds
 
-        kids = self.inner.draw(node_id, node_speedup, expansion, n, seed)
-        live = [k for k in kids if not k.gen_failed]
+        requests = list(requests)
+        inner_step = getattr(self.inner, "draw_step", None)
+        drawn = inner_step(requests, seed) if callable(inner_step) else \
+            [self.inner.draw(*r, seed) for r in requests]
+        live, feats, metas = [], [], []  # live: (request, place) of each forecast child
+        for i, ((_, node_speedup, _, _), kids) in enumerate(zip(requests, drawn)):
+            parent = math.log2(node_speedup) if node_speedup > 0 else None
+            for j, k in enumerate(kids):
+                if not k.gen_failed:
+                    m = self.meta_of(k)
+                    live.append((i, j))
+                    metas.append(m)
+                    feats.append(encode(m, parent))
+        out = [list(kids) for kids in drawn]  # generation failures keep their place, unforecast
         if not live:
-            return kids
-        parent = math.log2(node_speedup) if node_speedup > 0 else None
-        metas = [self.meta_of(k) for k in live]
-        feats = [encode(m, parent) for m in metas]
+            return out
         centre, width, learned = self.cm.predict(feats)
         probs = distribution(centre, width)
-        forecast = []
-        for k, m, f, c, p in zip(live, metas, feats, centre, probs):
+        trained = len(self.cm.y)
+        for (i, j), m, f, c, p in zip(live, metas, feats, centre, probs):
+            k = out[i][j]
             self.pending[k.candidate_id] = (f, float(c), learned)
-            self.trained_on[k.candidate_id] = len(self.cm.y)
-            forecast.append(self._forecast(k, p, forecast_seconds(m)))
-        ahead = iter(forecast)  # generation failures keep their place, unforecast
-        return [k if k.gen_failed else next(ahead) for k in kids]
+            self.trained_on[k.candidate_id] = trained
+            out[i][j] = self._forecast(k, p, forecast_seconds(m))
+        return out
 
     def _forecast(self, child: Child, probs, seconds: float) -> Child:
         from gfsim.cost_models.usage import Usage

@@ -17,7 +17,10 @@ successes: already a dependency of gfsim (the world model), fast on the few hund
 search holds, and it takes missing features (NaN) without imputation. Its 8-bin distribution is
 a Gaussian around the prediction, integrated over the paper's bins, whose width is the root mean
 square of the model's own past prequential errors (the last ``window``; the prior width until
-``min_errors`` of them exist), floored at ``min_sigma``.
+``min_errors`` of them exist), floored at ``min_sigma``. Its fit drives scikit-learn's own
+histogram builder and splitter (``_Boosted``: the same trees, bit for bit, at a quarter of the
+cost on a search's few rows), and its trees predict a whole batch as arrays, as scikit-learn's
+``predict`` would (``_Boosted.predict``; ``_Forest`` where scikit-learn's own fit serves).
 
 Prequential: within a search, every candidate of step s is forecast by a model fitted on the
 evaluations of steps < s only. At step 0, and until ``min_train`` successes are measured, the
@@ -185,7 +188,7 @@ class CostModel:
         self.rows: list[dict[str, float]] = []
         self.y: list[float] = []
         self.errors: list[float] = []
-        self._model = None
+        self._forest = None  # the fitted trees (_Boosted or _Forest)
         self._columns: list[str] = []
         self._fitted_on = 0
 
@@ -201,17 +204,22 @@ class CostModel:
         return len(self.y) >= self.spec.min_train
 
     def _fit(self) -> None:
-        from sklearn.ensemble import HistGradientBoostingRegressor
-
         self._columns = sorted({k for r in self.rows for k in r})
-        x = self._matrix(self.rows)
-        model = HistGradientBoostingRegressor(
-            max_iter=self.spec.max_iter, max_depth=self.spec.max_depth,
-            learning_rate=self.spec.learning_rate, min_samples_leaf=max(2, len(self.y) // 20),
-            early_stopping=False, random_state=self.spec.seed)
-        with _one_thread():
-            model.fit(x, np.asarray(self.y))
-        self._model, self._fitted_on = model, len(self.y)
+        x, y = self._matrix(self.rows), np.asarray(self.y)
+        min_leaf = max(2, len(self.y) // 20)
+        if _Boosted.handles(self.spec, x):
+            self._forest = _Boosted(x, y, self.spec, min_leaf)
+        else:
+            from sklearn.ensemble import HistGradientBoostingRegressor
+
+            model = HistGradientBoostingRegressor(
+                max_iter=self.spec.max_iter, max_depth=self.spec.max_depth,
+                learning_rate=self.spec.learning_rate, min_samples_leaf=min_leaf,
+                early_stopping=False, random_state=self.spec.seed)
+            with _one_thread():
+                model.fit(x, y)
+            self._forest = _Forest(model)
+        self._fitted_on = len(self.y)
 
     def _matrix(self, rows) -> np.ndarray:
         x = np.full((len(rows), len(self._columns)), np.nan)
@@ -224,21 +232,258 @@ class CostModel:
         return x
 
     def predict(self, rows: list[dict[str, float]]) -> tuple[np.ndarray, float, bool]:
-        """(centres, width, learned) for candidates with these features."""
+        """(centres, width, learned) for candidates with these features: a whole batch at
+        once (a row's centre does not depend on the others in its batch), fitting first only
+        if ``observe`` added successes since the last fit."""
         s = self.spec
         if not self.learned:
             centre = np.array([r.get("parent_log2", 0.0) for r in rows], dtype=float)
             return centre, s.prior_sigma, False
-        if self._fitted_on != len(self.y):
+        if self._fitted_on != len(self.y):  # refit only when the training set grew
             self._fit()
-        with _one_thread():
-            centre = self._model.predict(self._matrix(rows))
+        centre = self._forest.predict(self._matrix(rows))
         if len(self.errors) >= s.min_errors:
             recent = np.asarray(self.errors[-s.window:])
             width = max(s.min_sigma, float(np.sqrt(np.mean(recent ** 2))))
         else:
             width = s.prior_sigma
         return centre, width, True
+
+
+class _Boosted:
+    """Scikit-learn's ``HistGradientBoostingRegressor`` fit for the cost model's settings
+    (squared error, no early stopping, validation, categorical, monotonic or interaction
+    constraints, ``max_depth`` <= 4 so that its 31-leaf cap never binds), driven from here
+    over scikit-learn's own histogram and splitter: the same bins, histograms, splits and leaf
+    values, bit for bit, without the per-tree objects its grower and predictor make.
+
+    Why: a search refits the model at every step on tens of rows, where those objects (about
+    1 ms a tree: nodes, a heap, histogram views parsed from their buffer format, a predictor's
+    arrays) were most of a fit and made a closed-loop search reading the cost model cost ~4x
+    one reading the log's what-if forecasts. ``tests/test_costmodel_batch.py`` checks the fit
+    and the predictions against scikit-learn's own, to the bit."""
+
+    @staticmethod
+    def handles(spec, x: np.ndarray) -> bool:
+        """Whether this fit is scikit-learn's for these settings: trees of at most 16 leaves
+        (its 31-leaf cap never binds, so the order it grows nodes in does not matter), bins
+        from every row (it subsamples past 200,000), a value in every column (the cost model's
+        columns always have one), and its private histogram and splitter
+        classes present with the signatures used here (else its own fit serves)."""
+        if not 1 <= spec.max_depth <= 4 or not 2 <= x.shape[0] <= 200_000 or not x.shape[1]:
+            return False
+        if np.isnan(x).all(axis=0).any():  # a column with no value: scikit-learn's to handle
+            return False
+        return _sklearn_parts() is not None
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, spec, min_samples_leaf: int):
+        HistogramBuilder, Splitter = _sklearn_parts()
+        n, nf = x.shape
+        self.depth = depth = int(spec.max_depth)
+        n_iter, lr = int(spec.max_iter), float(spec.learning_rate)
+        # the bins of scikit-learn's _BinMapper (its thresholds, values to bins by binary
+        # search, missing values to bin 255), without its per-feature thread pool
+        cuts = [_bin_thresholds(x[:, j]) for j in range(nf)]
+        nbnm = np.array([len(c) + 1 for c in cuts], dtype=np.uint32)
+        missing_bin = 255
+        binned = np.empty((n, nf), dtype=np.uint8, order="F")
+        for j in range(nf):
+            binned[:, j] = np.searchsorted(cuts[j], x[:, j], side="left")
+        miss = np.isnan(x)
+        binned[miss] = missing_bin
+        has_missing = miss.any(axis=0).astype(np.uint8)
+        grad = np.empty(n, dtype=np.float32)
+        hess = np.ones(1, dtype=np.float32)
+        # one splitter for every tree (scikit-learn makes a new one per tree: the same state,
+        # as it only finds splits here); the samples are partitioned here, as its
+        # split_indices does on one thread (a stable partition of the node's range), without
+        # the arrays that call allocates each time
+        splitter = Splitter(binned, nbnm, missing_bin, has_missing, np.zeros(nf, np.uint8),
+                            np.zeros(nf, np.int8), 0.0, 1e-3, min_samples_leaf, 0.0, True,
+                            1.0, np.random.default_rng(0), 1)
+        part = np.empty(n, dtype=np.uint32)
+        everyone = np.arange(n, dtype=np.uint32)
+        columns = [np.ascontiguousarray(binned[:, j]) for j in range(nf)]  # bins by feature
+        last_bin, missing = (nbnm - 1).tolist(), has_missing.astype(bool).tolist()
+        split_leaf = 2 * min_samples_leaf  # fewer samples: a leaf
+        self.base = float(np.mean(y, axis=0))
+        raw = np.zeros(n)
+        raw += self.base
+        n_int = 2 ** depth - 1
+        self.feat = np.zeros((n_iter, n_int), dtype=np.int64)
+        self.thr = np.full((n_iter, n_int), np.inf)
+        self.mgl = np.ones((n_iter, n_int), dtype=bool)
+        self.val = np.zeros((n_iter, 2 ** depth))
+        for it in range(n_iter):
+            grad[:] = raw - y
+            part[:] = everyone
+            # a builder per tree, as there: it keeps a copy of the root's gradients
+            builder = HistogramBuilder(binned, 256, grad, hess, True, 1)
+            hist = builder.compute_histograms_brute(part, None)
+            # the root's sum: feature 0's histogram summed (its array, not the buffer view that
+            # NumPy would parse the format of)
+            sum_g = hist.base["sum_gradients"][0].sum()
+            feat, thr, mgl, val = self.feat[it], self.thr[it], self.mgl[it], self.val[it]
+            # (heap position, depth, samples, histograms, sum of gradients, value)
+            todo = [(0, 0, part, hist, sum_g, 0.0)] if n >= 2 * min_samples_leaf else []
+            leaves = [] if todo else [(0, part, 0.0)]
+            while todo:
+                p, d, idx, h, sg, v = todo.pop()
+                si = splitter.find_node_split(len(idx), h, sg, float(len(idx)), v)
+                if si.gain <= 0:
+                    leaves.append((p, idx, v))
+                    continue
+                f, b = si.feature_idx, si.bin_idx
+                col = columns[f][idx]
+                goes_left = col <= b
+                if si.missing_go_to_left:
+                    goes_left |= col == missing_bin
+                n_left = int(np.count_nonzero(goes_left))
+                idx[:] = np.concatenate([idx[goes_left], idx[~goes_left]])
+                left, right = idx[:n_left], idx[n_left:]  # views of the partition
+                feat[p] = f
+                thr[p] = np.inf if b == last_bin[f] else cuts[f][b]
+                mgl[p] = si.missing_go_to_left if missing[f] else n_left > len(idx) - n_left
+                kids = [(2 * p + 1, left, si.sum_gradient_left, si.value_left),
+                        (2 * p + 2, right, si.sum_gradient_right, si.value_right)]
+                if d + 1 == depth:
+                    leaves += [(q, i, w) for q, i, _, w in kids]
+                    continue
+                split = [len(i) >= split_leaf for _, i, _, _ in kids]
+                if not any(split):
+                    leaves += [(q, i, w) for q, i, _, w in kids]
+                    continue
+                small = 0 if len(left) < len(right) else 1
+                hs = builder.compute_histograms_brute(kids[small][1], None)
+                hb = builder.compute_histograms_subtraction(h, hs, None)
+                hk = (hs, hb) if small == 0 else (hb, hs)
+                for (q, i, s, w), go, hh in zip(kids, split, hk):
+                    if go:
+                        todo.append((q, d + 1, i, hh, s, w))
+                    else:
+                        leaves.append((q, i, w))
+            for p, idx, v in leaves:
+                v = v * lr
+                raw[idx] += v
+                q = p
+                while q < n_int:  # a leaf above the bottom: its value down the leftmost path
+                    q = 2 * q + 1
+                val[q - n_int] = v
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """The trees' sum for rows ``x``, added tree by tree as scikit-learn adds them."""
+        m, n_trees = len(x), len(self.feat)
+        t = np.arange(n_trees)[None, :]
+        r = np.arange(m)[:, None]
+        pos = np.zeros((m, n_trees), dtype=np.int64)
+        for _ in range(self.depth):
+            xv = x[r, self.feat[t, pos]]
+            left = (xv <= self.thr[t, pos]) | (np.isnan(xv) & self.mgl[t, pos])
+            pos = 2 * pos + 2 - left
+        vals = self.val[t, pos - (2 ** self.depth - 1)]
+        # scikit-learn: zeros, += the baseline, += each tree in turn: a sequential sum
+        return np.cumsum(np.concatenate([np.full((m, 1), self.base), vals], axis=1),
+                         axis=1)[:, -1]
+
+
+_ALMOST_INF = 1e300  # scikit-learn's cap on bin thresholds
+
+
+def _bin_thresholds(col: np.ndarray) -> np.ndarray:
+    """scikit-learn's ``_find_binning_thresholds`` (no sample weights)."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    col = np.sort(col[~np.isnan(col)])
+    distinct = np.unique(col).astype(np.float64)
+    if len(distinct) <= 1:
+        return np.asarray([], dtype=np.float64)
+    if len(distinct) <= 255:
+        t = sliding_window_view(distinct, 2).mean(axis=1)
+    else:
+        pct = np.linspace(0, 100, num=256)[1:-1]
+        t = np.percentile(col, pct, method="averaged_inverted_cdf")
+    u = np.unique(t)
+    if u.shape[0] != t.shape[0]:
+        t = u
+    np.clip(t, a_min=None, a_max=_ALMOST_INF, out=t)
+    return t
+
+
+def _sklearn_parts():
+    """scikit-learn's histogram builder and splitter (private: present and with the
+    signatures ``_Boosted`` calls in 1.4 to 1.9), or None."""
+    if not _PARTS:
+        try:
+            from sklearn.ensemble._hist_gradient_boosting.histogram import HistogramBuilder
+            from sklearn.ensemble._hist_gradient_boosting.splitting import Splitter
+
+            x = np.zeros((4, 1), dtype=np.uint8, order="F")
+            g, h = np.zeros(4, dtype=np.float32), np.ones(1, dtype=np.float32)
+            sp = Splitter(x, np.ones(1, dtype=np.uint32), 255, np.zeros(1, dtype=np.uint8),
+                          np.zeros(1, dtype=np.uint8), np.zeros(1, dtype=np.int8), 0.0, 1e-3,
+                          2, 0.0, True, 1.0, np.random.default_rng(0), 1)
+            hist = HistogramBuilder(x, 256, g, h, True, 1).compute_histograms_brute(
+                sp.partition, None)
+            sp.find_node_split(4, hist, 0.0, 4.0, 0.0)
+            hist.base["sum_gradients"]
+            _PARTS.append((HistogramBuilder, Splitter))
+        except Exception:  # noqa: BLE001 - another version: scikit-learn's own fit serves
+            _PARTS.append(None)
+    return _PARTS[0]
+
+
+_PARTS: list = []
+
+
+class _Forest:
+    """A fitted ``HistGradientBoostingRegressor``'s trees as arrays, predicting a batch of rows
+    down every tree at once, with the same result as its ``predict``, bit for bit: each row
+    goes left where its value is at most the node's threshold (a missing value where the node
+    sends them), and its raw prediction is the baseline plus each tree's leaf value in turn,
+    the sum scikit-learn makes (``tests/test_costmodel_batch.py`` checks the equality).
+
+    Why: scikit-learn's ``predict`` walks one tree at a time behind per-call checks and
+    thread set-up, a few milliseconds for the ~16 children of a step, paid at every step of
+    every search; here it is a few NumPy calls per tree level."""
+
+    def __init__(self, model):
+        trees = [p[0].nodes for p in model._predictors]  # one tree per iteration (regression)
+        if any(t["is_categorical"].any() for t in trees):
+            raise GfsimError("the cost model's trees split on no categorical feature")
+        width = max((len(t) for t in trees), default=1)
+        shape = (len(trees), width)
+        self.feature = np.zeros(shape, dtype=np.intp)
+        self.threshold = np.zeros(shape)
+        self.missing_left = np.zeros(shape, dtype=bool)
+        self.left = np.zeros(shape, dtype=np.intp)
+        self.right = np.zeros(shape, dtype=np.intp)
+        self.leaf = np.ones(shape, dtype=bool)
+        self.value = np.zeros(shape)
+        for i, t in enumerate(trees):
+            k = len(t)
+            self.feature[i, :k] = t["feature_idx"]
+            self.threshold[i, :k] = t["num_threshold"]
+            self.missing_left[i, :k] = t["missing_go_to_left"].astype(bool)
+            self.left[i, :k], self.right[i, :k] = t["left"], t["right"]
+            self.leaf[i, :k] = t["is_leaf"].astype(bool)
+            self.value[i, :k] = t["value"]
+        self.depth = max((int(t["depth"].max()) for t in trees), default=0)
+        self.baseline = np.asarray(model._baseline_prediction, dtype=float).reshape(-1)[0]
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        m, n_trees = x.shape[0], self.feature.shape[0]
+        t = np.arange(n_trees)[None, :]
+        r = np.arange(m)[:, None]
+        node = np.zeros((m, n_trees), dtype=np.intp)
+        for _ in range(self.depth):  # a row at a leaf stays there
+            v = x[r, self.feature[t, node]]
+            go_left = np.where(np.isnan(v), self.missing_left[t, node],
+                               v <= self.threshold[t, node])
+            node = np.where(self.leaf[t, node], node,
+                            np.where(go_left, self.left[t, node], self.right[t, node]))
+        # scikit-learn's sum: zeros, += the baseline, += each tree's value in turn
+        steps = np.concatenate([np.full((m, 1), self.baseline), self.value[t, node]], axis=1)
+        return np.cumsum(steps, axis=1)[:, -1] if m else np.zeros(0)
 
 
 _CONTROLLER: list = []  # one ThreadpoolController per process, made on first use
