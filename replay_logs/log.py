@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+import os
+import time
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
@@ -108,13 +110,33 @@ def load_log(path, *, cache: bool = False) -> ReplayLog:
     settle a log exactly, else by the validating reader; both give the same tables.
     """
     path = str(path)
-    raw = read_raw(Path(path))
+    digest = None
     if cache:
         from gfsim.replay_logs import cache as log_cache
+        from gfsim.replay_logs import derived
 
-        hit = log_cache.load(path, raw)
-        if hit is not None:
-            return ReplayLog(path=path, **hit)
+        # Bytes unchanged since they were hashed (by their status) need not be read again.
+        try:
+            before = os.stat(path)
+        except OSError:
+            before = None  # read_raw names the problem
+        known = log_cache.known_digest(path, before) if before is not None else None
+        if known is not None:
+            log = _cached(path, log_cache.load(path, None, known), known)
+            if log is not None:
+                return log
+        read_ns = time.time_ns()
+    raw = read_raw(Path(path))
+    if cache and log_cache._enabled():
+        digest = log_cache._digest(raw)
+        if before is not None:
+            try:
+                log_cache.remember_digest(path, digest, before, os.stat(path), read_ns)
+            except OSError:
+                pass
+        log = _cached(path, log_cache.load(path, raw, digest), digest)
+        if log is not None:
+            return log
     data, cut = decompress(Path(path), raw)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TruncatedTailWarning)
@@ -128,7 +150,22 @@ def load_log(path, *, cache: bool = False) -> ReplayLog:
     cuts = [w for w in caught if issubclass(w.category, TruncatedTailWarning)]
     log.truncated = str(cuts[0].message) if cuts else None
     if cache and log.truncated is None:
-        log_cache.store(path, raw, log)
+        folder = log_cache.store(path, raw, log, digest)
+        if folder is not None:
+            derived.attach_source(log, digest, folder)
+    return log
+
+
+def _cached(path: str, hit: dict | None, digest: str) -> ReplayLog | None:
+    """The log from its table cache's fields (``replay_logs.cache.load``), marked as the
+    source of what a replay derives from it (``replay_logs.derived``)."""
+    if hit is None:
+        return None
+    from gfsim.replay_logs import derived
+
+    folder = hit.pop("_folder")
+    log = ReplayLog(path=path, **hit)
+    derived.attach_source(log, digest, folder)
     return log
 
 

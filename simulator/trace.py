@@ -15,6 +15,7 @@ import pandas as pd
 
 from gfsim.core.errors import GfsimError
 from gfsim.cost_models.presets import PresetCostModel
+from gfsim.replay_logs.derived import Lazy
 from gfsim.replay_logs.log import PROB_COLUMNS, ReplayLog
 
 __all__ = ["SearchTrace", "build_traces", "pick_forecaster", "ancestor_speedup",
@@ -26,7 +27,7 @@ _STOPS_BEFORE_TIMING = {"compile_failed", "runtime_error", "incorrect"}
 
 
 @dataclass
-class SearchTrace:
+class SearchTrace(Lazy):
     """One search, candidates sorted by (step, seq). Index i is the same candidate everywhere.
 
     Durations are service seconds; ``*_imputed`` flags say which came from priors.
