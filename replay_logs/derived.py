@@ -321,6 +321,9 @@ def _to_wire(v, w: _Wire):
             return _ext(_DATACLASS, [t.__name__, fields])
         if not issubclass(t, Lazy):
             raise TypeError(f"{t.__name__} does not decode lazily")
+        shadowed = [f for f in later if hasattr(t, f)]
+        if shadowed:  # a class default would be read instead of the undecoded field
+            raise TypeError(f"{t.__name__}.{shadowed[0]} has a default: it cannot be lazy")
         # A lazy field is its own MessagePack document, with its own shared lists (a list it
         # shares with another field is written in both).
         docs = {}

@@ -142,7 +142,7 @@ def _stored_traces(log: ReplayLog, model: PresetCostModel, forecaster: str | Non
 # What a replay whose results are kept does not read of its traces: decoded when read.
 _LAZY = ("gen_failed", "gen_s", "gen_in", "gen_out", "gen_imputed", "fc_s", "fc_in", "fc_out",
          "fc_imputed", "outcome", "speedup", "stage_s", "stage_imputed", "energy_j",
-         "logged_status", "price", "code_sha256", "steps")
+         "logged_status", "steps")  # (not price, code_sha256: fields with defaults)
 
 
 def _shared_lists(traces):
