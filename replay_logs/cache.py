@@ -158,7 +158,7 @@ def load(path: str, raw: bytes | None, digest: str | None = None) -> dict | None
     return None
 
 
-def store(path: str, raw: bytes, log, digest: str | None = None) -> Path | None:
+def store(path: str, raw: bytes | None, log, digest: str | None = None) -> Path | None:
     """Write ``log``'s tables to the first writable cache folder; returns it (None if none
     could be written: caching is a speed-up, never a reason to fail a load)."""
     if not _enabled():
