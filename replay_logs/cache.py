@@ -13,6 +13,12 @@ manifest names that hash, this cache format and this version of gfsim, so an edi
 a temporary name and renamed into place, so a reader never sees half of one; a folder that
 cannot be read is ignored (and replaced). ``GFSIM_LOG_CACHE=off`` turns caching off.
 
+The hash is remembered beside the folder (``<log file>.sha256.json``) with the file's status
+(size, inode, device, modification and change times in nanoseconds); a load whose file has
+that status, taken at least two seconds after both times (``known_digest``), skips reading
+and hashing the bytes. Any write changes the change time, so an edited log is hashed again.
+The folder also keeps what replays derive from the log (``replay_logs.derived``).
+
 Columns keep their pandas dtype: numbers and booleans as Arrow numbers, strings as Arrow
 strings, and object columns (free-form values such as ``imputed_by`` or unknown fields) as
 one JSON text per cell, so a cached table equals a freshly built one exactly.
@@ -71,7 +77,8 @@ def _status(st: os.stat_result) -> list[int]:
 def _memo_path(path: Path) -> Path:
     if not _shipped(path):
         return path.parent / ".gfsim-cache" / f"{path.name}.sha256.json"
-    return _user_cache() / "logs" / f"{hashlib.sha256(str(path.resolve()).encode()).hexdigest()}.json"
+    name = hashlib.sha256(str(path.resolve()).encode()).hexdigest()
+    return _user_cache() / "logs" / f"{name}.json"
 
 
 def known_digest(path: str | os.PathLike, st: os.stat_result) -> str | None:

@@ -146,6 +146,8 @@ def load_log(path, *, cache: bool = False) -> ReplayLog:
                 cols = _validating_columns(path, (data, cut))
             del raw, data  # the file's bytes (1 GB per million candidates) are not needed now
             log = _build(path, cols)
+            del cols
+            release_arrow_memory()
     for w in caught:  # said to the caller as they were raised
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     cuts = [w for w in caught if issubclass(w.category, TruncatedTailWarning)]
@@ -155,6 +157,18 @@ def load_log(path, *, cache: bool = False) -> ReplayLog:
         if folder is not None:
             derived.attach_source(log, digest, folder)
     return log
+
+
+def release_arrow_memory() -> None:
+    """Hand what Arrow's memory pool holds but no longer uses back to the system. Pandas'
+    Arrow-backed string columns allocate there (mimalloc), and the pool keeps what building
+    tables and traces freed: 25 MB per 100,000 candidates of resident memory for nothing."""
+    try:
+        import pyarrow as pa
+
+        pa.default_memory_pool().release_unused()
+    except (ImportError, AttributeError):  # an older pyarrow: nothing to ask
+        pass
 
 
 def _cached(path: str, hit: dict | None, digest: str) -> ReplayLog | None:

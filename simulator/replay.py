@@ -58,20 +58,6 @@ def calibration_batch(traces: list[SearchTrace]) -> Batch:
     )
 
 
-def _calibration_of(traces: list[SearchTrace]) -> Batch:
-    """``calibration_batch`` once per list of traces (a replay and its baseline read the same
-    cached traces: 0.1 s per 100,000 candidates saved)."""
-    kept = _CALIBRATION.get(id(traces))
-    if kept is not None and kept[0] is traces:
-        return kept[1]
-    batch = calibration_batch(traces)
-    if len(_CALIBRATION) >= _TRACES_MAX:
-        _CALIBRATION.pop(next(iter(_CALIBRATION)))
-    _CALIBRATION[id(traces)] = (traces, batch)
-    return batch
-
-
-_CALIBRATION: dict = {}  # id(traces) -> (traces, their calibration batch)
 ENGINES = ("auto", "des", "fast")
 _RESULT_CLASSES = (SearchResult, Cost)
 _TRACES: dict = {}  # content key -> traces; a few entries per process
@@ -270,10 +256,11 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
 
         log, forecaster = attach_costmodel(log, learning), learning.name
     traces = cached_traces(log, model, forecaster)
-    calibration = _calibration_of(traces)
+    calibration = calibration_batch(traces)
     for policy, seed in zip(policies, seeds):
         _check_shape(log, policy, traces)
         policy.fit(calibration, seed)
+    del calibration  # every forecast again (90 MB per million candidates): not kept meanwhile
 
     if driver == "puct":
         if log.shape != "trajectory":

@@ -39,7 +39,6 @@ def small_log(tmp_path_factory) -> Path:
 def _forget_in_process() -> None:
     """Drop what this process keeps, so that the next replay reads the disk (or rebuilds)."""
     replay_mod._TRACES.clear()
-    replay_mod._CALIBRATION.clear()
 
 
 def _replay_json(path: Path, *extra: str, env: str = "on") -> dict:
