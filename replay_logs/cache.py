@@ -261,8 +261,11 @@ def _read(folder: Path, manifest: dict) -> dict:
                 data[c] = np.full(spec["rows"], None, dtype=object)
             elif kind == "json":
                 values = np.empty(spec["rows"], dtype=object)
-                values[:] = [None if v is None else msgspec.json.decode(v)
-                             for v in col.to_pylist()]
+                cells = col.to_pylist()
+                if None in cells:
+                    values[:] = [None if v is None else msgspec.json.decode(v) for v in cells]
+                else:  # every cell is one JSON text: decoded as one array, in one call
+                    values[:] = msgspec.json.decode(b"[" + b",".join(cells) + b"]")
                 data[c] = values
             else:  # a writable copy: callers may change what a frame gives them
                 data[c] = np.array(col.to_numpy())
