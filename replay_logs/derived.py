@@ -5,7 +5,7 @@ bytes and the folder of its tables. A later process that replays the same bytes 
 rebuilds the same traces and simulates the same searches; this module keeps such derived
 things in that folder, one file each:
 
-    <table cache folder>/derived/<kind>-<blake2b of the key>.bin
+    <table cache folder>/derived/<code digest>-<format>/<kind>-<blake2b of the key>.bin
 
 A file holds its full key and a CRC-32 of its payload. ``load`` returns the object only
 if the key it asks with equals the stored one and the payload's digest matches: a stale file
@@ -100,9 +100,24 @@ def source_of(log) -> tuple[str, Path] | None:
 
 
 def _file(folder: Path, kind: str, key: dict) -> tuple[Path, bytes]:
+    """The file of ``key``: in a folder per code digest and format, so that what older code
+    derived is removed as a whole when newer code stores (``_prune``)."""
     text = json.dumps(key, sort_keys=True, separators=(",", ":")).encode()
     name = hashlib.blake2b(text, digest_size=12).hexdigest()
-    return folder / _SUBDIR / f"{kind}-{name}.bin", text
+    return folder / _SUBDIR / f"{key['code']}-{key['format']}" / f"{kind}-{name}.bin", text
+
+
+def _prune(code_folder: Path) -> None:
+    """Remove the folders other code (or another format) left beside ``code_folder``: their
+    keys can never match again, and each holds traces and replays as large as the log."""
+    import shutil
+
+    try:
+        others = [p for p in code_folder.parent.iterdir() if p.is_dir() and p != code_folder]
+    except OSError:
+        return
+    for other in others:
+        shutil.rmtree(other, ignore_errors=True)
 
 
 def full_key(log_digest: str, key: dict) -> dict:
@@ -155,6 +170,8 @@ def store(log, kind: str, key: dict, obj, classes=(), external: dict | None = No
                        "crc32": zlib.crc32(payload)}).encode()
     tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
     try:
+        if not path.parent.exists():
+            _prune(path.parent)
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as f:
             f.write(_MAGIC + struct.pack("<I", len(head)) + head + payload)
@@ -267,7 +284,8 @@ def _decoder(classes, external):
             name, fields, later = dec(data)
             obj = names[name].__new__(names[name])
             obj.__dict__.update(fields)
-            obj.__dict__["_lazy"] = {k: (bytes(v), _decoder(classes, external))
+            # (views into the file's bytes, kept alive by them: no copy)
+            obj.__dict__["_lazy"] = {k: (v, _decoder(classes, external))
                                      for k, v in later.items()}
             return obj
         raise ValueError(f"unknown extension {code}")

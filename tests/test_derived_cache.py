@@ -62,7 +62,7 @@ def _replay_json(path: Path, *extra: str, env: str = "on") -> dict:
 
 
 def _derived_files(path: Path) -> list[Path]:
-    return sorted(path.parent.glob(f".gfsim-cache/{path.name}.*/derived/*.bin"))
+    return sorted(path.parent.glob(f".gfsim-cache/{path.name}.*/derived/*/*.bin"))
 
 
 def _clear(path: Path) -> None:
@@ -153,12 +153,15 @@ def test_a_damaged_or_mismatched_file_is_rebuilt(small_log, damage):
 def test_kept_traces_are_bound_to_the_code_that_built_them(small_log, monkeypatch):
     _clear(small_log)
     _replay_json(small_log)
-    before = {f.name for f in _derived_files(small_log)}
-    # Other code (as after an edit of the simulator): another key, so nothing is reused.
+    before = set(_derived_files(small_log))
+    # Other code (as after an edit of the simulator): another key, so nothing is reused, and
+    # what the older code derived is removed when the newer stores.
     monkeypatch.setattr(derived, "code_digest", lambda: "0" * 32)
     _replay_json(small_log)
-    after = {f.name for f in _derived_files(small_log)}
-    assert before < after and len(after) == 2 * len(before)
+    after = set(_derived_files(small_log))
+    assert len(after) == len(before) and not before & after
+    assert not any(f.exists() for f in before)
+    assert {f.parent.name for f in after} == {f"{'0' * 32}-{derived.FORMAT}"}
 
 
 def test_an_edited_log_is_read_again_even_with_its_old_status(tmp_path):
