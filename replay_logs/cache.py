@@ -13,6 +13,12 @@ manifest names that hash, this cache format and this version of gfsim, so an edi
 a temporary name and renamed into place, so a reader never sees half of one; a folder that
 cannot be read is ignored (and replaced). ``GFSIM_LOG_CACHE=off`` turns caching off.
 
+The hash is remembered beside the folder (``<log file>.sha256.json``) with the file's status
+(size, inode, device, modification and change times in nanoseconds); a load whose file has
+that status, taken at least two seconds after both times (``known_digest``), skips reading
+and hashing the bytes. Any write changes the change time, so an edited log is hashed again.
+The folder also keeps what replays derive from the log (``replay_logs.derived``).
+
 Columns keep their pandas dtype: numbers and booleans as Arrow numbers, strings as Arrow
 strings, and object columns (free-form values such as ``imputed_by`` or unknown fields) as
 one JSON text per cell, so a cached table equals a freshly built one exactly.
@@ -54,6 +60,62 @@ def _digest(raw: bytes) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
+# -- the digest of unchanged bytes, remembered by the file's status ------------------------------
+# Hashing a log costs about 0.2 s per 100,000 candidates, as much as reading its cached tables.
+# A file's status (size, inode, modification and change times to the nanosecond) changes with
+# any write, so a digest taken when the status was S still names the bytes while the status is
+# S. As in git's index, a status is trusted only if both times were at least _RACY_NS older than
+# the moment the bytes were read: a write within the file system's timestamp granularity after
+# the hash would otherwise leave the times as they were.
+_RACY_NS = 2_000_000_000
+
+
+def _status(st: os.stat_result) -> list[int]:
+    return [st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def _memo_path(path: Path) -> Path:
+    if not _shipped(path):
+        return path.parent / ".gfsim-cache" / f"{path.name}.sha256.json"
+    name = hashlib.sha256(str(path.resolve()).encode()).hexdigest()
+    return _user_cache() / "logs" / f"{name}.json"
+
+
+def known_digest(path: str | os.PathLike, st: os.stat_result) -> str | None:
+    """The SHA-256 of the file's bytes as remembered for status ``st``, or None (none kept, a
+    different status, a memo too close in time to its read to be trusted, caching off)."""
+    if not _enabled():
+        return None
+    path = Path(path)
+    try:
+        memo = msgspec.json.decode(_memo_path(path).read_bytes())
+        if (memo["path"] == str(path.resolve()) and memo["status"] == _status(st)
+                and max(st.st_mtime_ns, st.st_ctime_ns) + _RACY_NS <= memo["read_ns"]):
+            digest = memo["sha256"]
+            return digest if isinstance(digest, str) and len(digest) == 64 else None
+    except (OSError, ValueError, KeyError, TypeError, msgspec.DecodeError):
+        pass
+    return None
+
+
+def remember_digest(path: str | os.PathLike, digest: str, before: os.stat_result,
+                    after: os.stat_result, read_ns: int) -> None:
+    """Keep ``digest`` for the file's status, if the status did not change while the bytes
+    were read (``before``, ``after``; ``read_ns``: wall-clock time before the read)."""
+    if not _enabled() or _status(before) != _status(after):
+        return
+    path = Path(path)
+    memo = _memo_path(path)
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_name(f".tmp-{os.getpid()}-{memo.name}")
+        tmp.write_bytes(msgspec.json.encode({"path": str(path.resolve()), "sha256": digest,
+                                             "status": _status(before), "read_ns": read_ns}))
+        os.replace(tmp, memo)
+    except OSError:
+        pass
+
+
 _DATA = Path(__file__).resolve().parent / "data"  # the shipped logs, package data
 
 
@@ -81,33 +143,34 @@ def _version() -> str:
     return __version__
 
 
-def load(path: str, raw: bytes) -> dict | None:
-    """The cached parts of a ``ReplayLog`` of these bytes (its fields, by name), or None (no
-    cache, or a stale or damaged one)."""
+def load(path: str, raw: bytes | None, digest: str | None = None) -> dict | None:
+    """The cached parts of a ``ReplayLog`` of these bytes (its fields, by name, and under
+    ``"_folder"`` the folder they were read from), or None (no cache, or a stale or damaged
+    one). ``digest``: the SHA-256 of ``raw`` if the caller has it."""
     if not _enabled():
         return None
-    digest = _digest(raw)
+    digest = digest or _digest(raw)
     for folder in cache_dir_for(path, digest):
         try:
-            manifest = json.loads((folder / _MANIFEST).read_text())
-        except (OSError, ValueError):
+            manifest = msgspec.json.decode((folder / _MANIFEST).read_bytes())
+        except (OSError, ValueError, msgspec.DecodeError):
             continue
         if (manifest.get("sha256") != digest or manifest.get("format") != FORMAT
                 or manifest.get("gfsim") != _version()):
             continue
         try:
-            return _read(folder, manifest)
+            return {**_read(folder, manifest), "_folder": folder}
         except Exception:  # noqa: BLE001 - a damaged cache is never trusted, only replaced
             continue
     return None
 
 
-def store(path: str, raw: bytes, log) -> Path | None:
+def store(path: str, raw: bytes | None, log, digest: str | None = None) -> Path | None:
     """Write ``log``'s tables to the first writable cache folder; returns it (None if none
     could be written: caching is a speed-up, never a reason to fail a load)."""
     if not _enabled():
         return None
-    digest = _digest(raw)
+    digest = digest or _digest(raw)
     for folder in cache_dir_for(path, digest):
         try:
             folder.parent.mkdir(parents=True, exist_ok=True)
@@ -198,8 +261,11 @@ def _read(folder: Path, manifest: dict) -> dict:
                 data[c] = np.full(spec["rows"], None, dtype=object)
             elif kind == "json":
                 values = np.empty(spec["rows"], dtype=object)
-                values[:] = [None if v is None else msgspec.json.decode(v)
-                             for v in col.to_pylist()]
+                cells = col.to_pylist()
+                if None in cells:
+                    values[:] = [None if v is None else msgspec.json.decode(v) for v in cells]
+                else:  # every cell is one JSON text: decoded as one array, in one call
+                    values[:] = msgspec.json.decode(b"[" + b",".join(cells) + b"]")
                 data[c] = values
             else:  # a writable copy: callers may change what a frame gives them
                 data[c] = np.array(col.to_numpy())

@@ -179,119 +179,365 @@ def _column(part: list, name: str) -> list:
     return list(map(operator.attrgetter(name), part))
 
 
-def fast_columns(header_line: int, header: dict, rest: bytes):
-    """The columns ``load_log`` builds, for the records after the header (``rest``, which
-    starts on line ``header_line + 1``), or None when the validating reader must decide."""
-    if not rest.endswith(b"\n") or _BLANK.search(rest) or _LEADING_BLANK.match(rest):
-        return None
-    try:
-        recs = _DECODER.decode_lines(rest)
-    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-        return None  # (nesting too deep for msgspec: the validating reader names the line)
-    if rest.count(b"\n") != len(recs):  # a line with two records (no line is blank)
-        return None
-    first = header_line + 1
-    codes = np.fromiter(map(_CODE.__getitem__, map(type, recs)), dtype=np.int8,
-                        count=len(recs))
-    parts = {}
-    for cls, k in _CODE.items():
-        idx = np.flatnonzero(codes == k)
-        parts[cls] = (_take(recs, idx), (idx + first).tolist())
-    (runs, run_lines), (steps, step_lines) = parts[_Run], parts[_Step]
-    (cands, cand_lines), (fcs, fc_lines) = parts[_Candidate], parts[_Forecast]
-    (decs, dec_lines), (evs, ev_lines) = parts[_Decision], parts[_Evaluation]
-    atts, att_lines = parts[_Attempt]
+# Records are decoded this many bytes at a time (about 20,000 candidates with their forecasts
+# and evaluations): what a chunk's records cost in Python objects is dropped before the next
+# one is decoded, and the columns keep compact arrays (``Column``). A 1,000,000-candidate log
+# then peaks under 2 GB instead of above 4 GB.
+_CHUNK_BYTES = 16 << 20
+_NONE = type(None)
+_I64 = (-(2 ** 63), 2 ** 63 - 1)
 
-    # -- links (any break: the validating reader reports the first one) --------------------
-    run_line: dict[str, int] = {}
-    for ln, r in zip(run_lines, runs):
-        if r.search_id in run_line or (isinstance(r.configuration, dict)
-                                       and not _plain(r.configuration)):
-            return None
-        run_line[r.search_id] = ln
-    get_run = run_line.get
-    if any(get_run(sid, ln) >= ln for sid, ln in zip(_column(steps, "search_id"), step_lines)):
-        return None
-    task_ids = {t["task_id"] for t in header["tasks"]}
-    cand_ids = _column(cands, "candidate_id")
-    cand_search_ids = _column(cands, "search_id")
-    cand_tasks = _column(cands, "task_id")
-    parent_ids = _column(cands, "parent_id")
-    cand_line = dict(zip(cand_ids, cand_lines))
-    if len(cand_line) != len(cand_ids) or not task_ids.issuperset(cand_tasks):
-        return None
-    if header["log_shape"] == "trajectory" and any(
-            get_run(sid, ln) >= ln for sid, ln in zip(cand_search_ids, cand_lines)):
-        return None
-    if header["log_shape"] != "pairs" and len(set(zip(cand_search_ids, cand_tasks))) != len(
-            set(cand_search_ids)):
-        return None  # a search with candidates of two tasks
-    cand_search = dict(zip(cand_ids, cand_search_ids))
-    get_line = cand_line.get
-    for p, sid, ln in zip(parent_ids, cand_search_ids, cand_lines):
-        if p is not None and (get_line(p, ln) >= ln or cand_search[p] != sid):
-            return None
-    for part, lines in ((fcs, fc_lines), (decs, dec_lines), (atts, att_lines), (evs, ev_lines)):
-        if any(get_line(c, ln) >= ln for c, ln in zip(_column(part, "candidate_id"), lines)):
-            return None
-    ev_cols = {k: _column(evs, k) for k in FIELDS["evaluation"]}
-    if len(set(ev_cols["candidate_id"])) != len(evs):
-        return None  # a second evaluation of a candidate
-    for outcome, s, rt, ref, imp in zip(ev_cols["outcome"], ev_cols["speedup"],
-                                        ev_cols["runtime_ns"], ev_cols["ref_runtime_ns"],
-                                        ev_cols["imputed_by"]):
-        if (outcome == "success") != (s is not None):
-            return None  # a success needs a speedup, a failure cannot carry one
-        if s is not None and rt is not None and ref is not None and (
-                abs(ref / rt - s) > _SPEEDUP_RTOL * s):
-            return None
-        if imp is not None and not _plain(imp):
-            return None
-    errors = _column(fcs, "error")
-    answered = [i for i, e in enumerate(errors) if not e]
-    if answered and any(header.get(k) is None
-                        for k in ("forecast_bin_edges", "forecast_relative_to")):
-        return None
 
-    # -- columns, as the validating reader builds them ----------------------------------------
-    none_gen = _Generation()
-    gens = [g if g is not None else none_gen for g in _column(cands, "generation")]
-    cand = {"candidate_id": cand_ids, "search_id": cand_search_ids, "task_id": cand_tasks,
-            "parent_id": parent_ids, "step": _column(cands, "step"),
-            "seq": _column(cands, "seq"), "code_sha256": _column(cands, "code_sha256"),
-            "has_code": [c is not None for c in _column(cands, "code")], "line": cand_lines,
-            **{"gen_" + g: _column(gens, g) for g in _Generation.__struct_fields__}}
-    fc_errors = [{"candidate_id": fcs[i].candidate_id, "forecaster": fcs[i].forecaster,
-                  "error": str(errors[i]), "line": fc_lines[i]}
-                 for i, e in enumerate(errors) if e]
-    ok = [fcs[i] for i in answered] if len(answered) < len(fcs) else fcs
-    given_probs = _column(ok, "probs")
-    raw = np.array(given_probs, dtype=float).reshape(-1, 8)
-    raw_sum = list(map(math.fsum, given_probs))  # exactly as the validating reader sums them
-    parse_failed = [bool(f) or t == 0.0 for f, t in zip(_column(ok, "parse_failed"), raw_sum)]
-    probs = np.zeros((len(ok), 8))
-    keep = np.flatnonzero(~np.array(parse_failed, dtype=bool))
-    if len(keep):
-        probs[keep] = raw[keep] / np.array(raw_sum)[keep, None]
-    given = _column(ok, "raw_probability_sum")
-    fc = {"candidate_id": _column(ok, "candidate_id"), "forecaster": _column(ok, "forecaster"),
-          "mode": _column(ok, "mode"),
-          "raw_probability_sum": [g if g is not None else t for g, t in zip(given, raw_sum)],
-          "predicted_bin": _column(ok, "predicted_bin"), "parse_failed": parse_failed,
-          "input_tokens": _column(ok, "input_tokens"),
-          "output_tokens": _column(ok, "output_tokens"), "latency_s": _column(ok, "latency_s"),
-          "repeat": [r or 0 for r in _column(ok, "repeat")],
-          "line": [fc_lines[i] for i in answered]}
-    dec = {k: _column(decs, k) for k in ("candidate_id", "policy", "action", "score", "reason")}
-    dec["line"] = dec_lines
-    ev = {k: v for k, v in ev_cols.items() if k != "imputed_by"}
-    ev["imputed_by"] = ev_cols["imputed_by"]
-    ev["line"] = ev_lines
-    kinds = ["header"] + list(map(_TAG.__getitem__, map(type, recs)))
-    return {"runs": [_as_record(r) for r in runs], "steps": [_as_record(r) for r in steps],
-            "cand": cand, "fc": fc, "probs": probs, "dec": dec, "ev": ev, "extras": {},
-            "fc_errors": fc_errors,
-            "kinds": kinds, "first_forecast_line": fc_lines[answered[0]] if answered else None}
+class Column:
+    """A column gathered chunk by chunk, each chunk's values held as compactly as they allow
+    (an array of floats, ints or booleans with a mask of Nones; otherwise the list itself).
+    ``values()`` gives back the very list of Python values it was given, value for value and
+    type for type, so that pandas infers from it what it infers from the list."""
+
+    __slots__ = ("parts", "n")
+
+    def __init__(self):
+        self.parts: list[tuple] = []
+        self.n = 0
+
+    def extend(self, values: list) -> None:
+        self.n += len(values)
+        kinds = set(map(type, values))
+        plain = kinds - {_NONE}
+        if len(values) < 64 or len(plain) != 1 or next(iter(plain)) not in (float, int, bool):
+            self.parts.append(("list", values))
+            return
+        (kind,) = plain
+        mask = None
+        if _NONE in kinds:
+            mask = np.fromiter(map(_NONE.__instancecheck__, values), bool, len(values))
+            values = [v for v in values if v is not None]
+        if kind is int and values and not (_I64[0] <= min(values) and max(values) <= _I64[1]):
+            self.parts.append(("list", values if mask is None else _with_none(values, mask)))
+            return
+        dtype = {float: np.float64, int: np.int64, bool: np.bool_}[kind]
+        self.parts.append(("array", np.array(values, dtype=dtype), mask))
+
+    def values(self) -> list:
+        out: list = []
+        for part in self.parts:
+            if part[0] == "list":
+                out.extend(part[1])
+            elif part[2] is None:
+                out.extend(part[1].tolist())
+            else:
+                out.extend(_with_none(part[1].tolist(), part[2]))
+        return out
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def _with_none(values: list, mask: np.ndarray) -> list:
+    out = np.empty(len(mask), dtype=object)
+    out[~mask] = values
+    return out.tolist()  # (an empty object array holds None where nothing was put)
+
+
+def values(col) -> list:
+    """A column's Python values, whichever reader gathered it (a list or a ``Column``)."""
+    return col.values() if isinstance(col, Column) else col
+
+
+class _Links:
+    """What the links between records need across chunks: every candidate by id, its line
+    and its search (as an index), evaluated or not."""
+
+    def __init__(self):
+        self.index: dict[str, int] = {}
+        self.ids: list[str] = []
+        self.line = np.zeros(1 << 16, np.int64)
+        self.search = np.zeros(1 << 16, np.int32)
+        self.evaluated = np.zeros(1 << 16, bool)
+        self.search_code: dict[str, int] = {}
+        self.search_task: dict[str, str] = {}
+
+    def grow(self, n: int) -> None:
+        if n > len(self.line):
+            size = max(n, 2 * len(self.line))
+            for name in ("line", "search", "evaluated"):
+                old = getattr(self, name)
+                new = np.zeros(size, old.dtype)
+                new[:len(old)] = old
+                setattr(self, name, new)
+
+    def lookup(self, ids: list, lines: list) -> np.ndarray | None:
+        """The candidates' indices, or None if one is unknown or not earlier than its line."""
+        get = self.index.get
+        idx = np.fromiter((get(c, -1) for c in ids), np.int64, len(ids))
+        if len(idx) and ((idx < 0).any() or (self.line[np.maximum(idx, 0)]
+                                             >= np.asarray(lines, np.int64)).any()):
+            return None
+        return idx
+
+
+def fast_columns(header_line: int, header: dict, data: bytes, start: int = 0):
+    """The columns ``load_log`` builds, for the records in ``data[start:]`` (after the
+    header, which is on line ``header_line``), or None when the validating reader must
+    decide. ``data`` is not sliced: a slice of a large log would be a copy of it."""
+    if (not data.endswith(b"\n") or _BLANK.search(data, start)
+            or _LEADING_BLANK.match(data, start) or len(data) <= start):
+        return None
+    g = _Gather(header)
+    view = memoryview(data)
+    line = header_line + 1
+    pos = start
+    while pos < len(data):
+        end = data.find(b"\n", min(pos + _CHUNK_BYTES, len(data) - 1)) + 1
+        try:
+            recs = _DECODER.decode_lines(view[pos:end])
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+            return None  # (nesting too deep for msgspec: the validating reader names the line)
+        if data.count(b"\n", pos, end) != len(recs):  # a line with two records
+            return None
+        if not g.chunk(recs, line):
+            return None
+        line += len(recs)
+        pos = end
+        del recs
+    return g.finish()
+
+
+class _Gather:
+    """The columns of a log's records, a chunk at a time (``fast_columns``)."""
+
+    def __init__(self, header: dict):
+        self.header = header
+        self.trajectory = header["log_shape"] == "trajectory"
+        self.pairs = header["log_shape"] == "pairs"
+        self.task_ids = {t["task_id"] for t in header["tasks"]}
+        self.links = _Links()
+        self.run_line: dict[str, int] = {}
+        self.runs: list[dict] = []
+        self.steps: list[dict] = []
+        self.counts: dict[str, int] = {"header": 1}
+        self.texts: dict[str, str] = {}  # one object per distinct repeated text
+        self.cand = {k: Column() for k in (
+            "step", "seq", "code_sha256", "has_code", "line",
+            *("gen_" + g for g in _Generation.__struct_fields__))}
+        self.cand_search: list[str] = []
+        self.cand_task: list[str] = []
+        self.parent_idx: list[np.ndarray] = []
+        self.fc = {k: Column() for k in (
+            "raw_probability_sum", "predicted_bin", "parse_failed", "input_tokens",
+            "output_tokens", "latency_s", "repeat", "line")}
+        self.fc_idx: list[np.ndarray] = []
+        self.fc_forecaster: list[str] = []
+        self.fc_mode: list[str] = []
+        self.probs: list[np.ndarray] = []
+        self.fc_errors: list[dict] = []
+        self.first_forecast_line = None
+        self.dec = {k: [] for k in ("candidate_id", "policy", "action", "score", "reason",
+                                    "line")}
+        self.ev = {k: Column() for k in FIELDS["evaluation"] if k not in (
+            "candidate_id", "outcome", "imputed_by")}
+        self.ev_idx: list[np.ndarray] = []
+        self.ev_outcome: list[str] = []
+        self.ev_imputed: list = []
+        self.ev_line = Column()
+
+    def _texts(self, values: list) -> list:
+        texts = self.texts
+        return [texts.setdefault(v, v) if v is not None else None for v in values]
+
+    def chunk(self, recs: list, first: int) -> bool:
+        """Check and gather one chunk's records (the first on line ``first``); False if the
+        validating reader must decide."""
+        codes = np.fromiter(map(_CODE.__getitem__, map(type, recs)), dtype=np.int8,
+                            count=len(recs))
+        parts, firsts = {}, []
+        for cls, k in _CODE.items():
+            idx = np.flatnonzero(codes == k)
+            if len(idx):
+                firsts.append((int(idx[0]), _TAG[cls], len(idx)))
+            parts[cls] = (_take(recs, idx), (idx + first).tolist())
+        del recs
+        # Counts in order of first appearance, as a Counter over the records has them.
+        for _, tag, n in sorted(firsts):
+            self.counts[tag] = self.counts.get(tag, 0) + n
+        if not self._runs(*parts[_Run]):
+            return False
+        (steps, step_lines), (cands, cand_lines) = parts[_Step], parts[_Candidate]
+        get_run = self.run_line.get
+        if any(get_run(sid, ln) >= ln for sid, ln in zip(_column(steps, "search_id"),
+                                                           step_lines)):
+            return False
+        self.steps.extend(_as_record(r) for r in steps)
+        if not self._candidates(cands, cand_lines):
+            return False
+        links = self.links
+        for part, lines in (parts[_Forecast], parts[_Decision], parts[_Attempt],
+                            parts[_Evaluation]):
+            if links.lookup(_column(part, "candidate_id"), lines) is None:
+                return False
+        return (self._forecasts(*parts[_Forecast]) and self._decisions(*parts[_Decision])
+                and self._evaluations(*parts[_Evaluation]))
+
+    def _runs(self, runs: list, lines: list) -> bool:
+        for ln, r in zip(lines, runs):
+            if r.search_id in self.run_line or (isinstance(r.configuration, dict)
+                                                and not _plain(r.configuration)):
+                return False
+            self.run_line[r.search_id] = ln
+        self.runs.extend(_as_record(r) for r in runs)
+        return True
+
+    def _candidates(self, cands: list, lines: list) -> bool:
+        links = self.links
+        ids = _column(cands, "candidate_id")
+        sids = self._texts(_column(cands, "search_id"))
+        tasks = self._texts(_column(cands, "task_id"))
+        if not self.task_ids.issuperset(tasks):
+            return False
+        get_run = self.run_line.get
+        if self.trajectory and any(get_run(sid, ln) >= ln for sid, ln in zip(sids, lines)):
+            return False
+        if not self.pairs:
+            known = links.search_task
+            for sid, task in zip(sids, tasks):
+                if known.setdefault(sid, task) != task:
+                    return False  # a search with candidates of two tasks
+        n0 = len(links.ids)
+        for k, cid in enumerate(ids):
+            if links.index.setdefault(cid, n0 + k) != n0 + k:
+                return False  # a candidate id twice
+        links.ids.extend(ids)
+        links.grow(len(links.ids))
+        codes = links.search_code
+        links.line[n0:n0 + len(ids)] = lines
+        links.search[n0:n0 + len(ids)] = [codes.setdefault(s, len(codes)) for s in sids]
+        parents = _column(cands, "parent_id")
+        get = links.index.get
+        pidx = np.fromiter((-1 if p is None else get(p, -2) for p in parents), np.int64,
+                           len(parents))
+        has = pidx != -1
+        if (pidx[has] < 0).any():
+            return False  # an unknown parent
+        me = np.arange(n0, n0 + len(ids))
+        if (links.line[pidx[has]] >= links.line[me[has]]).any() or (
+                links.search[pidx[has]] != links.search[me[has]]).any():
+            return False  # a parent not earlier, or of another search
+        self.parent_idx.append(pidx)
+        self.cand_search.extend(sids)
+        self.cand_task.extend(tasks)
+        none_gen = _Generation()
+        gens = [g if g is not None else none_gen for g in _column(cands, "generation")]
+        c = self.cand
+        c["step"].extend(_column(cands, "step"))
+        c["seq"].extend(_column(cands, "seq"))
+        c["code_sha256"].extend(_column(cands, "code_sha256"))
+        c["has_code"].extend([x is not None for x in _column(cands, "code")])
+        c["line"].extend(lines)
+        for g in _Generation.__struct_fields__:
+            c["gen_" + g].extend(_column(gens, g))
+        return True
+
+    def _forecasts(self, fcs: list, lines: list) -> bool:
+        errors = _column(fcs, "error")
+        answered = [i for i, e in enumerate(errors) if not e]
+        if answered and any(self.header.get(k) is None
+                            for k in ("forecast_bin_edges", "forecast_relative_to")):
+            return False
+        self.fc_errors.extend(
+            {"candidate_id": fcs[i].candidate_id, "forecaster": fcs[i].forecaster,
+             "error": str(errors[i]), "line": lines[i]} for i, e in enumerate(errors) if e)
+        ok = [fcs[i] for i in answered] if len(answered) < len(fcs) else fcs
+        if answered and self.first_forecast_line is None:
+            self.first_forecast_line = lines[answered[0]]
+        given_probs = _column(ok, "probs")
+        raw = np.array(given_probs, dtype=float).reshape(-1, 8)
+        raw_sum = list(map(math.fsum, given_probs))  # exactly as the validating reader sums
+        parse_failed = [bool(f) or t == 0.0 for f, t in zip(_column(ok, "parse_failed"),
+                                                            raw_sum)]
+        probs = np.zeros((len(ok), 8))
+        keep = np.flatnonzero(~np.array(parse_failed, dtype=bool))
+        if len(keep):
+            probs[keep] = raw[keep] / np.array(raw_sum)[keep, None]
+        self.probs.append(probs)
+        given = _column(ok, "raw_probability_sum")
+        f = self.fc
+        self.fc_idx.append(self.links.lookup(_column(ok, "candidate_id"),
+                                             [lines[i] for i in answered]))
+        self.fc_forecaster.extend(self._texts(_column(ok, "forecaster")))
+        self.fc_mode.extend(self._texts(_column(ok, "mode")))
+        f["raw_probability_sum"].extend([g if g is not None else t
+                                         for g, t in zip(given, raw_sum)])
+        f["predicted_bin"].extend(_column(ok, "predicted_bin"))
+        f["parse_failed"].extend(parse_failed)
+        f["input_tokens"].extend(_column(ok, "input_tokens"))
+        f["output_tokens"].extend(_column(ok, "output_tokens"))
+        f["latency_s"].extend(_column(ok, "latency_s"))
+        f["repeat"].extend([r or 0 for r in _column(ok, "repeat")])
+        f["line"].extend([lines[i] for i in answered])
+        return True
+
+    def _decisions(self, decs: list, lines: list) -> bool:
+        for k in ("candidate_id", "policy", "action", "score", "reason"):
+            self.dec[k].extend(_column(decs, k))
+        self.dec["line"].extend(lines)
+        return True
+
+    def _evaluations(self, evs: list, lines: list) -> bool:
+        links = self.links
+        ids = _column(evs, "candidate_id")
+        idx = links.lookup(ids, lines)
+        if idx is None or links.evaluated[idx].any() or len(np.unique(idx)) != len(idx):
+            return False  # a second evaluation of a candidate
+        links.evaluated[idx] = True
+        ev_cols = {k: _column(evs, k) for k in FIELDS["evaluation"]}
+        for outcome, s, rt, ref, imp in zip(ev_cols["outcome"], ev_cols["speedup"],
+                                            ev_cols["runtime_ns"], ev_cols["ref_runtime_ns"],
+                                            ev_cols["imputed_by"]):
+            if (outcome == "success") != (s is not None):
+                return False  # a success needs a speedup, a failure cannot carry one
+            if s is not None and rt is not None and ref is not None and (
+                    abs(ref / rt - s) > _SPEEDUP_RTOL * s):
+                return False
+            if imp is not None and not _plain(imp):
+                return False
+        self.ev_idx.append(idx)
+        self.ev_outcome.extend(self._texts(ev_cols["outcome"]))
+        self.ev_imputed.extend(ev_cols["imputed_by"])
+        for k, col in self.ev.items():
+            col.extend(ev_cols[k])
+        self.ev_line.extend(lines)
+        return True
+
+    def finish(self) -> dict:
+        links = self.links
+        ids = links.ids
+        pidx = np.concatenate(self.parent_idx) if self.parent_idx else np.zeros(0, np.int64)
+        table = np.empty(len(ids) + 1, dtype=object)
+        table[:len(ids)] = ids  # index -1: None
+        cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))
+        cand = {"candidate_id": ids, "search_id": self.cand_search, "task_id": self.cand_task,
+                "parent_id": table[pidx].tolist(), "step": self.cand["step"],
+                "seq": self.cand["seq"], "code_sha256": self.cand["code_sha256"],
+                "has_code": self.cand["has_code"], "line": self.cand["line"],
+                **{"gen_" + g: self.cand["gen_" + g] for g in _Generation.__struct_fields__}}
+        f = self.fc
+        fc = {"candidate_id": table[cat(self.fc_idx)].tolist(),
+              "forecaster": self.fc_forecaster, "mode": self.fc_mode,
+              "raw_probability_sum": f["raw_probability_sum"],
+              "predicted_bin": f["predicted_bin"], "parse_failed": f["parse_failed"],
+              "input_tokens": f["input_tokens"], "output_tokens": f["output_tokens"],
+              "latency_s": f["latency_s"], "repeat": f["repeat"], "line": f["line"]}
+        probs = np.concatenate(self.probs) if self.probs else np.zeros((0, 8))
+        ev = {"candidate_id": table[cat(self.ev_idx)].tolist()}
+        for k in FIELDS["evaluation"]:
+            if k not in ("candidate_id", "imputed_by"):
+                ev[k] = self.ev_outcome if k == "outcome" else self.ev[k]
+        ev["imputed_by"] = self.ev_imputed
+        ev["line"] = self.ev_line
+        return {"runs": self.runs, "steps": self.steps, "cand": cand, "fc": fc,
+                "probs": probs, "dec": self.dec, "ev": ev, "extras": {},
+                "fc_errors": self.fc_errors, "counts": self.counts,
+                "first_forecast_line": self.first_forecast_line}
 
 
 def _as_record(r) -> dict:

@@ -32,7 +32,7 @@ from gfsim.simulator.engine import segments
 from gfsim.simulator.pipeline import COST_STAGE, DEFAULT_PIPELINE, Pipeline
 from gfsim.simulator.results import SearchResult
 from gfsim.simulator.noise import MeasureNoise, confirm_best
-from gfsim.simulator.trace import SearchTrace, ancestor_speedup
+from gfsim.simulator.trace import SearchTrace, ancestor_speedup, shared_floats
 
 __all__ = ["fast_path_blocker", "run_fast", "FastPathUnsafe"]
 
@@ -465,11 +465,12 @@ class _FastRun:
             "candidate_id": t.candidate_ids, "search_id": [t.search_id] * n,
             "task_id": [t.task_id] * n, "step": t.step, "parent_index": t.parent,
             "state": self.state.tolist(), "orphan": orphan.tolist(),
-            "action": self.action.tolist(), "score": self.score.tolist(),
+            "action": self.action.tolist(), "score": shared_floats(self.score),
             "reason": self.reason.tolist(), "outcome": outcome.tolist(),
-            "speedup": np.where(self.measured & w.success, self.speedup, np.nan).tolist(),
-            "measure_start_s": t_start.tolist(), "measure_end_s": t_end.tolist(),
-            "usd": cand_usd.tolist(),
+            "speedup": shared_floats(np.where(self.measured & w.success, self.speedup,
+                                              np.nan)),
+            "measure_start_s": shared_floats(t_start), "measure_end_s": shared_floats(t_end),
+            "usd": shared_floats(cand_usd),
         }
         return SearchResult(
             search_id=t.search_id, task_id=t.task_id, seed_speedup=t.seed_speedup,

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import replace
 
 import numpy as np
 from gfsim.cost_models.presets import Capacities, PresetCostModel
+from gfsim.cost_models.usage import Cost
 from gfsim.policies.base import Batch, Policy
 from gfsim.policies.registry import make_policy
 from gfsim.replay_logs.log import ReplayLog
@@ -22,7 +24,7 @@ from gfsim.simulator.puct_engine import (
     SearchConfig,
 )
 from gfsim.simulator.puct_fast import fast_search, run_lockstep, run_puct_fast
-from gfsim.simulator.results import ReplayResult
+from gfsim.simulator.results import ReplayResult, SearchResult
 from gfsim.simulator.trace import SearchTrace, build_traces
 from gfsim.simulator.world_model import child_sources
 
@@ -47,7 +49,7 @@ def _check_shape(log: ReplayLog, policy: Policy, traces: list[SearchTrace]) -> N
 def calibration_batch(traces: list[SearchTrace]) -> Batch:
     """Every forecast of the log, the data a policy's ``fit`` calibrates on (e.g. coverage)."""
     return Batch(
-        candidate_ids=tuple(c for t in traces for c in t.candidate_ids),
+        candidate_ids=tuple(itertools.chain.from_iterable(t.candidate_ids for t in traces)),
         probs=np.concatenate([t.probs for t in traces]),
         has_forecast=np.concatenate([t.has_forecast for t in traces]),
         parse_failed=np.concatenate([t.parse_failed for t in traces]),
@@ -57,6 +59,7 @@ def calibration_batch(traces: list[SearchTrace]) -> Batch:
 
 
 ENGINES = ("auto", "des", "fast")
+_RESULT_CLASSES = (SearchResult, Cost)
 _TRACES: dict = {}  # content key -> traces; a few entries per process
 _TRACES_MAX = 8
 _CACHE_ON = [True]  # experiments/bench_tune.py turns it off to time the uncached path
@@ -78,6 +81,14 @@ def _content_key(log: ReplayLog) -> tuple:
     kept = log.__dict__.get("_trace_key")
     if kept is not None and kept[0] is fc and kept[1] is log.candidates:
         return kept[2]
+    from gfsim.replay_logs import derived
+
+    source = derived.source_of(log)
+    if source is not None:  # the tables as loaded from these bytes: their digest names them
+        key = (str(log.path), log.header.get("log_id"), len(log.candidates), len(fc),
+               "sha256:" + source[0])
+        log.__dict__["_trace_key"] = (fc, log.candidates, key)
+        return key
     digest = hashlib.blake2b(digest_size=16)
     if len(fc):
         from gfsim.replay_logs.log import PROB_COLUMNS
@@ -98,11 +109,60 @@ def cached_traces(log: ReplayLog, model: PresetCostModel, forecaster: str | None
     key = (*_content_key(log), repr(model), forecaster)
     traces = _TRACES.get(key) if _CACHE_ON[0] else None
     if traces is None:
-        traces = build_traces(log, model, forecaster)
+        traces = _stored_traces(log, model, forecaster)
         if len(_TRACES) >= _TRACES_MAX:
             _TRACES.pop(next(iter(_TRACES)))
         _TRACES[key] = traces
     return traces
+
+
+def _stored_traces(log: ReplayLog, model: PresetCostModel, forecaster: str | None):
+    """``build_traces``, kept beside the log's table cache between processes
+    (``replay_logs.derived``: keyed by the log's bytes, the cost model, the forecaster and
+    gfsim's code) when the log was loaded through that cache."""
+    from gfsim.replay_logs import derived
+
+    key = {"model": repr(model), "forecaster": forecaster}
+    if _CACHE_ON[0]:
+        traces = derived.load(log, "traces", key, (SearchTrace,))
+        if traces is not None:
+            return traces
+    traces = build_traces(log, model, forecaster)
+    if _CACHE_ON[0]:
+        derived.store(log, "traces", key, traces, (SearchTrace,), lazy={"SearchTrace": _LAZY})
+    return traces
+
+
+# What a replay whose results are kept does not read of its traces: decoded when read.
+_LAZY = ("gen_failed", "gen_s", "gen_in", "gen_out", "gen_imputed", "fc_s", "fc_in", "fc_out",
+         "fc_imputed", "outcome", "speedup", "stage_s", "stage_imputed", "energy_j",
+         "logged_status", "steps")  # (not price, code_sha256: fields with defaults)
+
+
+def _shared_lists(traces):
+    """The trace lists a search result's table holds as they are (ids, steps, parents), by
+    name both ways: a kept replay refers to them instead of holding copies."""
+    names = [(i, f) for i in range(len(traces)) for f in ("candidate_ids", "step", "parent")]
+    lists = {(i, f): getattr(traces[i], f) for i, f in names}
+    return {id(v): k for k, v in lists.items()}, lists
+
+
+def _replay_key(policy: Policy, model, forecaster, seed, caps, budget, pipeline, engine,
+                noise, orphans_dropped) -> dict | None:
+    """What a trace-driver replay of one log depends on besides the log, or None when the
+    policy is not rebuilt exactly by its spec (a class the registry does not make from it):
+    its results are then not kept."""
+    try:
+        twin = make_policy(policy.spec())
+    except Exception:  # noqa: BLE001 - a spec the registry cannot rebuild: no key
+        return None
+    if type(twin) is not type(policy):
+        return None
+    return {"policy": policy.spec(),
+            "policy_class": f"{type(policy).__module__}.{type(policy).__qualname__}",
+            "model": repr(model), "forecaster": forecaster, "seed": repr(seed),
+            "capacities": repr(caps), "budget": repr(budget), "pipeline": repr(pipeline),
+            "engine": engine, "noise": repr(noise), "orphans_dropped": bool(orphans_dropped)}
 
 
 def simulate_search(trace: SearchTrace, policy: Policy, model: PresetCostModel,
@@ -208,6 +268,7 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
     for policy, seed in zip(policies, seeds):
         _check_shape(log, policy, traces)
         policy.fit(calibration, seed)
+    del calibration  # every forecast again (90 MB per million candidates): not kept meanwhile
 
     if driver == "puct":
         if log.shape != "trajectory":
@@ -246,8 +307,21 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
             return [simulate_search(t, policy, model, caps, budget, seed, drop, pipeline, engine,
                                     noise) for t in traces]
 
+        from gfsim.replay_logs import derived
+
         per_seed = []
         for policy, seed in zip(policies, seeds):
+            # A repeated replay of a cached log reads what the same code simulated before.
+            key = _replay_key(policy, model, forecaster, seed, caps, budget, pipeline,
+                              engine, noise, orphans_dropped) if _CACHE_ON[0] else None
+            kept = derived.load(log, "replay", key, _RESULT_CLASSES,
+                                _shared_lists(traces)[1]) if key else None
+            if kept is not None:
+                searches, dropped = kept["searches"], kept["dropped"]
+                if kept["same"]:
+                    dropped = searches
+                per_seed.append((searches, dropped))
+                continue
             searches = run_all(policy, seed, False)
             # With no orphans, dropping them changes nothing: the same results serve both.
             if not orphans_dropped:
@@ -257,6 +331,12 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
             else:
                 dropped = searches
             per_seed.append((searches, dropped))
+            if key:
+                derived.store(log, "replay", key,
+                              {"searches": searches, "same": dropped is searches,
+                               "dropped": None if dropped is searches else dropped},
+                              _RESULT_CLASSES, _shared_lists(traces)[0],
+                              {"SearchResult": ("table",)})
     notes = []
     prov = log.header["provenance"]
     if prov.get("kind") != "measured":

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from gfsim.cost_models.usage import STAGES, Cost
+from gfsim.replay_logs.derived import Lazy
 
 __all__ = ["SearchResult", "ReplayResult", "geometric_mean", "best_at", "first_reaching"]
 
@@ -44,7 +45,7 @@ def first_reaching(anytime: np.ndarray, col: int, target: float) -> tuple[float,
 
 
 @dataclass
-class SearchResult:
+class SearchResult(Lazy):
     """One replayed search. ``stages`` sum to the totals; ``anytime`` is an array of rows
     (seconds, usd, joules, gpu_evals, best_speedup), one at the start and one after each
     measurement."""

@@ -15,7 +15,8 @@ import pandas as pd
 
 from gfsim.core.errors import GfsimError
 from gfsim.cost_models.presets import PresetCostModel
-from gfsim.replay_logs.log import PROB_COLUMNS, ReplayLog
+from gfsim.replay_logs.derived import Lazy
+from gfsim.replay_logs.log import PROB_COLUMNS, ReplayLog, release_arrow_memory
 
 __all__ = ["SearchTrace", "build_traces", "pick_forecaster", "ancestor_speedup",
            "mean_measure_usd"]
@@ -26,7 +27,7 @@ _STOPS_BEFORE_TIMING = {"compile_failed", "runtime_error", "incorrect"}
 
 
 @dataclass
-class SearchTrace:
+class SearchTrace(Lazy):
     """One search, candidates sorted by (step, seq). Index i is the same candidate everywhere.
 
     Durations are service seconds; ``*_imputed`` flags say which came from priors.
@@ -124,11 +125,27 @@ def pick_forecaster(log: ReplayLog, forecaster: str | None) -> str | None:
     return forecaster
 
 
+def shared_floats(arr: np.ndarray) -> list[float]:
+    """``arr.tolist()`` with one float object per distinct value, bit for bit (so -0.0 and
+    NaN stay as they are), where values repeat: a list holds a 24-byte object per float, and
+    a column filled from one prior, token counts or NaNs for what did not happen repeat
+    most of theirs (a million candidates' traces and results: hundreds of MB)."""
+    arr = np.ascontiguousarray(arr, dtype=float)
+    if len(arr) < 64:
+        return arr.tolist()
+    uniq, inverse = np.unique(arr.view(np.int64), return_inverse=True)
+    if len(uniq) > 3 * len(arr) // 4:  # mostly distinct: little to share
+        return arr.tolist()
+    objects = np.empty(len(uniq), dtype=object)
+    objects[:] = uniq.view(np.float64).tolist()
+    return objects[inverse.reshape(-1)].tolist()
+
+
 def _fill(values, prior: float) -> tuple[list[float], list[bool]]:
     arr = np.array(pd.to_numeric(pd.Series(values), errors="coerce"), dtype=float)
     missing = np.isnan(arr)
     arr[missing] = prior
-    return arr.tolist(), missing.tolist()
+    return shared_floats(arr), missing.tolist()
 
 
 def build_traces(
@@ -158,11 +175,16 @@ def build_traces(
     tasks = log.tasks
     run_seed = {r["search_id"]: r.get("seed_speedup") for r in log.runs}
 
+    # One object per distinct outcome or status: an Arrow column's .tolist() makes one str per
+    # row (60 bytes each, 120 MB per million candidates for these two columns).
+    texts: dict[str, str] = {}
     traces = []
     for search_id, rows in cands.groupby("search_id", sort=False):
         rows = rows.sort_values(["step", "seq", "line"], kind="stable")
         ids = rows["candidate_id"].tolist()
-        index = {cid: i for i, cid in enumerate(ids)}
+        # One int object per index, shared by parents and batches (28 bytes each otherwise).
+        nums = list(range(len(ids)))
+        index = dict(zip(ids, nums))
         # (.tolist() first: iterating an Arrow-backed column costs a Python call per value)
         parent = [index[p] if isinstance(p, str) else -1 for p in rows["parent_id"].tolist()]
         task_id = rows["task_id"].iloc[0]
@@ -193,8 +215,9 @@ def build_traces(
 
         e = ev.reindex(ids) if ev is not None else pd.DataFrame(index=ids, columns=[
             "outcome", "speedup", "cold_start_s", "compile_s", "check_s", "timing_s", "energy_j"])
-        outcome = [o if isinstance(o, str) else None for o in e["outcome"].tolist()]
-        speedup = pd.to_numeric(e["speedup"], errors="coerce").to_numpy(float).tolist()
+        outcome = [texts.setdefault(o, o) if isinstance(o, str) else None
+                   for o in e["outcome"].tolist()]
+        speedup = shared_floats(pd.to_numeric(e["speedup"], errors="coerce").to_numpy(float))
         cold, cold_imp = _fill(e["cold_start_s"], pri.cold_start_s)
         if model.billing != "serverless":
             cold = [0.0] * len(ids)  # a warm reserved worker starts no container per candidate
@@ -214,7 +237,9 @@ def build_traces(
 
         steps: list[tuple[int, list[list[int]]]] = []
         step_col = rows["step"].astype(int).tolist()
-        for i, s in enumerate(step_col):
+        step_no: dict[int, int] = {}
+        step_col = [step_no.setdefault(s, s) for s in step_col]  # one object per step number
+        for i, s in zip(nums, step_col):
             if not steps or steps[-1][0] != s:
                 steps.append((s, []))
             batches = steps[-1][1]
@@ -240,12 +265,13 @@ def build_traces(
             stage_imputed={"cold_start": cold_imp, "compilation": comp_imp, "check": check_imp,
                            "timing": timing_imp},
             energy_j=energy_j,
-            logged_status=rows["status"].tolist(),
+            logged_status=[texts.setdefault(x, x) for x in rows["status"].tolist()],
             code_sha256=[c if isinstance(c, str) else None
                          for c in rows["code_sha256"].tolist()],
         ))
     for t in traces:
         t.price = _price(t, model)
+    release_arrow_memory()  # the copies of the log's tables made above
     return traces
 
 
