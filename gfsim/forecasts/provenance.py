@@ -103,7 +103,10 @@ def forecast_source(log, forecaster: str | None = None, *, read: bool = True) ->
         why = "the policy reads no forecasts" if not read else "the log holds no forecasts"
         return {"forecaster": None, "kind": "none", "synthetic": False, "text": f"none: {why}"}
     fc = log.forecasts
-    modes = sorted({str(m) for m in fc.loc[fc["forecaster"] == name, "mode"]}) if len(fc) else []
+    # .unique() first: stepping through an Arrow-backed column value by value cost a
+    # cached 100,000-candidate replay a fifth of a second.
+    modes = sorted({str(m) for m in fc.loc[fc["forecaster"] == name, "mode"].unique()}) \
+        if len(fc) else []
     kind = _kind(name, modes, log.is_synthetic)
     synthetic = kind in ("whatif", "synthetic") or log.is_synthetic
     return {"forecaster": name, "kind": kind, "synthetic": synthetic,
