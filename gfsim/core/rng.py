@@ -14,7 +14,7 @@ import threading
 import numpy as np
 from numpy.random.bit_generator import ISeedSequence
 
-__all__ = ["key_words", "keyed_uniforms", "stream", "transient_stream", "uniform"]
+__all__ = ["key_words", "keyed_uniform", "keyed_uniforms", "stream", "transient_stream", "uniform"]
 
 
 def _word(part) -> int:
@@ -198,6 +198,14 @@ def transient_stream(seed: int, *key) -> np.random.Generator:
 def uniform(seed: int, *key) -> float:
     """One U(0,1) draw keyed by (seed, key)."""
     return float(stream(seed, *key).random())
+
+
+def keyed_uniform(seed: int, ident, purpose: str) -> float:
+    """``keyed_uniforms(seed, [ident], purpose)[0]`` as a float, without the array (a world
+    draws one forecast at a time)."""
+    digest = hashlib.blake2b(f"{int(seed)}\x1f{purpose}\x1f{ident}".encode(),
+                             digest_size=8).digest()
+    return (int.from_bytes(digest, "little") >> 11) * 2.0**-53
 
 
 def keyed_uniforms(seed: int, ids, purpose: str) -> np.ndarray:
