@@ -139,16 +139,45 @@ _OUT = _out_constants()  # (xor constant, multiplier) of each output word: fixed
 
 def _seed_state(seed: int, words: tuple) -> np.ndarray:
     """``SeedSequence(entropy=seed, spawn_key=words).generate_state(4, np.uint64)`` for a
-    seed >= 0 and a non-empty key."""
-    pool, h = _absorbed(seed, words[:-1])
-    pool = list(pool)
-    _absorb(pool, h, _u32_words(words[-1]))
-    out = []
-    for i, (x, m) in enumerate(_OUT):
-        v = ((pool[i & 3] ^ x) * m) & _M32
-        out.append(v ^ (v >> 16))
-    return np.array([out[0] | out[1] << 32, out[2] | out[3] << 32,
-                     out[4] | out[5] << 32, out[6] | out[7] << 32], dtype=np.uint64)
+    seed >= 0 and a non-empty key: ``_absorb`` of the last word and the output hashing,
+    written out lane by lane (this runs once per keyed stream)."""
+    (p0, p1, p2, p3), h = _absorbed(seed, words[:-1])
+    m, ma, ml, mr = _M32, _MULT_A, _MIX_L, _MIX_R
+    last = words[-1]
+    for value in ((last,) if 0 <= last <= m else _u32_words(last)):
+        v = (value ^ h) & m
+        h = (h * ma) & m
+        v = (v * h) & m
+        r = (ml * p0 - mr * (v ^ (v >> 16))) & m
+        p0 = r ^ (r >> 16)
+        v = (value ^ h) & m
+        h = (h * ma) & m
+        v = (v * h) & m
+        r = (ml * p1 - mr * (v ^ (v >> 16))) & m
+        p1 = r ^ (r >> 16)
+        v = (value ^ h) & m
+        h = (h * ma) & m
+        v = (v * h) & m
+        r = (ml * p2 - mr * (v ^ (v >> 16))) & m
+        p2 = r ^ (r >> 16)
+        v = (value ^ h) & m
+        h = (h * ma) & m
+        v = (v * h) & m
+        r = (ml * p3 - mr * (v ^ (v >> 16))) & m
+        p3 = r ^ (r >> 16)
+    (x0, m0), (x1, m1), (x2, m2), (x3, m3), (x4, m4), (x5, m5), (x6, m6), (x7, m7) = _OUT
+    o0 = ((p0 ^ x0) * m0) & m
+    o1 = ((p1 ^ x1) * m1) & m
+    o2 = ((p2 ^ x2) * m2) & m
+    o3 = ((p3 ^ x3) * m3) & m
+    o4 = ((p0 ^ x4) * m4) & m
+    o5 = ((p1 ^ x5) * m5) & m
+    o6 = ((p2 ^ x6) * m6) & m
+    o7 = ((p3 ^ x7) * m7) & m
+    return np.array([(o0 ^ (o0 >> 16)) | (o1 ^ (o1 >> 16)) << 32,
+                     (o2 ^ (o2 >> 16)) | (o3 ^ (o3 >> 16)) << 32,
+                     (o4 ^ (o4 >> 16)) | (o5 ^ (o5 >> 16)) << 32,
+                     (o6 ^ (o6 >> 16)) | (o7 ^ (o7 >> 16)) << 32], dtype=np.uint64)
 
 
 class _State(ISeedSequence):

@@ -98,7 +98,8 @@ class NKWorld(KitWorld):
         # The tables as flat lists (C order), read a kernel at a time: numpy's per-element
         # indexing was most of a child's cost. Same values, same order of additions.
         self._flat: dict[str, tuple[list, list]] = {}
-        self._fails: dict[tuple, float] = {}  # (task, kernel) -> its keyed failure draw
+        # (task, choices) -> [log2 speedup, illegal, code id, failure draw (once needed)]
+        self._kernels: dict[tuple, list] = {}
         width = max(2, len(str(n_tasks - 1)))
         for i in range(int(n_tasks)):
             tid = f"nk-{i:0{width}d}"
@@ -166,16 +167,18 @@ class NKWorld(KitWorld):
             x[s] = (x[s] + int(d)) % p.values
         x = tuple(x)
         gen_s, stage = self.priors.draw_times(self.seed, nid)
-        log2_s = self._ref[tid] - self._log2_runtime(tid, x)
-        code = _code(x)
+        kernel = self._kernels.get((tid, x))
+        if kernel is None:  # what the kernel is: fixed by its choices, reached many times
+            kernel = self._kernels[(tid, x)] = [self._ref[tid] - self._log2_runtime(tid, x),
+                                                self._has_illegal(tid, x), _code(x), None]
+        log2_s, illegal, code, v = kernel
         if u[1] < p.p_generation_failed:
             outcome = GENERATION_FAILED
-        elif self._has_illegal(tid, x):
+        elif illegal:
             outcome = "compile_failed"
         else:
-            v = self._fails.get((tid, code))
             if v is None:  # keyed by the kernel: drawn once per kernel
-                v = self._fails[(tid, code)] = uniform(self.seed, "nk-fail", tid, code)
+                v = kernel[3] = uniform(self.seed, "nk-fail", tid, code)
             outcome = ("runtime_error" if v < p.p_runtime_error else
                        "incorrect" if v < p.p_runtime_error + p.p_incorrect else "success")
         speedup = None
@@ -193,5 +196,8 @@ class NKWorld(KitWorld):
                 "forecaster": self.whatif.name, "priors": self.priors.as_dict()}
 
 
+_HEX = "0123456789abcdef"  # a choice is one hex digit: values <= 16
+
+
 def _code(x: tuple) -> str:
-    return "nk:" + "".join(format(v, "x") for v in x)
+    return "nk:" + "".join([_HEX[v] for v in x])
