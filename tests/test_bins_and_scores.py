@@ -119,3 +119,32 @@ def test_a_transient_stream_draws_what_its_keyed_stream_draws():
             want = (fresh.permutation(20).tolist(), fresh.random(3).tolist())
             reused = transient_stream(*key)
             assert (reused.permutation(20).tolist(), reused.random(3).tolist()) == want
+
+
+def test_a_keyed_stream_is_numpys_seed_sequence_bit_for_bit():
+    """``stream`` computes SeedSequence's state itself (a fast path); its generator must be
+    the one numpy's ``PCG64(SeedSequence(seed, spawn_key))`` gives, for seeds of one to five
+    32-bit words, keys of ints (zero, small, 64-bit) and strings, repeated prefixes (the pool
+    it keeps) and empty keys (numpy's own path)."""
+    import random
+
+    from gfsim.core.rng import key_words, stream
+
+    rnd = random.Random(11)
+    cases = [(0, ()), (0, ("a",)), (5, (0,)), (2**40 + 3, ("x", 2**64 - 1)),
+             (2**140, (1, 2, 3, 4, 5)), (100000, ("nk-00", "nk-00-root", 1000005))]
+    for _ in range(1500):
+        seed = rnd.choice([0, 1, rnd.getrandbits(17), rnd.getrandbits(33), rnd.getrandbits(64),
+                           rnd.getrandbits(130)])
+        key = tuple(rnd.choice([0, rnd.getrandbits(8), rnd.getrandbits(40), rnd.getrandbits(64),
+                                f"s{rnd.getrandbits(6)}", ("t", 1)])
+                    for _ in range(rnd.randint(0, 5)))
+        cases += [(seed, key), (seed, key + (rnd.getrandbits(20),))]
+    for seed, key in cases:
+        ref = np.random.Generator(np.random.PCG64(np.random.SeedSequence(
+            entropy=seed, spawn_key=key_words(*key))))
+        got = stream(seed, *key)
+        assert got.bit_generator.state == ref.bit_generator.state, (seed, key)
+        assert got.standard_normal(3).tolist() == ref.standard_normal(3).tolist()
+    with pytest.raises(ValueError):
+        stream(-1, "a")

@@ -112,3 +112,27 @@ def test_policies_and_savings_read_a_what_if_forecaster():
                               "paper:gpt-oss-20b", "--seeds", "2", "--json"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["inputs"]["forecaster"] == "paper:gpt-oss-20b"
+
+
+def test_one_candidates_distribution_is_its_row_of_the_batch():
+    """``distribution_one`` (a world's one-at-a-time path) must give exactly the row that
+    ``distribution`` gives for the same candidate: every preset-like shape of the model
+    (overconfident, hedging, a parse-failure rate), targets far outside the bins and zeros."""
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.normal(0, 3, 400), [0.0, -0.0, 30.0, -30.0, 1e-9]])
+    ids = [f"c{i}" for i in range(len(x))]
+    n_failed = 0
+    for kw in (dict(sigma=0.5, beta=0.8, temp=1.0, parse_fail=0.01),
+               dict(sigma=1.0, beta=0.7, temp=0.25, parse_fail=0.2),
+               dict(sigma=0.6796, beta=0.7, temp=0.0852, parse_fail=0.3),
+               dict(sigma=2.68, beta=0.7, temp=1.8359),
+               dict(sigma=0.001, beta=-2.0, temp=0.001)):
+        f = WhatIfForecaster("whatif:t", seed=100003, **kw)
+        for repeat in (0, 2):
+            probs, failed = f.distribution(x, ids, repeat)
+            for i, cid in enumerate(ids):
+                row, one_failed = f.distribution_one(float(x[i]), cid, repeat)
+                assert one_failed == bool(failed[i])
+                assert (row is None) if one_failed else row == probs[i].tolist()
+                n_failed += one_failed
+    assert n_failed > 0  # the failure path was exercised

@@ -452,3 +452,48 @@ def test_counterfactual_compares_child_sources_and_the_docs_tables_render(tmp_pa
     text = mod.render(out, 1.0)
     assert "Targets, `model`:" in text and f"### `{mo['world']}`" in text
     assert text.count("| `all` | 1 |") == 1  # one row per cell, both sources in it
+
+
+def test_nk_flat_tables_read_what_the_numpy_tables_hold():
+    """The NK world reads its effect and illegal-pair tables as flat lists; a kernel's log2
+    runtime and legality must be what the (sites, values, ...) arrays give, summed in site
+    order, for the family's shapes and odd ones (k = 0, k = sites - 1, 16 values)."""
+    import random
+
+    from gfsim.worlds.nk import NKParams, NKWorld
+
+    rnd = random.Random(3)
+    for params in (NKParams(), NKParams(sites=5, values=3, k=4),
+                   NKParams(sites=2, values=16, k=0), NKParams(effect_df=1.5)):
+        w = NKWorld(params, 100001, 3)
+        for tid in w._tables:
+            tab, ill = w._tables[tid], w._illegal[tid]
+            for _ in range(300):
+                x = tuple(rnd.randrange(params.values) for _ in range(params.sites))
+                n, k = len(x), params.k
+                want = float(sum(tab[(i, *(x[(i + j) % n] for j in range(k + 1)))]
+                                 for i in range(n)))
+                assert w._log2_runtime(tid, x) == want
+                assert w._has_illegal(tid, x) == any(ill[i, x[i], x[(i + 1) % n]]
+                                                     for i in range(n))
+
+
+def test_counterfactual_json_is_the_same_on_one_process_and_on_two():
+    """The figures of ``gfsim counterfactual`` must not depend on how its world seeds are
+    spread over processes (nor on the order they finish in): every draw is keyed. Two child
+    sources and two kinds of world, so the per-source rows, the comparison and a measured
+    world's notes all go through both paths."""
+    args = ["counterfactual", "--world", "nk-light-fragile,kt-mi250x-overconfident", "--seeds",
+            "2", "--steps", "4", "--policies", "all,topk:2,ev:10", "--overgen", "1,2",
+            "--replay-seeds", "2", "--direct-reps", "2", "--children", "fallback,model",
+            "--json"]
+    outs = []
+    for jobs in ("1", "2"):
+        res = runner.invoke(app, [*args, "--jobs", jobs])
+        assert res.exit_code == 0, res.output
+        outs.append(res.stdout)
+    assert outs[0] == outs[1]
+    out = json.loads(outs[0])
+    assert [(w["world"], w["children"]) for w in out["worlds"]] == [
+        ("nk-light-fragile", "fallback"), ("nk-light-fragile", "model"),
+        ("kt-mi250x-overconfident", "fallback"), ("kt-mi250x-overconfident", "model")]

@@ -31,13 +31,14 @@ import numpy as np
 
 from gfsim.core.errors import SpecError
 from gfsim.core.rng import keyed_uniforms
-from gfsim.forecasts.bins import gaussian_bins
+from gfsim.forecasts.bins import PAPER_EDGES, gaussian_bins
 
 __all__ = ["WhatIfForecaster", "PRESETS", "PAPER_TARGETS", "parse_whatif", "is_whatif",
            "attach", "resolve", "whatif_records"]
 
 ANCHOR = math.log2(1.19)  # ASSUMPTION: where a biased forecaster's estimates are pulled to
 WIDTH = 0.5  # ASSUMPTION: log2 width of the forecaster's stated distribution
+_LOG2_PAPER_EDGES = np.log2(np.asarray(PAPER_EDGES, dtype=float))  # gaussian_bins' edges
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,34 @@ class WhatIfForecaster:
         p /= p.sum(axis=1, keepdims=True)
         p[failed] = 0.0
         return p, failed
+
+    def distribution_one(self, true_log2: float, cid, repeat: int = 0) -> tuple[list | None,
+                                                                              bool]:
+        """``distribution`` of one candidate: (its 8 probabilities as floats, or None when its
+        answer does not parse, parse_failed), the same values as that row of
+        ``distribution([true_log2], [cid], repeat)`` (the same operations in the same order:
+        numpy's ufuncs for every function, float arithmetic for the rest). A world draws its
+        forecasts one child at a time, where the array version's overhead is most of the
+        cost."""
+        from scipy.special import ndtr
+
+        from gfsim.core.rng import keyed_uniform
+
+        key = f"{self.name}\x1f{cid}\x1f{repeat}"
+        if keyed_uniform(self.seed, key, "whatif:parse") < self.parse_fail:
+            return None, True
+        u1 = keyed_uniform(self.seed, key, "whatif:u1")
+        u2 = keyed_uniform(self.seed, key, "whatif:u2")
+        z = float(np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(2.0 * np.pi * u2))
+        centre = ANCHOR + self.beta * (float(true_log2) - ANCHOR) + self.sigma * z
+        cdf = ndtr((_LOG2_PAPER_EDGES - centre) / WIDTH).tolist()
+        mass = [a - b for a, b in zip(cdf + [1.0], [0.0] + cdf)]
+        p = np.array([m if m >= 0.0 or m != m else 0.0 for m in mass])  # np.clip(m, 0, None)
+        logp = np.log(np.maximum(p, 1e-300)) / self.temp
+        logp -= logp.max()
+        p = np.exp(logp)
+        p /= p.sum()
+        return p.tolist(), False
 
     def params(self) -> dict:
         return {k: v for k, v in asdict(self).items() if k != "name"}

@@ -128,7 +128,7 @@ class Priors:
         # A forecaster reads code, not outcomes: a failed kernel is forecast like its parent.
         target = node.log2_speedup if not node.failed or node.parent_log2_speedup is None \
             else node.parent_log2_speedup
-        probs, failed = fc.distribution(np.array([target]), [node.node_id], repeat)
+        probs, failed = fc.distribution_one(target, node.node_id, repeat)
         z = stream(seed, "kit-forecast", node.node_id, forecaster, int(repeat)).standard_normal(2)
         out_tok = int(round(self.forecast_output_tokens_median
                             * math.exp(self.forecast_tokens_sigma * z[0])))
@@ -136,11 +136,11 @@ class Priors:
         latency = self.forecast_latency_median_s * out_tok / self.forecast_output_tokens_median
         rec = {"kind": "forecast", "candidate_id": node.node_id, "forecaster": forecaster,
                "mode": "synthetic"}
-        if failed[0]:
+        if failed:
             rec.update(probs=[0.0] * 8, raw_probability_sum=0.0, predicted_bin=None,
                        parse_failed=True)
         else:
-            p = [round(float(x), 6) for x in probs[0]]
+            p = [round(x, 6) for x in probs]
             rec.update(probs=p, raw_probability_sum=round(math.fsum(p), 6),
                        predicted_bin=1 + max(range(8), key=p.__getitem__), parse_failed=False)
         rec.update(input_tokens=max(in_tok, 1), output_tokens=max(out_tok, 1),

@@ -95,6 +95,11 @@ class NKWorld(KitWorld):
         self._illegal: dict[str, np.ndarray] = {}
         self._ref: dict[str, float] = {}
         self._roots: dict[str, KitNode] = {}
+        # The tables as flat lists (C order), read a kernel at a time: numpy's per-element
+        # indexing was most of a child's cost. Same values, same order of additions.
+        self._flat: dict[str, tuple[list, list]] = {}
+        # (task, choices) -> [log2 speedup, illegal, code id, failure draw (once needed)]
+        self._kernels: dict[tuple, list] = {}
         width = max(2, len(str(n_tasks - 1)))
         for i in range(int(n_tasks)):
             tid = f"nk-{i:0{width}d}"
@@ -104,6 +109,8 @@ class NKWorld(KitWorld):
                 else rng.standard_normal(shape)
             self._tables[tid] = p.effect_scale * np.clip(t, -4.0, 4.0)
             self._illegal[tid] = rng.random((p.sites, p.values, p.values)) < p.p_illegal_pair
+            self._flat[tid] = (self._tables[tid].ravel().tolist(),
+                               self._illegal[tid].ravel().tolist())
             ref_ns = float(round(20_000.0 * math.exp(0.8 * rng.standard_normal()), 3))
             reference = self._legal_config(tid, rng)
             root = self._legal_config(tid, rng)
@@ -128,13 +135,22 @@ class NKWorld(KitWorld):
         raise GfsimError("nk world: p_illegal_pair leaves no legal kernel")
 
     def _has_illegal(self, tid: str, x: tuple) -> bool:
-        ill = self._illegal[tid]
-        n = len(x)
-        return any(ill[i, x[i], x[(i + 1) % n]] for i in range(n))
+        """Whether a neighbouring pair of choices is illegal (``_illegal[tid][i, x[i],
+        x[i + 1]]`` for some site i, cyclically)."""
+        ill, v, n = self._flat[tid][1], self.params.values, len(x)
+        return any(ill[(i * v + x[i]) * v + x[(i + 1) % n]] for i in range(n))
 
     def _log2_runtime(self, tid: str, x: tuple) -> float:
-        tab, n, k = self._tables[tid], len(x), self.params.k
-        return float(sum(tab[(i, *(x[(i + j) % n] for j in range(k + 1)))] for i in range(n)))
+        """The sum over sites i of ``_tables[tid][i, x[i], ..., x[i + k]]`` (cyclically), added
+        in site order."""
+        tab, v, n, k = self._flat[tid][0], self.params.values, len(x), self.params.k
+        total = 0.0
+        for i in range(n):
+            at = i
+            for j in range(k + 1):
+                at = at * v + x[(i + j) % n]
+            total += tab[at]
+        return total
 
     # --- the World protocol (the rest is KitWorld's) --------------------------------------
 
@@ -151,14 +167,18 @@ class NKWorld(KitWorld):
             x[s] = (x[s] + int(d)) % p.values
         x = tuple(x)
         gen_s, stage = self.priors.draw_times(self.seed, nid)
-        log2_s = self._ref[tid] - self._log2_runtime(tid, x)
-        code = _code(x)
+        kernel = self._kernels.get((tid, x))
+        if kernel is None:  # what the kernel is: fixed by its choices, reached many times
+            kernel = self._kernels[(tid, x)] = [self._ref[tid] - self._log2_runtime(tid, x),
+                                                self._has_illegal(tid, x), _code(x), None]
+        log2_s, illegal, code, v = kernel
         if u[1] < p.p_generation_failed:
             outcome = GENERATION_FAILED
-        elif self._has_illegal(tid, x):
+        elif illegal:
             outcome = "compile_failed"
         else:
-            v = uniform(self.seed, "nk-fail", tid, code)
+            if v is None:  # keyed by the kernel: drawn once per kernel
+                v = kernel[3] = uniform(self.seed, "nk-fail", tid, code)
             outcome = ("runtime_error" if v < p.p_runtime_error else
                        "incorrect" if v < p.p_runtime_error + p.p_incorrect else "success")
         speedup = None
@@ -176,5 +196,8 @@ class NKWorld(KitWorld):
                 "forecaster": self.whatif.name, "priors": self.priors.as_dict()}
 
 
+_HEX = "0123456789abcdef"  # a choice is one hex digit: values <= 16
+
+
 def _code(x: tuple) -> str:
-    return "nk:" + "".join(format(v, "x") for v in x)
+    return "nk:" + "".join([_HEX[v] for v in x])
