@@ -27,7 +27,7 @@ from gfsim.forecasts.bins import speedup_to_bin
 
 __all__ = ["Child", "ChildSource", "LogChildren", "WorldChildren",
            "LandscapeChildren", "DRAW_SOURCES", "INVENTED", "shift_probs", "shift_probs_rows",
-           "held_to_log",
+           "probs_cdf", "bin_grid", "shifted_cdf", "held_to_log",
            "INVENTED_HEADROOM", "log_frontier"]
 
 DRAW_SOURCES = ("own", "other_expansion", "fallback", "model", "world")
@@ -106,6 +106,14 @@ class ChildSource(ABC):
     def draw(self, node_id: str, node_speedup: float, expansion: int, n: int,
              seed: int) -> list[Child]:
         """``n`` children for expansion ``expansion`` of ``node_id``."""
+
+    def draw_step(self, requests, seed: int) -> list[list[Child]]:
+        """The children of every expansion of one search step: ``requests`` holds one
+        (node_id, node_speedup, expansion, n) per parent, in the step's order, and the answer
+        one list of children per request, the very ones a ``draw`` per request in that order
+        gives (which is what this does; a source that can share work across a step's parents,
+        as ``world_model.ModelChildren`` does, draws them together)."""
+        return [self.draw(*r, seed) for r in requests]
 
     def template_cache(self) -> dict | None:
         """A dict that lives as long as the data children are copied from, for engines to keep
@@ -286,33 +294,62 @@ def shift_probs(probs: np.ndarray, delta_log2: float,
     both to the numpy form)."""
     if delta_log2 == 0 or not math.isfinite(delta_log2):
         return probs
+    cdf = probs_cdf(probs)
+    if cdf is None:
+        return probs
+    return np.array(shifted_cdf(cdf, delta_log2, bin_grid(edges_log2)))
+
+
+def probs_cdf(probs) -> list[float] | None:
+    """``np.cumsum`` of a forecast, from 0, as Python floats (None: no mass to move, which
+    ``shift_probs`` leaves alone); a source that moves the same logged forecast many times
+    keeps it."""
     p = (probs if isinstance(probs, np.ndarray) and probs.dtype == np.float64
          else np.asarray(probs, dtype=float)).tolist()
-    if edges_log2 is None:
-        edges, xp = _EDGES_LIST, _EXTENDED_LIST
-    else:
-        edges, xp = edges_log2.tolist(), _extended(edges_log2).tolist()
     cdf = [0.0] * (len(p) + 1)
     acc = cdf[1] = p[0]  # cumsum: sequential, starting from the first term
     for i in range(1, len(p)):
         acc = cdf[i + 1] = acc + p[i]
-    if not acc > 0:
-        return probs
+    return cdf if acc > 0 else None
+
+
+_GRIDS: dict = {}
+
+
+def bin_grid(edges_log2: np.ndarray | None = None) -> tuple[list, list, list]:
+    """(inner edges, closed edges, their widths) as Python floats, for ``shifted_cdf``."""
+    key = None if edges_log2 is None else np.asarray(edges_log2, dtype=float).tobytes()
+    got = _GRIDS.get(key)
+    if got is None:
+        edges = _EDGES_LOG2 if edges_log2 is None else np.asarray(edges_log2, dtype=float)
+        xp = (_EXTENDED if edges_log2 is None else _extended(edges)).tolist()
+        got = (edges.tolist(), xp, [xp[j + 1] - xp[j] for j in range(len(xp) - 1)])
+        if len(_GRIDS) > 64:
+            _GRIDS.clear()
+        _GRIDS[key] = got
+    return got
+
+
+def shifted_cdf(cdf: list[float], delta_log2: float, grid) -> list[float]:
+    """The bins of ``shift_probs``: the forecast with cumulative sums ``cdf``
+    (``probs_cdf``) moved by ``delta_log2`` (finite, not 0) over ``grid`` (``bin_grid``)."""
+    edges, xp, dx = grid
     out = []
     prev = 0.0
     last = len(xp) - 1
+    lo, hi = xp[0], xp[last]
     for e in edges:
         x = e - delta_log2
-        if x < xp[0]:  # np.interp: the end values beyond the ends
+        if x < lo:  # np.interp: the end values beyond the ends
             at = cdf[0]
-        elif x >= xp[last]:
+        elif x >= hi:
             at = cdf[last]
         else:
             j = bisect_right(xp, x) - 1  # xp[j] <= x < xp[j + 1]
             if xp[j] == x:
                 at = cdf[j]
             else:
-                slope = (cdf[j + 1] - cdf[j]) / (xp[j + 1] - xp[j])
+                slope = (cdf[j + 1] - cdf[j]) / dx[j]
                 at = slope * (x - xp[j]) + cdf[j]
                 if at != at:  # NaN one way: numpy tries the other
                     at = slope * (x - xp[j + 1]) + cdf[j + 1]
@@ -321,9 +358,9 @@ def shift_probs(probs: np.ndarray, delta_log2: float,
         d = at - prev
         out.append(d if d > 0.0 or d != d else 0.0)  # np.maximum(d, 0.0), NaN kept
         prev = at
-    d = acc - prev
+    d = cdf[last] - prev
     out.append(d if d > 0.0 or d != d else 0.0)
-    return np.array(out)
+    return out
 
 
 def shift_probs_rows(probs: np.ndarray, delta_log2: np.ndarray,
