@@ -228,6 +228,7 @@ class _Member:
         self._near: dict = {}  # crb: task -> features row -> neighbours (neighbours_many)
         self._own: dict = {}
         self._rows = None
+        self._gbm_draws: dict = {}  # gbm: (task, features row) -> gbm_draws
         if family == "gbm":
             self._fit_gbm(rng)
 
@@ -268,6 +269,26 @@ class _Member:
         axes, probs, q = got
         at = tuple(_nearest_index(a, v) for a, v in zip(axes, z))
         return probs[at], q[at]
+
+    def gbm_draws(self, task: str, z: tuple) -> tuple:
+        """What a gbm draw at features ``z`` reads, kept per features row: the fit whose
+        residuals it draws, the outcome probabilities as ``Generator.choice``'s cumulative
+        ones (None: none positive), the residuals and the quantiles, as Python floats."""
+        key = (task, z)
+        got = self._gbm_draws.get(key)
+        if got is None:
+            probs, q = self.gbm_predict(task, np.array(z))
+            probs = np.clip(probs, 0, None)
+            probs = probs / probs.sum() if probs.sum() > 0 else None
+            fit = self.gbm.get(task) or self.gbm[None]
+            res = fit.__dict__.get("_residuals")
+            if res is None:
+                res = fit._residuals = fit.residuals.tolist()
+            if len(self._gbm_draws) >= _NEAR_KEPT:
+                self._gbm_draws.clear()
+            got = self._gbm_draws[key] = (fit, _choice_cdf(probs) if probs is not None
+                                          else None, res, tuple(q.tolist()))
+        return got
 
     # -- crb -------------------------------------------------------------------------------
     def neighbours(self, task: str, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -683,9 +704,11 @@ class ModelChildren(ChildSource):
         rng = _draws(rng)  # the stream's next draws, cheaper; rng itself draws no more
         weight = member.weight(task)
         rows_of = member.rows() if crb else None
+        base = _frame_base(self.t, node_speedup)
+        prefix = f"{node_id}/{expansion}."
         cdf = q = fit = got = None
         while len(out) < n:
-            cid = f"{node_id}/{expansion}.{len(out)}"
+            cid = prefix + str(len(out))
             if distinct and rng.random() < min(len(distinct) / size, 1.0):
                 again = list(distinct.values())[int(rng.integers(len(distinct)))]
                 child = self._repeat(again, cid)
@@ -693,7 +716,7 @@ class ModelChildren(ChildSource):
                     shifts.repeats.append((child, again))
             elif lineage:
                 c, parent_speedup = lineage.pop(0)
-                child = self._copy(c, cid, node_speedup, parent_speedup, rng, shifts)
+                child = self._copy(c, cid, node_speedup, base, parent_speedup, rng, shifts)
                 self._template[cid] = c
             elif crb:
                 if got is None:
@@ -702,25 +725,21 @@ class ModelChildren(ChildSource):
                 k, outcome, step, c = rows_of[rows[int(rng.integers(len(rows)))]]
                 if member.parts[k].trace is not self.t:
                     c = None
-                child = self._invent(cid, node_speedup, outcome, step, c, rng, shifts)
+                child = self._invent(cid, node_speedup, base, outcome, step, c, rng, shifts)
                 if c is not None:
                     self._template[cid] = c
             else:
                 if fit is None:
-                    probs, q = member.gbm_predict(task, np.array(z))
-                    probs = np.clip(probs, 0, None)
-                    probs = probs / probs.sum() if probs.sum() > 0 else None
-                    fit = member.gbm.get(task) or member.gbm[None]
-                    cdf = _choice_cdf(probs) if probs is not None else None
+                    fit, cdf, residuals, (q0, q1, q2) = member.gbm_draws(task, z)
                 # rng.choice(len(classes), p=probs), as numpy draws it: one uniform, the
                 # first class whose cumulative probability passes it
                 k = bisect_right(cdf, rng.random()) if cdf is not None else 0
                 outcome = member.classes[k]
                 step = math.nan
                 if outcome == "success":
-                    r = float(fit.residuals[int(rng.integers(len(fit.residuals)))])
-                    step = float(q[1] + r * max((q[2] - q[0]) / _Z90, 0.05))
-                child = self._invent(cid, node_speedup, outcome, step, None, rng, shifts)
+                    r = residuals[rng.integers(len(residuals))]
+                    step = q1 + r * max((q2 - q0) / _Z90, 0.05)
+                child = self._invent(cid, node_speedup, base, outcome, step, None, rng, shifts)
             out.append(child)
             if not child.gen_failed:
                 distinct.setdefault(child.code or child.candidate_id, child)
@@ -754,19 +773,20 @@ class ModelChildren(ChildSource):
                      again.fc_in, again.fc_out, again.fc_imputed, again.outcome, again.speedup,
                      again.stage_s, again.price, again.plan_key)
 
-    def _copy(self, c: int, cid: str, node_speedup: float, parent_speedup: float, rng,
-              shifts: _Shifts) -> Child:
+    def _copy(self, c: int, cid: str, node_speedup: float, base: float,
+              parent_speedup: float, rng, shifts: _Shifts) -> Child:
         """crb lineage: logged child c of a logged parent, its step carried onto this node."""
         s = self._pool.speedup[c]
         step = math.log2(s / parent_speedup) if s == s and s > 0 else math.nan
         outcome = self.t.outcome[c] if self.t.outcome[c] is not None else _GEN_FAILED
-        return self._invent(cid, node_speedup, outcome, step, c, rng, shifts)
+        return self._invent(cid, node_speedup, base, outcome, step, c, rng, shifts)
 
-    def _invent(self, cid: str, node_speedup: float, outcome: str, step: float, c, rng,
-                shifts: _Shifts) -> Child:
+    def _invent(self, cid: str, node_speedup: float, base: float, outcome: str, step: float,
+                c, rng, shifts: _Shifts) -> Child:
         """A new child: ``outcome`` and ``step``; times, tokens and prices from logged child
         ``c`` (or one with the same outcome), its forecast from a logged child whose truth is
-        near the drawn one, moved onto it (in ``shifts``, at the step's end)."""
+        near the drawn one, moved onto it (in ``shifts``, at the step's end); ``base`` is the
+        forecast frame's speedup at this parent."""
         t, pool, fc = self.t, self._pool, self._fc
         if c is None:
             same = self._by_outcome.get(outcome) or self._by_outcome.get("success") or [0]
@@ -775,10 +795,10 @@ class ModelChildren(ChildSource):
         speedup = node_speedup * 2.0 ** step if outcome == "success" else math.nan
         if outcome == "success" and not math.isfinite(speedup):
             speedup = math.nan
-        speedup = held_to_log(speedup, pool.frontier)  # no gain the log cannot support
+        if speedup > pool.frontier:
+            speedup = held_to_log(speedup, pool.frontier)  # no gain the log cannot support
         probs, parse_failed, move, row = head[6], head[7], 0.0, c
         if head[5]:  # it has a forecast: move a logged one onto this child's truth
-            base = _frame_base(t, node_speedup)
             if outcome == "success" and fc.rows:
                 truth = math.log2(speedup / base)
                 m = len(fc.target)  # the K_NEAREST nearest: a window of the sorted truths
