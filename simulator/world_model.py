@@ -484,11 +484,14 @@ class _Draws:
 
     __slots__ = ("raw", "has", "half")
 
-    def __init__(self, rng: np.random.Generator):
+    def __init__(self, rng: np.random.Generator, fresh: bool = False):
         bg = rng.bit_generator
-        state = bg.state
         self.raw = bg.random_raw
-        self.has, self.half = state["has_uint32"], state["uinteger"]
+        if fresh:  # just keyed (transient_stream): no half output kept
+            self.has = self.half = 0
+        else:
+            state = bg.state
+            self.has, self.half = state["has_uint32"], state["uinteger"]
 
     def random(self) -> float:
         return (self.raw() >> 11) * _TWO_M53
@@ -539,9 +542,10 @@ _DRAWS_OK = isinstance(np.random.default_rng(0).bit_generator, np.random.PCG64) 
     _draws_agree()
 
 
-def _draws(rng: np.random.Generator):
-    """``rng``'s draws for invented children: ``_Draws`` where they agree with numpy."""
-    return _Draws(rng) if _DRAWS_OK and isinstance(rng.bit_generator, np.random.PCG64) \
+def _draws(rng: np.random.Generator, fresh: bool = False):
+    """``rng``'s draws for invented children: ``_Draws`` where they agree with numpy
+    (``fresh``: ``rng`` is just keyed and has drawn nothing yet)."""
+    return _Draws(rng, fresh) if _DRAWS_OK and isinstance(rng.bit_generator, np.random.PCG64) \
         else rng
 
 
@@ -701,7 +705,8 @@ class ModelChildren(ChildSource):
         size = member.neighbourhood.get(task, math.inf)
         crb = member.family == "crb"
         lineage = self._lineage(node_id, n - len(out), rng) if crb else []
-        rng = _draws(rng)  # the stream's next draws, cheaper; rng itself draws no more
+        # The stream's next draws, cheaper; rng itself draws no more.
+        rng = _draws(rng, fresh=not lineage and self._template.get(node_id) is None)
         weight = member.weight(task)
         rows_of = member.rows() if crb else None
         base = _frame_base(self.t, node_speedup)
