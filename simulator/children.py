@@ -270,9 +270,6 @@ class LogChildren(ChildSource):
 
 _EDGES_LOG2 = np.log2(np.asarray((0.25, 0.5, 0.71, 1.0, 1.41, 2.0, 4.0)))
 _EXTENDED = np.concatenate([[_EDGES_LOG2[0] - 1.0], _EDGES_LOG2, [_EDGES_LOG2[-1] + 1.0]])
-# The same as Python floats, for the scalar form below.
-_EDGES_LIST = _EDGES_LOG2.tolist()
-_EXTENDED_LIST = _EXTENDED.tolist()
 
 
 def _extended(edges_log2: np.ndarray) -> np.ndarray:

@@ -675,7 +675,7 @@ class ModelChildren(ChildSource):
     def draw_step(self, requests, seed) -> list[list[Child]]:
         requests = list(requests)
         shifts = _Shifts(self._fc, self._edges)
-        near = _StepNeighbours(self, requests, seed)
+        near = _StepNeighbours(self, requests)
         outs = [self._expand(i, *r, seed, near, shifts) for i, r in enumerate(requests)]
         shifts.apply()
         return outs
@@ -856,8 +856,8 @@ class _StepNeighbours:
     parents that draw (on first need, for that parent and the ones after it); a parent whose
     features have moved since (they cannot, within a step) is worked out alone."""
 
-    def __init__(self, source: ModelChildren, requests, seed):
-        self.source, self.requests, self.seed = source, requests, seed
+    def __init__(self, source: ModelChildren, requests):
+        self.source, self.requests = source, requests
         self.got: dict[int, tuple] = {}
 
     def of(self, i: int, z: tuple, member) -> tuple[list, list]:
