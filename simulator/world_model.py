@@ -53,6 +53,7 @@ the seed noise of the draws.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,8 +62,11 @@ from gfsim.simulator.children import (
     ChildSource,
     LogChildren,
     held_to_log,
+    bin_grid,
     pool_of,
-    shift_probs,
+    probs_cdf,
+    shift_probs_rows,
+    shifted_cdf,
 )
 from gfsim.simulator.trace import SearchTrace
 
@@ -83,6 +87,7 @@ _WEIGHTS = np.array([1.0, 0.5, 0.25, 0.5])  # crb distance: x, over best, depth,
 _GEN_FAILED = "generation_failed"  # the outcome label of a child that was never generated
 _QUANTILES = (0.1, 0.5, 0.9)
 _Z90 = 2.0 * 1.2815515655446004  # q90 - q10 of a standard normal
+_NEAR_KEPT = 1 << 14  # crb neighbours kept per member and task (features rows)
 
 
 # --- the log's pairs ----------------------------------------------------------------------------
@@ -220,6 +225,10 @@ class _Member:
         self.scale = np.where(scale > 1e-9, scale, 1.0)
         self.counts = {t: int((self.task == t).sum()) for t in set(tasks)}
         self._grids: dict = {}
+        self._near: dict = {}  # crb: task -> features row -> neighbours (neighbours_many)
+        self._own: dict = {}
+        self._rows = None
+        self._gbm_draws: dict = {}  # gbm: (task, features row) -> gbm_draws
         if family == "gbm":
             self._fit_gbm(rng)
 
@@ -261,6 +270,26 @@ class _Member:
         at = tuple(_nearest_index(a, v) for a, v in zip(axes, z))
         return probs[at], q[at]
 
+    def gbm_draws(self, task: str, z: tuple) -> tuple:
+        """What a gbm draw at features ``z`` reads, kept per features row: the fit whose
+        residuals it draws, the outcome probabilities as ``Generator.choice``'s cumulative
+        ones (None: none positive), the residuals and the quantiles, as Python floats."""
+        key = (task, z)
+        got = self._gbm_draws.get(key)
+        if got is None:
+            probs, q = self.gbm_predict(task, np.array(z))
+            probs = np.clip(probs, 0, None)
+            probs = probs / probs.sum() if probs.sum() > 0 else None
+            fit = self.gbm.get(task) or self.gbm[None]
+            res = fit.__dict__.get("_residuals")
+            if res is None:
+                res = fit._residuals = fit.residuals.tolist()
+            if len(self._gbm_draws) >= _NEAR_KEPT:
+                self._gbm_draws.clear()
+            got = self._gbm_draws[key] = (fit, _choice_cdf(probs) if probs is not None
+                                          else None, res, tuple(q.tolist()))
+        return got
+
     # -- crb -------------------------------------------------------------------------------
     def neighbours(self, task: str, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The ``K_NEAREST`` resampled rows nearest features ``z``: among the task's own rows,
@@ -269,10 +298,54 @@ class _Member:
         own = np.flatnonzero(self.task == task) if self.weight(task) > 0 else np.zeros(0, int)
         return _k_smallest(d, np.arange(len(d))), _k_smallest(d[own], own)
 
+    def neighbours_many(self, task: str, zs: list[tuple]) -> list[tuple[list, list]]:
+        """``neighbours`` of every features row in ``zs``, as lists, from one distance
+        computation (the same floats and the same order of rows as one call per row: an
+        elementwise computation, and argpartition row by row). Kept per features row: a
+        search expands a node again with the features it had."""
+        seen = self._near.get(task)
+        if seen is None:
+            seen = self._near[task] = {}
+        new = list(dict.fromkeys(z for z in zs if z not in seen))
+        if new:
+            if len(seen) + len(new) > _NEAR_KEPT:
+                seen.clear()
+            d = (((self.feats[None, :, :] - np.array(new)[:, None, :]) / self.scale) ** 2
+                 * _WEIGHTS).sum(axis=2)
+            own = self._own_rows(task)
+            every = _k_smallest_rows(d, np.arange(d.shape[1]))
+            mine = _k_smallest_rows(d[:, own], own)
+            for z, a, b in zip(new, every, mine):
+                seen[z] = (a, b)
+        return [seen[z] for z in zs]
+
+    def _own_rows(self, task: str) -> np.ndarray:
+        got = self._own.get(task)
+        if got is None:
+            got = self._own[task] = np.flatnonzero(self.task == task) \
+                if self.weight(task) > 0 else np.zeros(0, int)
+        return got
+
+    def rows(self) -> list[tuple[int, str, float, int]]:
+        """Per resampled row, what a crb draw copies: (its part, outcome, step, child)."""
+        if self._rows is None:
+            self._rows = [(int(k), p.outcome[j], float(p.step[j]), int(p.child[j]))
+                          for k, j in zip(self.part.tolist(), self.index.tolist())
+                          for p in (self.parts[k],)]
+        return self._rows
+
 
 def _k_smallest(d: np.ndarray, rows: np.ndarray) -> np.ndarray:
     k = min(K_NEAREST, len(rows))
     return rows[np.argpartition(d, k - 1)[:k]] if 0 < k < len(rows) else rows
+
+
+def _k_smallest_rows(d: np.ndarray, rows: np.ndarray) -> list[list[int]]:
+    """``_k_smallest`` of every row of ``d`` (m, len(rows)), as lists."""
+    k = min(K_NEAREST, len(rows))
+    if 0 < k < len(rows):
+        return rows[np.argpartition(d, k - 1, axis=1)[:, :k]].tolist()
+    return [rows.tolist()] * len(d)
 
 
 def _grid_axes(feats: np.ndarray) -> list[np.ndarray]:
@@ -398,9 +471,169 @@ def world_model(traces: list[SearchTrace], family: str = DEFAULT_FAMILY) -> Worl
 
 # --- the child source ---------------------------------------------------------------------------
 
+class _Draws:
+    """The draws of a PCG64 ``numpy.random.Generator`` that an invented child takes
+    (``random()``, ``integers(k)``), the same numbers from the same stream, without numpy's
+    per-call overhead (``integers`` costs some 4 microseconds a call, of which the bits take
+    half of one): ``random`` is the top 53 bits of one 64-bit output, ``integers(k)`` Lemire's
+    bounded method on 32-bit halves of outputs, the other half kept for the next one, as
+    numpy draws them (``numpy/random/src/distributions``). Taken from the generator's state
+    as it stands; the generator itself must not draw until these are done. ``_DRAWS_OK``
+    says whether this numpy draws so (checked once, on a stream of its own); where it does
+    not, the generator's own methods serve."""
+
+    __slots__ = ("raw", "has", "half")
+
+    def __init__(self, rng: np.random.Generator, fresh: bool = False):
+        bg = rng.bit_generator
+        self.raw = bg.random_raw
+        if fresh:  # just keyed (transient_stream): no half output kept
+            self.has = self.half = 0
+        else:
+            state = bg.state
+            self.has, self.half = state["has_uint32"], state["uinteger"]
+
+    def random(self) -> float:
+        return (self.raw() >> 11) * _TWO_M53
+
+    def _u32(self) -> int:
+        if self.has:
+            self.has = 0
+            return self.half
+        x = self.raw()
+        self.has, self.half = 1, x >> 32
+        return x & 0xFFFFFFFF
+
+    def integers(self, k: int) -> int:
+        if not 0 < k <= 0xFFFFFFFF:
+            raise ValueError(f"integers: {k} out of range")
+        if k == 1:
+            return 0  # numpy draws nothing for a range of one
+        m = self._u32() * k
+        left = m & 0xFFFFFFFF
+        if left < k:
+            threshold = (0xFFFFFFFF - (k - 1)) % k
+            while left < threshold:
+                m = self._u32() * k
+                left = m & 0xFFFFFFFF
+        return m >> 32
+
+
+_TWO_M53 = 1.0 / 9007199254740992.0
+
+
+def _draws_agree() -> bool:
+    """Whether ``_Draws`` gives this numpy's PCG64 draws (a mixed sequence, a permutation
+    first as crb lineages draw one)."""
+    try:
+        a, b = np.random.default_rng(12345), np.random.default_rng(12345)
+        if a.permutation(7).tolist() != b.permutation(7).tolist():
+            return False
+        d = _Draws(b)
+        for k in (2, 1, 16, 3, 1000, 7, 5, 2**31 + 11, 1, 6, 16, 2**32 - 1, 9):
+            if float(a.random()) != d.random() or int(a.integers(k)) != d.integers(k):
+                return False
+        return all(int(a.integers(k)) == d.integers(k) for k in range(1, 300))
+    except Exception:  # noqa: BLE001 - any surprise: use the generator itself
+        return False
+
+
+_DRAWS_OK = isinstance(np.random.default_rng(0).bit_generator, np.random.PCG64) and \
+    _draws_agree()
+
+
+def _draws(rng: np.random.Generator, fresh: bool = False):
+    """``rng``'s draws for invented children: ``_Draws`` where they agree with numpy
+    (``fresh``: ``rng`` is just keyed and has drawn nothing yet)."""
+    return _Draws(rng, fresh) if _DRAWS_OK and isinstance(rng.bit_generator, np.random.PCG64) \
+        else rng
+
+
+class _Templates:
+    """What ``ModelChildren`` reads of one trace for every invented child, worked out once per
+    trace and model (kept on its ``_Pairs``), as Python lists: forecast templates (logged
+    successes with a forecast) sorted by their truth in the frame, and the logged children of
+    each outcome."""
+
+    def __init__(self, t: SearchTrace, p: _Pairs):
+        ok = [i for i in range(len(t)) if t.outcome[i] == "success"]
+        self.by_outcome: dict[str, list[int]] = {}
+        for i in range(len(t)):
+            o = t.outcome[i] if t.outcome[i] is not None else _GEN_FAILED
+            self.by_outcome.setdefault(o, []).append(i)
+        self.where = {int(c): j for j, c in enumerate(p.child)}
+        where = self.where
+        fc = [i for i in ok if i in where and bool(t.has_forecast[i])
+              and np.isfinite(p.target[where[i]])]
+        target = np.array([p.target[where[i]] for i in fc])
+        order = np.argsort(target, kind="stable")
+        self.rows = np.array(fc, dtype=int)[order].tolist()
+        self.target = target[order].tolist()  # sorted
+        self.parse_failed = [bool(t.parse_failed[f]) for f in self.rows]
+        self.parent_target = p.parent_target.tolist()
+        self.probs = t.probs
+        self._cdf: dict[int, list | None] = {}
+
+    def cdf(self, row: int) -> list | None:
+        """``probs_cdf`` of logged candidate ``row``'s forecast, worked out once."""
+        try:
+            return self._cdf[row]
+        except KeyError:
+            got = self._cdf[row] = probs_cdf(self.probs[row])
+            return got
+
+
+def _templates(t: SearchTrace, p: _Pairs) -> _Templates:
+    got = p.__dict__.get("_templates")
+    if got is None:
+        got = p.__dict__["_templates"] = _Templates(t, p)
+    return got
+
+
+class _Shifts:
+    """The forecasts a step's invented children take moved (``shift_probs`` of a logged
+    candidate's forecast), collected while the step's children are drawn and moved together
+    at its end; a repeat of a child whose forecast is still to move takes the moved one."""
+
+    def __init__(self, fc: _Templates, edges: np.ndarray | None):
+        self.fc, self.edges = fc, edges
+        self.moves: list[tuple[Child, int, float]] = []  # (child, logged row, log2 move)
+        self.repeats: list[tuple[Child, Child]] = []
+
+    def apply(self) -> None:
+        moves, fc = self.moves, self.fc
+        if len(moves) >= _ROWS_AT_ONCE:
+            rows = [r for _, r, _ in moves]
+            moved = shift_probs_rows(fc.probs[rows], np.array([d for _, _, d in moves]),
+                                     self.edges)
+            for (child, r, _), row in zip(moves, moved):
+                child.probs = row if fc.cdf(r) is not None else fc.probs[r]
+        elif moves:
+            grid = bin_grid(self.edges)
+            for child, r, delta in moves:
+                cdf = fc.cdf(r)
+                child.probs = fc.probs[r] if cdf is None else np.array(
+                    shifted_cdf(cdf, delta, grid))
+        for child, again in self.repeats:
+            child.probs = again.probs
+        moves.clear()
+        self.repeats.clear()
+
+
+# Moved forecasts per step from which one array call (shift_probs_rows) beats a Python loop
+# over cached cumulative sums (shifted_cdf): some 25 numpy calls against 8 floats a row.
+_ROWS_AT_ONCE = 64
+
+
 class ModelChildren(ChildSource):
     """A logged search's children: exact ones first, then ones invented by a ``WorldModel``
-    (module doc). ``seed`` of ``draw`` picks the ensemble member."""
+    (module doc). ``seed`` of ``draw`` picks the ensemble member.
+
+    ``draw_step`` draws a whole step's expansions at once, with the same children as one
+    ``draw`` per expansion in order (``draw`` is ``draw_step`` of one): every expansion still
+    draws from its own keyed stream, in the same order, and what is shared across the step is
+    only what draws no random number (the crb neighbours of every parent in one distance
+    computation, every invented forecast moved in one array call)."""
 
     def __init__(self, trace: SearchTrace, model: WorldModel | None = None):
         self.t = trace
@@ -412,23 +645,10 @@ class ModelChildren(ChildSource):
         self._speedup: dict[str, float] = {"seed": trace.seed_speedup}
         self._distinct: dict[str, dict] = {}  # per node: its distinct kernels drawn so far
         self._best = trace.seed_speedup
-        pool = pool_of(trace)
-        ok = [i for i in range(len(trace)) if trace.outcome[i] == "success"]
-        self._by_outcome: dict[str, list[int]] = {}
-        for i in range(len(trace)):
-            o = trace.outcome[i] if trace.outcome[i] is not None else _GEN_FAILED
-            self._by_outcome.setdefault(o, []).append(i)
-        # Forecast templates: logged successes with a forecast, by their truth in the frame.
-        p = self.part
-        where = {int(c): j for j, c in enumerate(p.child)}
-        fc = [i for i in ok if i in where and bool(trace.has_forecast[i])
-              and np.isfinite(p.target[where[i]])]
-        target = np.array([p.target[where[i]] for i in fc])
-        order = np.argsort(target, kind="stable")
-        self._fc_rows = np.array(fc, dtype=int)[order]
-        self._fc_target = target[order]  # sorted
-        self._where = where
-        self._pool = pool
+        self._pool = pool_of(trace)
+        self._fc = _templates(trace, self.part)
+        self._by_outcome = self._fc.by_outcome
+        self._where = self._fc.where
         edges = np.asarray(trace.bin_edges, dtype=float)
         self._edges = np.log2(edges) if len(edges) == 7 and np.all(edges > 0) else None
 
@@ -438,13 +658,30 @@ class ModelChildren(ChildSource):
     def template_cache(self) -> dict:
         return self._pool.derived  # protos by plan key (Child.plan_key): (template, outcome)
 
-    def _features(self, node_id: str, s: float) -> np.ndarray:
+    def _features(self, node_id: str, s: float, best: float | None = None,
+                  speedup: dict | None = None) -> tuple[float, float, float, float]:
+        """The parent's features (module doc), with the search's best and known speedups as
+        they stand now (or as given: ``draw_step`` works out a step's ahead)."""
+        best = self._best if best is None else best
+        speedup = self._speedup if speedup is None else speedup
         parent = node_id.rsplit("/", 1)[0] if "/" in node_id else None
-        own = math.log2(s / self._speedup[parent]) if parent in self._speedup else 0.0
-        return np.array([math.log2(s / self.t.seed_speedup), math.log2(s / self._best),
-                         float(node_id.count("/")), own])
+        own = math.log2(s / speedup[parent]) if parent in speedup else 0.0
+        return (math.log2(s / self.t.seed_speedup), math.log2(s / best),
+                float(node_id.count("/")), own)
 
     def draw(self, node_id, node_speedup, expansion, n, seed):
+        return self.draw_step([(node_id, node_speedup, expansion, n)], seed)[0]
+
+    def draw_step(self, requests, seed) -> list[list[Child]]:
+        requests = list(requests)
+        shifts = _Shifts(self._fc, self._edges)
+        near = _StepNeighbours(self, requests)
+        outs = [self._expand(i, *r, seed, near, shifts) for i, r in enumerate(requests)]
+        shifts.apply()
+        return outs
+
+    def _expand(self, i, node_id, node_speedup, expansion, n, seed, near, shifts):
+        """Expansion ``expansion`` of ``node_id`` (request ``i`` of its step)."""
         pool = self._pool
         self._best = max(self._best, node_speedup)
         self._speedup.setdefault(node_id, node_speedup)
@@ -466,42 +703,48 @@ class ModelChildren(ChildSource):
         rng = transient_stream(seed, self.t.task_id, node_id, expansion, "model")
         z = self._features(node_id, node_speedup)
         size = member.neighbourhood.get(task, math.inf)
-        lineage = self._lineage(node_id, n - len(out), rng) if member.family == "crb" else []
-        probs = q = fit = near = None
+        crb = member.family == "crb"
+        lineage = self._lineage(node_id, n - len(out), rng) if crb else []
+        # The stream's next draws, cheaper; rng itself draws no more.
+        rng = _draws(rng, fresh=not lineage and self._template.get(node_id) is None)
+        weight = member.weight(task)
+        rows_of = member.rows() if crb else None
+        base = _frame_base(self.t, node_speedup)
+        prefix = f"{node_id}/{expansion}."
+        cdf = q = fit = got = None
         while len(out) < n:
-            cid = f"{node_id}/{expansion}.{len(out)}"
+            cid = prefix + str(len(out))
             if distinct and rng.random() < min(len(distinct) / size, 1.0):
                 again = list(distinct.values())[int(rng.integers(len(distinct)))]
                 child = self._repeat(again, cid)
+                if again.probs is None:  # its forecast moves at the step's end
+                    shifts.repeats.append((child, again))
             elif lineage:
                 c, parent_speedup = lineage.pop(0)
-                child = self._copy(c, cid, node_speedup, parent_speedup, rng)
+                child = self._copy(c, cid, node_speedup, base, parent_speedup, rng, shifts)
                 self._template[cid] = c
-            elif member.family == "crb":
-                if near is None:
-                    near = member.neighbours(task, z)
-                rows = near[1] if len(near[1]) and rng.random() < member.weight(task) else near[0]
-                row = int(rows[int(rng.integers(len(rows)))])
-                part = member.parts[member.part[row]]
-                j = member.index[row]
-                outcome, step = part.outcome[j], part.step[j]
-                c = int(part.child[j]) if part.trace is self.t else None
-                child = self._invent(cid, node_speedup, outcome, step, c, rng)
+            elif crb:
+                if got is None:
+                    got = near.of(i, z, member)
+                rows = got[1] if got[1] and rng.random() < weight else got[0]
+                k, outcome, step, c = rows_of[rows[int(rng.integers(len(rows)))]]
+                if member.parts[k].trace is not self.t:
+                    c = None
+                child = self._invent(cid, node_speedup, base, outcome, step, c, rng, shifts)
                 if c is not None:
                     self._template[cid] = c
             else:
-                if probs is None:
-                    probs, q = member.gbm_predict(task, z)
-                    probs = np.clip(probs, 0, None)
-                    probs = probs / probs.sum() if probs.sum() > 0 else None
-                    fit = member.gbm.get(task) or member.gbm[None]
-                k = int(rng.choice(len(member.classes), p=probs)) if probs is not None else 0
+                if fit is None:
+                    fit, cdf, residuals, (q0, q1, q2) = member.gbm_draws(task, z)
+                # rng.choice(len(classes), p=probs), as numpy draws it: one uniform, the
+                # first class whose cumulative probability passes it
+                k = bisect_right(cdf, rng.random()) if cdf is not None else 0
                 outcome = member.classes[k]
                 step = math.nan
                 if outcome == "success":
-                    r = float(fit.residuals[int(rng.integers(len(fit.residuals)))])
-                    step = float(q[1] + r * max((q[2] - q[0]) / _Z90, 0.05))
-                child = self._invent(cid, node_speedup, outcome, step, None, rng)
+                    r = residuals[rng.integers(len(residuals))]
+                    step = q1 + r * max((q2 - q0) / _Z90, 0.05)
+                child = self._invent(cid, node_speedup, base, outcome, step, None, rng, shifts)
             out.append(child)
             if not child.gen_failed:
                 distinct.setdefault(child.code or child.candidate_id, child)
@@ -529,55 +772,114 @@ class ModelChildren(ChildSource):
 
     def _repeat(self, again: Child, cid: str) -> Child:
         """The same kernel once more: a repeat of an earlier sibling."""
-        return Child(cid, "model", again.template, again.code or again.candidate_id, again.gen_s, again.gen_in,
-                     again.gen_out, again.gen_imputed, again.gen_failed, again.has_forecast,
-                     again.probs, again.parse_failed, again.fc_s, again.fc_in, again.fc_out,
-                     again.fc_imputed, again.outcome, again.speedup, again.stage_s, again.price,
-                     again.plan_key)
+        return Child(cid, "model", again.template, again.code or again.candidate_id, again.gen_s,
+                     again.gen_in, again.gen_out, again.gen_imputed, again.gen_failed,
+                     again.has_forecast, again.probs, again.parse_failed, again.fc_s,
+                     again.fc_in, again.fc_out, again.fc_imputed, again.outcome, again.speedup,
+                     again.stage_s, again.price, again.plan_key)
 
-    def _copy(self, c: int, cid: str, node_speedup: float, parent_speedup: float, rng) -> Child:
+    def _copy(self, c: int, cid: str, node_speedup: float, base: float,
+              parent_speedup: float, rng, shifts: _Shifts) -> Child:
         """crb lineage: logged child c of a logged parent, its step carried onto this node."""
         s = self._pool.speedup[c]
         step = math.log2(s / parent_speedup) if s == s and s > 0 else math.nan
         outcome = self.t.outcome[c] if self.t.outcome[c] is not None else _GEN_FAILED
-        return self._invent(cid, node_speedup, outcome, step, c, rng)
+        return self._invent(cid, node_speedup, base, outcome, step, c, rng, shifts)
 
-    def _invent(self, cid: str, node_speedup: float, outcome: str, step: float, c, rng) -> Child:
+    def _invent(self, cid: str, node_speedup: float, base: float, outcome: str, step: float,
+                c, rng, shifts: _Shifts) -> Child:
         """A new child: ``outcome`` and ``step``; times, tokens and prices from logged child
         ``c`` (or one with the same outcome), its forecast from a logged child whose truth is
-        near the drawn one, moved onto it."""
-        t, pool = self.t, self._pool
+        near the drawn one, moved onto it (in ``shifts``, at the step's end); ``base`` is the
+        forecast frame's speedup at this parent."""
+        t, pool, fc = self.t, self._pool, self._fc
         if c is None:
             same = self._by_outcome.get(outcome) or self._by_outcome.get("success") or [0]
             c = int(same[int(rng.integers(len(same)))])
-        head = list(pool.head[c])
+        head = pool.head[c]
         speedup = node_speedup * 2.0 ** step if outcome == "success" else math.nan
         if outcome == "success" and not math.isfinite(speedup):
             speedup = math.nan
-        speedup = held_to_log(speedup, self._pool.frontier)  # no gain the log cannot support
-        head[12] = None if outcome == _GEN_FAILED else outcome
+        if speedup > pool.frontier:
+            speedup = held_to_log(speedup, pool.frontier)  # no gain the log cannot support
+        probs, parse_failed, move, row = head[6], head[7], 0.0, c
         if head[5]:  # it has a forecast: move a logged one onto this child's truth
-            base = _frame_base(t, node_speedup)
-            if outcome == "success" and len(self._fc_rows):
+            if outcome == "success" and fc.rows:
                 truth = math.log2(speedup / base)
-                m = len(self._fc_target)  # the K_NEAREST nearest: a window of the sorted truths
+                m = len(fc.target)  # the K_NEAREST nearest: a window of the sorted truths
                 k = min(K_NEAREST, m)
-                lo = min(max(int(np.searchsorted(self._fc_target, truth)) - k // 2, 0), m - k)
+                at = bisect_left(fc.target, truth) if truth == truth else m  # searchsorted
+                lo = min(max(at - k // 2, 0), m - k)
                 j = lo + int(rng.integers(k))
-                f = int(self._fc_rows[j])
-                head[6] = shift_probs(np.asarray(t.probs[f], dtype=float),
-                                      truth - float(self._fc_target[j]), self._edges)
-                head[7] = bool(t.parse_failed[f])
+                row = fc.rows[j]
+                probs = t.probs[row]
+                move = truth - fc.target[j]
+                parse_failed = fc.parse_failed[j]
             else:  # a failure: its forecast about where its parent stood, moved with it
                 j = self._where.get(c)
                 if j is not None:
-                    move = math.log2(node_speedup / base) - float(self.part.parent_target[j])
-                    head[6] = shift_probs(np.asarray(head[6], dtype=float), move, self._edges)
+                    move = math.log2(node_speedup / base) - fc.parent_target[j]
         gen_failed = outcome == _GEN_FAILED
-        head[4] = gen_failed
         # Its own code identity, so that a later repeat of it is the same kernel to the archive.
-        return Child(cid, "model", t.candidate_ids[c], cid, *head, speedup,
-                     pool.stage_s[c], pool.price[c], ("model", c, outcome))
+        child = Child(cid, "model", t.candidate_ids[c], cid, head[0], head[1], head[2],
+                      head[3], gen_failed, head[5], probs, parse_failed, head[8], head[9],
+                      head[10], head[11], None if gen_failed else outcome, speedup,
+                      pool.stage_s[c], pool.price[c], ("model", c, outcome))
+        if move != 0 and math.isfinite(move):  # shift_probs leaves the others alone
+            shifts.moves.append((child, row, move))
+            child.probs = None
+        return child
+
+
+def _choice_cdf(p: np.ndarray) -> list[float]:
+    """``Generator.choice``'s cumulative probabilities for ``p`` (its cumsum over its last)."""
+    cdf = p.cumsum()
+    cdf /= cdf[-1]
+    return cdf.tolist()
+
+
+class _Overlay:
+    """Known speedups with a step's later parents' added, without copying the search's."""
+
+    def __init__(self, known: dict, added: dict):
+        self.known, self.added = known, added
+
+    def __contains__(self, key) -> bool:
+        return key in self.known or key in self.added
+
+    def __getitem__(self, key):
+        return self.known[key] if key in self.known else self.added[key]
+
+
+class _StepNeighbours:
+    """crb: the neighbours of every parent of a step, from one distance computation over the
+    parents that draw (on first need, for that parent and the ones after it); a parent whose
+    features have moved since (they cannot, within a step) is worked out alone."""
+
+    def __init__(self, source: ModelChildren, requests):
+        self.source, self.requests = source, requests
+        self.got: dict[int, tuple] = {}
+
+    def of(self, i: int, z: tuple, member) -> tuple[list, list]:
+        got = self.got.get(i)
+        if got is not None and got[0] == z:
+            return got[1]
+        src = self.source
+        task = src.t.task_id
+        # The features of this parent and the later ones, with the best and the known
+        # speedups as their draws will find them.
+        best, known, added, zs = src._best, src._speedup, {}, {}
+        for k, (node_id, s, _, _) in enumerate(self.requests[i:], i):
+            if k > i:
+                best = max(best, s)
+                if node_id not in known:
+                    added.setdefault(node_id, s)
+                zs[k] = src._features(node_id, s, best, _Overlay(known, added))
+            else:
+                zs[k] = z
+        found = member.neighbours_many(task, list(zs.values()))
+        self.got.update({k: (zk, nk) for (k, zk), nk in zip(zs.items(), found)})
+        return self.got[i][1]
 
 
 # --- choosing a child source --------------------------------------------------------------------
