@@ -415,7 +415,7 @@ class _FastPuct:
                 batches.append(rows)
             return batches
         protos = self.protos
-        drawn = _draw_step(self.source, requests, self.seed)
+        drawn = self.source.draw_step(requests, self.seed)
         for b, (parent, children) in enumerate(zip(parents, drawn)):
             rows = []
             for child in children:
@@ -654,15 +654,6 @@ def run_lockstep(runs: list[_FastPuct]) -> list[SearchResult]:
         for run in active:
             run.finish_step()
     return [run.result() for run in runs]
-
-
-def _draw_step(source: ChildSource, requests: list, seed: int) -> list[list[Child]]:
-    """One call for a step's children of every parent (``ChildSource.draw_step`` where the
-    source batches them)."""
-    batched = getattr(source, "draw_step", None)
-    if batched is not None:
-        return batched(requests, seed)
-    return [source.draw(*r, seed) for r in requests]
 
 
 def fast_search(source: ChildSource, config: SearchConfig, policy: Policy,
