@@ -47,7 +47,7 @@ def stream(seed: int, *key) -> np.random.Generator:
     of children per world seed."""
     seed = int(seed)
     words = key_words(*key)
-    if seed < 0 or not words:  # numpy's own (and its error for a negative seed)
+    if seed < 0 or not words or not _hand_seeding_agrees():  # numpy's own
         ss = np.random.SeedSequence(entropy=seed, spawn_key=words)
         return np.random.Generator(np.random.PCG64(ss))
     return np.random.Generator(np.random.PCG64(_State(_seed_state(seed, words))))
@@ -180,6 +180,16 @@ def _seed_state(seed: int, words: tuple) -> np.ndarray:
                      (o6 ^ (o6 >> 16)) | (o7 ^ (o7 >> 16)) << 32], dtype=np.uint64)
 
 
+@functools.cache
+def _hand_seeding_agrees() -> bool:
+    """Whether ``_seed_state`` gives this numpy's SeedSequence state on a few keys (checked
+    once per process): numpy promises a stable SeedSequence, and should one ever change,
+    streams come from numpy's own again rather than from a copy of the old algorithm."""
+    keys = ((0, (1,)), (12345, (7, 2**40 + 3)), (2**70 + 5, (0, 2**63, 9)))
+    return all(np.array_equal(_seed_state(seed, words), np.random.SeedSequence(
+        entropy=seed, spawn_key=words).generate_state(4, np.uint64)) for seed, words in keys)
+
+
 class _State(ISeedSequence):
     """A seed sequence that hands PCG64 a state computed beforehand (``_seed_state``)."""
 
@@ -208,7 +218,8 @@ def transient_stream(seed: int, *key) -> np.random.Generator:
     k = (int(seed), words)
     got = _STATES.get(k)
     if got is None:
-        bg = np.random.PCG64(_State(_seed_state(int(seed), words)) if int(seed) >= 0 and words
+        fast = int(seed) >= 0 and words and _hand_seeding_agrees()
+        bg = np.random.PCG64(_State(_seed_state(int(seed), words)) if fast
                              else np.random.SeedSequence(entropy=int(seed), spawn_key=words))
         st = bg.state["state"]
         got = (st["state"], st["inc"])
