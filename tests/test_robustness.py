@@ -119,7 +119,7 @@ def _run(args):
 
     from gfsim.cli.main import app
 
-    return CliRunner().invoke(app, args)
+    return CliRunner().invoke(app, args, env={"COLUMNS": "200"})  # no wrap inside a long tmp path
 
 
 def test_a_search_of_two_tasks_is_refused_by_validate_naming_line_and_field(tmp_path):
