@@ -19,7 +19,7 @@ measured in the same run (these machines are noisy; ratios travel better than se
   one reading the world's what-if forecasts (``bench_costmodel.py``'s search);
 - tuning: the 40-trial ``gfsim tune`` command of issue 39 in a fresh process, and
   ``bench_tune.py``'s workload (200 trials x 32 seeds, 2 jobs), every trial's value
-  compared with the values recorded before the fast path (``data/bench_tune_reference.json``);
+  compared with the recorded values (``data/bench_tune_reference.json``);
 - ``--counterfactual``: ``gfsim counterfactual`` on the family, 12 held-out seeds, fallback and
   model children, 2 jobs (about 20 minutes before issue 39: off by default);
 - ``--million``: the peak memory of loading and replaying a 1,000,000-candidate log;
@@ -280,7 +280,7 @@ def tuning(rows: list, results: dict, trials: int, seeds: int, jobs: int) -> Non
                          "max_rel_diff": worst, "same_params": same_params,
                          "reference_seconds": ref["seconds"]}
     rows.append((f"tuning: {trials} trials x {seeds} seeds, {jobs} jobs",
-                 "before the fast path: 515.8 s (measured quiet)", took, "s", 60, "<="))
+                 "the SimPy engine: 515.8 s (measured quiet)", took, "s", 60, "<="))
     rows.append(("tuning: largest relative difference from the values before",
                  f"over {len(pairs)} trials" + ("" if same_params else "; PARAMETERS DIFFER"),
                  worst, "", 1e-12, "<="))
