@@ -125,14 +125,22 @@ def full_key(log_digest: str, key: dict) -> dict:
             "code": code_digest()}
 
 
-def load(log, kind: str, key: dict, classes=(), external: dict | None = None):
-    """The object stored for ``key`` beside ``log``'s tables, or None (no source, no file, a
-    stale or damaged file)."""
+def _where(log, kind: str, key: dict):
+    """(file, full key text) of ``key`` beside ``log``'s tables, or None: no source."""
     source = source_of(log)
     if source is None:
         return None
     digest, folder = source
-    path, text = _file(folder, kind, full_key(digest, key))
+    return _file(folder, kind, full_key(digest, key))
+
+
+def load(log, kind: str, key: dict, classes=(), external: dict | None = None):
+    """The object stored for ``key`` beside ``log``'s tables, or None (no source, no file, a
+    stale or damaged file)."""
+    where = _where(log, kind, key)
+    if where is None:
+        return None
+    path, text = where
     try:
         blob = path.read_bytes()
     except OSError:
@@ -157,11 +165,10 @@ def store(log, kind: str, key: dict, obj, classes=(), external: dict | None = No
     """Keep ``obj`` for ``key`` beside ``log``'s tables; the file's path, or None when it
     cannot be kept (no source, an unwritable folder, a value the encoding does not cover):
     caching is a speed-up, never a reason to fail."""
-    source = source_of(log)
-    if source is None:
+    where = _where(log, kind, key)
+    if where is None:
         return None
-    digest, folder = source
-    path, text = _file(folder, kind, full_key(digest, key))
+    path, text = where
     try:
         payload = pack(obj, classes, external, lazy)
     except (TypeError, ValueError, OverflowError, KeyError, msgspec.EncodeError):
