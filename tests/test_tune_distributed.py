@@ -58,12 +58,15 @@ def _kill_mid_trial(storage, name, tmp_path, heartbeat_args):
     # A policy that reads the seed, so that a trial replays all 400 seeds (a deterministic
     # configuration replays each trial once); the second worker joins the study with the
     # same settings (a study refuses others) and runs two trials, the killed one's retry
-    # among them.
+    # among them. The replay cache is off: with it, a trial whose parameters an earlier test
+    # already replayed (the other storage kind draws the same first trial) ends in under a
+    # second, before it can be killed.
+    quiet = {**os.environ, "GFSIM_LOG_CACHE": "off"}
     same = ["tune", "--log", "synthetic-puct-v1", "--policy", "random", "--param", "p=0.1:0.9",
             "--validate-seeds", "0", "--json", "--storage", storage, "--study", name,
             "--seeds", "400", *heartbeat_args]
     slow = same + ["--trials", "3"]
-    a = gfsim(slow, tmp_path)
+    a = gfsim(slow, tmp_path, env=quiet)
     deadline = time.time() + 120
     running = None
     while time.time() < deadline and running is None:
@@ -82,7 +85,7 @@ def _kill_mid_trial(storage, name, tmp_path, heartbeat_args):
     a.wait(timeout=30)
     time.sleep(4)  # past the grace period (three heartbeats of 1 s)
     quick = same + ["--trials", "2"]
-    b = gfsim(quick, tmp_path)
+    b = gfsim(quick, tmp_path, env=quiet)
     out, err = b.communicate(timeout=600)
     assert b.returncode == 0, err[-2000:]
     return running.number, running.params
