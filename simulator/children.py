@@ -22,11 +22,12 @@ import numpy as np
 from gfsim.cost_models.presets import PresetCostModel
 from gfsim.simulator.trace import SearchTrace
 
+from gfsim.core.libm import log2
 from gfsim.core.rng import transient_stream
 from gfsim.forecasts.bins import speedup_to_bin
 
 __all__ = ["Child", "ChildSource", "LogChildren", "WorldChildren",
-           "LandscapeChildren", "DRAW_SOURCES", "INVENTED", "shift_probs", "shift_probs_rows",
+           "LandscapeChildren", "finish_steps", "DRAW_SOURCES", "INVENTED", "shift_probs", "shift_probs_rows",
            "probs_cdf", "bin_grid", "shifted_cdf", "held_to_log",
            "INVENTED_HEADROOM", "log_frontier"]
 
@@ -94,6 +95,16 @@ class Child:
     plan_key: object = None
 
 
+def finish_steps(pending: list) -> None:
+    """Finish the children of several searches' ``draw_step_open`` (their work left, not
+    None), together: each kind of work (its class) finishes all of its at once."""
+    kinds: dict = {}
+    for work in pending:
+        kinds.setdefault(type(work), []).append(work)
+    for kind, works in kinds.items():
+        kind.finish_all(works)
+
+
 class ChildSource(ABC):
     """Draws the children of one expansion of an archive node; keyed, so the same (seed,
     node, expansion) always gives the same children."""
@@ -114,6 +125,14 @@ class ChildSource(ABC):
         gives (which is what this does; a source that can share work across a step's parents,
         as ``world_model.ModelChildren`` does, draws them together)."""
         return [self.draw(*r, seed) for r in requests]
+
+    def draw_step_open(self, requests, seed: int):
+        """``draw_step`` for a step drawn together with other searches' (the lockstepped fast
+        path): (the children, work left to finish them, or None). A source whose children's
+        last touches batch well across searches (``world_model.ModelChildren`` moves their
+        forecasts) leaves that work to ``finish_steps`` of every search's at once; until then
+        the children must not be read. This one finishes its own."""
+        return self.draw_step(requests, seed), None
 
     def template_cache(self) -> dict | None:
         """A dict that lives as long as the data children are copied from, for engines to keep
@@ -268,7 +287,7 @@ class LogChildren(ChildSource):
                      speedup, pool.stage_s[c], pool.price[c])
 
 
-_EDGES_LOG2 = np.log2(np.asarray((0.25, 0.5, 0.71, 1.0, 1.41, 2.0, 4.0)))
+_EDGES_LOG2 = log2((0.25, 0.5, 0.71, 1.0, 1.41, 2.0, 4.0))  # the C library's: gfsim.core.libm
 _EXTENDED = np.concatenate([[_EDGES_LOG2[0] - 1.0], _EDGES_LOG2, [_EDGES_LOG2[-1] + 1.0]])
 
 

@@ -40,7 +40,7 @@ from gfsim.cost_models.presets import Capacities, PresetCostModel
 from gfsim.cost_models.usage import STAGES, Cost
 from gfsim.policies.base import Batch, Decisions, Policy, SearchState
 from gfsim.simulator.budget import Budget
-from gfsim.simulator.children import Child, ChildSource, LogChildren, pool_of
+from gfsim.simulator.children import Child, ChildSource, LogChildren, finish_steps, pool_of
 from gfsim.simulator.engine import segments
 from gfsim.simulator.noise import MeasureNoise, confirm_best
 from gfsim.simulator.pipeline import COST_STAGE, DEFAULT_PIPELINE, Pipeline
@@ -389,9 +389,10 @@ class _FastPuct:
                 self._measured(i)
 
     # -- the search ------------------------------------------------------------------------------
-    def _draw(self, parents: list[ArchiveNode], n: int) -> list[list[int]]:
-        """Draw the step's children of every parent (one ``draw_step`` call) and add them;
-        returns their indices per parent."""
+    def _draw(self, parents: list[ArchiveNode], n: int):
+        """Draw the step's children of every parent (one ``draw_step_open`` call); returns
+        their indices per parent, added (a logged source's), or the children drawn for
+        ``_take`` once the source's work left (returned too, or None) is finished."""
         requests = []
         for p in parents:
             e = self.expanded.get(p.node_id, 0)
@@ -413,9 +414,13 @@ class _FastPuct:
                                           else pool.identity[c], source,
                                           src.t.candidate_ids[c], parent, b))
                 batches.append(rows)
-            return batches
+            return batches, None
+        return self.source.draw_step_open(requests, self.seed)
+
+    def _take(self, parents: list[ArchiveNode], drawn) -> list[list[int]]:
+        """Add the step's children drawn (``_draw``) per parent; returns their indices."""
         protos = self.protos
-        drawn = self.source.draw_step(requests, self.seed)
+        batches = []
         for b, (parent, children) in enumerate(zip(parents, drawn)):
             rows = []
             for child in children:
@@ -487,16 +492,24 @@ class _FastPuct:
             self.stopped_by = "steps"
         return not self._exhausted()
 
-    def draw_step(self, parents: list[ArchiveNode]) -> None:
-        """The step's parents (chosen by the archive bank) and their children."""
+    def draw_step(self, parents: list[ArchiveNode]):
+        """The step's parents (chosen by the archive bank) and their children; returns the
+        source's work left on them (None: none), which ``finish_steps`` must do before
+        ``take_step``."""
         self.parents = parents
         self.step_state = SearchState(
             search_id=self.search_id, task_id=self.task_id, step=self.steps_done,
             best_speedup=self.best, gpu_evals=self.evals, seed=self.seed,
             budget_left=self._budget_left(), measure_usd=self._measure_usd())
-        lo = len(self.cid)
-        self.batches = self._draw(parents, self.config.children_per_parent)
-        self._extend(lo)
+        self._lo = len(self.cid)
+        self._drawn, work = self._draw(parents, self.config.children_per_parent)
+        return work
+
+    def take_step(self) -> None:
+        """The step's children, finished, added to the search."""
+        drawn, self._drawn = self._drawn, None
+        self.batches = drawn if self.logged else self._take(self.parents, drawn)
+        self._extend(self._lo)
 
     def run_step(self) -> None:
         """The step's events (``predecided`` first); ``results`` what it measured, for the
@@ -645,8 +658,10 @@ def run_lockstep(runs: list[_FastPuct]) -> list[SearchResult]:
         active = [run for run in active if run.begin_step()]
         chosen = bank.select([run.row for run in active],
                              [run.config.parents_per_step for run in active])
-        for run, parents in zip(active, chosen):
-            run.draw_step(parents)
+        work = [run.draw_step(parents) for run, parents in zip(active, chosen)]
+        finish_steps([w for w in work if w is not None])  # e.g. forecasts moved in one call
+        for run in active:
+            run.take_step()
         _decide_together(active)
         for run in active:
             run.run_step()

@@ -71,6 +71,7 @@ from gfsim.simulator.children import (
 from gfsim.simulator.trace import SearchTrace
 
 from gfsim.core.errors import GfsimError
+from gfsim.core.libm import log2
 from gfsim.core.rng import stream, transient_stream
 
 __all__ = ["ModelChildren", "OwnChildren", "WorldModel", "world_model", "child_sources",
@@ -145,17 +146,17 @@ def _pairs_of(t: SearchTrace) -> _Pairs:
     known = np.array([o is not None or bool(g) for o, g in zip(t.outcome, t.gen_failed)],
                      dtype=bool)
     keep = np.flatnonzero(np.isfinite(ps) & (ps > 0) & known)
-    feats = np.column_stack([np.log2(ps[keep] / t.seed_speedup), np.log2(ps[keep] / best[keep]),
+    feats = np.column_stack([log2(ps[keep] / t.seed_speedup), log2(ps[keep] / best[keep]),
                              depth[keep] - 1.0, own[keep]]) if len(keep) else np.zeros((0, 4))
     outcome = np.array([o if o is not None else _GEN_FAILED for o in t.outcome],
                        dtype=object)[keep]
     ok = (outcome == "success") & np.isfinite(speed[keep]) & (speed[keep] > 0)
     step = np.full(len(keep), np.nan)
-    step[ok] = np.log2(speed[keep][ok] / ps[keep][ok])
+    step[ok] = log2(speed[keep][ok] / ps[keep][ok])
     base = np.array([_frame_base(t, ps[i]) for i in keep])
     target = np.full(len(keep), np.nan)
-    target[ok] = np.log2(speed[keep][ok] / base[ok])
-    parent_target = np.log2(ps[keep] / base)
+    target[ok] = log2(speed[keep][ok] / base[ok])
+    parent_target = log2(ps[keep] / base)
     group_of = {}
     group = np.array([group_of.setdefault((int(parent[i]), int(t.step[i])), len(group_of))
                       for i in keep], dtype=int)
@@ -182,10 +183,22 @@ def fit_neighbourhood(repeats: list) -> float:
     if not r.any():
         return math.inf
     lo = max(float(d.max()), 1.0)
-    grid = lo * np.geomspace(1.0, 1e4, 400)
-    q = np.minimum(d[None, :] / grid[:, None], 1.0 - 1e-12)
-    ll = np.where(r[None, :], np.log(np.maximum(q, 1e-300)), np.log1p(-q)).sum(axis=1)
-    return float(grid[int(np.argmax(ll))])
+    # The log-likelihood over a grid of N from the counts of each (d, repeated?) pair, in the
+    # C library's logarithms (gfsim.core.libm: numpy's differ by CPU, and this is an argmax).
+    counts: dict = {}
+    for a, b in zip(d.tolist(), r.tolist()):
+        counts[(a, b)] = counts.get((a, b), 0) + 1
+    pairs = sorted(counts.items())
+    best, best_ll = lo, -math.inf
+    for i in range(400):
+        n = lo * 10.0 ** (4.0 * i / 399)
+        ll = 0.0
+        for (a, b), c in pairs:
+            q = min(a / n, 1.0 - 1e-12)
+            ll += c * (math.log(max(q, 1e-300)) if b else math.log1p(-q))
+        if ll > best_ll:
+            best, best_ll = n, ll
+    return best
 
 
 # --- one ensemble member ------------------------------------------------------------------------
@@ -301,7 +314,7 @@ class _Member:
     def neighbours_many(self, task: str, zs: list[tuple]) -> list[tuple[list, list]]:
         """``neighbours`` of every features row in ``zs``, as lists, from one distance
         computation (the same floats and the same order of rows as one call per row: an
-        elementwise computation, and argpartition row by row). Kept per features row: a
+        elementwise computation, and a stable sort row by row). Kept per features row: a
         search expands a node again with the features it had."""
         seen = self._near.get(task)
         if seen is None:
@@ -336,15 +349,20 @@ class _Member:
 
 
 def _k_smallest(d: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The ``K_NEAREST`` of ``rows`` with the smallest distances ``d``, nearest first, ties in
+    row order. A stable sort, not ``argpartition``: which of tied rows argpartition keeps and
+    the order it returns them in depend on the CPU (numpy picks an AVX-512 selection where
+    the CPU has it), and a draw indexes this list, so the same replay gave other children on
+    another machine."""
     k = min(K_NEAREST, len(rows))
-    return rows[np.argpartition(d, k - 1)[:k]] if 0 < k < len(rows) else rows
+    return rows[np.argsort(d, kind="stable")[:k]] if 0 < k < len(rows) else rows
 
 
 def _k_smallest_rows(d: np.ndarray, rows: np.ndarray) -> list[list[int]]:
     """``_k_smallest`` of every row of ``d`` (m, len(rows)), as lists."""
     k = min(K_NEAREST, len(rows))
     if 0 < k < len(rows):
-        return rows[np.argpartition(d, k - 1, axis=1)[:, :k]].tolist()
+        return rows[np.argsort(d, axis=1, kind="stable")[:, :k]].tolist()
     return [rows.tolist()] * len(d)
 
 
@@ -601,23 +619,42 @@ class _Shifts:
         self.repeats: list[tuple[Child, Child]] = []
 
     def apply(self) -> None:
-        moves, fc = self.moves, self.fc
-        if len(moves) >= _ROWS_AT_ONCE:
-            rows = [r for _, r, _ in moves]
-            moved = shift_probs_rows(fc.probs[rows], np.array([d for _, _, d in moves]),
-                                     self.edges)
-            for (child, r, _), row in zip(moves, moved):
-                child.probs = row if fc.cdf(r) is not None else fc.probs[r]
-        elif moves:
-            grid = bin_grid(self.edges)
-            for child, r, delta in moves:
-                cdf = fc.cdf(r)
-                child.probs = fc.probs[r] if cdf is None else np.array(
-                    shifted_cdf(cdf, delta, grid))
-        for child, again in self.repeats:
-            child.probs = again.probs
-        moves.clear()
-        self.repeats.clear()
+        _Shifts.finish_all([self])
+
+    @staticmethod
+    def finish_all(shifts: list[_Shifts]) -> None:
+        """Move the forecasts of every ``_Shifts`` given (of one search or of several drawing
+        a step together): in one array call per bin grid once there are enough of them,
+        else one row at a time; the same floats either way (``shift_probs_rows``). Then the
+        repeats take their moved forecasts."""
+        by_grid: dict = {}
+        for sh in shifts:
+            if sh.moves:
+                key = None if sh.edges is None else sh.edges.tobytes()
+                by_grid.setdefault(key, []).append(sh)
+        for group in by_grid.values():
+            if sum(len(sh.moves) for sh in group) >= _ROWS_AT_ONCE:
+                probs = np.concatenate([sh.fc.probs[[r for _, r, _ in sh.moves]]
+                                        for sh in group])
+                delta = np.array([d for sh in group for _, _, d in sh.moves])
+                moved = iter(shift_probs_rows(probs, delta, group[0].edges))
+                for sh in group:
+                    fc = sh.fc
+                    for (child, r, _), row in zip(sh.moves, moved):
+                        child.probs = row if fc.cdf(r) is not None else fc.probs[r]
+            else:
+                grid = bin_grid(group[0].edges)
+                for sh in group:
+                    fc = sh.fc
+                    for child, r, delta in sh.moves:
+                        cdf = fc.cdf(r)
+                        child.probs = fc.probs[r] if cdf is None else np.array(
+                            shifted_cdf(cdf, delta, grid))
+        for sh in shifts:
+            for child, again in sh.repeats:
+                child.probs = again.probs
+            sh.moves.clear()
+            sh.repeats.clear()
 
 
 # Moved forecasts per step from which one array call (shift_probs_rows) beats a Python loop
@@ -650,7 +687,7 @@ class ModelChildren(ChildSource):
         self._by_outcome = self._fc.by_outcome
         self._where = self._fc.where
         edges = np.asarray(trace.bin_edges, dtype=float)
-        self._edges = np.log2(edges) if len(edges) == 7 and np.all(edges > 0) else None
+        self._edges = log2(edges) if len(edges) == 7 and np.all(edges > 0) else None
 
     def root(self) -> tuple[str, float]:
         return self.log.root()
@@ -673,12 +710,18 @@ class ModelChildren(ChildSource):
         return self.draw_step([(node_id, node_speedup, expansion, n)], seed)[0]
 
     def draw_step(self, requests, seed) -> list[list[Child]]:
+        outs, shifts = self.draw_step_open(requests, seed)
+        shifts.apply()
+        return outs
+
+    def draw_step_open(self, requests, seed):
+        """The step's children with their forecasts still to move (``_Shifts``: until
+        ``finish_steps`` moves them, an invented child's ``probs`` is None)."""
         requests = list(requests)
         shifts = _Shifts(self._fc, self._edges)
         near = _StepNeighbours(self, requests)
         outs = [self._expand(i, *r, seed, near, shifts) for i, r in enumerate(requests)]
-        shifts.apply()
-        return outs
+        return outs, shifts
 
     def _expand(self, i, node_id, node_speedup, expansion, n, seed, near, shifts):
         """Expansion ``expansion`` of ``node_id`` (request ``i`` of its step)."""

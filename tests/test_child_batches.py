@@ -167,11 +167,12 @@ def test_draw_step_draws_what_draw_draws(traces, name, children):
             assert one == batched
 
 
-GOLDEN = {  # (log, children, seed): sha256 of the drawn children, from f05fb05
+GOLDEN = {  # (log, children, seed): sha256 of the drawn children, from f05fb05; crb's
+    # from issue 39's CPU-independent neighbours (stable sort, the C library's log2)
     ('synthetic-puct-v1', 'model:crb', 0):
-        'b86baa04fab9e0315eb32ab249c0acb587fe17b9a98bdfae56081c085e1b61cb',
+        'ece0b19d5bab30e0a9f193a8be6b6b6ff258f59e820ab903489e59154d05ad20',
     ('synthetic-puct-v1', 'model:crb', 3):
-        '91ddf5f485195ad867ab374f2f5988c936dbb6df8f4ee16efb8c8b9f279ce0b9',
+        '873fc659330808b8b4ecb00c7ef1cb1b5b87f4445da97ce215b415e93a38e5cd',
     ('synthetic-puct-v1', 'model:gbm', 0):
         'e5a469eddbbdf9f1d94b02bc5de16e0762dc1a2f5494b00e6a25d4e172ed1958',
     ('synthetic-puct-v1', 'model:gbm', 3):
@@ -181,9 +182,9 @@ GOLDEN = {  # (log, children, seed): sha256 of the drawn children, from f05fb05
     ('synthetic-puct-v1', 'fallback', 3):
         '8a9fd4d9b02d240e024e6ff1b1635b149b6774742cb9b23f5cc8571f4f3a314f',
     ('h200-live-v1', 'model:crb', 0):
-        '8d9f7862d1bc9a80d4baf9b3b1a0187f4dd41ac6080d89102c60037bf337d4b7',
+        'afb4ecdd7ad4c806d1b87f5e18c55da7257a139c0907ac67d9882d83950e73ce',
     ('h200-live-v1', 'model:crb', 3):
-        '0ffe84b87500352937637a4182b80fc1a8e6a34d4dc9c34322867810f80fb059',
+        '6ee220d837c273a9ca509ad39186c67a0c86f955074a28c6897e78291d2b5e4f',
     ('h200-live-v1', 'model:gbm', 0):
         '0ce99c9994dc87e610eec4d2dfe363558ef86c0097d99ce2098f393f1b9f83f5',
     ('h200-live-v1', 'model:gbm', 3):
@@ -193,9 +194,9 @@ GOLDEN = {  # (log, children, seed): sha256 of the drawn children, from f05fb05
     ('h200-live-v1', 'fallback', 3):
         '29f25d4fb3c2db1b228b10e0172784f1deafa578cc65caf5187d7ec3b18ce0ca',
     ('h200-costmodel-all', 'model:crb', 0):
-        'ddb97634c24b4dacf01915d06d22b581485ce7b68efca80a1ee943c929f6c005',
+        'fe101f7b2f58598cffeafae319427031150e84486988a1f9480b26d9ec47b421',
     ('h200-costmodel-all', 'model:crb', 3):
-        '2a91273e246c760aa5ade0f41db13613a0382f12f6ad9d608db96fc4ee2f85da',
+        '39239a993ec4953319d875ce40b1c02c327745b969f76a44ba08913ca5ef4054',
     ('h200-costmodel-all', 'model:gbm', 0):
         'ba684009594fceaf28d84b846886b1068faf00e9c01b1ecb7103129a0f9b1b49',
     ('h200-costmodel-all', 'model:gbm', 3):
@@ -227,3 +228,35 @@ def test_forecasts_moved_in_one_array_call_are_the_same(traces, children, monkey
     ts = traces["synthetic-puct-v1"]
     got = _digest(_drive(_source(ts[0], children, ts), 0, batched=True))
     assert got == GOLDEN[("synthetic-puct-v1", children, 0)]
+
+
+def test_draws_do_not_depend_on_the_cpus_simd(traces):
+    """numpy runs other SIMD code for some functions where the CPU has AVX-512 (or AVX2),
+    with results that differ in the last bit or, for argpartition, in which tied rows come
+    first; the same draws must come out with that dispatch turned off."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from numpy._core._multiarray_umath import __cpu_dispatch__
+
+    off = [f for f in ("X86_V3", "X86_V4", "AVX512_ICL", "AVX512_SPR") if f in __cpu_dispatch__]
+    if not off:
+        pytest.skip("this numpy dispatches to no SIMD target that can be turned off")
+    cases = [("synthetic-puct-v1", "model:crb", 0), ("h200-live-v1", "model:gbm", 0),
+             ("h200-costmodel-all", "model:crb", 0)]
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import test_child_batches as T; "
+            "from gfsim.replay_logs import open_log; "
+            "from gfsim.simulator.replay import cached_traces; out = []\n"
+            "for name, ch, seed in json.loads(sys.argv[2]):\n"
+            "    ts = cached_traces(open_log(name), T.MODEL, None)\n"
+            "    out.append(T._digest(T._drive(T._source(ts[0], ch, ts), seed, batched=True)))\n"
+            "print(json.dumps(out))")
+    env = {**os.environ, "NPY_DISABLE_CPU_FEATURES": " ".join(off)}
+    got = subprocess.run([sys.executable, "-c", code, os.path.dirname(__file__),
+                          json.dumps(cases)], env=env, capture_output=True, text=True,
+                         check=True, timeout=300)
+    want = [_digest(_drive(_source(traces[n][0], ch, traces[n]), s, batched=True))
+            for n, ch, s in cases]
+    assert json.loads(got.stdout.strip().splitlines()[-1]) == want

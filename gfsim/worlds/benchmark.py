@@ -158,7 +158,7 @@ def run_world_seed(world_spec: str, world_seed: int, spec: BenchSpec) -> dict:
     from gfsim.simulator import Budget, build_traces
     from gfsim.simulator.replay import calibration_batch, replay_many
     from gfsim.worlds.protocol import resolve_world
-    from gfsim.worlds.synth_puct import run_on_world
+    from gfsim.worlds.synth_puct import run_on_world_many
 
     name, factory, _ = resolve_world(world_spec)
     world = factory(world_seed)
@@ -201,24 +201,26 @@ def run_world_seed(world_spec: str, world_seed: int, spec: BenchSpec) -> dict:
                     sum(s.total.usd for s in res.searches) / n_s / len(reps)
     caches = {t: {} for t in tasks}
     for r in range(1, spec.direct_reps + 1):
+        # Every direct search of this replicate stepped together (run_on_world_many).
+        searches, of = [], []
         for p in spec.policies:
             policy = make_policy(p)
             policy.fit(batch, r)
             for f in spec.overgens:
                 config = _search_config(spec.steps, f)
-                best, evals, spent = [], 0, 0.0
-                for t in tasks:
-                    res, _ = run_on_world(world, t, config, policy, seed=r, cost=spec.cost,
-                                          budget=budget, capacities=model.capacities,
-                                          replicate=r, cache=caches[t], keep_records=False,
-                                          learning=learning)
-                    best.append(math.log2(res.best_speedup))
-                    evals += res.gpu_evals
-                    spent += res.total.usd
-                cell = cells[(p, f)]
-                cell.direct.append(float(np.mean(best)))
-                cell.direct_evals += evals / len(tasks)
-                cell.direct_usd += spent / len(tasks)
+                searches += [(t, config, policy) for t in tasks]
+                of += [(p, f)] * len(tasks)
+        results = run_on_world_many(world, searches, seed=r, cost=spec.cost, budget=budget,
+                                    capacities=model.capacities, replicate=r, caches=caches,
+                                    keep_records=False, learning=learning)
+        by_cell: dict = {}
+        for key, res in zip(of, results):
+            by_cell.setdefault(key, []).append(res)
+        for key, done in by_cell.items():
+            cell = cells[key]
+            cell.direct.append(float(np.mean([math.log2(x.best_speedup) for x in done])))
+            cell.direct_evals += sum(x.gpu_evals for x in done) / len(tasks)
+            cell.direct_usd += sum(x.total.usd for x in done) / len(tasks)
     out = {"world": name, "world_seed": world_seed, "usd_budget": usd,
            "tasks": tasks, "kind": world.provenance().get("kind", "synthetic"), "cells": []}
     for (p, f), c in cells.items():

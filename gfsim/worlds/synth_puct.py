@@ -20,7 +20,7 @@ from gfsim.simulator.puct_engine import SEARCH_PRESETS, SearchConfig
 from gfsim.simulator.replay import simulate_puct
 from gfsim.worlds.landscape import Landscape
 
-__all__ = ["run_on_world", "run_on_landscape", "puct_search_records", "PUCT_RULE"]
+__all__ = ["run_on_world", "run_on_world_many", "run_on_landscape", "puct_search_records", "PUCT_RULE"]
 
 PUCT_RULE = ("the reference PUCT search (REFERENCE.md section 4) as gfsim's puct driver runs it: "
              "rank-prior scores, lineage-blocked parents, top-k admission; every child measured")
@@ -45,6 +45,17 @@ def run_on_world(world, task_id: str, config: SearchConfig, policy: str | Policy
     instead of the world's what-if forecasts. The source returned is the world's.
     """
     model = load_cost_model(cost)
+    source, drawn, policy = _search_parts(world, task_id, policy, model, replicate, cache,
+                                          keep_records, learning)
+    result = simulate_puct(drawn, config, policy, model, capacities, budget, seed,
+                           engine=engine, search_id=f"{task_id}-puct", task_id=task_id,
+                           bin_edges=PAPER_EDGES)
+    return result, source
+
+
+def _search_parts(world, task_id, policy, model, replicate, cache, keep_records, learning):
+    """(the world's child source, the source the search draws from, the policy) of one
+    search on ``world`` (``run_on_world``'s arguments)."""
     source = WorldChildren(world, task_id, model, replicate=replicate, cache=cache,
                            keep_records=keep_records)
     if isinstance(policy, str):
@@ -54,10 +65,33 @@ def run_on_world(world, task_id: str, config: SearchConfig, policy: str | Policy
         from gfsim.simulator.learning import LearningChildren, world_meta_of
 
         drawn = LearningChildren(source, learning, world_meta_of(source), model)
-    result = simulate_puct(drawn, config, policy, model, capacities, budget, seed,
-                           engine=engine, search_id=f"{task_id}-puct", task_id=task_id,
-                           bin_edges=PAPER_EDGES)
-    return result, source
+    return source, drawn, policy
+
+
+def run_on_world_many(world, searches: list[tuple[str, SearchConfig, str | Policy]], *,
+                      seed: int, cost: str = "serverless-a100", budget: Budget = Budget(),
+                      capacities: Capacities = _WIDE, replicate: int = 0,
+                      caches: dict | None = None, keep_records: bool = True,
+                      learning=None) -> list:
+    """``run_on_world`` for several searches ((task id, config, policy) each) with the same
+    seed, replicate and budget, stepped together by the fast path (``run_lockstep``): each
+    result is what ``run_on_world`` gives for that search alone, and a step's decisions of
+    searches that share a policy take one call. ``caches``: task id -> that task's
+    ``WorldChildren`` cache (shared by its searches: a child is keyed by its node id and slot,
+    so the order in which searches draw it does not change it). Returns the results."""
+    from gfsim.simulator.puct_fast import fast_search, run_lockstep
+
+    model = load_cost_model(cost)
+    caches = caches if caches is not None else {}
+    runs = []
+    for task_id, config, policy in searches:
+        _, drawn, policy = _search_parts(world, task_id, policy, model, replicate,
+                                         caches.setdefault(task_id, {}), keep_records,
+                                         learning)
+        runs.append(fast_search(drawn, config, policy, model, capacities, budget, seed,
+                                search_id=f"{task_id}-puct", task_id=task_id,
+                                bin_edges=PAPER_EDGES))
+    return run_lockstep(runs)
 
 
 def run_on_landscape(land: Landscape, task_id: str, config: SearchConfig, policy: str | Policy,

@@ -1,0 +1,31 @@
+"""Logarithms and exponentials that give the same floats on every x86-64 CPU.
+
+numpy's ``log2``, ``log``, ``exp`` and friends dispatch by the CPU: where it has AVX-512, numpy
+runs SIMD versions whose results differ from the others' in the last bit for some inputs. A
+replay indexes its draws by such values (a world model's features and steps, the nearest
+forecast templates), so one bit moved another child into a search, and the same replay gave
+other numbers on another machine. These run the C library's functions (Python's ``math``),
+one element at a time: meant for arrays of a log's size worked out once, not for hot loops.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["log2", "log2_one"]
+
+
+def log2_one(x: float) -> float:
+    """``np.log2`` of one float, by the C library: -inf at 0, NaN below 0 and at NaN."""
+    if x > 0:
+        return math.log2(x)
+    return -math.inf if x == 0 else math.nan
+
+
+def log2(x) -> np.ndarray:
+    """``np.log2`` of an array (any shape), element by element through ``log2_one``."""
+    a = np.asarray(x, dtype=float)
+    flat = [log2_one(v) for v in a.ravel().tolist()]
+    return np.array(flat, dtype=float).reshape(a.shape)
