@@ -288,6 +288,22 @@ def tuning(rows: list, results: dict, trials: int, seeds: int, jobs: int) -> Non
                  worst, "", 1e-12, "<="))
 
 
+# The peak resident memory of the process that runs this, in KiB: Linux's VmHWM (this
+# process's own memory since it started its program), not getrusage's ru_maxrss, which also
+# counts the memory of the process it was started from (Linux keeps the larger of the two
+# at exec, so a child of this benchmark, which by then holds gigabytes, reported them).
+PEAK_KB = (
+    "import resource\n"
+    "def peak_kb():\n"
+    "    try:\n"
+    "        for line in open('/proc/self/status'):\n"
+    "            if line.startswith('VmHWM:'):\n"
+    "                return int(line.split()[1])\n"
+    "    except OSError:\n"
+    "        pass\n"
+    "    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n")
+
+
 def million(tmp: Path, rows: list, results: dict) -> None:
     path = tmp / "million.jsonl"
     from gfsim.worlds.synth import synthesize
@@ -295,20 +311,20 @@ def million(tmp: Path, rows: list, results: dict) -> None:
     t0 = time.perf_counter()
     synthesize(path, seed=5, candidates=1_000_000, tasks=100)
     synth_s = time.perf_counter() - t0
-    code = ("import resource, sys, time; from gfsim.replay_logs import load_log; "
+    code = PEAK_KB + ("import time; from gfsim.replay_logs import load_log; "
             "from gfsim.policies import make_policy; from gfsim.cost_models import "
             "load_cost_model; from gfsim.simulator import replay; t=time.perf_counter(); "
             f"log=load_log({str(path)!r}); l=time.perf_counter()-t; "
             "r=replay(log, make_policy('threshold:0.7'), load_cost_model('serverless-a100'), "
-            "orphans_dropped=False); print(l, resource.getrusage(resource.RUSAGE_SELF)"
-            ".ru_maxrss)")
+            "orphans_dropped=False); print(l, peak_kb())")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
                          text=True, env={**os.environ, "GFSIM_LOG_CACHE": "off"}).stdout
     load_s, rss_kb = out.split()
-    rss_gb = int(rss_kb) / 1024**2
+    rss_gb = int(rss_kb) * 1024 / 1e9  # KiB to GB (10^9 bytes, as the target is stated)
     results["million"] = {"synth_s": synth_s, "load_s": float(load_s), "peak_rss_gb": rss_gb}
     rows.append(("1,000,000 candidates: peak memory of a load and a replay",
-                 f"load {float(load_s):.1f} s", rss_gb, "GB", 2.0, "<"))
+                 f"load {float(load_s):.1f} s; the process's own peak (VmHWM)", rss_gb, "GB",
+                 2.0, "<"))
 
 
 def kernel_tuner(rows: list, results: dict) -> None:
