@@ -561,7 +561,15 @@ def comparison_json(result: ReplayResult, base: ReplayResult, budget: Budget,
         out["fallback_share"] = draws["fallback"] / total
         out["invented_share"] = sum(draws.get(k, 0) for k in INVENTED) / total
         out["extrapolated"] = out["invented_share"] > EXTRAPOLATED_SHARE
+        fresh = draws.get("model") and not draws.get("own") and not draws.get(
+            "other_expansion")
         out["notes"].append(
+            "puct driver (--children fresh): every child, the logged ones too, is invented by "
+            "a world model fitted to the log (outcome, step, sibling repeats and forecasts "
+            "learned from the log's pairs; the seed picks a bootstrap member of its ensemble "
+            "and the draws), so each seed is a new search like the logged one; an invented "
+            f"child is held to at most {INVENTED_HEADROOM:g}x the best speedup its log "
+            "measured" if fresh else
             "puct driver: children are drawn without replacement from the node's own logged "
             "children, then its other logged expansions, then, for children the log never "
             + ("held, a world model fitted to the log (--children model: outcome, step, "

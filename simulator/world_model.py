@@ -672,8 +672,10 @@ class ModelChildren(ChildSource):
     only what draws no random number (the crb neighbours of every parent in one distance
     computation, every invented forecast moved in one array call)."""
 
-    def __init__(self, trace: SearchTrace, model: WorldModel | None = None):
+    def __init__(self, trace: SearchTrace, model: WorldModel | None = None,
+                 fresh: bool = False):
         self.t = trace
+        self.fresh = fresh  # every child invented: a new search like the logged one
         self.model = model if model is not None else world_model([trace])
         self.part = self.model.part(trace)
         self.log = LogChildren(trace)
@@ -729,8 +731,9 @@ class ModelChildren(ChildSource):
         self._best = max(self._best, node_speedup)
         self._speedup.setdefault(node_id, node_speedup)
         out = []
-        for c, cid, src, s in self.log.picks(node_id, node_speedup, expansion, n, seed,
-                                             fallback=False):
+        logged = () if self.fresh else self.log.picks(node_id, node_speedup, expansion, n,
+                                                      seed, fallback=False)
+        for c, cid, src, s in logged:
             child = self.log._child(pool, c, cid, src, s)
             child.plan_key = c  # the logged candidate's own plan, as LogChildren's protos
             out.append(child)
@@ -927,7 +930,8 @@ class _StepNeighbours:
 
 # --- choosing a child source --------------------------------------------------------------------
 
-CHILDREN = ("own", "fallback", "model", *(f"model:{f}" for f in FAMILIES))
+CHILDREN = ("own", "fallback", "model", *(f"model:{f}" for f in FAMILIES),
+            "fresh", *(f"fresh:{f}" for f in FAMILIES))
 
 
 class OwnChildren(LogChildren):
@@ -948,12 +952,15 @@ def check_children(children: str) -> str:
 
 
 def child_sources(children: str, traces: list[SearchTrace]):
-    """trace -> its ``ChildSource`` for ``--children`` (own, fallback, model, model:FAMILY)."""
+    """trace -> its ``ChildSource`` for ``--children`` (own, fallback, model, model:FAMILY,
+    fresh, fresh:FAMILY: the world model inventing every child, the logged ones too, so that
+    replays with other seeds are new searches like the logged one)."""
     check_children(children)
     if children == "own":
         return OwnChildren
     if children == "fallback":
         return LogChildren
-    family = children.partition(":")[2] or DEFAULT_FAMILY
-    model = world_model(traces, family)
-    return lambda t: ModelChildren(t, model)
+    kind, _, family = children.partition(":")
+    model = world_model(traces, family or DEFAULT_FAMILY)
+    fresh = kind == "fresh"
+    return lambda t: ModelChildren(t, model, fresh=fresh)

@@ -260,3 +260,17 @@ def test_draws_do_not_depend_on_the_cpus_simd(traces):
     want = [_digest(_drive(_source(traces[n][0], ch, traces[n]), s, batched=True))
             for n, ch, s in cases]
     assert json.loads(got.stdout.strip().splitlines()[-1]) == want
+
+
+def test_fresh_children_are_all_invented_and_keyed_by_the_seed(traces):
+    """--children fresh: the world model invents every child, the logged ones too; the same
+    seed draws the same search, another seed another one."""
+    ts = traces["synthetic-puct-v1"]
+    model = world_model(ts, "crb")
+    fresh = [_drive(ModelChildren(ts[0], model, fresh=True), seed, batched=True)
+             for seed in (0, 0, 1)]
+    anchored = _drive(ModelChildren(ts[0], model), 0, batched=True)
+    sources = {dict(f)["draw_source"] for f in fresh[0]}
+    assert sources == {"'model'"}
+    assert "'own'" in {dict(f)["draw_source"] for f in anchored}
+    assert fresh[0] == fresh[1] and fresh[0] != fresh[2]

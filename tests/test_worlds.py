@@ -293,6 +293,9 @@ def test_the_measures_reward_a_faithful_replay_and_punish_a_reversed_one():
     assert mb["tau"] == pytest.approx(-1.0) and mb["pairs_ordered"] == 0.0
     assert mb["regret_of_replay_pick"] == pytest.approx(1 - 2 ** -1.5, abs=0.02)
     assert mb["coverage_90"] < 0.5 and mb["interval_score_mean"] > m["interval_score_mean"]
+    assert mb["regret_of_argmax"] == pytest.approx(mb["regret_of_replay_pick"])
+    assert mb["replay_picks"] == {"all F=1": 6}  # no gain detectable: the incumbent
+    assert mb["coverage_90_difference"] < 0.5 < m["coverage_90_difference"]
     top = bad["cells"][-1]
     assert top["bias_log2"]["hi"] < -1.0  # replay -1.5 against direct +1.5: far off
     noisy = summarize_world(_rows(lambda i: 3.0 * np.sin(7 * i), lambda i: 0.5 * i,
@@ -336,10 +339,12 @@ def test_counterfactual_json_on_a_users_world(tmp_path):
     res = runner.invoke(app, ["counterfactual", "--world", f"{EXAMPLE}:make_world", "--seeds",
                               "2", "--steps", "5", "--policies", "all,topk:2", "--overgen",
                               "1,2", "--replay-seeds", "2", "--direct-reps", "2", "--jobs", "1",
-                              "--json"])
+                              "--fresh-seeds", "2", "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     (w,) = out["worlds"]
+    assert w["measures"]["fresh_seeds"] == 2
+    assert list(w["measures"]["coverage_curve"]) == ["0.50", "0.80", "0.90", "0.95"]
     assert w["world_seeds"] == [0, 1] and len(w["cells"]) == 4
     base = next(c for c in w["cells"] if c["policy"] == "all" and c["overgen"] == 1)
     assert base["fallback_share"] == 0 and base["draw_shares"] == {"own": 1.0}
@@ -497,3 +502,48 @@ def test_counterfactual_json_is_the_same_on_one_process_and_on_two():
     assert [(w["world"], w["children"]) for w in out["worlds"]] == [
         ("nk-light-fragile", "fallback"), ("nk-light-fragile", "model"),
         ("kt-mi250x-overconfident", "fallback"), ("kt-mi250x-overconfident", "model")]
+
+
+def test_the_recommendation_wants_a_detectable_gain_over_the_incumbent():
+    from gfsim.worlds.benchmark import recommend
+
+    gains = np.array([[0.0, 0.0, 0.0, 0.0],       # the incumbent itself
+                      [0.9, -0.6, 1.2, -0.5],     # the largest mean, but not above 0 surely
+                      [0.2, 0.25, 0.22, 0.18]])   # smaller, and there in every replay seed
+    assert int(np.argmax(gains.mean(axis=1))) == 1
+    assert recommend(gains, 0) == 2
+    assert recommend(gains[:2], 0) == 0  # nothing detectable: the incumbent
+    assert recommend(-gains, 0) == 0
+    assert recommend(gains[:, :1], 0) == 0  # one replay seed shows no spread: no claim
+
+
+def test_predictive_intervals_cover_new_searches_at_their_level():
+    """Replays and direct runs drawn from one distribution: the calibration curve is the
+    levels; direct runs with three times the spread: every level falls short."""
+    spec = BenchSpec(policies=("all", "topk:4"), overgens=(1, 2), replay_seeds=6,
+                     direct_reps=2)
+    cells = (("all", 1), ("all", 2), ("topk:4", 1), ("topk:4", 2))
+
+    def rows(direct_sd, n_w=400, seed=1):
+        rng = np.random.default_rng(seed)
+        out = []
+        for w in range(n_w):
+            level = rng.normal()
+            cs = [{"policy": p, "overgen": f,
+                   "replay": {"fallback": (level + 0.1 * i + rng.normal(0, 0.3, 6)).tolist()},
+                   "direct": (level + 0.1 * i + rng.normal(0, 0.3 * direct_sd, 2)).tolist(),
+                   "draw_shares": {"fallback": {"own": 1.0}},
+                   "replay_evals": {"fallback": 1.0}, "direct_evals": 1.0,
+                   "replay_usd": {"fallback": 1.0}, "direct_usd": 1.0}
+                  for i, (p, f) in enumerate(cells)]
+            out.append({"world": "toy", "kind": "synthetic", "tasks": ["t"], "world_seed": w,
+                        "usd_budget": 1.0, "cells": cs})
+        return out
+
+    m = summarize_world(rows(1.0), spec)["measures"]
+    for level, got in m["coverage_curve"].items():
+        assert abs(got - float(level)) < 0.03, (level, got)
+    assert m["targets"]["calibration"]["met"] and m["targets"]["coverage"]["met"]
+    wide = summarize_world(rows(3.0), spec)["measures"]
+    assert all(got < float(level) - 0.1 for level, got in wide["coverage_curve"].items())
+    assert wide["targets"]["calibration"]["met"] is False

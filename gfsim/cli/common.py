@@ -106,8 +106,9 @@ CHILDREN_HELP = ("puct: where children the log never held come from: fallback (l
                  "of other parents in the node's speedup bin, rescaled), model (a world model "
                  "fitted to the log: model:crb, a conditional residual bootstrap, the default; "
                  "model:gbm, gradient-boosted quantile trees; "
-                 "docs/experiments/counterfactual-benchmark.md) or own "
-                 "(none: only the logged children).")
+                 "docs/experiments/counterfactual-benchmark.md), fresh (the world model "
+                 "invents every child, the logged ones too: each seed a new search like the "
+                 "logged one; fresh:crb, fresh:gbm) or own (none: only the logged children).")
 
 
 SIMULATE_HELP = ("puct: simulate PUCT even on a log whose search it does not reproduce and "

@@ -23,14 +23,22 @@ the matrix of cells x world seeds:
   direct runs (odd and even replicates);
 - Kendall tau-b between replay and direct cell means, and the share of cell pairs whose direct
   difference exceeds 0.1 log2 that the replay orders the same way;
-- *regret*: for each log (world seed w) the replay's pick, the cell with the best replay mean,
-  scored by the direct means of the *other* world seeds (held out from that pick):
-  1 - 2 ** (direct(pick) - max over cells of direct), beside the same for always F = 1 ``all``;
-- *coverage*: for each (world seed, cell) the replay's 90% interval (a prediction interval from
-  its replay seeds, mean +- t * sd * sqrt(1 + 1/n); with a world model each replay seed is
-  another ensemble member, so the spread holds the model's uncertainty as well as the seed
-  noise) and whether it covers the direct mean of that world seed; the share per world, its median width and mean interval score
-  (width + 20 x the miss, Gneiting and Raftery's score at alpha = 0.1).
+- *regret*: for each log (world seed w) the replay's recommendation (``recommend``: the cell
+  with the largest mean gain over the incumbent, always F = 1 ``all``, among those whose gain
+  over the replay seeds is above 0 at one-sided 90% confidence; else the incumbent), scored by
+  the direct means of the *other* world seeds (held out from that pick): 1 - 2 ** (direct(pick)
+  - max over cells of direct), beside the same for the plain argmax of the replay means and
+  for always F = 1 ``all``;
+- *coverage*: for each (world seed, cell) the replay's predictive interval for a new search (a
+  prediction interval from its replay seeds, mean +- t * sd * sqrt(1 + 1/n); with a world model
+  each replay seed is another ensemble member, so the spread holds the model's uncertainty as
+  well as the seed noise) and whether it covers each direct run of that world seed (each is
+  one new search): at 50, 80, 90 and 95% (the calibration curve), the 90% one's share per
+  world seed, median width and mean interval score (width + 20 x the miss, Gneiting and
+  Raftery's score at alpha = 0.1); beside it, the 90% interval's coverage of the direct mean
+  (what it measured before issue 40) and the coverage of the 90% interval of each cell's gain
+  over the incumbent, paired by replay seed, against the direct runs' gains, paired by
+  replicate.
 
 Everything but the Kernel Tuner worlds' runtimes is SYNTHETIC, and says so.
 """
@@ -48,6 +56,7 @@ from gfsim.core.durable import temporary
 from gfsim.core.errors import GfsimError
 
 __all__ = ["BenchSpec", "run_world_seed", "summarize_world", "targets", "compare_sources",
+           "recommend", "predictive_interval", "INCUMBENT", "LEVELS",
            "DEFAULT_POLICIES",
            "DEFAULT_OVERGENS", "SE_TARGET", "PAIR_MARGIN"]
 
@@ -69,6 +78,9 @@ class BenchSpec:
     replay_seeds: int = 4
     direct_reps: int = 2
     children: tuple[str, ...] = ("fallback",)  # child sources, each replayed against one truth
+    # New searches simulated wholly on the world model (--children fresh) per cell: the spread
+    # of a new search's outcome for the predictive intervals (0: the replay seeds' alone)
+    fresh_seeds: int = 0
     # None: policies read the world's what-if forecasts; a cost-model spec (costmodel[:k=v]):
     # they read the cost model's, learned in each search (direct and replayed) as it measures
     forecaster: str | None = None
@@ -92,7 +104,8 @@ class BenchSpec:
         for c in self.children:
             check_children(c)
         for name, v, lo in (("--steps", self.steps, 1), ("--replay-seeds", self.replay_seeds, 1),
-                            ("--direct-reps", self.direct_reps, 2)):
+                            ("--direct-reps", self.direct_reps, 2),
+                            ("--fresh-seeds", self.fresh_seeds, 0)):
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise GfsimError(f"{name} must be a whole number >= {lo}, got {v!r}")
         if self.direct_reps > 999:
@@ -128,6 +141,7 @@ class _Cell:
     direct_evals: float = 0.0
     replay_usd: dict = field(default_factory=dict)
     direct_usd: float = 0.0
+    fresh: list = field(default_factory=list)  # per fresh seed (BenchSpec.fresh_seeds)
 
 
 def _search_config(steps: int, overgen: int):
@@ -199,6 +213,16 @@ def run_world_seed(world_spec: str, world_seed: int, spec: BenchSpec) -> dict:
                     sum(s.gpu_evals for s in res.searches) / n_s / len(reps)
                 cell.replay_usd[children] = cell.replay_usd.get(children, 0.0) + \
                     sum(s.total.usd for s in res.searches) / n_s / len(reps)
+    fresh = list(range(spec.fresh_seeds))
+    for f in spec.overgens if fresh else ():  # new searches on the world model
+        config = _search_config(spec.steps, f)
+        results = replay_many(log, [make_policy(p) for p in spec.policies for _ in fresh], model,
+                              [q for _ in spec.policies for q in fresh], budget=budget,
+                              driver="puct", search=config, children="fresh",
+                              forecaster=forecaster, learning=learning)
+        for k, res in enumerate(results):
+            cells[(spec.policies[k // len(fresh)], f)].fresh.append(
+                float(np.mean([math.log2(s.best_speedup) for s in res.searches])))
     caches = {t: {} for t in tasks}
     for r in range(1, spec.direct_reps + 1):
         # Every direct search of this replicate stepped together (run_on_world_many).
@@ -233,6 +257,7 @@ def run_world_seed(world_spec: str, world_seed: int, spec: BenchSpec) -> dict:
             "draw_shares": shares, "replay_evals": c.replay_evals,
             "direct_evals": c.direct_evals / spec.direct_reps,
             "replay_usd": c.replay_usd, "direct_usd": c.direct_usd / spec.direct_reps,
+            "fresh": c.fresh,
         })
     return out
 
@@ -289,12 +314,16 @@ def summarize_world(rows: list[dict], spec: BenchSpec, children: str | None = No
     index = {c: i for i, c in enumerate(cells)}
     rq = np.full((n_w, n_c, spec.replay_seeds), np.nan)
     dr = np.full((n_w, n_c, spec.direct_reps), np.nan)
+    n_f = min((len(c.get("fresh") or ()) for row in rows for c in row["cells"]), default=0)
+    fz = np.full((n_w, n_c, n_f), np.nan) if n_f >= 2 else None  # new searches on the model
     extra = [[None] * n_c for _ in range(n_w)]
     for w, row in enumerate(rows):
         for c in row["cells"]:
             i = index[(c["policy"], c["overgen"])]
             rq[w, i] = c["replay"][children]
             dr[w, i] = c["direct"]
+            if fz is not None:
+                fz[w, i] = c["fresh"][:n_f]
             extra[w][i] = {**c, "draw_shares": c["draw_shares"][children],
                            "replay_evals": c["replay_evals"][children],
                            "replay_usd": c["replay_usd"][children]}
@@ -334,21 +363,35 @@ def summarize_world(rows: list[dict], spec: BenchSpec, children: str | None = No
             if abs(d) > PAIR_MARGIN:
                 pairs += 1
                 correct += int(np.sign(replay_mean[i] - replay_mean[j]) == np.sign(d))
-    base = index.get(("all", 1))
-    regret, regret_base, picks = [], [], []
+    base = index.get(INCUMBENT)
+    gain = _gains(rq, base)  # per (world seed, cell): the replay's gain over the incumbent
+    fresh_gain = _gains(fz, base) if fz is not None else None
+    regret, regret_argmax, regret_base, picks = [], [], [], []
     if n_w > 1:
         for w in range(n_w):
             held = np.delete(dm, w, axis=0).mean(axis=0)
-            pick = int(np.argmax(rp[w]))
+            pick = recommend(gain[w], base, fresh=None if fresh_gain is None else
+                             fresh_gain[w]) if base is not None else int(np.argmax(rp[w]))
+            top = int(np.argmax(rp[w]))
             picks.append(cells[pick])
             regret.append(1.0 - 2.0 ** (held[pick] - held.max()))
+            regret_argmax.append(1.0 - 2.0 ** (held[top] - held.max()))
             if base is not None:
                 regret_base.append(1.0 - 2.0 ** (held[base] - held.max()))
-    lo, hi = _prediction_interval(rq)
-    covered = (lo <= dm) & (dm <= hi)
-    miss = np.maximum(lo - dm, 0.0) + np.maximum(dm - hi, 0.0)
-    score = (hi - lo) + (2.0 / 0.1) * miss
-    per_seed_cov = covered.mean(axis=1)
+    # Predictive intervals against each direct run (a new search), at every level.
+    curve, curve_replay = {}, {}
+    for level in LEVELS:
+        for into, f in ((curve, fz), (curve_replay, None)):
+            lo_l, hi_l = predictive_interval(rq, f, level)
+            into[f"{level:.2f}"] = float(((lo_l[..., None] <= dr)
+                                          & (dr <= hi_l[..., None])).mean())
+    lo, hi = predictive_interval(rq, fz)
+    covered = (lo[..., None] <= dr) & (dr <= hi[..., None])  # (world seed, cell, direct run)
+    miss = np.maximum(lo[..., None] - dr, 0.0) + np.maximum(dr - hi[..., None], 0.0)
+    score = (hi - lo)[..., None] + (2.0 / 0.1) * miss
+    per_seed_cov = covered.mean(axis=(1, 2))
+    of_mean = (lo <= dm) & (dm <= hi)
+    diff_cover = _difference_coverage(rq, dr, base, fz)
     worst = max(max(c["se"]["direct"], c["se"]["replay"], c["se"]["bias"]) for c in out_cells)
     worst_direct = max(c["se"]["direct"] for c in out_cells)
     if not worst <= SE_TARGET:
@@ -369,11 +412,17 @@ def summarize_world(rows: list[dict], spec: BenchSpec, children: str | None = No
         "pairs_over_margin": pairs,
         "pairs_ordered": (correct / pairs) if pairs else math.nan,
         "regret_of_replay_pick": float(np.mean(regret)) if regret else math.nan,
+        "regret_of_argmax": float(np.mean(regret_argmax)) if regret_argmax else math.nan,
         "regret_of_all_f1": float(np.mean(regret_base)) if regret_base else math.nan,
         "replay_picks": {f"{p} F={f}": picks.count((p, f)) for p, f in dict.fromkeys(picks)},
         "direct_best": {"policy": cells[best][0], "overgen": cells[best][1],
                         "log2": float(direct_mean[best])},
         "coverage_90": float(covered.mean()),
+        "coverage_curve": curve,
+        "coverage_curve_replay_spread": curve_replay,
+        "fresh_seeds": n_f if fz is not None else 0,
+        "coverage_90_of_direct_mean": float(of_mean.mean()),
+        "coverage_90_difference": diff_cover,
         "coverage_90_per_seed": {"min": float(per_seed_cov.min()),
                                  "median": float(np.median(per_seed_cov)),
                                  "max": float(per_seed_cov.max())},
@@ -391,12 +440,87 @@ def summarize_world(rows: list[dict], spec: BenchSpec, children: str | None = No
             "cells": out_cells, "measures": measures, "warnings": warnings}
 
 
-# The world model's targets (issue 21): each is met, or missed by the stated amount.
+# The incumbent a recommendation is judged against: measure every child at F = 1.
+INCUMBENT = ("all", 1)
+LEVELS = (0.5, 0.8, 0.9, 0.95)  # the predictive intervals' levels on the calibration curve
+
+
+def _gains(rq: np.ndarray, base: int | None) -> np.ndarray:
+    """Per (world seed, cell), the replay seeds' gains over the incumbent (log2), paired by
+    replay seed (common random numbers: the same seed draws the same children where the two
+    searches meet the same nodes); NaN without an incumbent among the cells."""
+    if base is None:
+        return np.full(rq.shape, np.nan)
+    return rq - rq[:, base:base + 1, :]
+
+
+def recommend(gains: np.ndarray, base: int, level: float = 0.9,
+              fresh: np.ndarray | None = None) -> int:
+    """The cell to recommend from one log's replays: of the cells whose mean gain over the
+    incumbent (``gains``: cells x replay seeds, log2) is above 0 with the one-sided confidence
+    ``level``, the one with the largest mean gain; the incumbent (``base``) when no cell's gain
+    is detectable. The gain's standard error is the replay seeds' (the world model's
+    uncertainty), plus, given ``fresh`` (cells x seeds: the gains of new searches simulated on
+    the model, paired by seed), the error of a gain measured on searches as random as those."""
+    n = gains.shape[-1]
+    if n < 2:
+        return base
+    from scipy.stats import t
+
+    mean = gains.mean(axis=-1)
+    var, df = gains.var(axis=-1, ddof=1) / n, n - 1
+    if fresh is not None and fresh.shape[-1] >= 2:
+        var = var + fresh.var(axis=-1, ddof=1) / fresh.shape[-1]
+        df = min(df, fresh.shape[-1] - 1)
+    lower = mean - float(t.ppf(level, df)) * np.sqrt(var)
+    ok = np.flatnonzero(lower > 0)
+    return int(ok[np.argmax(mean[ok])]) if len(ok) else base
+
+
+def predictive_interval(rq: np.ndarray, fresh: np.ndarray | None = None,
+                        level: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
+    """The ``level`` interval for a new search's outcome, per leading index: centred on the
+    replay seeds' mean (``rq``, last axis: seeds); its spread a new search's (the variance of
+    ``fresh``, searches simulated wholly on the world model, one per seed) plus the error of
+    that centre (the replay seeds' variance over their number), with the t quantile of the
+    fresh seeds' degrees of freedom. Without ``fresh``, the replay seeds' own prediction
+    interval (``_prediction_interval``): a replay that reuses the log's children varies less
+    than a new search does, and that interval is too narrow for one."""
+    if fresh is None or fresh.shape[-1] < 2:
+        return _prediction_interval(rq, level)
+    from scipy.stats import t
+
+    n = rq.shape[-1]
+    centre = rq.mean(axis=-1)
+    var = fresh.var(axis=-1, ddof=1) + (rq.var(axis=-1, ddof=1) / n if n > 1 else 0.0)
+    half = float(t.ppf(0.5 + level / 2, fresh.shape[-1] - 1)) * np.sqrt(var)
+    return centre - half, centre + half
+
+
+def _difference_coverage(rq: np.ndarray, dr: np.ndarray, base: int | None,
+                         fz: np.ndarray | None = None, level: float = 0.9) -> float:
+    """How often the 90% predictive interval of a cell's gain over the incumbent (the replay
+    seeds' paired gains, spread by the fresh searches' paired gains where given) covers a
+    direct run's gain (the same replicate of both: the world's common draws), over world
+    seeds, cells other than the incumbent and direct runs; NaN without an incumbent."""
+    if base is None or rq.shape[1] < 2:
+        return math.nan
+    lo, hi = predictive_interval(_gains(rq, base),
+                                 None if fz is None else _gains(fz, base), level)
+    truth = dr - dr[:, base:base + 1, :]
+    covered = (lo[..., None] <= truth) & (truth <= hi[..., None])
+    return float(np.delete(covered, base, axis=1).mean())
+
+
+# The world model's targets (issue 21, then issue 40): each is met, or missed by the stated
+# amount.
 TAU_SHARE = 0.8  # replay tau >= this x the noise ceiling
 PAIRS_TARGET = 0.9  # share of clear pairs ordered right
 BIAS_BOUND = 0.15  # log2: every cell's 95% bias interval inside +- this
 REGRET_TARGET = 0.05
+REGRET_SLACK = 0.005  # the recommendation may lose this much to always F = 1 all
 COVERAGE_RANGE = (0.85, 0.95)
+CALIBRATION_SLACK = 0.05  # the 50, 80 and 95% intervals' coverage within this of nominal
 
 
 def targets(m: dict, cells: list[dict]) -> dict:
@@ -427,13 +551,21 @@ def targets(m: dict, cells: list[dict]) -> dict:
         max(outside, default=0.0))
     r = m["regret_of_replay_pick"]
     base = m["regret_of_all_f1"]
-    out["regret"] = check(r, r <= REGRET_TARGET and r <= base,
-                          f"<= {REGRET_TARGET:.0%} and <= always F=1 all ({base:.1%})",
-                          r - min(REGRET_TARGET, base))
+    bound = min(REGRET_TARGET, base + REGRET_SLACK) if math.isfinite(base) else REGRET_TARGET
+    out["regret"] = check(r, r <= bound,
+                          f"<= {REGRET_TARGET:.0%} and <= always F=1 all ({base:.1%}) + "
+                          f"{REGRET_SLACK:.1%}", r - bound)
     cov = m["coverage_90"]
     lo, hi = COVERAGE_RANGE
     out["coverage"] = check(cov, lo <= cov <= hi, f"{lo:.0%}-{hi:.0%}",
                             max(lo - cov, cov - hi, 0.0))
+    curve = m.get("coverage_curve", {})
+    off = [abs(v - float(k)) for k, v in curve.items() if k != "0.90" and math.isfinite(v)]
+    out["calibration"] = check(max(off) if off else None,
+                               bool(off) and max(off) <= CALIBRATION_SLACK,
+                               f"50/80/95% within {CALIBRATION_SLACK:.0%} of nominal "
+                               "(value: the largest gap)",
+                               (max(off) - CALIBRATION_SLACK) if off else None)
     return out
 
 
