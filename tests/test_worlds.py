@@ -504,19 +504,6 @@ def test_counterfactual_json_is_the_same_on_one_process_and_on_two():
         ("kt-mi250x-overconfident", "fallback"), ("kt-mi250x-overconfident", "model")]
 
 
-def test_the_recommendation_wants_a_detectable_gain_over_the_incumbent():
-    from gfsim.worlds.benchmark import recommend
-
-    gains = np.array([[0.0, 0.0, 0.0, 0.0],       # the incumbent itself
-                      [0.9, -0.6, 1.2, -0.5],     # the largest mean, but not above 0 surely
-                      [0.2, 0.25, 0.22, 0.18]])   # smaller, and there in every replay seed
-    assert int(np.argmax(gains.mean(axis=1))) == 1
-    assert recommend(gains, 0) == 2
-    assert recommend(gains[:2], 0) == 0  # nothing detectable: the incumbent
-    assert recommend(-gains, 0) == 0
-    assert recommend(gains[:, :1], 0) == 0  # one replay seed shows no spread: no claim
-
-
 def test_predictive_intervals_cover_new_searches_at_their_level():
     """Replays and direct runs drawn from one distribution: the calibration curve is the
     levels; direct runs with three times the spread: every level falls short."""

@@ -116,6 +116,12 @@ def replay(
                                    "intervals (over tasks, then seeds; paired with the "
                                    "baseline). Seeds resample one log."),
     jobs: int = typer.Option(1, "--jobs", help="Processes for --seeds."),
+    predict: int = typer.Option(
+        0, "--predict", min=0,
+        help="puct: predict one NEW search like the logged one, and its gain over the "
+             "baseline: N searches per side simulated wholly on the world model (seeds "
+             "--seed .. --seed+N-1) give a new search's spread, the replays (--seeds) the "
+             "centre; 90% predictive intervals, and whether the gain is detectable."),
     plot: Optional[Path] = typer.Option(None, "--plot",
                                         help="Write anytime curves (best measured speedup "
                                              "against USD and wall-clock, bands over --seeds) "
@@ -153,6 +159,11 @@ def replay(
     from gfsim.forecasts.whatif import resolve
 
     puct_only = puct_children(driver, children, simulate)
+    if predict and driver != "puct":
+        from gfsim.core.errors import GfsimError
+
+        raise GfsimError("--predict: a new search is simulated closed loop on the log's world "
+                         "model; it needs --driver puct")
     learning = learning_spec(forecaster)
     the_log, forecaster = resolve(open_log(log), forecaster)
     config = search_config(driver, search, the_log, steps=steps,
@@ -188,6 +199,14 @@ def replay(
                                  search=config, noise=noise, learning=learning,
                                  **puct_only))
         out["intervals"] = _intervals(pairs, seed)
+    if predict:
+        from gfsim.simulator.predictive import predict_new_search
+
+        out["new_search"] = predict_new_search(
+            the_log, policy, baseline, model, pairs, range(seed, seed + predict),
+            children=children, budget=the_budget, capacities=caps, forecaster=forecaster,
+            pipeline=the_pipeline, engine=engine, driver=driver, search=config, noise=noise,
+            learning=learning, simulate=simulate)
     if plot is not None:
         out["plot"] = str(_plot(pairs, out, plot, the_log.is_synthetic))
     out["pipeline"] = str(the_pipeline)
@@ -319,6 +338,18 @@ def _print_search(con, out: dict) -> None:
               + (" [bold red]EXTRAPOLATED[/bold red]" if out["extrapolated"] else ""))
 
 
+def _print_new_search(con, p: dict) -> None:
+    b, g = p["best_speedup"], p["gain_over_baseline"]
+    con.print(f"[bold]a new search[/bold] ({p['level']:.0%} predictive intervals; every child "
+              f"of the {p['fresh_searches']} simulated searches per side invented): best "
+              f"{b['mean']:.3f}x " + esc(f"[{b['lo']:.3f}x, {b['hi']:.3f}x]") + "; against "
+              f"{esc(g['baseline'])}: x{g['mean']:.3f} "
+              + esc(f"[x{g['lo']:.3f}, x{g['hi']:.3f}]") + ", "
+              + ("a detectable gain" if g["detectable"] and g["mean"] > 1 else
+                 "no detectable gain: keep the baseline"))
+    con.print(f"[dim]over: {esc(p['over'], 1000)}[/dim]")
+
+
 def _print_report(out: dict) -> None:
     from rich.table import Table
 
@@ -393,6 +424,8 @@ def _print_report(out: dict) -> None:
         _print_intervals(con, out["intervals"])
     if "seeds_note" in out:
         con.print(out["seeds_note"])
+    if "new_search" in out:
+        _print_new_search(con, out["new_search"])
     if "plot" in out:
         con.print(f"anytime curves: {esc(out['plot'], 400)}")
     for note in out["notes"]:

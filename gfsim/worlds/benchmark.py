@@ -54,9 +54,10 @@ import numpy as np
 
 from gfsim.core.durable import temporary
 from gfsim.core.errors import GfsimError
+from gfsim.simulator.predictive import predictive_interval, recommend
 
 __all__ = ["BenchSpec", "run_world_seed", "summarize_world", "targets", "compare_sources",
-           "recommend", "predictive_interval", "INCUMBENT", "LEVELS",
+           "INCUMBENT", "LEVELS",
            "DEFAULT_POLICIES",
            "DEFAULT_OVERGENS", "SE_TARGET", "PAIR_MARGIN"]
 
@@ -289,21 +290,6 @@ def _tau(a, b) -> float:
     return float(kendalltau(a, b).statistic)
 
 
-def _prediction_interval(x: np.ndarray, level: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
-    """The normal-theory prediction interval of one more draw from the last axis' samples:
-    mean +- t(n - 1) * sd * sqrt(1 + 1 / n). With a handful of replay seeds the empirical 5th
-    and 95th percentiles are a range far narrower than 90%; this one is 90% if the seeds'
-    values are normal."""
-    n = x.shape[-1]
-    mean = x.mean(axis=-1)
-    if n < 2:
-        return mean, mean
-    from scipy.stats import t
-
-    half = float(t.ppf(0.5 + level / 2, n - 1)) * x.std(axis=-1, ddof=1) * math.sqrt(1 + 1 / n)
-    return mean - half, mean + half
-
-
 def summarize_world(rows: list[dict], spec: BenchSpec, children: str | None = None) -> dict:
     """The benchmark's measures for one world and one child source (the first of the spec's
     unless ``children``) from its ``run_world_seed`` rows (module doc)."""
@@ -452,49 +438,6 @@ def _gains(rq: np.ndarray, base: int | None) -> np.ndarray:
     if base is None:
         return np.full(rq.shape, np.nan)
     return rq - rq[:, base:base + 1, :]
-
-
-def recommend(gains: np.ndarray, base: int, level: float = 0.9,
-              fresh: np.ndarray | None = None) -> int:
-    """The cell to recommend from one log's replays: of the cells whose mean gain over the
-    incumbent (``gains``: cells x replay seeds, log2) is above 0 with the one-sided confidence
-    ``level``, the one with the largest mean gain; the incumbent (``base``) when no cell's gain
-    is detectable. The gain's standard error is the replay seeds' (the world model's
-    uncertainty), plus, given ``fresh`` (cells x seeds: the gains of new searches simulated on
-    the model, paired by seed), the error of a gain measured on searches as random as those."""
-    n = gains.shape[-1]
-    if n < 2:
-        return base
-    from scipy.stats import t
-
-    mean = gains.mean(axis=-1)
-    var, df = gains.var(axis=-1, ddof=1) / n, n - 1
-    if fresh is not None and fresh.shape[-1] >= 2:
-        var = var + fresh.var(axis=-1, ddof=1) / fresh.shape[-1]
-        df = min(df, fresh.shape[-1] - 1)
-    lower = mean - float(t.ppf(level, df)) * np.sqrt(var)
-    ok = np.flatnonzero(lower > 0)
-    return int(ok[np.argmax(mean[ok])]) if len(ok) else base
-
-
-def predictive_interval(rq: np.ndarray, fresh: np.ndarray | None = None,
-                        level: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
-    """The ``level`` interval for a new search's outcome, per leading index: centred on the
-    replay seeds' mean (``rq``, last axis: seeds); its spread a new search's (the variance of
-    ``fresh``, searches simulated wholly on the world model, one per seed) plus the error of
-    that centre (the replay seeds' variance over their number), with the t quantile of the
-    fresh seeds' degrees of freedom. Without ``fresh``, the replay seeds' own prediction
-    interval (``_prediction_interval``): a replay that reuses the log's children varies less
-    than a new search does, and that interval is too narrow for one."""
-    if fresh is None or fresh.shape[-1] < 2:
-        return _prediction_interval(rq, level)
-    from scipy.stats import t
-
-    n = rq.shape[-1]
-    centre = rq.mean(axis=-1)
-    var = fresh.var(axis=-1, ddof=1) + (rq.var(axis=-1, ddof=1) / n if n > 1 else 0.0)
-    half = float(t.ppf(0.5 + level / 2, fresh.shape[-1] - 1)) * np.sqrt(var)
-    return centre - half, centre + half
 
 
 def _difference_coverage(rq: np.ndarray, dr: np.ndarray, base: int | None,

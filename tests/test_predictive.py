@@ -1,0 +1,70 @@
+"""Predictions for a new search (gfsim.simulator.predictive, issue 40): intervals that cover new
+draws at their level, gains that must be detectable before they are recommended, and
+``gfsim replay --predict`` on the shipped PUCT log."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from gfsim.cli.main import app
+from gfsim.simulator.predictive import (
+    detectable_gain,
+    predictive_interval,
+    recommend,
+    replay_interval,
+)
+
+
+def test_a_new_search_is_covered_at_the_level_only_with_its_own_spread():
+    """Replays that vary little (they share the log's children) and new searches that vary
+    more: the replays' own interval misses new searches; centred on the replays and spread by
+    fresh searches, the interval covers them at its level."""
+    rng = np.random.default_rng(3)
+    n = 4000
+    mu = rng.normal(0, 1, n)
+    rq = mu[:, None] + rng.normal(0, 0.05, (n, 4))  # replays: tight around the truth
+    fresh = mu[:, None] + rng.normal(0, 0.3, (n, 8))  # new searches on the model
+    new = mu + rng.normal(0, 0.3, n)  # the next real search
+    for level in (0.5, 0.8, 0.9, 0.95):
+        lo, hi = predictive_interval(rq, fresh, level)
+        got = float(((lo <= new) & (new <= hi)).mean())
+        assert abs(got - level) < 0.03, (level, got)
+        lo, hi = replay_interval(rq, level)
+        assert float(((lo <= new) & (new <= hi)).mean()) < level - 0.2
+    lo, hi = predictive_interval(rq, None)  # without fresh searches: the replays' own
+    assert np.array_equal(lo, replay_interval(rq)[0])
+
+
+def test_a_gain_counts_only_where_it_is_detectable():
+    steady = np.array([0.2, 0.25, 0.22, 0.18])
+    noisy = np.array([0.9, -0.6, 1.2, -0.5])
+    mean, lower = detectable_gain(np.stack([steady, noisy]))
+    assert mean[1] > mean[0] and lower[0] > 0 > lower[1]
+    # New searches as random as noisy ones make the steady gain undetectable too.
+    _, lower = detectable_gain(steady, fresh=np.array([1.0, -1.0, 0.8, -0.9, 0.3]))
+    assert lower < 0
+    gains = np.stack([np.zeros(4), noisy, steady])
+    assert recommend(gains, 0) == 2 and recommend(gains[:2], 0) == 0
+    assert detectable_gain(steady[:1])[1] == -np.inf  # one replay, no fresh: no claim
+
+
+def test_replay_predicts_a_new_search_and_its_gain():
+    res = CliRunner().invoke(app, ["replay", "--driver", "puct", "--children", "model",
+                                   "--policy", "threshold:0.7", "--seeds", "2", "--predict",
+                                   "3", "--steps", "8", "--json"])
+    assert res.exit_code == 0, res.output
+    p = json.loads(res.stdout)["new_search"]
+    assert p["fresh_searches"] == 3 and p["replays"] == 2 and p["level"] == 0.9
+    b, g = p["best_speedup"], p["gain_over_baseline"]
+    assert b["lo"] < b["mean"] < b["hi"] and g["lo"] < g["mean"] < g["hi"]
+    assert g["baseline"] == "all" and isinstance(g["detectable"], bool)
+    assert "new search" in p["over"] and "simulated wholly on the world model" in p["over"]
+    assert math.isfinite(p["fresh_best_speedup"])
+
+
+def test_predict_needs_the_puct_driver():
+    res = CliRunner().invoke(app, ["replay", "--predict", "2"])
+    assert res.exit_code != 0 and "--driver puct" in res.output
