@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-__all__ = ["log2", "log2_one"]
+__all__ = ["log2", "log2_one", "log", "exp"]
 
 
 def log2_one(x: float) -> float:
@@ -29,3 +29,31 @@ def log2(x) -> np.ndarray:
     a = np.asarray(x, dtype=float)
     flat = [log2_one(v) for v in a.ravel().tolist()]
     return np.array(flat, dtype=float).reshape(a.shape)
+
+
+def _log_one(x: float) -> float:
+    if x > 0:
+        return math.log(x)
+    return -math.inf if x == 0 else math.nan
+
+
+def _exp_one(x: float) -> float:
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
+def _each(fn, x) -> np.ndarray:
+    a = np.asarray(x, dtype=float)
+    return np.array([fn(v) for v in a.ravel().tolist()], dtype=float).reshape(a.shape)
+
+
+def log(x) -> np.ndarray:
+    """``np.log`` of an array, element by element by the C library (-inf at 0, NaN below)."""
+    return _each(_log_one, x)
+
+
+def exp(x) -> np.ndarray:
+    """``np.exp`` of an array, element by element by the C library (inf past its range)."""
+    return _each(_exp_one, x)
