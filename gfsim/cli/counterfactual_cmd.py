@@ -67,7 +67,7 @@ def counterfactual(
                                     help="Direct runs per world seed (fresh draws; >= 2 for "
                                          "the noise ceiling)."),
     fresh_seeds: int = typer.Option(
-        0, "--fresh-seeds",
+        6, "--fresh-seeds",
         help="New searches per (policy, F) simulated wholly on the world model (--children "
              "fresh), whose spread widens the predictive intervals to a new search's (0: the "
              "replay seeds' spread alone, which is too narrow for one)."),

@@ -81,7 +81,7 @@ class BenchSpec:
     children: tuple[str, ...] = ("fallback",)  # child sources, each replayed against one truth
     # New searches simulated wholly on the world model (--children fresh) per cell: the spread
     # of a new search's outcome for the predictive intervals (0: the replay seeds' alone)
-    fresh_seeds: int = 0
+    fresh_seeds: int = 6
     # None: policies read the world's what-if forecasts; a cost-model spec (costmodel[:k=v]):
     # they read the cost model's, learned in each search (direct and replayed) as it measures
     forecaster: str | None = None
