@@ -447,7 +447,7 @@ def test_counterfactual_compares_child_sources_and_the_docs_tables_render(tmp_pa
     assert over["draw_shares"].get("model", 0) > 0 and "fallback" not in over["draw_shares"]
     assert set(out["against_fallback"][mo["world"]]["model"]) >= {"tau", "max_abs_bias"}
     assert set(mo["measures"]["targets"]) == {"tau", "pairs_ordered", "bias_interval",
-                                              "regret", "coverage"}
+                                              "regret", "coverage", "calibration"}
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
