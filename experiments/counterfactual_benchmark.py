@@ -57,10 +57,14 @@ def render(out: dict, seconds: float | None, cells: bool = True) -> str:
     seeds = out["world_seeds"]
     sources = spec["children"]
     by = _by_world(out)
+    # A run from before issue 40 holds neither the calibration curve nor the argmax's regret:
+    # it is rendered as it was then.
+    new = all("coverage_curve" in w["measures"] for w in out["worlds"])
     lines = [
         f"Run: `gfsim counterfactual --seeds {len(seeds)} --split {out['split']} --children "
-        f"{','.join(sources)} --replay-seeds {spec['replay_seeds']} --fresh-seeds "
-        f"{spec.get('fresh_seeds', 0)} --json` (world seeds "
+        f"{','.join(sources)} --replay-seeds {spec['replay_seeds']}"
+        + (f" --fresh-seeds {spec.get('fresh_seeds', 0)}" if new else "")
+        + " --json` (world seeds "
         f"{seeds[0]}..{seeds[-1]}; {spec['steps']} steps; {spec['replay_seeds']} replays per "
         f"child source and {spec['direct_reps']} direct runs per world seed, the direct runs "
         f"shared by every source; cost model `{spec['cost']}`; policies "
@@ -73,11 +77,15 @@ def render(out: dict, seconds: float | None, cells: bool = True) -> str:
         *([f"(Ran as {out['ran_as']}.)", ""] if out.get("ran_as") else []),
         f"Each cell: {' / '.join(f'`{c}`' for c in sources)}.",
         "",
-        "| world | kind | invented share at F >= 2 | noise ceiling tau | replay tau | pairs > 0.1 "
-        "ordered | regret of the recommendation | of the replay's argmax | of F=1 `all` | max "
-        "abs cell bias | new searches in 50/80/90/95% intervals (sources apart by ;) | median "
-        "90% width | interval score |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        *(["| world | kind | invented share at F >= 2 | noise ceiling tau | replay tau | pairs "
+            "> 0.1 ordered | regret of the recommendation | of the replay's argmax | of F=1 "
+            "`all` | max abs cell bias | new searches in 50/80/90/95% intervals (sources apart "
+            "by ;) | median 90% width | interval score |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"] if new else
+          ["| world | kind | invented share at F >= 2 | noise ceiling tau | replay tau | pairs "
+           "> 0.1 ordered | regret of replay's pick | regret of F=1 `all` | max abs cell bias | "
+           "90% coverage | median width | interval score |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]),
     ]
     for world, ws in by.items():
         rows = [ws[c] for c in sources if c in ws]
@@ -91,10 +99,11 @@ def render(out: dict, seconds: float | None, cells: bool = True) -> str:
             f"{_pair([x['pairs_ordered'] for x in m], '{:.0%}')} of "
             f"{m[0]['pairs_over_margin']} | "
             f"{_pair([x['regret_of_replay_pick'] for x in m], '{:.1%}')} | "
-            f"{_pair([x.get('regret_of_argmax', math.nan) for x in m], '{:.1%}')} | "
-            f"{_f(m[0]['regret_of_all_f1'], '{:.1%}')} | {_pair(worst, '{:.2f}')} | "
-            + " ; ".join("/".join(_f(x.get("coverage_curve", {}).get(k, math.nan), "{:.0%}")
-                                  for k in ("0.50", "0.80", "0.90", "0.95")) for x in m)
+            + (f"{_pair([x['regret_of_argmax'] for x in m], '{:.1%}')} | " if new else "")
+            + f"{_f(m[0]['regret_of_all_f1'], '{:.1%}')} | {_pair(worst, '{:.2f}')} | "
+            + (" ; ".join("/".join(_f(x["coverage_curve"][k], "{:.0%}")
+                                   for k in ("0.50", "0.80", "0.90", "0.95")) for x in m)
+               if new else _pair([x['coverage_90'] for x in m], '{:.0%}'))
             + " | "
             f"{_pair([x['interval_width_median'] for x in m], '{:.2f}')} | "
             f"{_pair([x['interval_score_mean'] for x in m], '{:.2f}')} |")
@@ -105,17 +114,17 @@ def render(out: dict, seconds: float | None, cells: bool = True) -> str:
             continue
         lines += ["", f"Targets, `{src}`:", "",
                   "| world | tau >= 0.8 x ceiling | pairs ordered >= 90% | every cell's bias "
-                  "interval in +-0.15 | regret <= 5% and <= F=1 `all` + 0.5% | 90% coverage "
-                  "85-95% | 50/80/95% within 5 points |",
-                  "|---|---|---|---|---|---|---|"]
+                  + ("interval in +-0.15 | regret <= 5% and <= F=1 `all` + 0.5% | 90% "
+                     "coverage 85-95% | 50/80/95% within 5 points |" if new else
+                     "interval in +-0.15 | regret <= 5% and <= F=1 `all` | coverage 85-95% |"),
+                  "|---|---|---|---|---|---|---|" if new else "|---|---|---|---|---|---|"]
+        keys = ("tau", "pairs_ordered", "bias_interval", "regret", "coverage") + (
+            ("calibration",) if new else ())
         for world, ws in by.items():
             if src not in ws:
                 continue
             t = ws[src]["measures"]["targets"]
-            lines.append(f"| `{world}` | " + " | ".join(
-                _miss(t[k]) if k in t else "not measured" for k in (
-                    "tau", "pairs_ordered", "bias_interval", "regret", "coverage",
-                    "calibration")) + " |")
+            lines.append(f"| `{world}` | " + " | ".join(_miss(t[k]) for k in keys) + " |")
     for world, ws in by.items() if cells else ():
         rows = [ws[c] for c in sources if c in ws]
         m = rows[0]["measures"]
