@@ -24,7 +24,7 @@ import math
 import numpy as np
 
 __all__ = ["replay_interval", "predictive_interval", "detectable_gain", "recommend",
-           "LEVEL"]
+           "predict_new_search", "log2_best", "LEVEL"]
 
 LEVEL = 0.9  # the predictive intervals' default level
 
@@ -100,7 +100,7 @@ def recommend(gains: np.ndarray, base: int, level: float = LEVEL,
     return int(ok[np.argmax(mean[ok])]) if len(ok) else base
 
 
-def _log2_mean_best(result) -> float:
+def log2_best(result) -> float:
     """A replay's value: the mean over its searches of log2 best speedup (the log2 of the
     geometric mean that replays report)."""
     return float(np.mean([math.log2(s.best_speedup) for s in result.searches]))
@@ -122,10 +122,10 @@ def predict_new_search(log, policy: str, baseline: str, model, pairs, seeds, *,
     fresh = f"fresh:{family}" if family else "fresh"
     runs = replay_many(log, [make_policy(p) for p in (policy, baseline) for _ in seeds], model,
                        seeds + seeds, children=fresh, **kwargs)
-    fp = np.array([_log2_mean_best(r) for r in runs[:len(seeds)]])
-    fb = np.array([_log2_mean_best(r) for r in runs[len(seeds):]])
-    rp = np.array([_log2_mean_best(r) for r, _ in pairs])
-    rb = np.array([_log2_mean_best(b) for _, b in pairs])
+    fp = np.array([log2_best(r) for r in runs[:len(seeds)]])
+    fb = np.array([log2_best(r) for r in runs[len(seeds):]])
+    rp = np.array([log2_best(r) for r, _ in pairs])
+    rb = np.array([log2_best(b) for _, b in pairs])
     lo, hi = predictive_interval(rp, fp, level)
     glo, ghi = predictive_interval(rp - rb, fp - fb, level)
     mean, lower = detectable_gain(rp - rb, fp - fb, level)

@@ -26,9 +26,7 @@ def log2_one(x: float) -> float:
 
 def log2(x) -> np.ndarray:
     """``np.log2`` of an array (any shape), element by element through ``log2_one``."""
-    a = np.asarray(x, dtype=float)
-    flat = [log2_one(v) for v in a.ravel().tolist()]
-    return np.array(flat, dtype=float).reshape(a.shape)
+    return _each(log2_one, x)
 
 
 def _log_one(x: float) -> float:

@@ -54,7 +54,7 @@ import numpy as np
 
 from gfsim.core.durable import temporary
 from gfsim.core.errors import GfsimError
-from gfsim.simulator.predictive import predictive_interval, recommend
+from gfsim.simulator.predictive import log2_best, predictive_interval, recommend
 
 __all__ = ["BenchSpec", "run_world_seed", "summarize_world", "targets", "compare_sources",
            "INCUMBENT", "LEVELS",
@@ -203,8 +203,7 @@ def run_world_seed(world_spec: str, world_seed: int, spec: BenchSpec) -> dict:
                                   learning=learning)
             for k, res in enumerate(results):
                 cell = cells[(spec.policies[k // len(reps)], f)]
-                cell.replay.setdefault(children, []).append(
-                    float(np.mean([math.log2(s.best_speedup) for s in res.searches])))
+                cell.replay.setdefault(children, []).append(log2_best(res))
                 draws = cell.draws.setdefault(children, {})
                 for s in res.searches:
                     for src, n in s.extra["draws"].items():
@@ -222,8 +221,7 @@ def run_world_seed(world_spec: str, world_seed: int, spec: BenchSpec) -> dict:
                               driver="puct", search=config, children="fresh",
                               forecaster=forecaster, learning=learning)
         for k, res in enumerate(results):
-            cells[(spec.policies[k // len(fresh)], f)].fresh.append(
-                float(np.mean([math.log2(s.best_speedup) for s in res.searches])))
+            cells[(spec.policies[k // len(fresh)], f)].fresh.append(log2_best(res))
     caches = {t: {} for t in tasks}
     for r in range(1, spec.direct_reps + 1):
         # Every direct search of this replicate stepped together (run_on_world_many).
