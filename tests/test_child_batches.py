@@ -230,7 +230,7 @@ def test_forecasts_moved_in_one_array_call_are_the_same(traces, children, monkey
     assert got == GOLDEN[("synthetic-puct-v1", children, 0)]
 
 
-def test_draws_do_not_depend_on_the_cpus_simd(traces):
+def test_draws_do_not_depend_on_the_cpus_simd(traces, tmp_path):
     """numpy runs other SIMD code for some functions where the CPU has AVX-512 (or AVX2),
     with results that differ in the last bit or, for argpartition, in which tied rows come
     first; the same draws must come out with that dispatch turned off."""
@@ -254,9 +254,11 @@ def test_draws_do_not_depend_on_the_cpus_simd(traces):
             "    out.append(T._digest(T._drive(T._source(ts[0], ch, ts), seed, batched=True)))\n"
             "print(json.dumps(out))")
     env = {**os.environ, "NPY_DISABLE_CPU_FEATURES": " ".join(off)}
+    # Run from elsewhere: a checkout's gfsim/ folder would shadow a regular install (CI's).
     got = subprocess.run([sys.executable, "-c", code, os.path.dirname(__file__),
                           json.dumps(cases)], env=env, capture_output=True, text=True,
-                         check=True, timeout=300)
+                         timeout=300, cwd=tmp_path)
+    assert got.returncode == 0, got.stderr
     want = [_digest(_drive(_source(traces[n][0], ch, traces[n]), s, batched=True))
             for n, ch, s in cases]
     assert json.loads(got.stdout.strip().splitlines()[-1]) == want
