@@ -6,7 +6,7 @@ above.
 
 from gfsim.cost_models.base import CostModel
 from gfsim.cost_models.gen_tokens import parse_gen_tokens, with_gen_tokens
-from gfsim.cost_models.model import figures, source_of
+from gfsim.cost_models.model import figures, source_of, with_prices
 from gfsim.cost_models.presets import (
     LLMS,
     PRESETS,
@@ -34,5 +34,6 @@ __all__ = [
     "load_cost_model",
     "parse_gen_tokens",
     "source_of",
+    "with_prices",
     "with_gen_tokens",
 ]

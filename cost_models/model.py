@@ -23,6 +23,7 @@ __all__ = [
     "PresetCostModel",
     "figures",
     "source_of",
+    "with_prices",
 ]
 
 _HOUR = 3600.0
@@ -159,6 +160,23 @@ class PresetCostModel(CostModel):
         out.pop("sources")
         out["sources"] = dict(self.sources)
         return out
+
+
+def with_prices(model: PresetCostModel, *, gpu: float = 1.0,
+                forecaster: float = 1.0) -> PresetCostModel:
+    """``model`` with its GPU-hour price (checking, timing, cold starts, and compiling on a GPU
+    host) times ``gpu`` and its forecaster's token prices times ``forecaster``; watts, seconds
+    and every other price as they were. Its name says so."""
+    if gpu <= 0 or forecaster <= 0:
+        raise GfsimError(f"price factors must be > 0, got gpu={gpu!r}, forecaster={forecaster!r}")
+    if gpu == 1.0 and forecaster == 1.0:
+        return model
+    fc = model.forecaster
+    return dataclasses.replace(
+        model, name=f"{model.name} (GPU price x{gpu:g}, forecast price x{forecaster:g})",
+        gpu=dataclasses.replace(model.gpu, usd_per_hour=model.gpu.usd_per_hour * gpu),
+        forecaster=dataclasses.replace(fc, usd_per_m_input=fc.usd_per_m_input * forecaster,
+                                       usd_per_m_output=fc.usd_per_m_output * forecaster))
 
 
 def source_of(sources: dict, key: str) -> str | None:

@@ -12,7 +12,7 @@ import typer
 from gfsim.core.errors import GfsimError
 
 __all__ = ["handles_errors", "print_json", "console", "esc", "one_line", "search_config",
-           "puct_children", "SIMULATE_HELP"]
+           "puct_children", "resolve_children", "SIMULATE_HELP"]
 
 EXIT_INPUT_ERROR = 2
 
@@ -102,7 +102,10 @@ def print_json(obj: Any) -> None:
     buffer.flush()
 
 
-CHILDREN_HELP = ("puct: where children the log never held come from: fallback (logged children "
+CHILDREN_HELP = ("puct: where children the log never held come from: auto (the default: model "
+                 "under the puct driver, where the counterfactual benchmark finds the world "
+                 "model's replays better calibrated than the fallback's in every world, "
+                 "docs/experiments/counterfactual-benchmark.md), fallback (logged children "
                  "of other parents in the node's speedup bin, rescaled), model (a world model "
                  "fitted to the log: model:crb, a conditional residual bootstrap, the default; "
                  "model:gbm, gradient-boosted quantile trees; "
@@ -116,12 +119,21 @@ SIMULATE_HELP = ("puct: simulate PUCT even on a log whose search it does not rep
                  "result is labelled simulated either way).")
 
 
+def resolve_children(driver: str, children: str) -> str:
+    """--children's value with ``auto`` resolved: the world model under the puct driver,
+    else ``fallback`` (the trace driver draws no children)."""
+    if children == "auto":
+        return "model" if driver == "puct" else "fallback"
+    return children
+
+
 def puct_children(driver: str, children: str, simulate: bool = False) -> dict:
     """The replay keywords for --children and --simulate: checked, and only for the puct
     driver."""
     from gfsim.core.errors import GfsimError
     from gfsim.simulator.world_model import check_children
 
+    children = resolve_children(driver, children)
     check_children(children)
     if driver != "puct":
         if children != "fallback" or simulate:

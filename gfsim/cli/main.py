@@ -6,7 +6,7 @@ import typer
 
 from gfsim.cli import costs_cmd, counterfactual_cmd, forecast_cmd, import_cmd
 from gfsim.cli import inspect_cmds, live_cmd, replay_cmd
-from gfsim.cli import savings_cmd, score_cmd, synth_cmd, tune_cmd
+from gfsim.cli import recommend_cmd, savings_cmd, score_cmd, synth_cmd, tune_cmd
 
 app = typer.Typer(
     name="gfsim",
@@ -25,6 +25,7 @@ app.command("score")(score_cmd.score)
 app.command("forecast")(forecast_cmd.forecast)
 app.command("tune")(tune_cmd.tune)
 app.command("savings")(savings_cmd.savings)
+app.command("recommend")(recommend_cmd.recommend)
 app.command("live")(live_cmd.live)
 app.command("merge")(live_cmd.merge)
 app.command("fidelity")(live_cmd.fidelity)

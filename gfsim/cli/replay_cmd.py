@@ -16,6 +16,7 @@ from gfsim.cli.common import (
     learning_spec,
     print_json,
     puct_children,
+    resolve_children,
     search_config,
 )
 
@@ -94,7 +95,7 @@ def replay(
     engine: str = typer.Option("auto", "--engine",
                                help="auto (closed-form fast path wherever no capacity binds), "
                                     "des (always the SimPy engine) or fast."),
-    children: str = typer.Option("fallback", "--children", help=CHILDREN_HELP),
+    children: str = typer.Option("auto", "--children", help=CHILDREN_HELP),
     simulate: bool = typer.Option(False, "--simulate", help=SIMULATE_HELP, metavar=""),
     calibrate: str = typer.Option("none", "--calibrate",
                                   help="Recalibrate forecasts before any policy sees them: "
@@ -158,6 +159,7 @@ def replay(
     noise = parse_noise(measure_noise)
     from gfsim.forecasts.whatif import resolve
 
+    children = resolve_children(driver, children)
     puct_only = puct_children(driver, children, simulate)
     if predict and driver != "puct":
         from gfsim.core.errors import GfsimError

@@ -15,6 +15,7 @@ from gfsim.cli.common import (
     learning_spec,
     print_json,
     puct_children,
+    resolve_children,
     search_config,
 )
 
@@ -40,7 +41,7 @@ def savings(
     forecaster: Optional[str] = typer.Option(None, "--forecaster",
                                              help="A logged forecaster's name, or a what-if "
                                                   "one (paper:gemini3-flash, synthetic:...)."),
-    children: str = typer.Option("fallback", "--children", help=CHILDREN_HELP),
+    children: str = typer.Option("auto", "--children", help=CHILDREN_HELP),
     simulate: bool = typer.Option(False, "--simulate", help=SIMULATE_HELP, metavar=""),
     seeds: Optional[int] = typer.Option(None, "--seeds", min=1,
                                         help="Paired seeds (default 32 where a seed can "
@@ -75,6 +76,7 @@ def savings(
     the_log, forecaster = resolve(open_log(log), forecaster)
     model = load_cost_model(cost)
     config = search_config(driver, search, the_log, overgen=overgen)
+    children = resolve_children(driver, children)
     puct_only = puct_children(driver, children, simulate)
     the_budget = parse_budget(budget)
     kwargs = dict(baseline=baseline, budget=the_budget, driver=driver, search=config,

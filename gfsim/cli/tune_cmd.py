@@ -16,8 +16,10 @@ from gfsim.cli.common import (
     learning_spec,
     print_json,
     puct_children,
+    resolve_children,
     search_config,
 )
+from gfsim.cli.recommend_cmd import INCUMBENT_HELP
 
 __all__ = ["tune"]
 
@@ -53,13 +55,7 @@ def tune(
     search: Optional[str] = typer.Option(None, "--search",
                                          help="puct: paper-standard (default) or "
                                               "paper-filtered, the shape tuned around."),
-    children: str = typer.Option("auto", "--children",
-                                 help="auto: model when a trial changes how many children a "
-                                      "parent gets (overgen, samples_per_parent), where most "
-                                      "children were never logged and the world model ranks "
-                                      "configurations better than the fallback in every world "
-                                      "of the counterfactual benchmark; else fallback. "
-                                      + CHILDREN_HELP),
+    children: str = typer.Option("auto", "--children", help=CHILDREN_HELP),
     simulate: bool = typer.Option(False, "--simulate", help=SIMULATE_HELP, metavar=""),
     seeds: int = typer.Option(8, "--seeds", min=1, help="Seeds per trial (the same for every "
                                                  "trial: common random numbers); one where "
@@ -92,6 +88,11 @@ def tune(
                                                       "check (default: as many as --seeds; 0 "
                                                       "skips it, as does a configuration no "
                                                       "seed can change)."),
+    incumbent: Optional[str] = typer.Option(None, "--incumbent", help=INCUMBENT_HELP),
+    recommend: bool = typer.Option(True, "--recommend/--no-recommend",
+                                   help="End with a recommendation: the top trials against "
+                                        "the incumbent, on seeds no trial saw (best_speedup "
+                                        "objective only)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Folder for history and Pareto "
                                                              "front PNGs."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object.", metavar=""),
@@ -135,11 +136,12 @@ def tune(
     the_log, forecaster = resolve(open_log(log), forecaster)
     model = load_cost_model(cost)
     config = search_config(driver, search, the_log)
-    if children == "auto":
-        widens = any(p.name in ("overgen", "samples_per_parent") for p in params)
-        children = "model" if driver == "puct" and widens else "fallback"
+    children = resolve_children(driver, children)
     puct_only = puct_children(driver, children, simulate)
     the_budget = parse_budget(budget)
+    from gfsim.tuning.recommend import parse_config
+
+    base = parse_config(incumbent or ("all@1" if driver == "puct" else "all"), driver, config)
     setup = TrialSetup(the_log, model, policy, driver, the_budget,
                        list(range(seed, seed + seeds)), config, target, forecaster,
                        learning=learning, **puct_only)
@@ -188,6 +190,14 @@ def tune(
     fresh = list(range(seed + seeds, seed + seeds + n_fresh))
     oos = out_of_sample(setup, rows[:top], objectives, fresh) if n_fresh else []
     loto = leave_one_task_out(the_study, objectives)
+    rec, rec_note = None, None
+    if not recommend:
+        pass
+    elif [n for n, _ in objectives] != ["best_speedup"]:
+        rec_note = ("no recommendation: it compares best speedups; tune with --objective "
+                    "best_speedup, or run gfsim recommend")
+    else:
+        rec = _recommendation(setup, rows[:top], base, fresh, seeded is not None)
     lead = rows[0]
     draws = {}
     if driver == "puct":
@@ -209,8 +219,8 @@ def tune(
         "trials": len(rows), "ran_now": ran, "best": rows[0] if len(objectives) == 1 else None,
         "pareto_front": [r for r in rows if r["pareto"]] if len(objectives) > 1 else None,
         "top": rows[:max(top, 5)], "out_of_sample": oos, "fresh_seeds": fresh,
-        "leave_one_task_out": loto,
-        "notes": ([adopted] if adopted else []) + ([
+        "leave_one_task_out": loto, "recommendation": rec,
+        "notes": ([rec_note] if rec_note else []) + ([adopted] if adopted else []) + ([
             "every trial replays the same seeds (common random numbers); seeds resample one "
             "log, so a tuned value is as good as the log is representative",
             "out_of_sample re-scores the top trials on seeds no trial saw; leave_one_task_out "
@@ -242,6 +252,24 @@ def tune(
         print_json(out)
     else:
         _report(out)
+
+
+def _recommendation(setup, rows: list[dict], base, fresh: list[int], seeded: bool) -> dict | None:
+    """The top trials that meet the constraint against the incumbent, replayed on the
+    out-of-sample seeds (the tuning seeds where there are none) and, under puct, simulated as
+    as many new searches on seeds after those."""
+    from gfsim.simulator.shape import shape_from_dict
+    from gfsim.tuning.recommend import Config, config_label, recommendation
+
+    candidates = [Config(r["spec"], s, config_label(r["spec"], s))
+                  for r in rows if r["feasible"]
+                  for s in [shape_from_dict(r["search"])]]
+    if not candidates:
+        return None
+    seeds = fresh or list(setup.seeds)
+    start = max([*seeds, *setup.seeds]) + 1
+    new = range(start, start + len(seeds)) if setup.driver == "puct" and seeded else ()
+    return recommendation(setup, candidates, base, seeds, fresh_seeds=new)
 
 
 def _why_seed_free(driver: str, policy: str, params) -> str:
@@ -351,6 +379,10 @@ def _report(out: dict) -> None:
             lo.add_row(r["task"], f"#{r['chosen_on_others']}", f"{r['held_out']:.4g}",
                        f"#{r['chosen_on_all']}", f"{r['in_sample']:.4g}")
         con.print(lo)
+    if out["recommendation"]:
+        from gfsim.cli.recommend_cmd import print_recommendation
+
+        print_recommendation(con, out["recommendation"])
     for note in out["notes"]:
         con.print(f"[dim]note: {esc(note, 2000)}[/dim]")
     for p in out.get("plots", []):

@@ -1,0 +1,175 @@
+"""``gfsim recommend``: which configuration to run next time on a log, against the incumbent."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+from gfsim.cli.common import (
+    CHILDREN_HELP,
+    SIMULATE_HELP,
+    console,
+    esc,
+    handles_errors,
+    learning_spec,
+    print_json,
+    puct_children,
+    resolve_children,
+    search_config,
+)
+
+__all__ = ["recommend", "print_recommendation", "INCUMBENT_HELP"]
+
+INCUMBENT_HELP = ("What you do now, which a recommendation must beat detectably: POLICY[@F] "
+                  "(F the overgeneration factor, or own: each search's own), or log (measure "
+                  "every child, each search in its own shape). Default: all@1 (measure every "
+                  "child at F 1) under --driver puct, all under trace.")
+
+
+def default_candidates(driver: str) -> list[str]:
+    """The configurations the counterfactual benchmark judges recommendations on (its
+    policies, at each of its overgeneration factors under the puct driver)."""
+    from gfsim.worlds.benchmark import DEFAULT_OVERGENS, DEFAULT_POLICIES
+
+    if driver != "puct":
+        return list(DEFAULT_POLICIES)
+    return [f"{p}@{f}" for p in DEFAULT_POLICIES for f in DEFAULT_OVERGENS]
+
+
+@handles_errors
+def recommend(
+    candidate: Optional[List[str]] = typer.Option(
+        None, "--candidate",
+        help="A configuration to consider: POLICY[@F]. Repeat for several. Default: the "
+             "counterfactual benchmark's grid (all, topk:4, threshold:0.7, "
+             "threshold:coverage=0.5, ev:10, at F 1, 2, 4 and 8 under --driver puct)."),
+    incumbent: Optional[str] = typer.Option(None, "--incumbent", help=INCUMBENT_HELP),
+    log: Optional[str] = typer.Option(None, "--log", "-l", help="Log path or shipped name."),
+    cost: str = typer.Option("serverless-a100", "--cost", "-c", help="Cost preset or TOML."),
+    budget: Optional[str] = typer.Option("usd=40", "--budget", "-b",
+                                         help="Per-search limits every configuration runs "
+                                              "under: usd=..,seconds=..,gpu_evals=..,steps=.."),
+    driver: str = typer.Option("puct", "--driver", help="puct (closed loop: F matters) or "
+                                                        "trace (the logged order)."),
+    search: Optional[str] = typer.Option(None, "--search",
+                                         help="puct: paper-standard or paper-filtered (default: "
+                                              "each search in its own shape)."),
+    forecaster: Optional[str] = typer.Option(None, "--forecaster",
+                                             help="A logged forecaster's name, or a what-if "
+                                                  "one (paper:gemini3-flash, synthetic:...)."),
+    children: str = typer.Option("auto", "--children", help=CHILDREN_HELP),
+    simulate: bool = typer.Option(False, "--simulate", help=SIMULATE_HELP, metavar=""),
+    seeds: int = typer.Option(8, "--seeds", min=1,
+                              help="Replays of the log per configuration (paired by seed)."),
+    fresh_seeds: int = typer.Option(8, "--fresh-seeds", min=0,
+                                    help="puct: new searches per configuration simulated "
+                                         "wholly on the world model (a new search's own "
+                                         "randomness; 0: none, and the intervals are over "
+                                         "replays of this log only)."),
+    seed: int = typer.Option(0, "--seed", help="First seed."),
+    level: float = typer.Option(0.9, "--level", min=0.5, max=0.99,
+                                help="The intervals' level and the detection's one-sided "
+                                     "level."),
+    prices: bool = typer.Option(True, "--prices/--no-prices",
+                                help="Find the break-even GPU-hour and forecast prices of a "
+                                     "recommendation (more replays)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object.", metavar=""),
+) -> None:
+    """Which configuration to run next time: its predicted gain over the incumbent for a new
+    search, with its interval, and the prices over which it holds; the incumbent when no
+    configuration beats it detectably."""
+    from gfsim.core.errors import GfsimError
+    from gfsim.cost_models import load_cost_model
+    from gfsim.forecasts.whatif import resolve
+    from gfsim.replay_logs import open_log
+    from gfsim.simulator import parse_budget
+    from gfsim.simulator.replay import seed_dependence
+    from gfsim.tuning.recommend import parse_config, recommendation
+    from gfsim.tuning.trials import TrialSetup
+
+    learning = learning_spec(forecaster)
+    the_log, forecaster = resolve(open_log(log), forecaster)
+    model = load_cost_model(cost)
+    config = search_config(driver, search, the_log)
+    children = resolve_children(driver, children)
+    puct_only = puct_children(driver, children, simulate)
+    the_budget = parse_budget(budget)
+    base = parse_config(incumbent or ("all@1" if driver == "puct" else "all"), driver, config)
+    configs = [parse_config(c, driver, config, what="--candidate")
+               for c in (candidate or default_candidates(driver))]
+    if not configs:
+        raise GfsimError("--candidate: name at least one configuration")
+    setup = TrialSetup(the_log, model, base.spec, driver, the_budget, [seed], config,
+                       forecaster=forecaster, learning=learning, **puct_only)
+    from gfsim.policies import make_policy
+
+    varies = seed_dependence([make_policy(c.spec) for c in [base, *configs]], driver=driver)
+    n = seeds if varies else 1
+    rec = recommendation(setup, configs, base, range(seed, seed + n),
+                         fresh_seeds=range(seed + n, seed + n + fresh_seeds), level=level,
+                         prices=prices)
+    out = {"log": the_log.name, "synthetic_log": the_log.is_synthetic, "cost_model": cost,
+           "driver": driver, "budget": the_budget.as_dict(),
+           **({"children": children} if driver == "puct" else {}),
+           "recommendation": rec}
+    if varies is None:
+        out["seeds_note"] = "no seed can change these replays: each configuration replayed once"
+    if as_json:
+        print_json(out)
+        return
+    con = console()
+    con.print(f"[bold]gfsim recommend[/bold]  log={esc(out['log'], 400)}  driver={driver}  "
+              f"cost={esc(cost)}  budget={esc(budget)}"
+              + (f"  children={children}" if driver == "puct" else ""))
+    if the_log.is_synthetic:
+        con.print("[yellow]SYNTHETIC log: a demonstration, not a recommendation for a real "
+                  "search[/yellow]")
+    print_recommendation(con, rec)
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}x"
+
+
+def print_recommendation(con, rec: dict) -> None:
+    """The configurations against the incumbent, then the verdict and its prices."""
+    from rich.table import Table
+
+    level = f"{rec['level']:.0%}"
+    table = Table(title=f"against the incumbent ({esc(rec['incumbent'])})", box=None,
+                  padding=(0, 1))
+    for col in ("configuration", f"gain ({level})", "sure", "best", "USD", "new"):
+        table.add_column(col, justify="left" if col == "configuration" else "right",
+                         no_wrap=True)
+    for r in rec["configs"]:
+        b, g = r["best_speedup"], r.get("gain")
+        mark = " (now)" if r["incumbent"] else " <-" if r["recommended"] else ""
+        table.add_row(esc(r["config"]) + mark,
+                      "-" if g is None else f"{g['mean']:.3f}x {g['lo']:.2f}-{g['hi']:.2f}",
+                      "-" if g is None else ("yes" if g["detectable"] else "no"),
+                      f"{b['mean']:.2f}x", f"${r['usd_per_search']:.2f}",
+                      f"{r['invented_share']:.0%}")
+    con.print(table)
+    con.print(f"[dim]intervals over {esc(rec['over'], 1000)}; sure: the gain is detectable "
+              f"(one-sided {level} lower bound above 1x); new: the share of children the log "
+              "never held (invented by the world model); best: the mean best speedup (--json: its "
+              "interval, evals and what each best rests on)[/dim]")
+    con.print(f"[bold]recommendation:[/bold] {esc(rec['verdict'], 1000)}")
+    prices = rec.get("prices")
+    if not prices:
+        return
+    for what, name in (("gpu", "GPU-hour price"), ("forecaster", "forecast price")):
+        p = prices.get(what)
+        if p is None:
+            continue
+        if "note" in p:
+            con.print(f"  {name}: {esc(p['note'])}")
+            continue
+        now = p["now"]
+        lo = f"under {now / 8:.4g}" if p["from"] is None else f"{p['from']:.4g}"
+        hi = f"over {now * 8:.4g}" if p["to"] is None else f"{p['to']:.4g}"
+        con.print(f"  the gain holds for a {name} from {lo} to {hi} {p['unit']} (today "
+                  f"{now:.4g}; prices x1/8 to x8 tried)")
+    if "note" in prices:
+        con.print(f"  prices: {esc(prices['note'])}")

@@ -1,0 +1,269 @@
+"""Which configuration to run next time, judged against the incumbent (what the user does now).
+
+A tuned optimum is the best of many noisy replays; on its own it says nothing about whether a
+new search will do better than measuring every child at F = 1. ``recommendation`` answers that:
+
+- every configuration (a policy spec and, under the puct driver, a search shape) and the
+  incumbent are replayed on the same seeds (common random numbers), and, under the puct
+  driver, simulated as new searches wholly on the world model fitted to the log (``fresh``
+  children: each seed a new search like the logged one) on the same fresh seeds;
+- a configuration's gain over the incumbent is the paired difference in log2 best speedup
+  (per seed: the mean over the log's tasks; where no seed can change a replay, per task);
+- the recommendation is the configuration with the largest mean gain among those whose gain
+  is detectable (``simulator.predictive.recommend``: a one-sided lower bound above 0), else
+  the incumbent, said so;
+- for a recommendation other than the incumbent, the GPU-hour and forecast prices between
+  which its mean gain stays above 0 (the break-even prices), found by replaying both at
+  scaled prices under the same USD budget.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from gfsim.core.errors import GfsimError
+
+__all__ = ["Config", "parse_config", "config_label", "recommendation", "PRICE_STEPS"]
+
+PRICE_STEPS = (2.0, 4.0, 8.0)  # price factors tried each way from today's, before bisecting
+
+
+@dataclass(frozen=True)
+class Config:
+    """A configuration: the policy spec and the puct search shape (None under trace)."""
+
+    spec: str
+    search: object | None
+    label: str
+
+
+def config_label(spec: str, search) -> str:
+    """``threshold:0.7 F=2``; ``F=own`` where each search keeps its own overgeneration."""
+    if search is None:
+        return spec
+    f = getattr(search, "overgen", None)
+    return f"{spec} F={'own' if f is None else f}"
+
+
+def parse_config(text: str, driver: str, base, *, what: str = "--incumbent") -> Config:
+    """``POLICY[@F]`` (F a whole number, or ``own``: each search's own), or ``log`` (measure
+    every child, each search in its own shape: the logged search as it ran). ``base``: the
+    search shape the configurations share (``search_config``'s)."""
+    from gfsim.policies import make_policy
+
+    text = text.strip()
+    if text == "log":
+        text = "all@own"
+    spec, at, f = text.partition("@")
+    if not spec:
+        raise GfsimError(f"{what}: {text!r} names no policy (POLICY[@F], or log)")
+    make_policy(spec)  # an unknown policy or a bad parameter fails here, by name
+    if driver != "puct":
+        if at:
+            raise GfsimError(f"{what}: {text!r}: @F (the overgeneration factor) only with "
+                             "--driver puct")
+        return Config(spec, None, spec)
+    search = base
+    if at:
+        if f == "own":
+            if hasattr(base, "overrides"):  # OwnShape: back to each search's own F
+                search = replace(base, overgen=None)
+        else:
+            try:
+                n = int(f)
+            except ValueError:
+                n = 0
+            if n < 1 or str(n) != f:
+                raise GfsimError(f"{what}: {text!r}: F must be a whole number >= 1 or own")
+            search = replace(base, overgen=n)
+    return Config(spec, search, config_label(spec, search))
+
+
+def _replays(setup, config: Config, seeds, *, children: str | None = None, model=None):
+    from gfsim.policies import make_policy
+    from gfsim.simulator.replay import replay_many
+
+    seeds = list(seeds)
+    kw = {}
+    if setup.driver == "puct":
+        kw = {"children": children or setup.children, "simulate": setup.simulate}
+    return replay_many(setup.log, [make_policy(config.spec) for _ in seeds],
+                       model or setup.model, seeds, budget=setup.budget, driver=setup.driver,
+                       search=config.search, orphans_dropped=False,
+                       forecaster=setup.forecaster, learning=setup.learning, **kw)
+
+
+def _values(results, per_task: bool) -> np.ndarray:
+    """log2 best speedup per seed (the mean over tasks), or per task of the one replay."""
+    from gfsim.core import libm
+
+    block = np.array([[s.best_speedup for s in r.searches] for r in results], dtype=float)
+    logs = libm.log2(block)
+    return logs[0] if per_task else logs.mean(axis=1)
+
+
+def _fresh_children(children: str) -> str:
+    family = children.partition(":")[2]
+    return f"fresh:{family}" if family else "fresh"
+
+
+def recommendation(setup, candidates: list[Config], incumbent: Config, seeds, *,
+                   fresh_seeds=(), level: float | None = None, prices: bool = True) -> dict:
+    """The recommendation among ``candidates`` against ``incumbent`` for ``setup`` (a
+    ``TrialSetup``: log, cost model, driver, budget, children), replayed on ``seeds`` and, under
+    the puct driver, simulated as new searches on ``fresh_seeds``. ``prices``: find the
+    break-even GPU-hour and forecast prices of a recommendation other than the incumbent."""
+    from gfsim.simulator.predictive import (
+        LEVEL,
+        detectable_gain,
+        predictive_interval,
+        recommend,
+    )
+    from gfsim.simulator.replay import best_evidence, draw_shares
+
+    level = LEVEL if level is None else level
+    seeds, fresh_seeds = list(seeds), list(fresh_seeds)
+    if not seeds:
+        raise GfsimError("a recommendation needs at least one seed")
+    configs = [incumbent] + [c for c in dict.fromkeys(candidates)
+                             if (c.spec, c.search) != (incumbent.spec, incumbent.search)]
+    per_task = len(seeds) == 1
+    fresh_on = setup.driver == "puct" and len(fresh_seeds) >= 2
+    runs = [_replays(setup, c, seeds) for c in configs]
+    rq = np.array([_values(r, per_task) for r in runs])  # configuration x sample
+    fz = None
+    if fresh_on:
+        fresh_children = _fresh_children(setup.children)
+        fz = np.array([_values(_replays(setup, c, fresh_seeds, children=fresh_children), False)
+                       for c in configs])
+    gains = rq - rq[0]
+    fresh_gains = None if fz is None else fz - fz[0]
+    pick = recommend(gains, 0, level, fresh_gains)
+    mean, lower = detectable_gain(gains, fresh_gains, level)
+    glo, ghi = predictive_interval(gains, fresh_gains, level)
+    blo, bhi = predictive_interval(rq, fz, level)
+    rows = []
+    for i, (c, r) in enumerate(zip(configs, runs)):
+        shares = draw_shares(r)
+        row = {
+            "config": c.label, "policy": c.spec,
+            "search": c.search.as_dict() if c.search is not None else None,
+            "incumbent": i == 0, "recommended": i == pick,
+            "best_speedup": {"mean": 2.0 ** float(rq[i].mean()), "lo": 2.0 ** float(blo[i]),
+                             "hi": 2.0 ** float(bhi[i])},
+            "usd_per_search": float(np.mean([s.total.usd for x in r for s in x.searches])),
+            "gpu_evals_per_search": float(np.mean([s.gpu_evals for x in r
+                                                   for s in x.searches])),
+            "invented_share": shares.get("invented_share", 0.0),
+            "best_rests_on": best_evidence(replace(r[0], searches=[
+                s for x in r for s in x.searches]))["label"],
+        }
+        if i:
+            finite = bool(np.isfinite(lower[i]))
+            row["gain"] = {"mean": 2.0 ** float(mean[i]), "lo": 2.0 ** float(glo[i]),
+                           "hi": 2.0 ** float(ghi[i]),
+                           "lower_bound": 2.0 ** float(lower[i]) if finite else None,
+                           "detectable": bool(lower[i] > 0)}
+        rows.append(row)
+    if per_task:
+        over = (f"the log's {rq.shape[1]} tasks: no seed can change these replays, so the "
+                "intervals are over tasks, not over new searches")
+    elif fresh_on:
+        over = (f"one new search like the logged one: centred on {len(seeds)} replays of the "
+                f"log, spread by {len(fresh_seeds)} searches simulated wholly on the world "
+                "model fitted to the log (every child invented), plus the centre's error; "
+                "gains paired by seed")
+    else:
+        over = (f"{len(seeds)} seeds of this log (replays: how much the log's own searches "
+                "vary, not a new search's randomness); gains paired by seed")
+    out = {
+        "incumbent": incumbent.label, "level": level, "over": over,
+        "seeds": seeds, "fresh_seeds": fresh_seeds if fresh_on else [],
+        "configs": rows, "choice": configs[pick].label, "keeps_incumbent": pick == 0,
+    }
+    best_other = max(range(1, len(configs)), key=lambda i: mean[i], default=None)
+    out["verdict"] = _verdict(rows, pick, best_other, level)
+    if pick and prices:
+        out["prices"] = _break_even(setup, configs[pick], incumbent, seeds, per_task,
+                                    float(gains[pick].mean()))
+    return out
+
+
+def _verdict(rows: list[dict], pick: int, best_other: int | None, level: float) -> str:
+    inc = rows[0]["config"]
+    if pick:
+        r = rows[pick]
+        g = r["gain"]
+        return (f"use {r['config']}: a new search's best speedup is predicted "
+                f"{g['mean']:.3f}x the incumbent's ({inc}), {level:.0%} interval "
+                f"[{g['lo']:.3f}x, {g['hi']:.3f}x]; the gain is detectable (one-sided "
+                f"{level:.0%} lower bound {g['lower_bound']:.3f}x)")
+    if best_other is None:
+        return f"keep the incumbent ({inc}): no other configuration was given"
+    g = rows[best_other]["gain"]
+    bound = "none: too few samples" if g["lower_bound"] is None \
+        else f"{g['lower_bound']:.3f}x"
+    return (f"keep the incumbent ({inc}): no configuration's gain over it is detectable at "
+            f"{level:.0%} (the best, {rows[best_other]['config']}, {g['mean']:.3f}x, "
+            f"lower bound {bound})")
+
+
+def _break_even(setup, pick: Config, incumbent: Config, seeds: list[int],
+                per_task: bool, gain_now: float) -> dict:
+    """The GPU-hour and forecast prices between which the pick's mean gain over the incumbent
+    stays above 0, each price scaled alone (the other at today's), both replayed on the same
+    seeds under the same budget: factors 2, 4, 8 each way, then one bisection (geometric) of
+    the step where the gain turned."""
+    from gfsim.cost_models import PresetCostModel, with_prices
+    from gfsim.policies import make_policy
+
+    model = setup.model
+    if not isinstance(model, PresetCostModel):
+        return {"note": "prices are scaled only on a preset cost model"}
+    if math.isinf(setup.budget.usd):
+        return {"note": "the budget has no USD limit: prices change no search's course, only "
+                        "its bill, so the gain in best speedup holds at any price"}
+    forecasts = make_policy(pick.spec).needs_forecast or make_policy(incumbent.spec).needs_forecast
+    now = {"gpu": model.gpu.usd_per_hour,
+           "forecaster": model.forecaster.usd_per_m_output}
+    out: dict = {"rule": "the price at which the mean gain over the incumbent reaches 0, that "
+                         "price scaled alone under the same USD budget and seeds (factors 2, 4 "
+                         "and 8 each way, then one bisection); 'from'/'to' None: still a gain "
+                         "at the last factor tried"}
+    for what, unit in (("gpu", "USD per GPU-hour"), ("forecaster", "USD per 1M forecast "
+                                                                   "output tokens")):
+        if what == "forecaster" and not forecasts:
+            out[what] = {"note": "neither configuration forecasts: the forecast price does "
+                                 "not matter"}
+            continue
+
+        def gain(f: float, what=what) -> float:
+            scaled = with_prices(model, **{what: f})
+            a, b = (_values(_replays(setup, c, seeds, model=scaled), per_task)
+                    for c in (pick, incumbent))
+            return float((a - b).mean())
+
+        tried = {1.0: gain_now}
+        bounds = {}
+        for direction, steps in (("to", PRICE_STEPS), ("from", [1 / s for s in PRICE_STEPS])):
+            last_ok, edge = 1.0, None
+            for f in steps:
+                tried[f] = gain(f)
+                if tried[f] <= 0:
+                    mid = math.sqrt(last_ok * f)
+                    tried[mid] = gain(mid)
+                    edge = (mid, f) if tried[mid] > 0 else (last_ok, mid)
+                    break
+                last_ok = f
+            # the break-even price lies between the edge's two factors: report the middle
+            bounds[direction] = None if edge is None else math.sqrt(edge[0] * edge[1])
+        out[what] = {
+            "unit": unit, "now": now[what],
+            "from": None if bounds["from"] is None else now[what] * bounds["from"],
+            "to": None if bounds["to"] is None else now[what] * bounds["to"],
+            "gain_at": {f"x{f:.4g}": 2.0 ** g for f, g in sorted(tried.items())},
+        }
+    return out
