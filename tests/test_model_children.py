@@ -246,12 +246,14 @@ def test_replay_savings_and_tune_take_children_for_puct_only(tmp_path):
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["children"] == "model" and out["draws_of_first"]["draws"]
-    # Without --children, tuning overgen uses the model, tuning tau alone the fallback.
-    for extra, want in ((["--param", "overgen=1:4:int"], "model"), ([], "fallback")):
+    # Without --children (auto), the puct driver draws from the world model, tuning overgen or
+    # tau alone; --children fallback still asks for the logged pool.
+    for i, (extra, want) in enumerate(((["--param", "overgen=1:4:int"], "model"),
+                                       ([], "model"), (["--children", "fallback"], "fallback"))):
         res = runner.invoke(app, ["tune", "--driver", "puct", "--search", "paper-filtered",
                                   "--policy", "threshold", "--param", "tau=0.3:0.9", *extra,
                                   "--trials", "1", "--seeds", "2", "--validate-seeds", "0",
-                                  "--study", f"auto-{want}",
+                                  "--study", f"auto-{i}",
                                   "--storage", f"sqlite:///{tmp_path / 'a.db'}", "--json"])
         assert res.exit_code == 0, res.output
         assert json.loads(res.stdout)["children"] == want

@@ -19,21 +19,36 @@ from gfsim.simulator.predictive import (
 
 
 def test_a_new_search_is_covered_at_the_level_only_with_its_own_spread():
-    """Replays that vary little (they share the log's children) and new searches that vary
-    more: the replays' own interval misses new searches; centred on the replays and spread by
-    fresh searches, the interval covers them at its level."""
+    """Replays that vary little (they share the log's children), new searches on the model that
+    vary more and sit off the replays by the model's error, and a next real search whose error
+    follows the fitted law (a scaled t over the predictive standard deviation): the replays' own
+    interval misses it; centred on the replays, spread by the fresh searches and their
+    disagreement with the replays, the interval covers it at its level."""
+    from scipy.stats import t
+
+    from gfsim.simulator.predictive import ERROR_DF, ERROR_SCALE
+
     rng = np.random.default_rng(3)
-    n = 4000
+    n = 6000
     mu = rng.normal(0, 1, n)
+    off = rng.normal(0, 0.5, n)  # where the world model sits off the log's replays
     rq = mu[:, None] + rng.normal(0, 0.05, (n, 4))  # replays: tight around the truth
-    fresh = mu[:, None] + rng.normal(0, 0.3, (n, 8))  # new searches on the model
-    new = mu + rng.normal(0, 0.3, n)  # the next real search
-    for level in (0.5, 0.8, 0.9, 0.95):
-        lo, hi = predictive_interval(rq, fresh, level)
-        got = float(((lo <= new) & (new <= hi)).mean())
-        assert abs(got - level) < 0.03, (level, got)
-        lo, hi = replay_interval(rq, level)
-        assert float(((lo <= new) & (new <= hi)).mean()) < level - 0.2
+    fresh = (mu + off)[:, None] + rng.normal(0, 0.3, (n, 8))  # new searches on the model
+    sd = np.sqrt(fresh.var(axis=1, ddof=1) + rq.var(axis=1, ddof=1) / 4
+                 + (fresh.mean(axis=1) - rq.mean(axis=1)) ** 2)
+    for kind in ("outcome", "gain"):
+        new = rq.mean(axis=1) + sd * ERROR_SCALE[kind] * t.rvs(ERROR_DF, size=n,
+                                                              random_state=rng)
+        for level in (0.5, 0.8, 0.9, 0.95):
+            lo, hi = predictive_interval(rq, fresh, level, kind=kind)
+            got = float(((lo <= new) & (new <= hi)).mean())
+            assert abs(got - level) < 0.025, (kind, level, got)
+            lo, hi = replay_interval(rq, level)
+            assert float(((lo <= new) & (new <= hi)).mean()) < level - 0.2
+    # Without the disagreement term the same interval would be too narrow here.
+    lo, hi = predictive_interval(rq, fresh + (rq.mean(axis=1) - fresh.mean(axis=1))[:, None],
+                                 kind="gain")
+    assert float(((lo <= new) & (new <= hi)).mean()) < 0.8
     lo, hi = predictive_interval(rq, None)  # without fresh searches: the replays' own
     assert np.array_equal(lo, replay_interval(rq)[0])
 

@@ -143,7 +143,7 @@ def recommendation(setup, candidates: list[Config], incumbent: Config, seeds, *,
     fresh_gains = None if fz is None else fz - fz[0]
     pick = recommend(gains, 0, level, fresh_gains)
     mean, lower = detectable_gain(gains, fresh_gains, level)
-    glo, ghi = predictive_interval(gains, fresh_gains, level)
+    glo, ghi = predictive_interval(gains, fresh_gains, level, kind="gain")
     blo, bhi = predictive_interval(rq, fz, level)
     rows = []
     for i, (c, r) in enumerate(zip(configs, runs)):
@@ -174,8 +174,9 @@ def recommendation(setup, candidates: list[Config], incumbent: Config, seeds, *,
     elif fresh_on:
         over = (f"one new search like the logged one: centred on {len(seeds)} replays of the "
                 f"log, spread by {len(fresh_seeds)} searches simulated wholly on the world "
-                "model fitted to the log (every child invented), plus the centre's error; "
-                "gains paired by seed")
+                "model fitted to the log (every child invented), plus the centre's error and "
+                "the two's disagreement, at quantiles fitted on the counterfactual benchmark's "
+                "dev worlds; gains paired by seed")
     else:
         over = (f"{len(seeds)} seeds of this log (replays: how much the log's own searches "
                 "vary, not a new search's randomness); gains paired by seed")

@@ -447,7 +447,7 @@ def _difference_coverage(rq: np.ndarray, dr: np.ndarray, base: int | None,
     if base is None or rq.shape[1] < 2:
         return math.nan
     lo, hi = predictive_interval(_gains(rq, base),
-                                 None if fz is None else _gains(fz, base), level)
+                                 None if fz is None else _gains(fz, base), level, kind="gain")
     truth = dr - dr[:, base:base + 1, :]
     covered = (lo[..., None] <= truth) & (truth <= hi[..., None])
     return float(np.delete(covered, base, axis=1).mean())
