@@ -89,9 +89,11 @@ def detectable_gain(gains: np.ndarray, fresh: np.ndarray | None = None,
     """(mean gain, its one-sided ``level`` lower confidence bound) per leading index, from
     replay gains over the incumbent (last axis: seeds). The standard error is the replays'
     (the model's uncertainty), plus, given ``fresh`` (the gains of fresh searches, paired by
-    seed), that of a gain measured on searches as random as new ones. A gain is detectable
-    where the bound is above 0; with neither two replays nor two fresh searches nothing is
-    (the bound is -inf)."""
+    seed), that of a gain measured on searches as random as new ones and the disagreement
+    between the two means (the world model's own error, as in ``predictive_interval``: a gain
+    that only the invented children show is not detected). A gain is detectable where the
+    bound is above 0; with neither two replays nor two fresh searches nothing is (the bound
+    is -inf)."""
     gains = np.asarray(gains, dtype=float)
     n = gains.shape[-1]
     mean = gains.mean(axis=-1)
@@ -100,7 +102,8 @@ def detectable_gain(gains: np.ndarray, fresh: np.ndarray | None = None,
         var, dfs = var + gains.var(axis=-1, ddof=1) / n, [n - 1]
     if fresh is not None and np.shape(fresh)[-1] >= 2:
         fresh = np.asarray(fresh, dtype=float)
-        var = var + fresh.var(axis=-1, ddof=1) / fresh.shape[-1]
+        var = (var + fresh.var(axis=-1, ddof=1) / fresh.shape[-1]
+               + (fresh.mean(axis=-1) - mean) ** 2)
         dfs.append(fresh.shape[-1] - 1)
     if not dfs:
         return mean, np.full(np.shape(mean), -np.inf)

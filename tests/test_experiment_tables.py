@@ -74,3 +74,25 @@ def test_the_live_threshold_tables_are_what_their_script_prints():
     assert _rows(module.render(out)) == _rows(block)
     assert out["searches"] == 6 and set(out["predictions"]) == {
         "trace, learned", "trace, recorded", "puct, recorded", "puct, learned"}
+
+
+def test_the_calibration_tables_are_what_the_saved_runs_give():
+    """Every calibration row in the benchmark's page is what experiments/calibration_curves.py
+    renders from the saved runs, and those runs' measures are what the code computes now from
+    the same coverage (the targets' verdicts included)."""
+    spec = importlib.util.spec_from_file_location(
+        "calibration_curves", ROOT / "experiments" / "calibration_curves.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    doc = _rows((DOCS / "counterfactual-benchmark.md").read_text())
+    from gfsim.worlds.benchmark import targets
+
+    for name in ("dev", "heldout", "h200"):
+        out = json.loads((ROOT / "experiments" / "data" / f"calibration_{name}.json").read_text())
+        rows = _rows(module.table(out))[1:]  # without the header
+        assert len(rows) == len(out["worlds"]) and all(r in doc for r in rows)
+        for w in out["worlds"]:
+            m = {k: float("nan") if v is None else v for k, v in w["measures"].items()}
+            again = targets(m, w["cells"])
+            for k in ("coverage", "calibration", "regret"):  # JSON keeps NaN as null
+                assert again[k] == w["measures"]["targets"][k], (name, w["world"], k)
