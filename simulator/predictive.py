@@ -24,7 +24,8 @@ import math
 import numpy as np
 
 __all__ = ["replay_interval", "predictive_interval", "detectable_gain", "recommend",
-           "predict_new_search", "log2_best", "LEVEL", "ERROR_DF", "ERROR_SCALE"]
+           "predict_new_search", "log2_best", "log_surprise", "surprise_of_log", "LEVEL",
+           "ERROR_DF", "ERROR_SCALE"]
 
 LEVEL = 0.9  # the predictive intervals' default level
 
@@ -53,23 +54,42 @@ def replay_interval(x: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np
 # standard deviation (``predictive_interval``): a t distribution with ERROR_DF degrees of freedom
 # times ERROR_SCALE, fitted to the quantiles (50 to 95%) of the standardised errors of single
 # direct runs on the counterfactual benchmark's dev split (the family's 7 worlds, world seeds
-# 0..5, 20 configurations, 2 direct runs each, 6 fresh searches; world seeds weighted equally)
-# and checked on its held-out seeds and on the measured H200 worlds
-# (docs/experiments/counterfactual-benchmark.md, "Predictive intervals for a new search"). A
-# gain over the incumbent has its own scale: pairing cancels part of the error.
+# 0..5, 20 configurations, 2 direct runs each, 6 fresh searches; worlds weighted equally) and
+# checked on its held-out seeds and on the measured H200 worlds
+# (docs/experiments/counterfactual-benchmark.md, "Predictive intervals for a new search"). An
+# outcome's variance is first multiplied by the log's surprise (``log_surprise``); a gain over
+# the incumbent's is not (pairing cancels the log's own offset) and has its own scale.
 ERROR_DF = 3
-ERROR_SCALE = {"outcome": 0.855, "gain": 0.619}
+ERROR_SCALE = {"outcome": 0.615, "gain": 0.619}
+
+
+def log_surprise(log_value, fresh_of_log) -> np.ndarray:
+    """How far the logged search sits from searches simulated wholly on the world model in its
+    own configuration (measure every child, its own shape), as a variance ratio per leading
+    index: max(1, z^2), z = (its value - their mean) / their standard deviation. A log the
+    model's new searches would rarely produce says the model's spread is too small for this
+    world, by about that factor; 1 with fewer than two fresh searches (log2 values)."""
+    fresh = np.asarray(fresh_of_log, dtype=float)
+    value = np.asarray(log_value, dtype=float)
+    if fresh.shape[-1] < 2:
+        return np.ones(np.shape(value))
+    var = fresh.var(axis=-1, ddof=1)
+    gap = (value - fresh.mean(axis=-1)) ** 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z2 = np.where(var > 0, gap / np.where(var > 0, var, 1.0), np.where(gap > 0, np.inf, 1.0))
+    return np.maximum(1.0, z2)
 
 
 def predictive_interval(rq: np.ndarray, fresh: np.ndarray | None = None,
-                        level: float = LEVEL, kind: str = "outcome"
+                        level: float = LEVEL, kind: str = "outcome", surprise=1.0
                         ) -> tuple[np.ndarray, np.ndarray]:
     """The ``level`` interval for a new search's outcome (``kind`` "outcome") or its gain over
     the incumbent ("gain"), per leading index: centred on the replays' mean (``rq``, last axis:
-    seeds). Its standard deviation adds a new search's spread (the variance of ``fresh``, last
-    axis: seeds), the centre's error (the replays' variance over their number), and the
+    seeds). Its variance adds a new search's spread (the variance of ``fresh``, last axis:
+    seeds), the centre's error (the replays' variance over their number), and the
     disagreement between the replays' and the fresh searches' means (the world model's error
-    where it invents children the log never held); its quantile is the fitted error
+    where it invents children the log never held), times ``surprise`` (``log_surprise``, for
+    outcomes; broadcast over the leading indices); its quantile is the fitted error
     distribution's (``ERROR_SCALE``, ``ERROR_DF``). Without two or more fresh searches,
     ``replay_interval`` (too narrow for a new search)."""
     rq = np.asarray(rq, dtype=float)
@@ -79,7 +99,7 @@ def predictive_interval(rq: np.ndarray, fresh: np.ndarray | None = None,
     n = rq.shape[-1]
     centre = rq.mean(axis=-1)
     var = (fresh.var(axis=-1, ddof=1) + (rq.var(axis=-1, ddof=1) / n if n > 1 else 0.0)
-           + (fresh.mean(axis=-1) - centre) ** 2)
+           + (fresh.mean(axis=-1) - centre) ** 2) * np.asarray(surprise, dtype=float)
     half = ERROR_SCALE[kind] * _t(0.5 + level / 2, ERROR_DF) * np.sqrt(var)
     return centre - half, centre + half
 
@@ -126,6 +146,35 @@ def log2_best(result) -> float:
     return float(np.mean([math.log2(s.best_speedup) for s in result.searches]))
 
 
+def fresh_children(children: str) -> str:
+    """The child source of searches simulated wholly on ``children``'s world-model family."""
+    family = children.partition(":")[2]
+    return f"fresh:{family}" if family else "fresh"
+
+
+def surprise_of_log(log, model, seeds, fresh_seeds, *, children: str = "model",
+                    **kwargs) -> dict:
+    """``log_surprise`` of ``log``: its own configuration (measure every child, each search in
+    its own shape) replayed on ``seeds`` (the log itself where PUCT reproduces it) and
+    simulated wholly on the world model on ``fresh_seeds`` (``kwargs``: ``replay_many``'s,
+    the puct driver's; any ``search`` is replaced by the log's own shape). Returns the factor
+    and the two log2 values it compares."""
+    from gfsim.policies import make_policy
+    from gfsim.simulator.replay import replay_many
+    from gfsim.simulator.shape import OwnShape
+
+    kwargs = {**kwargs, "search": OwnShape()}
+    seeds, fresh_seeds = list(seeds), list(fresh_seeds)
+    own = replay_many(log, [make_policy("all") for _ in seeds], model, seeds,
+                      children=children, **kwargs)
+    fresh = replay_many(log, [make_policy("all") for _ in fresh_seeds], model, fresh_seeds,
+                        children=fresh_children(children), **kwargs)
+    value = float(np.mean([log2_best(r) for r in own]))
+    f = np.array([log2_best(r) for r in fresh])
+    return {"factor": float(log_surprise(value, f)), "log_log2": value,
+            "fresh_log2_mean": float(f.mean()) if len(f) else None}
+
+
 def predict_new_search(log, policy: str, baseline: str, model, pairs, seeds, *,
                        children: str = "model", level: float = LEVEL, **kwargs) -> dict:
     """What one new search like the logged one gives under ``policy``, and its gain over
@@ -138,15 +187,15 @@ def predict_new_search(log, policy: str, baseline: str, model, pairs, seeds, *,
     from gfsim.simulator.replay import replay_many
 
     seeds = list(seeds)
-    family = children.partition(":")[2]
-    fresh = f"fresh:{family}" if family else "fresh"
     runs = replay_many(log, [make_policy(p) for p in (policy, baseline) for _ in seeds], model,
-                       seeds + seeds, children=fresh, **kwargs)
+                       seeds + seeds, children=fresh_children(children), **kwargs)
     fp = np.array([log2_best(r) for r in runs[:len(seeds)]])
     fb = np.array([log2_best(r) for r in runs[len(seeds):]])
     rp = np.array([log2_best(r) for r, _ in pairs])
     rb = np.array([log2_best(b) for _, b in pairs])
-    lo, hi = predictive_interval(rp, fp, level)
+    surprise = surprise_of_log(log, model, [p.seed for p, _ in pairs], seeds,
+                               children=children, **kwargs)
+    lo, hi = predictive_interval(rp, fp, level, surprise=surprise["factor"])
     glo, ghi = predictive_interval(rp - rb, fp - fb, level, kind="gain")
     mean, lower = detectable_gain(rp - rb, fp - fb, level)
     return {
@@ -154,8 +203,10 @@ def predict_new_search(log, policy: str, baseline: str, model, pairs, seeds, *,
                  f"centred on {len(rp)} replay(s) of the log, spread by {len(seeds)} searches "
                  "simulated wholly on the world model fitted to the log (every child "
                  "invented: the search's own randomness and the model's ensemble), plus the "
-                 "centre's error and the two's disagreement, at quantiles fitted on the "
-                 "counterfactual benchmark's dev worlds; the gain is paired by seed"),
+                 "centre's error and the two's disagreement, times the log's surprise (how far "
+                 "the logged search sits from the model's new searches of it), at quantiles "
+                 "fitted on the counterfactual benchmark's dev worlds; the gain is paired by "
+                 "seed"),
         "level": level, "replays": len(rp), "fresh_searches": len(seeds),
         "best_speedup": {"mean": 2.0 ** float(rp.mean()), "lo": 2.0 ** float(lo),
                          "hi": 2.0 ** float(hi)},
@@ -165,5 +216,6 @@ def predict_new_search(log, policy: str, baseline: str, model, pairs, seeds, *,
                                else None,
                                "detectable": bool(lower > 0)},
         "fresh_best_speedup": 2.0 ** float(fp.mean()),
+        "log_surprise": surprise,
         "invented_share_of_fresh": 1.0,
     }

@@ -83,3 +83,21 @@ def test_replay_predicts_a_new_search_and_its_gain():
 def test_predict_needs_the_puct_driver():
     res = CliRunner().invoke(app, ["replay", "--predict", "2"])
     assert res.exit_code != 0 and "--driver puct" in res.output
+
+
+def test_the_log_s_surprise_widens_only_where_the_log_is_unlike_the_model_s_searches():
+    from gfsim.simulator.predictive import log_surprise
+
+    fresh = np.array([[1.0, 1.2, 0.8, 1.0], [1.0, 1.2, 0.8, 1.0], [2.0, 2.0, 2.0, 2.0]])
+    got = log_surprise(np.array([1.1, 2.0, 2.5]), fresh)
+    sd = fresh[0].std(ddof=1)
+    assert got[0] == 1.0  # within one standard deviation: no widening
+    assert got[1] == pytest.approx((1.0 / sd) ** 2)
+    assert got[2] == np.inf  # every new search identical, the log elsewhere: no spread holds it
+    assert log_surprise(np.array([2.0]), fresh[2:])[0] == 1.0
+    assert log_surprise(1.0, np.array([0.5]))[()] == 1.0  # one fresh search: nothing to compare
+    rq = np.zeros((3, 4)) + np.array([[0.0], [0.1], [0.2]])
+    lo, hi = predictive_interval(rq, fresh, surprise=np.array([1.0, 4.0, 1.0]))
+    base_lo, base_hi = predictive_interval(rq, fresh)
+    assert hi[1] - lo[1] == pytest.approx(2 * (base_hi[1] - base_lo[1]))
+    assert hi[0] - lo[0] == pytest.approx(base_hi[0] - base_lo[0])

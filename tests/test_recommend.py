@@ -63,6 +63,7 @@ def test_a_configuration_that_replays_as_the_incumbent_is_never_recommended():
     assert gain["mean"] == pytest.approx(1.0) and not gain["detectable"]
     assert "keep the incumbent" in rec["verdict"] and "prices" not in rec
     assert "new search" in rec["over"] and rec["fresh_seeds"] == [10, 11, 12]
+    assert rec["log_surprise"]["factor"] >= 1.0
 
 
 def test_a_clear_gain_is_recommended_with_its_interval_and_prices():

@@ -105,11 +105,6 @@ def _values(results, per_task: bool) -> np.ndarray:
     return logs[0] if per_task else logs.mean(axis=1)
 
 
-def _fresh_children(children: str) -> str:
-    family = children.partition(":")[2]
-    return f"fresh:{family}" if family else "fresh"
-
-
 def recommendation(setup, candidates: list[Config], incumbent: Config, seeds, *,
                    fresh_seeds=(), level: float | None = None, prices: bool = True) -> dict:
     """The recommendation among ``candidates`` against ``incumbent`` for ``setup`` (a
@@ -119,6 +114,7 @@ def recommendation(setup, candidates: list[Config], incumbent: Config, seeds, *,
     from gfsim.simulator.predictive import (
         LEVEL,
         detectable_gain,
+        fresh_children,
         predictive_interval,
         recommend,
     )
@@ -136,15 +132,24 @@ def recommendation(setup, candidates: list[Config], incumbent: Config, seeds, *,
     rq = np.array([_values(r, per_task) for r in runs])  # configuration x sample
     fz = None
     if fresh_on:
-        fresh_children = _fresh_children(setup.children)
-        fz = np.array([_values(_replays(setup, c, fresh_seeds, children=fresh_children), False)
+        fz = np.array([_values(_replays(setup, c, fresh_seeds,
+                                        children=fresh_children(setup.children)), False)
                        for c in configs])
     gains = rq - rq[0]
     fresh_gains = None if fz is None else fz - fz[0]
     pick = recommend(gains, 0, level, fresh_gains)
     mean, lower = detectable_gain(gains, fresh_gains, level)
     glo, ghi = predictive_interval(gains, fresh_gains, level, kind="gain")
-    blo, bhi = predictive_interval(rq, fz, level)
+    surprise = None
+    if fresh_on:
+        from gfsim.simulator.predictive import surprise_of_log
+
+        surprise = surprise_of_log(
+            setup.log, setup.model, seeds, fresh_seeds, children=setup.children,
+            budget=setup.budget, driver=setup.driver, orphans_dropped=False,
+            forecaster=setup.forecaster, learning=setup.learning, simulate=setup.simulate)
+    blo, bhi = predictive_interval(rq, fz, level,
+                                   surprise=surprise["factor"] if surprise else 1.0)
     rows = []
     for i, (c, r) in enumerate(zip(configs, runs)):
         shares = draw_shares(r)
@@ -175,8 +180,9 @@ def recommendation(setup, candidates: list[Config], incumbent: Config, seeds, *,
         over = (f"one new search like the logged one: centred on {len(seeds)} replays of the "
                 f"log, spread by {len(fresh_seeds)} searches simulated wholly on the world "
                 "model fitted to the log (every child invented), plus the centre's error and "
-                "the two's disagreement, at quantiles fitted on the counterfactual benchmark's "
-                "dev worlds; gains paired by seed")
+                "the two's disagreement (a best speedup's times the log's surprise), at "
+                "quantiles fitted on the counterfactual benchmark's dev worlds; gains paired "
+                "by seed")
     else:
         over = (f"{len(seeds)} seeds of this log (replays: how much the log's own searches "
                 "vary, not a new search's randomness); gains paired by seed")
@@ -184,6 +190,7 @@ def recommendation(setup, candidates: list[Config], incumbent: Config, seeds, *,
         "incumbent": incumbent.label, "level": level, "over": over,
         "seeds": seeds, "fresh_seeds": fresh_seeds if fresh_on else [],
         "configs": rows, "choice": configs[pick].label, "keeps_incumbent": pick == 0,
+        "log_surprise": surprise,
     }
     best_other = max(range(1, len(configs)), key=lambda i: mean[i], default=None)
     out["verdict"] = _verdict(rows, pick, best_other, level)

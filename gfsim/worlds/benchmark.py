@@ -54,7 +54,7 @@ import numpy as np
 
 from gfsim.core.durable import temporary
 from gfsim.core.errors import GfsimError
-from gfsim.simulator.predictive import log2_best, predictive_interval, recommend
+from gfsim.simulator.predictive import log2_best, log_surprise, predictive_interval, recommend
 
 __all__ = ["BenchSpec", "run_world_seed", "summarize_world", "targets", "compare_sources",
            "INCUMBENT", "LEVELS",
@@ -362,14 +362,19 @@ def summarize_world(rows: list[dict], spec: BenchSpec, children: str | None = No
             regret_argmax.append(1.0 - 2.0 ** (held[top] - held.max()))
             if base is not None:
                 regret_base.append(1.0 - 2.0 ** (held[base] - held.max()))
-    # Predictive intervals against each direct run (a new search), at every level.
+    # Predictive intervals against each direct run (a new search), at every level. The log is
+    # the world's standard search: the incumbent's replays are the log, and its fresh searches
+    # the model's new searches of it (the log's surprise, per world seed).
+    surprise = 1.0
+    if fz is not None and base is not None:
+        surprise = log_surprise(rq[:, base].mean(axis=-1), fz[:, base])[:, None]
     curve, curve_replay = {}, {}
     for level in LEVELS:
         for into, f in ((curve, fz), (curve_replay, None)):
-            lo_l, hi_l = predictive_interval(rq, f, level)
+            lo_l, hi_l = predictive_interval(rq, f, level, surprise=surprise)
             into[f"{level:.2f}"] = float(((lo_l[..., None] <= dr)
                                           & (dr <= hi_l[..., None])).mean())
-    lo, hi = predictive_interval(rq, fz)
+    lo, hi = predictive_interval(rq, fz, surprise=surprise)
     covered = (lo[..., None] <= dr) & (dr <= hi[..., None])  # (world seed, cell, direct run)
     miss = np.maximum(lo[..., None] - dr, 0.0) + np.maximum(dr - hi[..., None], 0.0)
     score = (hi - lo)[..., None] + (2.0 / 0.1) * miss
@@ -402,6 +407,8 @@ def summarize_world(rows: list[dict], spec: BenchSpec, children: str | None = No
         "direct_best": {"policy": cells[best][0], "overgen": cells[best][1],
                         "log2": float(direct_mean[best])},
         "coverage_90": float(covered.mean()),
+        "log_surprise": ({"median": float(np.median(surprise)), "max": float(np.max(surprise))}
+                         if np.ndim(surprise) else None),
         "coverage_curve": curve,
         "coverage_curve_replay_spread": curve_replay,
         "fresh_seeds": n_f if fz is not None else 0,
