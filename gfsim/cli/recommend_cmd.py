@@ -155,6 +155,9 @@ def print_recommendation(con, rec: dict) -> None:
               f"(one-sided {level} lower bound above 1x); new: the share of children the log "
               "never held (invented by the world model); best: the mean best speedup (--json: its "
               "interval, evals and what each best rests on)[/dim]")
+    if any(r.get("simulated_searches") for r in rec["configs"]):
+        con.print("[yellow]SIMULATED: PUCT does not reproduce the log's search; these are PUCT "
+                  "searches simulated on its evidence[/yellow]")
     con.print(f"[bold]recommendation:[/bold] {esc(rec['verdict'], 1000)}")
     prices = rec.get("prices")
     if not prices:

@@ -82,20 +82,6 @@ def parse_config(text: str, driver: str, base, *, what: str = "--incumbent") -> 
     return Config(spec, search, config_label(spec, search))
 
 
-def _replays(setup, config: Config, seeds, *, children: str | None = None, model=None):
-    from gfsim.policies import make_policy
-    from gfsim.simulator.replay import replay_many
-
-    seeds = list(seeds)
-    kw = {}
-    if setup.driver == "puct":
-        kw = {"children": children or setup.children, "simulate": setup.simulate}
-    return replay_many(setup.log, [make_policy(config.spec) for _ in seeds],
-                       model or setup.model, seeds, budget=setup.budget, driver=setup.driver,
-                       search=config.search, orphans_dropped=False,
-                       forecaster=setup.forecaster, learning=setup.learning, **kw)
-
-
 def _values(results, per_task: bool) -> np.ndarray:
     """log2 best speedup per seed (the mean over tasks), or per task of the one replay."""
     from gfsim.core import libm
@@ -128,12 +114,12 @@ def recommendation(setup, candidates: list[Config], incumbent: Config, seeds, *,
                              if (c.spec, c.search) != (incumbent.spec, incumbent.search)]
     per_task = len(seeds) == 1
     fresh_on = setup.driver == "puct" and len(fresh_seeds) >= 2
-    runs = [_replays(setup, c, seeds) for c in configs]
+    runs = [setup.replay(c.spec, c.search, seeds) for c in configs]
     rq = np.array([_values(r, per_task) for r in runs])  # configuration x sample
     fz = None
     if fresh_on:
-        fz = np.array([_values(_replays(setup, c, fresh_seeds,
-                                        children=fresh_children(setup.children)), False)
+        fz = np.array([_values(setup.replay(c.spec, c.search, fresh_seeds,
+                                            children=fresh_children(setup.children)), False)
                        for c in configs])
     gains = rq - rq[0]
     fresh_gains = None if fz is None else fz - fz[0]
@@ -163,9 +149,10 @@ def recommendation(setup, candidates: list[Config], incumbent: Config, seeds, *,
             "gpu_evals_per_search": float(np.mean([s.gpu_evals for x in r
                                                    for s in x.searches])),
             "invented_share": shares.get("invented_share", 0.0),
-            "best_rests_on": best_evidence(replace(r[0], searches=[
-                s for x in r for s in x.searches]))["label"],
         }
+        evidence = best_evidence(replace(r[0], searches=[s for x in r for s in x.searches]))
+        row["best_rests_on"] = evidence["label"]
+        row["simulated_searches"] = evidence["simulated_searches"]
         if i:
             finite = bool(np.isfinite(lower[i]))
             row["gain"] = {"mean": 2.0 ** float(mean[i]), "lo": 2.0 ** float(glo[i]),
@@ -250,7 +237,7 @@ def _break_even(setup, pick: Config, incumbent: Config, seeds: list[int],
 
         def gain(f: float, what=what) -> float:
             scaled = with_prices(model, **{what: f})
-            a, b = (_values(_replays(setup, c, seeds, model=scaled), per_task)
+            a, b = (_values(setup.replay(c.spec, c.search, seeds, model=scaled), per_task)
                     for c in (pick, incumbent))
             return float((a - b).mean())
 

@@ -211,6 +211,22 @@ class TrialSetup:
         if self.pools is None:
             self.pools = _pools(self.log)
 
+    def replay(self, spec: str, search, seeds, *, children: str | None = None, model=None,
+               learning=True) -> list:
+        """``replay_many`` of policy ``spec`` in ``search`` on ``seeds`` under this setup (its
+        log, budget, driver, forecaster, children and learning); ``children``, ``model`` and
+        ``learning`` (False: none) in place of the setup's where given."""
+        from gfsim.policies import make_policy
+        from gfsim.simulator.replay import replay_many
+
+        seeds = list(seeds)
+        puct = ({"children": children or self.children, "simulate": self.simulate}
+                if self.driver == "puct" else {})
+        return replay_many(self.log, [make_policy(spec) for _ in seeds], model or self.model,
+                           seeds, budget=self.budget, driver=self.driver, search=search,
+                           orphans_dropped=False, forecaster=self.forecaster,
+                           learning=self.learning if learning is True else None, **puct)
+
     def spec(self, values: dict, params: list[TunedParam]) -> tuple[str, object]:
         """(policy spec, search config) for a trial's values."""
         pol = {p.name: values[p.name] for p in params if p.target == "policy"}
@@ -301,15 +317,8 @@ def evaluate(setup: TrialSetup, spec: str, search, seeds=None, pool=None) -> dic
 def _seed_rows(setup: TrialSetup, spec: str, search, seeds: list[int]) -> list:
     """Per seed: the task ids, each search's metrics, how many scores were clipped. The seeds
     are replayed together (``replay_many``: one policy call per step for all of them)."""
-    from gfsim.policies import make_policy
-    from gfsim.simulator.replay import replay_many
-
     rows = []
-    for res in replay_many(setup.log, [make_policy(spec) for _ in seeds], setup.model, seeds,
-                           budget=setup.budget, driver=setup.driver, search=search,
-                           orphans_dropped=False, forecaster=setup.forecaster,
-                           children=setup.children, learning=setup.learning,
-                           simulate=setup.simulate):
+    for res in setup.replay(spec, search, seeds):
         clipped: list = []
         per = [_search_metrics(s, setup, clipped) for s in res.searches]
         rows.append(([s.task_id for s in res.searches], per, len(clipped)))
@@ -322,14 +331,10 @@ def trial_draws(setup: TrialSetup, spec: str, search) -> dict:
     on the setup's seeds; empty under the trace driver, which draws none."""
     if setup.driver != "puct":
         return {}
-    from gfsim.policies import make_policy
-    from gfsim.simulator.replay import best_evidence, draw_shares, replay_many
+    from gfsim.simulator.replay import best_evidence, draw_shares
 
-    seeds = list(setup.seeds)
-    results = replay_many(setup.log, [make_policy(spec) for _ in seeds], setup.model, seeds,
-                          budget=setup.budget, driver=setup.driver, search=search,
-                          orphans_dropped=False, forecaster=setup.forecaster,
-                          children=setup.children, simulate=setup.simulate)
+    # (without the setup's learning, as before: a known gap, not yet mended)
+    results = setup.replay(spec, search, setup.seeds, learning=False)
     every = replace(results[0], searches=[s for r in results for s in r.searches])
     return {**draw_shares(results), "best_evidence": best_evidence(every)}
 
