@@ -29,7 +29,7 @@ from typing import Annotated, Literal, Optional, Union
 import msgspec
 import numpy as np
 
-from gfsim.replay_logs.io import INT_MAX, INT_MIN
+from gfsim.replay_logs.io import INT_MAX, INT_MIN, MAX_LINE_BYTES
 from gfsim.replay_logs.schema import ACTIONS, FIELDS, OUTCOMES
 
 __all__ = ["fast_columns"]
@@ -289,6 +289,8 @@ def fast_columns(header_line: int, header: dict, data: bytes, start: int = 0):
     pos = start
     while pos < len(data):
         end = data.find(b"\n", min(pos + _CHUNK_BYTES, len(data) - 1)) + 1
+        if end - pos > _CHUNK_BYTES + MAX_LINE_BYTES:
+            return None  # a line longer than a log's may be: the validating reader names it
         try:
             recs = _DECODER.decode_lines(view[pos:end])
         except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
@@ -451,7 +453,10 @@ class _Gather:
             self.first_forecast_line = lines[answered[0]]
         given_probs = _column(ok, "probs")
         raw = np.array(given_probs, dtype=float).reshape(-1, 8)
-        raw_sum = list(map(math.fsum, given_probs))  # exactly as the validating reader sums
+        try:
+            raw_sum = list(map(math.fsum, given_probs))  # exactly as the validating reader sums
+        except OverflowError:
+            return False  # the validating reader names the record
         parse_failed = [bool(f) or t == 0.0 for f, t in zip(_column(ok, "parse_failed"),
                                                             raw_sum)]
         probs = np.zeros((len(ok), 8))

@@ -13,6 +13,8 @@ import io
 import json
 import math
 import os
+import re
+import stat
 import warnings
 import zlib
 from pathlib import Path
@@ -22,7 +24,40 @@ from gfsim.core.durable import fsync_dir
 from gfsim.core.errors import LogError
 
 __all__ = ["TruncatedTailWarning", "iter_lines", "iter_records", "read_raw", "decompress",
-           "loads_record", "LogWriter", "INT_MIN", "INT_MAX"]
+           "loads_record", "LogWriter", "INT_MIN", "INT_MAX", "MAX_LINE_BYTES",
+           "max_input_bytes", "MAX_GZIP_RATIO", "read_input"]
+
+# What a log (and any file an importer reads) may be. The largest line of the shipped logs is 12 KB (a candidate with its
+# forecast and evaluations) and the largest log 4 MB of text (7-9x its gzipped size); the
+# limits are far above that and far below what exhausts a laptop. A log is read into memory
+# whole, so its text is bounded (GFSIM_MAX_INPUT_BYTES raises it, for a bigger machine), each
+# line is bounded before it is decoded, and a gzip stream that inflates more than
+# MAX_GZIP_RATIO times its file's size past the first 64 MiB is refused as a gzip bomb (JSON
+# logs compress 5-10x; no real log comes near).
+MAX_LINE_BYTES = 64 << 20
+MAX_LOG_BYTES = 4 << 30
+MAX_GZIP_RATIO = 100
+_RATIO_FLOOR = 64 << 20
+
+
+def max_input_bytes() -> int:
+    """The most a file gfsim reads may hold, stored or inflated: ``GFSIM_MAX_INPUT_BYTES`` if
+    set (bytes), else 4 GiB."""
+    value = os.environ.get("GFSIM_MAX_INPUT_BYTES", "")
+    try:
+        return int(value) if value.strip() else MAX_LOG_BYTES
+    except ValueError:
+        from gfsim.core.errors import GfsimError
+
+        raise GfsimError(f"GFSIM_MAX_INPUT_BYTES: expected a number of bytes, got {value!r}"
+                         ) from None
+
+
+def _size(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{n:,} bytes"
 
 
 class TruncatedTailWarning(UserWarning):
@@ -30,15 +65,46 @@ class TruncatedTailWarning(UserWarning):
 
 
 def read_raw(path: Path) -> bytes:
-    """The file's bytes as stored; one line naming the file if it cannot be read."""
+    """The file's bytes as stored; one line naming the file if it cannot be read, is not a
+    regular file (a FIFO would block for ever, a device never end) or is larger than a log
+    may be (``max_input_bytes``)."""
     try:
-        raw = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise LogError(str(path), None, "no such file") from None
     except IsADirectoryError:
         raise LogError(str(path), None, "is a directory, not a log file") from None
     except PermissionError:
         raise LogError(str(path), None, "permission denied") from None
+    except OSError as exc:
+        raise LogError(str(path), None, f"cannot be opened ({exc.strerror})") from None
+    info = os.fstat(fd)
+    if stat.S_ISDIR(info.st_mode):
+        os.close(fd)
+        raise LogError(str(path), None, "is a directory, not a log file")
+    with open(fd, "rb", closefd=True) as fh:
+        if not stat.S_ISREG(info.st_mode):
+            raise LogError(str(path), None, "is not a regular file (a FIFO, socket or "
+                           "device); a log must be a file")
+        limit = max_input_bytes()
+        if info.st_size > limit:
+            raise LogError(str(path), None, f"is {_size(info.st_size)}, above the "
+                           f"{_size(limit)} gfsim reads (GFSIM_MAX_INPUT_BYTES raises it)")
+        try:
+            raw = fh.read(info.st_size + 1)  # (a larger request would be allocated whole)
+            if len(raw) > info.st_size:  # it grows while read (a log being written)
+                more = [raw]
+                while sum(map(len, more)) <= limit and (piece := fh.read(1 << 24)):
+                    more.append(piece)
+                raw = b"".join(more)
+        except MemoryError:
+            raise LogError(str(path), None, f"not enough memory to read its "
+                           f"{_size(info.st_size)}") from None
+        except OSError as exc:
+            raise LogError(str(path), None, f"cannot be read ({exc.strerror})") from None
+    if len(raw) > limit:  # it grew while read
+        raise LogError(str(path), None, f"is above the {_size(limit)} gfsim reads "
+                       "(GFSIM_MAX_INPUT_BYTES raises it)")
     return raw
 
 
@@ -47,16 +113,43 @@ def decompress(path: Path, raw: bytes) -> tuple[bytes, bool]:
     if not raw.startswith(b"\x1f\x8b"):
         return raw, False
     try:
-        return _gunzip_members(raw)
+        return _gunzip_members(raw, _Inflated(path, len(raw)))
     except zlib.error as exc:
         raise LogError(str(path), None, f"corrupt gzip data: {exc}") from None
+    except MemoryError:
+        raise LogError(str(path), None, "not enough memory to decompress it") from None
 
 
-def _gunzip_members(raw: bytes) -> tuple[bytes, bool]:
+class _Inflated:
+    """What a log's gzip stream has inflated to so far, refused past the log limit or the
+    bomb ratio (module constants)."""
+
+    def __init__(self, path: Path, stored: int):
+        self.path, self.total = path, 0
+        self.limit = max_input_bytes()
+        self.ratio_limit = max(_RATIO_FLOOR, MAX_GZIP_RATIO * stored)
+
+    def room(self) -> int:
+        """How many more bytes may come out (at least 1, so that a limit is seen)."""
+        return max(1, min(self.limit, self.ratio_limit) - self.total + 1)
+
+    def add(self, n: int) -> None:
+        self.total += n
+        if self.total > self.limit:
+            raise LogError(str(self.path), None, f"inflates to more than the {_size(self.limit)} "
+                           "gfsim reads (GFSIM_MAX_INPUT_BYTES raises it)")
+        if self.total > self.ratio_limit:
+            raise LogError(str(self.path), None, f"inflates more than {MAX_GZIP_RATIO}x its "
+                           f"size (past {_size(self.total)}): refused as a gzip bomb; "
+                           "real logs compress 5-10x")
+
+
+def _gunzip_members(raw: bytes, budget: _Inflated) -> tuple[bytes, bool]:
     """Decompress member by member, so that a stream cut by a crash still yields what was
     synced. Linear in the file whatever the number of members (a live log appends one per
     batch): each member is fed in slices that grow from 4 KiB, so what zlib copies of the
-    input after a member ends is at most one slice."""
+    input after a member ends is at most one slice. Output is drawn at most ``budget.room()``
+    bytes at a time, so a bomb is refused before it is held."""
     view, n, pos = memoryview(raw), len(raw), 0
     out: list[bytes] = []
     while pos < n:
@@ -64,7 +157,13 @@ def _gunzip_members(raw: bytes) -> tuple[bytes, bool]:
         size = 4096
         while True:
             piece = view[pos:pos + size]
-            out.append(d.decompress(piece))
+            chunk = d.decompress(piece, budget.room())
+            budget.add(len(chunk))
+            out.append(chunk)
+            while d.unconsumed_tail:
+                chunk = d.decompress(d.unconsumed_tail, budget.room())
+                budget.add(len(chunk))
+                out.append(chunk)
             if d.eof:
                 pos += len(piece) - len(d.unused_data)
                 break
@@ -75,6 +174,27 @@ def _gunzip_members(raw: bytes) -> tuple[bytes, bool]:
         while pos < n and raw[pos] == 0:  # padding after a member
             pos += 1
     return b"".join(out), False
+
+
+def read_input(path: Path, root: Path | None = None) -> bytes:
+    """An input file's text bytes (gunzipped if it is gzip), within the limits a log has: a
+    regular file (no FIFO, device or socket), bounded stored and inflated size, a complete
+    gzip stream. Given ``root`` (a run folder being imported), the file must lie inside it,
+    symlinks resolved: a link out of the run is refused, not followed. Errors are one line
+    naming the file."""
+    path = Path(path)
+    if root is not None:
+        try:
+            inside = path.resolve().is_relative_to(Path(root).resolve())
+        except (OSError, RuntimeError):  # a symlink loop
+            inside = False
+        if not inside:
+            raise LogError(str(path), None, f"leads outside {root} (a symlink?); only the "
+                           "run's own files are read")
+    data, cut = decompress(path, read_raw(path))
+    if cut:
+        raise LogError(str(path), None, "gzip stream ends early (a truncated file?)")
+    return data
 
 
 def _read_bytes(path: Path) -> tuple[bytes, bool]:
@@ -100,22 +220,34 @@ def iter_lines(path: str | os.PathLike, loaded: tuple[bytes, bool] | None = None
             TruncatedTailWarning,
             stacklevel=2,
         )
-    lines = data.split(b"\n")
     # A file that ends in a newline has an empty final piece; otherwise the last line may be cut.
+    # Lines are found one at a time (a split would make an object of every blank line: 1 GiB of
+    # newlines is a billion of them).
     last_complete = data.endswith(b"\n")
-    n = len(lines)
-    for i, raw in enumerate(lines, start=1):
+    n_bytes = len(data)
+    line_no, counted_to = 1, 0
+    for match in _LINE.finditer(data):
+        start, end = match.span()
+        line_no += data.count(b"\n", counted_to, start)
+        counted_to = start
+        if end - start > MAX_LINE_BYTES:
+            raise LogError(str(path), line_no, f"line is {_size(end - start)}, above the "
+                           f"{_size(MAX_LINE_BYTES)} a log's line may hold")
+        raw = match.group()
         if not raw.strip():
             continue
-        is_last = i == n or (i == n - 1 and lines[-1] == b"")
+        is_last = end == n_bytes or (end == n_bytes - 1 and last_complete)
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             if is_last and not last_complete:
-                _warn_tail(path, i)
+                _warn_tail(path, line_no)
                 return
-            raise LogError(str(path), i, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
-        yield i, text, is_last and not last_complete
+            raise LogError(str(path), line_no, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+        yield line_no, text, is_last and not last_complete
+
+
+_LINE = re.compile(rb"[^\n]+")
 
 
 def _warn_tail(path: Path, line: int) -> None:

@@ -23,6 +23,7 @@ import pandas as pd
 
 from gfsim.core.errors import LogError
 from gfsim.replay_logs.io import (
+    MAX_LINE_BYTES,
     TruncatedTailWarning,
     decompress,
     iter_records,
@@ -207,8 +208,8 @@ def _fast_columns(path: str, data: bytes) -> dict | None:
     """The fast reader's columns, or None to leave the log to the validating reader."""
     from gfsim.replay_logs.fastread import fast_columns
 
-    nl = data.find(b"\n")
-    if nl <= 0:
+    nl = data.find(b"\n", 0, MAX_LINE_BYTES + 1)
+    if nl <= 0:  # (a header longer than a line may be: the validating reader names it)
         return None
     try:
         text = data[:nl].decode("utf-8")

@@ -104,6 +104,19 @@ def list_of(item: Check, length: int | None = None) -> Check:
     return check
 
 
+def probabilities(v):
+    """Eight finite numbers >= 0 whose sum is a double (``[1e308] * 8`` is not: the sum that
+    normalises them overflows)."""
+    msg = list_of(nonneg, 8)(v)
+    if msg:
+        return msg
+    try:
+        total = math.fsum(v)
+    except OverflowError:
+        total = math.inf
+    return None if math.isfinite(total) else "the 8 probabilities sum past the largest double"
+
+
 def bin_number(v):
     return None if isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 8 else (
         "expected a bin number 1..8"
@@ -172,7 +185,7 @@ FIELDS: dict[str, dict[str, tuple[bool, Check]]] = {
         "candidate_id": (REQ, string),
         "forecaster": (REQ, string),
         "mode": (REQ, string),
-        "probs": (REQ, list_of(nonneg, 8)),
+        "probs": (REQ, probabilities),
         "raw_probability_sum": (OPT, nonneg),
         "predicted_bin": (OPT, bin_number),
         "parse_failed": (OPT, boolean),

@@ -18,7 +18,6 @@ values -> a record with the parameters, ``time`` in ms or a failure string,
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import json
 import math
@@ -43,10 +42,9 @@ class _Bad(GfsimError):
 
 def read_json_document(path: Path):
     """One JSON document from ``path`` (``.gz`` allowed); errors name the file and line."""
-    try:
-        raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise GfsimError(f"{path}: cannot read: {exc}") from None
+    from gfsim.replay_logs.io import read_input
+
+    raw = read_input(path)  # (its limits: a regular file, bounded, gunzipped by its magic)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -59,6 +57,15 @@ def read_json_document(path: Path):
                          f"{exc.colno})") from None
     except RecursionError:
         raise GfsimError(f"{path}: JSON nested too deeply") from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise GfsimError(f"{path}: not valid JSON for a cache ({str(exc)[:120]})") from None
+
+
+def _ms(value) -> bool:
+    """Whether ``value`` is a time Kernel Tuner could have written: a number in [0, 1e12] ms.
+    (Compared before any float conversion: an integer of 400 digits has none.)"""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and (isinstance(value, int) or math.isfinite(value)) and 0 <= value <= 1e12)
 
 
 def _need(obj, key, kind, where: str, path: Path):
@@ -66,8 +73,7 @@ def _need(obj, key, kind, where: str, path: Path):
         raise GfsimError(f"{path}: field '{where}{key}': missing")
     value = obj[key]
     if kind is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(
-                value) or value < 0 or value > 1e12:
+        if not _ms(value):
             raise GfsimError(f"{path}: field '{where}{key}': expected a finite non-negative "
                              f"number, got {value!r:.60}")
         return float(value)
@@ -140,9 +146,7 @@ def _configs_from_t4(doc: dict, path: Path):
                                  "for a correct configuration")
             ms = _need({"time": values[0]}, "time", float, where + "measurements.", path)
         runtimes = times.get("runtimes") or []
-        if not isinstance(runtimes, list) or not all(
-                isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-                and 0 <= x < 1e12 for x in runtimes):
+        if not isinstance(runtimes, list) or not all(map(_ms, runtimes)):
             raise GfsimError(f"{path}: field '{where}times.runtimes': expected non-negative "
                              "numbers")
         compile_ms = _need(times, "compilation", float, where + "times.", path)

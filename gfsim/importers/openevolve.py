@@ -58,12 +58,14 @@ field, and nothing is written unless the whole import validates.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import math
 import re
 from pathlib import Path
 
 from gfsim.core.errors import GfsimError
+from gfsim.replay_logs.io import read_input
 
 __all__ = ["import_openevolve", "read_run", "outcome_of", "SUPPORTED", "TESTED"]
 
@@ -93,18 +95,24 @@ def _version(text: str | None) -> str | None:
     return text.strip()
 
 
-def _load_json(path: Path):
+def _load_json(path: Path, run: Path):
+    """A JSON file of the run, read within the input limits (``read_input``: a regular file
+    inside the run folder, bounded), one line naming the file if it cannot be read."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_input(path, root=run).decode("utf-8"))
     except json.JSONDecodeError as exc:
         raise _Bad(path, None, f"not valid JSON ({exc.msg} at line {exc.lineno} column "
                                f"{exc.colno}; a cut file?)") from None
-    except (UnicodeDecodeError, OSError) as exc:
-        raise _Bad(path, None, f"cannot be read ({type(exc).__name__})") from None
+    except RecursionError:
+        raise _Bad(path, None, "JSON nested too deeply") from None
+    except UnicodeDecodeError as exc:
+        raise _Bad(path, None, f"not valid UTF-8 (at byte {exc.start})") from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise _Bad(path, None, f"not valid JSON ({str(exc)[:120]})") from None
 
 
-def _program(path: Path) -> dict:
-    prog = _load_json(path)
+def _program(path: Path, run: Path) -> dict:
+    prog = _load_json(path, run)
     if not isinstance(prog, dict):
         raise _Bad(path, None, "expected a JSON object (an OpenEvolve 0.4 program)")
     for field, kind in _REQUIRED.items():
@@ -141,7 +149,7 @@ def _logs(run: Path) -> dict:
     errors = 0
     files = sorted((run / "logs").glob("*.log")) if (run / "logs").is_dir() else []
     for f in files:
-        with f.open(encoding="utf-8", errors="replace") as lines:
+        with io.StringIO(read_input(f, root=run).decode("utf-8", errors="replace")) as lines:
             for text in lines:
                 if (m := _ITERATION.search(text)):
                     said.setdefault(m.group(2), {}).update(
@@ -168,11 +176,11 @@ def read_run(run_dir) -> dict:
             raise _Bad(cp / "programs", None, "a checkpoint with no programs (an interrupted "
                                               "save?)")
         for f in files:
-            prog = _program(f)
+            prog = _program(f, run)
             programs[prog["id"]] = (prog, f)  # a later checkpoint's copy wins
         meta_path = cp / "metadata.json"
         if meta_path.is_file():
-            meta = _load_json(meta_path)
+            meta = _load_json(meta_path, run)
             if not isinstance(meta, dict) or not isinstance(meta.get("islands", []), list):
                 raise _Bad(meta_path, "islands", "expected an object with a list of islands")
             metadata = meta
@@ -187,7 +195,7 @@ def _number(v) -> bool:
 def _artifact_error(artifacts_json) -> str | None:
     try:
         arts = json.loads(artifacts_json or "{}")
-    except (json.JSONDecodeError, TypeError):
+    except (ValueError, TypeError, RecursionError):  # not JSON, or nested too deeply
         return None
     for key in ("error_message", "stderr", "stage2_stderr", "stage3_stderr", "traceback"):
         if isinstance(arts, dict) and isinstance(arts.get(key), str) and arts[key].strip():
@@ -337,7 +345,7 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
     islands = got["metadata"].get("islands") or []
     digest = hashlib.sha256()
     for pid in sorted(programs):
-        digest.update(programs[pid][1].read_bytes())
+        digest.update(read_input(programs[pid][1], root=run))
     prov = {"kind": provenance,
             "note": f"imported by gfsim import openevolve from the OpenEvolve run {run.name}",
             "source": str(run), "programs_sha256": digest.hexdigest(),
