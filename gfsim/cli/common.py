@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import sys
 import warnings
 from typing import Any, Callable
@@ -23,10 +24,23 @@ def console():
     return Console()
 
 
+# Characters a terminal acts on rather than shows: C0 and C1 controls and DEL (an escape
+# sequence can set the window title, clear the screen or rewrite what was printed) and the
+# bidirectional overrides and isolates (which reorder what is shown).
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape_control(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
 def _printable(text: str) -> str:
-    """``text`` with what UTF-8 cannot carry (a lone surrogate, as from an undecodable byte of
-    a path) written as an escape."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    """``text`` as it may reach a terminal: what UTF-8 cannot carry (a lone surrogate, as from
+    an undecodable byte of a path) and every control character written as an escape (a log
+    or a user's file decides these strings, not gfsim)."""
+    return _CONTROLS.sub(_escape_control, text.encode("utf-8", "backslashreplace")
+                         .decode("utf-8"))
 
 
 def one_line(message: str, limit: int = 2000) -> str:
