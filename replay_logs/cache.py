@@ -8,12 +8,14 @@ its tables in Arrow IPC files, in a folder named after the log file and a SHA-25
 
 where the user cache is ``$GFSIM_CACHE_DIR``, else ``$XDG_CACHE_HOME``, else ``~/.cache``.
 A load hashes the log's bytes (about 0.7 s per GB here) and reads the folder only if its
-manifest names that hash, this cache format and this version of gfsim, so an edited log
-(one byte is enough) is parsed again and its old folder replaced. A folder is written under
+manifest's seal verifies under this user's key (``replay_logs.seal``: a folder that came with
+the log from someone else is never believed) and the manifest names that hash, this cache
+format and this version of gfsim, so an edited log (one byte is enough) is parsed again and
+its old folder replaced; each table must match the SHA-256 the manifest gives it. A folder is written under
 a temporary name and renamed into place, so a reader never sees half of one; a folder that
 cannot be read is ignored (and replaced). ``GFSIM_LOG_CACHE=off`` turns caching off.
 
-The hash is remembered beside the folder (``<log file>.sha256.json``) with the file's status
+The hash is remembered, sealed, beside the folder (``<log file>.sha256.json``) with the file's status
 (size, inode, device, modification and change times in nanoseconds); a load whose file has
 that status, taken at least two seconds after both times (``known_digest``), skips reading
 and hashing the bytes. Any write changes the change time, so an edited log is hashed again.
@@ -35,18 +37,24 @@ from pathlib import Path
 import msgspec
 
 from gfsim.core.durable import fsync_dir, owned_tempdir
+from gfsim.replay_logs import seal
 import numpy as np
 import pandas as pd
 
 __all__ = ["load", "store", "cache_dir_for", "FORMAT"]
 
-FORMAT = 2  # bump when the tables a load builds change (2: truncated logs are not cached)
+FORMAT = 3  # bump when the tables a load builds change (2: truncated logs are not cached;
+#            3: every file sealed, replay_logs.seal)
 _TABLES = ("candidates", "forecasts", "decisions", "evaluations", "forecast_errors")
 _MANIFEST = "manifest.json"
+_SEAL = "manifest.seal"  # the manifest's seal; the manifest holds each table's SHA-256
 
 
 def _enabled() -> bool:
-    return os.environ.get("GFSIM_LOG_CACHE", "on").lower() not in ("off", "0", "no", "false")
+    """Caching is on unless ``GFSIM_LOG_CACHE`` turns it off, and only with a key to seal
+    what is cached (``replay_logs.seal``)."""
+    return (os.environ.get("GFSIM_LOG_CACHE", "on").lower() not in ("off", "0", "no", "false")
+            and seal.available())
 
 
 def _user_cache() -> Path:
@@ -74,6 +82,11 @@ def _status(st: os.stat_result) -> list[int]:
     return [st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns]
 
 
+def _memo_parts(path: str, digest: str, status: list, read_ns: int) -> tuple[bytes, ...]:
+    return (path.encode("utf-8", "surrogateescape"), digest.encode(),
+            json.dumps(status).encode(), str(read_ns).encode())
+
+
 def _memo_path(path: Path) -> Path:
     if not _shipped(path):
         return path.parent / ".gfsim-cache" / f"{path.name}.sha256.json"
@@ -92,7 +105,11 @@ def known_digest(path: str | os.PathLike, st: os.stat_result) -> str | None:
         if (memo["path"] == str(path.resolve()) and memo["status"] == _status(st)
                 and max(st.st_mtime_ns, st.st_ctime_ns) + _RACY_NS <= memo["read_ns"]):
             digest = memo["sha256"]
-            return digest if isinstance(digest, str) and len(digest) == 64 else None
+            if not (isinstance(digest, str) and len(digest) == 64 and seal.verify(
+                    memo.get("seal"), *_memo_parts(memo["path"], digest, memo["status"],
+                                                   memo["read_ns"]))):
+                return None
+            return digest
     except (OSError, ValueError, KeyError, TypeError, msgspec.DecodeError):
         pass
     return None
@@ -109,8 +126,12 @@ def remember_digest(path: str | os.PathLike, digest: str, before: os.stat_result
     try:
         memo.parent.mkdir(parents=True, exist_ok=True)
         tmp = memo.with_name(f".tmp-{os.getpid()}-{memo.name}")
-        tmp.write_bytes(msgspec.json.encode({"path": str(path.resolve()), "sha256": digest,
-                                             "status": _status(before), "read_ns": read_ns}))
+        where, status = str(path.resolve()), _status(before)
+        mac = seal.seal(*_memo_parts(where, digest, status, read_ns))
+        if mac is None:
+            return
+        tmp.write_bytes(msgspec.json.encode({"path": where, "sha256": digest, "status": status,
+                                             "read_ns": read_ns, "seal": mac}))
         os.replace(tmp, memo)
     except OSError:
         pass
@@ -152,7 +173,10 @@ def load(path: str, raw: bytes | None, digest: str | None = None) -> dict | None
     digest = digest or _digest(raw)
     for folder in cache_dir_for(path, digest):
         try:
-            manifest = msgspec.json.decode((folder / _MANIFEST).read_bytes())
+            body = (folder / _MANIFEST).read_bytes()
+            if not seal.verify((folder / _SEAL).read_text("ascii").strip(), body):
+                continue  # not written by this user's gfsim (forged), or damaged
+            manifest = msgspec.json.decode(body)
         except (OSError, ValueError, msgspec.DecodeError):
             continue
         if (manifest.get("sha256") != digest or manifest.get("format") != FORMAT
@@ -235,22 +259,35 @@ def _write(folder: Path, digest: str, log) -> None:
             else:
                 cols[c] = pa.array(s.to_numpy())
         table = pa.table(cols) if cols else pa.table({})
-        feather.write_feather(table, folder / f"{name}.arrow", compression="uncompressed")
+        sink = pa.BufferOutputStream()
+        feather.write_feather(table, sink, compression="uncompressed")
+        blob = sink.getvalue()
+        (folder / f"{name}.arrow").write_bytes(blob)
         tables[name] = {"columns": list(df.columns), "kinds": kinds, "rows": len(df),
-                        "dtypes": {c: str(df[c].dtype) for c in df.columns}}
+                        "dtypes": {c: str(df[c].dtype) for c in df.columns},
+                        "sha256": hashlib.sha256(blob).hexdigest()}
     manifest = {"sha256": digest, "format": FORMAT, "gfsim": _version(), "header": log.header,
                 "runs": log.runs, "steps": log.steps, "counts": log.counts, "tables": tables}
-    # The manifest comes last: a folder without one is never read.
-    (folder / _MANIFEST).write_bytes(msgspec.json.encode(manifest))
+    # The manifest and its seal come last: a folder without them is never read.
+    body = msgspec.json.encode(manifest)
+    mac = seal.seal(body)
+    if mac is None:
+        raise OSError("no key to seal the cache with")
+    (folder / _MANIFEST).write_bytes(body)
+    (folder / _SEAL).write_text(mac, "ascii")
 
 
 def _read(folder: Path, manifest: dict) -> dict:
+    import pyarrow as pa
     import pyarrow.feather as feather
 
     frames = {}
     for name in _TABLES:
         spec = manifest["tables"][name]
-        table = feather.read_table(folder / f"{name}.arrow", memory_map=False)
+        blob = (folder / f"{name}.arrow").read_bytes()
+        if hashlib.sha256(blob).hexdigest() != spec["sha256"]:  # the sealed manifest's
+            raise ValueError(f"{name}.arrow is not the table its manifest sealed")
+        table = feather.read_table(pa.BufferReader(blob), memory_map=False)
         data = {}
         for c in spec["columns"]:
             kind = spec["kinds"][c]

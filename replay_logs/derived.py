@@ -7,9 +7,10 @@ things in that folder, one file each:
 
     <table cache folder>/derived/<code digest>-<format>/<kind>-<blake2b of the key>.bin
 
-A file holds its full key and a CRC-32 of its payload. ``load`` returns the object only
-if the key it asks with equals the stored one and the payload's digest matches: a stale file
-(another key), a damaged one (any byte) or one this code cannot decode is treated as absent
+A file holds its full key, a CRC-32 of its payload and a seal of both under this user's key
+(``replay_logs.seal``). ``load`` returns the object only if the key it asks with equals the
+stored one and the payload's digest and seal match: a stale file (another key), a damaged or
+forged one (any byte) or one this code cannot decode is treated as absent
 and overwritten by the caller's ``store``. Every key carries the log's SHA-256, the format of
 this module, the gfsim version and a digest of gfsim's source (``code_digest``): a change to
 the simulator, a policy or a cost model between two runs invalidates what earlier code
@@ -37,10 +38,12 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
+from gfsim.replay_logs import seal
+
 __all__ = ["FORMAT", "code_digest", "source_of", "attach_source", "load", "store",
            "pack", "unpack"]
 
-FORMAT = 1  # bump when the payload encoding changes
+FORMAT = 2  # bump when the payload encoding changes (2: sealed, replay_logs.seal)
 _MAGIC = b"GFSIMDV1"
 _SUBDIR = "derived"
 # The packages whose code decides what a replay derives (hashed into every key).
@@ -153,8 +156,9 @@ def load(log, kind: str, key: dict, classes=(), external: dict | None = None):
         payload = memoryview(blob)[12 + n:]
         if head.get("key") != text.decode():
             return None
-        if zlib.crc32(payload) != head.get("crc32"):
-            return None
+        if zlib.crc32(payload) != head.get("crc32") or not seal.verify(
+                head.get("seal"), text, payload):
+            return None  # damaged, or not written by this user's gfsim
         return unpack(payload, classes, external)
     except Exception:  # noqa: BLE001 - a damaged file is never trusted, only replaced
         return None
@@ -173,8 +177,11 @@ def store(log, kind: str, key: dict, obj, classes=(), external: dict | None = No
         payload = pack(obj, classes, external, lazy)
     except (TypeError, ValueError, OverflowError, KeyError, msgspec.EncodeError):
         return None
-    head = json.dumps({"key": text.decode(),
-                       "crc32": zlib.crc32(payload)}).encode()
+    mac = seal.seal(text, payload)
+    if mac is None:
+        return None
+    head = json.dumps({"key": text.decode(), "crc32": zlib.crc32(payload),
+                       "seal": mac}).encode()
     tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
     try:
         if not path.parent.exists():
