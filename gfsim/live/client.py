@@ -3,18 +3,28 @@ in ``gfsim.live.forecaster``, the mutator in ``gfsim.live.mutator``): one thread
 ``httpx.Client`` with retries and exponential backoff, the tally of what the answers cost, and the
 ``URL,model=NAME,...`` spec both parse. It imports nothing else of ``gfsim.live``; httpx is
 imported only when the first request is made.
+
+An answer is read a chunk at a time and never past ``MAX_ANSWER_BYTES``, on the wire or after
+inflating, within the request's ``timeout_s``: the requests ask for no compression, a gzip or
+deflate answer sent anyway is inflated with that cap, and an answer that is larger, in another
+encoding, or slower is no answer (a compression bomb or an endless body costs a client a few
+MB, never its memory).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
+import zlib
+from dataclasses import dataclass
 
 from gfsim.core.errors import GfsimError, SpecError
 from gfsim.core.specs import parse_kv
 
-__all__ = ["HttpTransport", "NoAnswer", "Rejected", "new_tally", "server_spec", "token_count"]
+__all__ = ["HttpTransport", "NoAnswer", "Rejected", "new_tally", "server_spec", "token_count",
+           "MAX_ANSWER_BYTES"]
 
 
 def new_tally() -> dict:
@@ -98,6 +108,76 @@ def _deadline_backend(inner):
     return Backend()
 
 
+# The most an answer may hold, on the wire and again after inflating. The largest honest answer
+# is /tokenize's for the longest prompt, its token ids at about 7 bytes each: under 1 MB for a
+# 128k-token context, 7 MB only for a million tokens; a chat answer is at most max_tokens tokens
+# (2048 by default: tens of KB; a few hundred KB for a reasoning model given 32k). 8 MiB is well
+# above both, and bounds what a hostile server costs (a gzip bomb, a 1.5 GB body) to a few times
+# that, where reading without a cap passed 6 GB.
+MAX_ANSWER_BYTES = 8 * 2**20
+# Content-Encodings inflated (with the cap); any other is no answer (the requests ask for none).
+_INFLATED = {"gzip", "x-gzip", "deflate"}
+@dataclass(frozen=True)
+class _Refusal:
+    """What ``_rejected`` reads of an HTTP 4xx answer: its status and (capped) text."""
+
+    status_code: int
+    text: str
+
+
+def _too_large(what: str, size: int | None = None) -> NoAnswer:
+    said = f" ({size} bytes)" if size is not None else ""
+    return NoAnswer(f"an answer {what} larger than the {MAX_ANSWER_BYTES}-byte cap{said}")
+
+
+def _inflater(encoding: str):
+    """A ``zlib`` decompressor for an answer's ``Content-Encoding`` header, None for an answer
+    that is not encoded; an encoding not in ``_INFLATED`` (brotli, zstd, one stacked on
+    another) is no answer."""
+    codings = [c.strip().lower() for c in encoding.split(",")]
+    codings = [c for c in codings if c and c != "identity"]
+    if not codings:
+        return None
+    if len(codings) > 1 or codings[0] not in _INFLATED:
+        raise NoAnswer(f"an answer encoded as {encoding!r}, which the forecaster does not read")
+    return zlib.decompressobj(32 + zlib.MAX_WBITS)  # a gzip or zlib header, whichever it has
+
+
+def _inflate(inflater, data: bytes, out: bytearray) -> None:
+    """Adds ``data`` inflated to ``out``, never growing it more than a byte past
+    ``MAX_ANSWER_BYTES``: ``max_length`` stops each step there, the rest left unconsumed."""
+    try:
+        while data:
+            out += inflater.decompress(data, MAX_ANSWER_BYTES + 1 - len(out))
+            if len(out) > MAX_ANSWER_BYTES:
+                raise _too_large("inflated")
+            data = inflater.unconsumed_tail
+    except zlib.error as exc:
+        raise NoAnswer(f"an encoded answer that does not inflate: {exc}") from None
+
+
+def _read_capped(resp) -> bytes:
+    """The body of the streamed answer ``resp``, read a chunk at a time (inflated when it is
+    gzip or deflate) and given up as soon as it is seen to pass ``MAX_ANSWER_BYTES`` on the
+    wire or inflated; a Content-Length above the cap is refused before any of the body is
+    read. Reading is the request's: its deadline bounds it (``_post_once``)."""
+    announced = resp.headers.get("content-length", "")
+    if announced.isdigit() and int(announced) > MAX_ANSWER_BYTES:
+        raise _too_large("announced", int(announced))
+    inflater = _inflater(resp.headers.get("content-encoding", ""))
+    out, wire = bytearray(), 0
+    for chunk in resp.iter_raw():
+        wire += len(chunk)
+        if wire > MAX_ANSWER_BYTES:
+            raise _too_large("sent")
+        if inflater is None:
+            out += chunk
+        else:
+            _inflate(inflater, chunk, out)
+    return bytes(out)
+
+
+
 class HttpTransport:
     """The HTTP side of the live clients (``VllmForecaster``, ``gfsim.live.mutator.LlmMutator``):
     one thread-safe ``httpx.Client`` and POST with retries and exponential backoff. A subclass
@@ -140,27 +220,34 @@ class HttpTransport:
         return self._client
 
     def _post_once(self, url: str, payload: dict) -> tuple[dict, float]:
+        """One POST, its answer streamed and read by ``_read_capped`` (at most
+        ``MAX_ANSWER_BYTES``, never compressed unless the server ignores that it was asked
+        not to), connecting, sending and reading all within ``timeout_s``: the deadline caps
+        every socket operation, so a server dripping a byte a second ends there too. An answer
+        too large, in an unread encoding, or late is ``NoAnswer``."""
         import httpx
 
         started = time.perf_counter()
         client = self._http()
         _DEADLINE.at = time.monotonic() + self.timeout_s
         try:
-            resp = client.post(url, json=payload)
+            with client.stream("POST", url, json=payload,
+                               headers={"Accept-Encoding": "identity"}) as resp:
+                status, data = resp.status_code, _read_capped(resp)
         except httpx.HTTPError as exc:  # connect, read timeout, broken or garbage HTTP
             raise NoAnswer(f"{type(exc).__name__}: {exc}".strip()) from None
         finally:
             _DEADLINE.at = None
         took = time.perf_counter() - started
-        if resp.status_code == 429 or resp.status_code >= 500:
-            raise NoAnswer(f"HTTP {resp.status_code}")
-        if resp.status_code >= 400:
-            raise self._rejected(url, resp)
+        if status == 429 or status >= 500:
+            raise NoAnswer(f"HTTP {status}")
+        if status >= 400:
+            raise self._rejected(url, _Refusal(status, data.decode("utf-8", "replace")))
         try:
-            body = resp.json()
+            body = json.loads(data)
         except (ValueError, RecursionError):
-            raise NoAnswer(f"HTTP {resp.status_code} with a body that is not JSON: "
-                            f"{resp.text[:80]!r}") from None
+            raise NoAnswer(f"HTTP {status} with a body that is not JSON: "
+                           f"{data[:80].decode('utf-8', 'replace')!r}") from None
         if not isinstance(body, dict):
             raise NoAnswer("a JSON answer that is not an object")
         return body, took

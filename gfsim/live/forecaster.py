@@ -24,6 +24,10 @@ parser), or the first ``REFUSALS_TO_STOP`` requests were all refused: then the r
 ``ForecasterError``. An answer of any other shape (strings where numbers belong, a log
 probability above 0, tool calls that are not objects) is a parse failure. Nothing is dropped. Tokens and latency add over every attempt (what the forecasts cost);
 ``attempts`` says how many there were.
+
+An answer is read within the size and time limits of ``gfsim.live.client`` (``MAX_ANSWER_BYTES``
+on the wire and inflated, the request's ``timeout_s``); one that breaks them is an *error* like
+any other answer that is not one.
 """
 
 from __future__ import annotations
@@ -37,7 +41,14 @@ from dataclasses import dataclass, field
 
 from gfsim.core.errors import GfsimError, SpecError
 from gfsim.live import prompt as P
-from gfsim.live.client import HttpTransport, NoAnswer, Rejected, new_tally, server_spec
+from gfsim.live.client import (
+    MAX_ANSWER_BYTES,
+    HttpTransport,
+    NoAnswer,
+    Rejected,
+    new_tally,
+    server_spec,
+)
 
 # Refusals (HTTP 4xx) in a row, with no answer ever, after which a server is taken to be
 # misconfigured rather than refusing one candidate.
@@ -48,7 +59,7 @@ _MALFORMED = (AttributeError, TypeError, KeyError, IndexError, ValueError, Overf
 from gfsim.live.prompt import PromptTooLong, fit_prompt, renormalise
 
 __all__ = ["Forecaster", "ForecastRequest", "Forecast", "VllmForecaster", "VllmLocalForecaster",
-           "ForecasterError",
+           "ForecasterError", "MAX_ANSWER_BYTES",
            "LABEL_SETS", "parse_forecaster", "renormalise"]
 
 N_BINS = 8
