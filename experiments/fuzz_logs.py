@@ -24,7 +24,14 @@ The mutation mix, one class per case, drawn uniformly:
   escapes, rich markup, control characters, 100,000-character strings, deep nesting);
 - ``link_corruption``: an id made to point elsewhere (an unknown or another record's
   candidate, parent or search, a self-parent, a cycle), a duplicated record, a step or seq
-  changed.
+  changed;
+- ``many_extremes``: every number of one list or record set to one extreme (``[1e308] * 8``
+  probabilities: one at a time never overflows their sum);
+- ``size_bomb``: a gzip stream that inflates to hundreds of MiB (newlines, one long line, or
+  whitespace), a run of a hundred thousand blank lines, or a line of millions of characters.
+
+Every worker runs under an address-space cap (``MEMORY_CAP``, 4 GiB): a case that would take
+more ends in a MemoryError, which counts as crashed, not as a wait.
 
 All but ``byte_flip`` and ``gzip`` leave every line valid JSON, so most mutants reach
 ``replay``; the summary says how many did.
@@ -40,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gzip
 import io
 import json
@@ -51,13 +59,16 @@ import sys
 import tempfile
 import time
 import traceback
+import zlib
 from collections import Counter, defaultdict
 from multiprocessing.connection import wait
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CLASSES = ("byte_flip", "gzip", "line_edit", "type_change", "extreme_value", "link_corruption")
+CLASSES = ("byte_flip", "gzip", "line_edit", "type_change", "extreme_value", "link_corruption",
+           "many_extremes", "size_bomb")
 HANG_S = 10.0
+MEMORY_CAP = 4 << 30  # address space per worker (the replays of an honest case take < 1.5 GiB)
 
 
 # -- base logs ---------------------------------------------------------------------------------
@@ -180,6 +191,10 @@ def mutate(lines: list[str], cls: str, rng: random.Random) -> tuple[bytes, str, 
             lines.append(lines.pop(0))
         end = "" if op == "cut" and i == len(lines) - 1 else "\n"
         return ("\n".join(lines) + end).encode("utf-8"), ".jsonl", f"line {i + 1}: {op}"
+    if cls == "many_extremes":
+        return _many_extremes(lines, i, rng)
+    if cls == "size_bomb":
+        return _size_bomb(lines, i, rng)
     rec = json.loads(lines[i])
     if cls == "type_change":
         paths = _paths(rec)
@@ -235,6 +250,57 @@ def mutate(lines: list[str], cls: str, rng: random.Random) -> tuple[bytes, str, 
         records.insert(rng.randrange(len(records) + 1), dict(records[k]))
     return _join([json.dumps(r, ensure_ascii=False) for r in records]), ".jsonl", \
         f"link: {op}"
+
+
+BIG_NUMBERS = ["1e308", "1.7976931348623157e308", "-1e308", "1e307", "4e307"]
+
+
+def _many_extremes(lines: list[str], i: int, rng: random.Random) -> tuple[bytes, str, str]:
+    rec = json.loads(lines[i])
+    lists = [p for p in _paths(rec) if isinstance(_get(rec, p), list)]
+    text = rng.choice(BIG_NUMBERS)
+    if lists and rng.random() < 0.7:
+        path = rng.choice(lists)
+        n = len(_get(rec, path)) or 8
+        _set(rec, path, SENTINEL)
+        lines[i] = json.dumps(rec, ensure_ascii=False).replace(
+            json.dumps(SENTINEL), "[" + ",".join([text] * n) + "]", 1)
+        return _join(lines), ".jsonl", f"line {i + 1}: {'.'.join(map(str, path))} = [{text}]*{n}"
+    numbers = [p for p in _paths(rec) if isinstance(_get(rec, p), (int, float))
+               and not isinstance(_get(rec, p), bool)]
+    for path in numbers:  # every number of the record: sums of two of them overflow too
+        _set(rec, path, 1e308)
+    lines[i] = json.dumps(rec, ensure_ascii=False).replace("1e+308", text)
+    return _join(lines), ".jsonl", f"line {i + 1}: all {len(numbers)} numbers = {text}"
+
+
+def _get(doc, path):
+    for k in path:
+        doc = doc[k]
+    return doc
+
+
+@functools.lru_cache(maxsize=None)
+def _bomb(kind: str) -> bytes:
+    """A gzip stream of a few hundred KB that inflates to 200 MiB (made once per process)."""
+    unit = {"newlines": b"\n", "line": b"a", "spaces": b" \t"}[kind]
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = unit * ((1 << 20) // len(unit))
+    return b"".join([z.compress(block) for _ in range(200)] + [z.flush()])
+
+
+def _size_bomb(lines: list[str], i: int, rng: random.Random) -> tuple[bytes, str, str]:
+    op = rng.choice(["gzip-newlines", "gzip-line", "gzip-spaces", "blank-lines", "long-line"])
+    if op.startswith("gzip-"):
+        head = gzip.compress(_join(lines[:i]), mtime=0) if rng.random() < 0.5 else b""
+        return head + _bomb(op[5:]), ".jsonl.gz", f"line {i + 1}: {op} bomb (200 MiB)"
+    if op == "blank-lines":
+        lines.insert(i, "\n" * rng.choice([1000, 100_000]))
+        return _join(lines), ".jsonl", f"line {i + 1}: a run of blank lines"
+    rec = json.loads(lines[i])
+    rec["padding"] = "x" * rng.choice([1 << 20, 8 << 20])
+    lines[i] = json.dumps(rec)
+    return _join(lines), ".jsonl", f"line {i + 1}: a line of {len(lines[i]):,} characters"
 
 
 def _join(lines: list[str]) -> bytes:
@@ -313,6 +379,9 @@ def _worker(conn, tmp: str) -> None:
 
     warnings.simplefilter("ignore")
     os.environ["GFSIM_CACHE_DIR"] = os.path.join(tmp, "cache")
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
     from gfsim.cli.main import app
 
     while True:
