@@ -57,11 +57,7 @@ def _enabled() -> bool:
             and seal.available())
 
 
-def _user_cache() -> Path:
-    base = os.environ.get("GFSIM_CACHE_DIR")
-    if base:
-        return Path(base)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gfsim"
+_user_cache = seal.user_cache
 
 
 def _digest(raw: bytes) -> str:

@@ -20,15 +20,22 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["seal", "verify", "available"]
+__all__ = ["seal", "verify", "available", "user_cache"]
 
 _KEY_BYTES = 32
 
 
-def _key_path() -> Path:
-    from gfsim.replay_logs.cache import _user_cache
+def user_cache() -> Path:
+    """The user's gfsim cache folder: ``$GFSIM_CACHE_DIR``, else ``$XDG_CACHE_HOME/gfsim``, else
+    ``~/.cache/gfsim``."""
+    base = os.environ.get("GFSIM_CACHE_DIR")
+    if base:
+        return Path(base)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gfsim"
 
-    return _user_cache() / "seal.key"
+
+def _key_path() -> Path:
+    return user_cache() / "seal.key"
 
 
 @functools.lru_cache(maxsize=4)
