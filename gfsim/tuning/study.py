@@ -1,15 +1,18 @@
 """The Optuna side of ``gfsim tune``: samplers, storage, the objective, out-of-sample checks.
 
 Storage: a JournalStorage file ``NAME.journal`` by default (an SQLite ``NAME.db`` left by an
-earlier gfsim resumes), which many processes on one host can append to safely; any Optuna
-storage URL with ``storage``. ``trials`` is the number of finished trials the study
-should hold: running the same command again after an interruption runs only the rest.
+earlier gfsim resumes), which many processes on one host can append to safely, opened by
+``journal.open_journal`` (a file that cannot serve, a full disk, a torn or foreign line: one
+line); any Optuna storage URL with ``storage``. ``trials`` is the number of finished trials
+the study should hold: running the same command again after an interruption (a killed worker
+too) runs only the rest.
 """
 
 from __future__ import annotations
 
+import signal
 import time
-from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -20,6 +23,7 @@ __all__ = ["SAMPLERS", "make_sampler", "make_storage", "storage_url", "open_stud
            "run_study", "out_of_sample", "leave_one_task_out", "trial_rows", "retry_of"]
 
 SAMPLERS = ("tpe", "nsga2", "gp", "random")
+WORKER_POLL_S = 0.5  # how often the parent of several workers looks at them and the study
 
 
 def _constraints(trial):
@@ -69,22 +73,18 @@ def storage_url(storage: str | None, study: str, workers: int) -> str:
     return f"{study}.journal"
 
 
-def make_storage(url: str, heartbeat: int | None = None, retries: int = 1):
+def make_storage(url: str, heartbeat: int | None = None, retries: int = 1, check: bool = True):
     """An Optuna storage for ``url``: an RDB URL (sqlite, postgresql, mysql) with Optuna's own
     heartbeat and retry of failed trials; a path ending in ``.journal`` as a JournalStorage
-    file (its heartbeat is gfsim's, see ``Objective``); anything else as Optuna resolves it."""
+    file (its heartbeat is gfsim's, see ``Objective``), checked and guarded by
+    ``journal.open_journal`` (``check=False`` leaves out the pass over its lines); anything
+    else as Optuna resolves it."""
     import optuna
 
     if url.endswith(".journal"):
-        from optuna.storages.journal import JournalFileBackend
+        from gfsim.tuning.journal import open_journal
 
-        try:
-            return optuna.storages.JournalStorage(JournalFileBackend(url))
-        except (OSError, ValueError) as exc:  # unwritable, a folder, not a journal (JSON)
-            what = "is not a journal file Optuna can read" if isinstance(exc, ValueError) \
-                else "cannot be opened for appending"
-            raise GfsimError(f"--storage {url}: {what} ({type(exc).__name__}: "
-                             f"{str(exc)[:200]}); the file is left as it is") from None
+        return open_journal(url, check=check)
     if url.split(":", 1)[0].split("+", 1)[0] in ("sqlite", "postgresql", "mysql"):
         import warnings
 
@@ -128,6 +128,8 @@ def open_study(storage, study: str, directions: list[str], sampler):
     try:
         s = optuna.create_study(storage=storage, study_name=study, sampler=sampler,
                                 directions=directions, load_if_exists=True)
+    except GfsimError:  # the storage's own line (a journal file that cannot serve)
+        raise
     except Exception as exc:  # bad URL, unreachable database
         raise GfsimError(f"--storage: cannot open study {study!r}: {exc}") from None
     if [d.name.lower() for d in s.directions] != directions:
@@ -249,24 +251,162 @@ def _finished(study) -> int:
         deepcopy=False))
 
 
-def _worker(args):
+@contextmanager
+def _storage_errors(storage):
+    """Raise the journal's own line where its append failed: Optuna replaces an error raised
+    while it records a trial's end with an ``AssertionError`` of its own bookkeeping."""
+    try:
+        yield
+    except Exception:
+        from gfsim.tuning.journal import journal_failure
+
+        failure = journal_failure(storage)
+        if failure is None:
+            raise
+        raise failure from None
+
+
+def _worker(args, stop=None):
+    """One worker's share of the trials; it stops after its running trial once ``stop`` (a
+    multiprocessing event) is set."""
     url, study_name, sampler_name, seed, constrained, objective, share = args
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    s = optuna.load_study(study_name=study_name,
-                          storage=make_storage(url, objective.heartbeat, objective.retries),
+    storage = make_storage(url, objective.heartbeat, objective.retries, check=False)
+    s = optuna.load_study(study_name=study_name, storage=storage,
                           sampler=make_sampler(sampler_name, seed, constrained))
+    stops = [lambda st, t: st.stop() if stop.is_set() else None] if stop is not None else []
     try:
-        s.optimize(objective, n_trials=share)
+        with _storage_errors(storage):
+            s.optimize(objective, n_trials=share, callbacks=stops)
     finally:
         objective.close()
+
+
+def _worker_main(args, stop, conn) -> None:
+    """A worker process: runs ``_worker`` and sends its outcome to the parent, ``("ok",)``
+    or ``("error", exception or None where it does not pickle, traceback)``."""
+    import traceback
+
+    try:
+        _worker(args, stop)
+        reply = ("ok",)
+    except BaseException as exc:  # KeyboardInterrupt too: the parent says what happened
+        reply = ("error", _portable(exc), traceback.format_exc())
+    try:
+        conn.send(reply)
+        conn.close()
+    except OSError:  # the parent is gone
+        pass
+
+
+def _portable(exc: BaseException) -> BaseException | None:
+    """``exc`` as the parent can unpickle it: a ``GfsimError`` (whose subclasses take other
+    arguments) by its line; None for one that does not make the trip."""
+    import pickle
+
+    if isinstance(exc, GfsimError):
+        return GfsimError(str(exc))
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:
+        return None
+    return exc
+
+
+def _outcome(proc, conn):
+    """A finished worker's outcome; ``("died", pid, exit code)`` for one that ended without
+    sending it (killed); None while it runs."""
+    if conn.poll():
+        try:
+            reply = conn.recv()
+        except (EOFError, OSError):  # closed unsent: the process is ending, or has
+            reply = None
+        if reply is not None:
+            proc.join()
+            return reply
+        proc.join()
+    if proc.is_alive():
+        return None
+    return ("died", proc.pid, proc.exitcode)
+
+
+def _how(code: int) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code} without reporting"
+
+
+def _raise_failure(number: int, total: int, outcome) -> None:
+    """Raise what ended worker ``number``: a ``GfsimError`` as it is; a worker killed, in one
+    line naming it; any other error with the worker's traceback as its cause."""
+    if outcome[0] == "died":
+        _, pid, code = outcome
+        raise GfsimError(f"tune worker {number} of {total} (pid {pid}) {_how(code)}; the "
+                         "other workers stopped after their running trial and every finished "
+                         "trial is kept in the study: run the same command again to resume it")
+    _, exc, text = outcome
+    if isinstance(exc, GfsimError):
+        raise exc
+    if isinstance(exc, BaseException):
+        raise exc from RuntimeError(f"in tune worker {number}:\n{text}")
+    raise RuntimeError(f"tune worker {number} failed:\n{text}")
+
+
+def _run_workers(jobs: list, poll) -> None:
+    """Run each of ``jobs`` (``_worker``'s arguments) in a process of its own, calling
+    ``poll()`` about every half second. When one fails or dies, the others are asked to stop
+    after their running trial (what they finish is kept); then the first failure is raised,
+    a worker's death before any error (``_raise_failure``)."""
+    import multiprocessing
+    from multiprocessing.connection import wait
+
+    ctx = multiprocessing.get_context()
+    stop = ctx.Event()
+    running = {}
+    for number, job in enumerate(jobs, 1):
+        conn, send = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_worker_main, args=(job, stop, send),
+                           name=f"gfsim-tune-worker-{number}")
+        proc.start()
+        send.close()  # the child's end: EOF here once it is gone
+        running[number] = (proc, conn)
+    outcomes = {}
+    try:
+        while running:
+            wait([c for _, c in running.values()] + [p.sentinel for p, _ in running.values()],
+                 timeout=WORKER_POLL_S)
+            for number, (proc, conn) in list(running.items()):
+                outcome = _outcome(proc, conn)
+                if outcome is not None:
+                    del running[number]
+                    outcomes[number] = outcome
+                    if outcome[0] != "ok":
+                        stop.set()
+            poll()
+    finally:
+        stop.set()
+        for proc, _ in running.values():  # left only by an error here (Ctrl-C)
+            proc.terminate()
+        for proc, _ in running.values():
+            proc.join()
+    failed = sorted((outcome[0] != "died", number) for number, outcome in outcomes.items()
+                    if outcome[0] != "ok")
+    if failed:
+        number = failed[0][1]
+        _raise_failure(number, len(jobs), outcomes[number])
 
 
 def run_study(study, objective, *, trials: int, workers: int = 1, storage=None,
               sampler_name: str = "tpe", seed: int = 0, progress=None) -> int:
     """Run until the study holds ``trials`` finished trials; returns how many ran now.
-    ``progress(done, total)`` is called as trials finish."""
+    ``progress(done, total)`` is called as trials finish. Several ``workers`` are processes
+    of their own (``_run_workers``); a storage that fails, or a worker that dies, ends it in
+    one line (``GfsimError``), and the same command resumes the study."""
     before = _finished(study)
     todo = max(0, trials - before)
     if progress is not None:
@@ -282,8 +422,9 @@ def run_study(study, objective, *, trials: int, workers: int = 1, storage=None,
                 s.stop()
 
         try:
-            study.optimize(objective, n_trials=todo, callbacks=[cb],
-                           catch=(ArithmeticError,))
+            with _storage_errors(study._storage):
+                study.optimize(objective, n_trials=todo, callbacks=[cb],
+                               catch=(ArithmeticError,))
         finally:
             objective.close()
         return _finished(study) - before
@@ -292,14 +433,7 @@ def run_study(study, objective, *, trials: int, workers: int = 1, storage=None,
     shares = [todo // workers + (w < todo % workers) for w in range(workers)]
     args = [(storage, study.study_name, sampler_name, seed + 1000 * w, constrained, objective,
              share) for w, share in enumerate(shares) if share]
-    with ProcessPoolExecutor(workers) as pool:
-        futures = [pool.submit(_worker, a) for a in args]
-        while not all(f.done() for f in futures):
-            time.sleep(0.5)
-            if progress is not None:
-                progress(_finished(study), trials)
-        for f in futures:
-            f.result()
+    _run_workers(args, lambda: progress(_finished(study), trials) if progress else None)
     return _finished(study) - before
 
 
