@@ -175,70 +175,96 @@ def build_traces(
     tasks = log.tasks
     run_seed = {r["search_id"]: r.get("seed_speedup") for r in log.runs}
 
+    # Every column is computed once over the whole log, candidates in trace order (searches in
+    # the order they first appear, then step, seq, line), and each search takes its slice: a
+    # log of many small searches costs what one search of as many candidates does (per-search
+    # pandas work cost 6 ms a search, 100 minutes for a million one-candidate searches).
+    rank = pd.factorize(cands["search_id"], sort=False)[0]
+    rows = cands.assign(_search=rank).sort_values(["_search", "step", "seq", "line"],
+                                                  kind="stable")
+    ranks = rows["_search"].to_numpy()
+    cuts = np.flatnonzero(np.diff(ranks)) + 1
+    starts = np.concatenate([[0], cuts]).tolist()
+    ends = np.concatenate([cuts, [len(rows)]]).tolist()
+    mixed = rows.groupby("_search", sort=True)["task_id"].nunique()
+    if (mixed > 1).any():
+        search_id = rows["search_id"].iloc[starts[int(np.argmax(mixed.to_numpy() > 1))]]
+        raise GfsimError(f"{log.display_name}: search {search_id!r} mixes tasks; one task "
+                         "per search")
+    # (.tolist() first: iterating an Arrow-backed column costs a Python call per value)
+    all_ids = rows["candidate_id"].tolist()
+    search_ids = rows["search_id"].tolist()
+    task_ids = rows["task_id"].tolist()
+    parent_ids = rows["parent_id"].tolist()
+
+    gen_s = rows["gen_service_s"].astype(float)
+    if log.header.get("duration_basis", "service") == "service":
+        derived = rows["gen_completed_s"].astype(float) - rows["gen_started_s"].astype(float)
+        gen_s = gen_s.fillna(derived)
+    gen_s, gen_s_imp = _fill(gen_s, pri.generation_s)
+    gen_in, in_imp = _fill(rows["gen_input_tokens"], pri.gen_input_tokens)
+    gen_out, out_imp = _fill(rows["gen_output_tokens"], pri.gen_output_tokens)
+    gen_imputed = [a or b or c for a, b, c in zip(gen_s_imp, in_imp, out_imp)]
+    gen_failed = rows["gen_failed_reason"].notna().tolist()
+
+    f = fc.reindex(all_ids)
+    has_fc = f["forecaster"].notna().to_numpy()
+    probs = f[PROB_COLUMNS].to_numpy(dtype=float) if len(f) else np.zeros((0, 8))
+    probs = np.nan_to_num(probs, nan=0.0)
+    parse_failed = f["parse_failed"].eq(True).to_numpy() & has_fc
+    fc_s, fc_s_imp = _fill(f["latency_s"], pri.forecast_s)
+    fc_in, fci_imp = _fill(f["input_tokens"], pri.forecast_input_tokens)
+    fc_out, fco_imp = _fill(f["output_tokens"], pri.forecast_output_tokens)
+    fc_imputed = [a or b or c for a, b, c in zip(fc_s_imp, fci_imp, fco_imp)]
+
+    e = ev.reindex(all_ids) if ev is not None else pd.DataFrame(index=all_ids, columns=[
+        "outcome", "speedup", "cold_start_s", "compile_s", "check_s", "timing_s", "energy_j"])
     # One object per distinct outcome or status: an Arrow column's .tolist() makes one str per
     # row (60 bytes each, 120 MB per million candidates for these two columns).
     texts: dict[str, str] = {}
+    outcome = [texts.setdefault(o, o) if isinstance(o, str) else None
+               for o in e["outcome"].tolist()]
+    speedup = shared_floats(pd.to_numeric(e["speedup"], errors="coerce").to_numpy(float))
+    cold, cold_imp = _fill(e["cold_start_s"], pri.cold_start_s)
+    if model.billing != "serverless":
+        cold = [0.0] * len(all_ids)  # a warm reserved worker starts no container per candidate
+        cold_imp = [False] * len(all_ids)
+    comp, comp_imp = _fill(e["compile_s"], pri.compile_s)
+    check, check_imp = _fill(e["check_s"], pri.check_s)
+    timing, timing_imp = _fill(e["timing_s"], pri.timing_s)
+    for i, o in enumerate(outcome):
+        # A stage after the failure did not run, so no imputed time for it; a logged time
+        # is kept (a live measurement that failed its re-check after timing did time).
+        if o in _STOPS_BEFORE_CHECK and check_imp[i]:
+            check[i], check_imp[i] = 0.0, False
+        if o in _STOPS_BEFORE_TIMING and timing_imp[i]:
+            timing[i], timing_imp[i] = 0.0, False
+    energy = pd.to_numeric(e["energy_j"], errors="coerce").to_numpy(float)
+    energy_j = [None if (not same_gpu or np.isnan(x)) else float(x) for x in energy]
+    status = [texts.setdefault(x, x) for x in rows["status"].tolist()]
+    code = [c if isinstance(c, str) else None for c in rows["code_sha256"].tolist()]
+    step_no: dict[int, int] = {}
+    step_all = [step_no.setdefault(s, s) for s in rows["step"].astype(int).tolist()]
+    stage_s = {"cold_start": cold, "compilation": comp, "check": check, "timing": timing}
+    stage_imp = {"cold_start": cold_imp, "compilation": comp_imp, "check": check_imp,
+                 "timing": timing_imp}
+    price = _price_columns(gen_s, gen_in, gen_out, gen_imputed, fc_s, fc_in, fc_out,
+                           fc_imputed, stage_s, stage_imp, energy_j, model)
+    # One int object per index, shared by parents and batches (28 bytes each otherwise).
+    nums = list(range(max((b - a for a, b in zip(starts, ends)), default=0)))
+
     traces = []
-    for search_id, rows in cands.groupby("search_id", sort=False):
-        rows = rows.sort_values(["step", "seq", "line"], kind="stable")
-        ids = rows["candidate_id"].tolist()
-        # One int object per index, shared by parents and batches (28 bytes each otherwise).
-        nums = list(range(len(ids)))
+    for a, b in zip(starts, ends):
+        search_id, task_id = search_ids[a], task_ids[a]
+        ids = all_ids[a:b]
         index = dict(zip(ids, nums))
-        # (.tolist() first: iterating an Arrow-backed column costs a Python call per value)
-        parent = [index[p] if isinstance(p, str) else -1 for p in rows["parent_id"].tolist()]
-        task_id = rows["task_id"].iloc[0]
-        if rows["task_id"].nunique() > 1:
-            raise GfsimError(f"{log.display_name}: search {search_id!r} mixes tasks; one task "
-                             "per search")
+        parent = [index[p] if isinstance(p, str) else -1 for p in parent_ids[a:b]]
         # A live run measures its seed kernel itself and records it on its run record (merged
         # runs may have measured the same task's seed apart); otherwise the header's.
         seed_speedup = float(run_seed.get(str(search_id)) or tasks[task_id].get("seed_speedup")
                              or 1.0)
-
-        gen_s = rows["gen_service_s"].astype(float)
-        if log.header.get("duration_basis", "service") == "service":
-            derived = rows["gen_completed_s"].astype(float) - rows["gen_started_s"].astype(float)
-            gen_s = gen_s.fillna(derived)
-        gen_s, gen_s_imp = _fill(gen_s, pri.generation_s)
-        gen_in, in_imp = _fill(rows["gen_input_tokens"], pri.gen_input_tokens)
-        gen_out, out_imp = _fill(rows["gen_output_tokens"], pri.gen_output_tokens)
-
-        f = fc.reindex(ids)
-        has_fc = f["forecaster"].notna().to_numpy()
-        probs = f[PROB_COLUMNS].to_numpy(dtype=float) if len(f) else np.zeros((0, 8))
-        probs = np.nan_to_num(probs, nan=0.0)
-        parse_failed = f["parse_failed"].eq(True).to_numpy() & has_fc
-        fc_s, fc_s_imp = _fill(f["latency_s"], pri.forecast_s)
-        fc_in, fci_imp = _fill(f["input_tokens"], pri.forecast_input_tokens)
-        fc_out, fco_imp = _fill(f["output_tokens"], pri.forecast_output_tokens)
-
-        e = ev.reindex(ids) if ev is not None else pd.DataFrame(index=ids, columns=[
-            "outcome", "speedup", "cold_start_s", "compile_s", "check_s", "timing_s", "energy_j"])
-        outcome = [texts.setdefault(o, o) if isinstance(o, str) else None
-                   for o in e["outcome"].tolist()]
-        speedup = shared_floats(pd.to_numeric(e["speedup"], errors="coerce").to_numpy(float))
-        cold, cold_imp = _fill(e["cold_start_s"], pri.cold_start_s)
-        if model.billing != "serverless":
-            cold = [0.0] * len(ids)  # a warm reserved worker starts no container per candidate
-            cold_imp = [False] * len(ids)
-        comp, comp_imp = _fill(e["compile_s"], pri.compile_s)
-        check, check_imp = _fill(e["check_s"], pri.check_s)
-        timing, timing_imp = _fill(e["timing_s"], pri.timing_s)
-        for i, o in enumerate(outcome):
-            # A stage after the failure did not run, so no imputed time for it; a logged time
-            # is kept (a live measurement that failed its re-check after timing did time).
-            if o in _STOPS_BEFORE_CHECK and check_imp[i]:
-                check[i], check_imp[i] = 0.0, False
-            if o in _STOPS_BEFORE_TIMING and timing_imp[i]:
-                timing[i], timing_imp[i] = 0.0, False
-        energy = pd.to_numeric(e["energy_j"], errors="coerce").to_numpy(float)
-        energy_j = [None if (not same_gpu or np.isnan(x)) else float(x) for x in energy]
-
+        step_col = step_all[a:b]
         steps: list[tuple[int, list[list[int]]]] = []
-        step_col = rows["step"].astype(int).tolist()
-        step_no: dict[int, int] = {}
-        step_col = [step_no.setdefault(s, s) for s in step_col]  # one object per step number
         for i, s in zip(nums, step_col):
             if not steps or steps[-1][0] != s:
                 steps.append((s, []))
@@ -253,40 +279,37 @@ def build_traces(
         traces.append(SearchTrace(
             search_id=str(search_id), task_id=task_id, seed_speedup=seed_speedup,
             forecast_frame=frame, bin_edges=edges, candidate_ids=ids, step=step_col,
-            parent=parent, steps=steps,
-            gen_failed=rows["gen_failed_reason"].notna().tolist(),
-            gen_s=gen_s, gen_in=gen_in, gen_out=gen_out,
-            gen_imputed=[a or b or c for a, b, c in zip(gen_s_imp, in_imp, out_imp)],
-            has_forecast=has_fc, probs=probs, parse_failed=parse_failed,
-            fc_s=fc_s, fc_in=fc_in, fc_out=fc_out,
-            fc_imputed=[a or b or c for a, b, c in zip(fc_s_imp, fci_imp, fco_imp)],
-            outcome=outcome, speedup=speedup,
-            stage_s={"cold_start": cold, "compilation": comp, "check": check, "timing": timing},
-            stage_imputed={"cold_start": cold_imp, "compilation": comp_imp, "check": check_imp,
-                           "timing": timing_imp},
-            energy_j=energy_j,
-            logged_status=[texts.setdefault(x, x) for x in rows["status"].tolist()],
-            code_sha256=[c if isinstance(c, str) else None
-                         for c in rows["code_sha256"].tolist()],
+            parent=parent, steps=steps, gen_failed=gen_failed[a:b],
+            gen_s=gen_s[a:b], gen_in=gen_in[a:b], gen_out=gen_out[a:b],
+            gen_imputed=gen_imputed[a:b],
+            has_forecast=has_fc[a:b].copy(), probs=probs[a:b].copy(),
+            parse_failed=parse_failed[a:b].copy(),
+            fc_s=fc_s[a:b], fc_in=fc_in[a:b], fc_out=fc_out[a:b], fc_imputed=fc_imputed[a:b],
+            outcome=outcome[a:b], speedup=speedup[a:b],
+            stage_s={k: v[a:b] for k, v in stage_s.items()},
+            stage_imputed={k: v[a:b] for k, v in stage_imp.items()},
+            energy_j=energy_j[a:b], logged_status=status[a:b], code_sha256=code[a:b],
+            price={k: tuple(x[a:b].copy() for x in v) for k, v in price.items()},
         ))
-    for t in traces:
-        t.price = _price(t, model)
     release_arrow_memory()  # the copies of the log's tables made above
     return traces
 
 
-def _price(t: SearchTrace, model: PresetCostModel) -> dict:
+def _price_columns(gen_s, gen_in, gen_out, gen_imputed, fc_s, fc_in, fc_out, fc_imputed,
+                   stage_s, stage_imputed, energy_j, model: PresetCostModel) -> dict:
+    """Per cost stage, (usd, joules, usd_imputed) of each candidate if that stage runs for it.
+    Pricing is elementwise, so the whole log's columns are priced at once."""
     gpu_stages = ["cold_start", "check", "timing"] + (
         ["compilation"] if model.compile_on == "gpu_host" else [])
-    energy = np.array([np.nan if e is None else e for e in t.energy_j], dtype=float)
-    gpu_s = sum(np.asarray(t.stage_s[k], dtype=float) for k in gpu_stages)
+    energy = np.array([np.nan if e is None else e for e in energy_j], dtype=float)
+    gpu_s = sum(np.asarray(stage_s[k], dtype=float) for k in gpu_stages)
     price = {
-        "generation": model.price_many("generation", t.gen_s, t.gen_in, t.gen_out,
-                                       imputed=t.gen_imputed),
-        "forecasting": model.price_many("forecasting", t.fc_s, t.fc_in, t.fc_out,
-                                        imputed=t.fc_imputed),
+        "generation": model.price_many("generation", gen_s, gen_in, gen_out,
+                                       imputed=gen_imputed),
+        "forecasting": model.price_many("forecasting", fc_s, fc_in, fc_out,
+                                        imputed=fc_imputed),
     }
-    for stage, secs in t.stage_s.items():
+    for stage, secs in stage_s.items():
         secs = np.asarray(secs, dtype=float)
         if stage in gpu_stages:
             # A measured evaluation energy is shared among its GPU stages by their seconds.
@@ -295,5 +318,5 @@ def _price(t: SearchTrace, model: PresetCostModel) -> dict:
         else:
             share = None
         price[stage] = model.price_many(stage, secs, energy_j=share,
-                                        imputed=t.stage_imputed[stage])
+                                        imputed=stage_imputed[stage])
     return price
