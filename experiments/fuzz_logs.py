@@ -353,10 +353,12 @@ def run_command(app, args: list[str]) -> tuple[str, str]:
 
 # Refusals that say the log does not suit the command (a 'pairs' log has no search to replay; a
 # policy that reads forecasts needs a log with some; the puct driver needs parents and
-# children), not that the log is invalid: a valid log may draw them, so they are not misreports.
+# children, and a search PUCT does not reproduce needs enough evidence to invent children
+# from), not that the log is invalid: a valid log may draw them, so they are not misreports.
 USAGE = ("has no search order or parents", "reads forecasts and the log has none",
          "holds no candidates: nothing to replay", "the puct driver needs a trajectory log",
-         "a config_space log allows only policies that need no forecast")
+         "a config_space log allows only policies that need no forecast",
+         "cannot be replayed closed loop: PUCT does not reproduce it")
 
 
 def judge(results: list[tuple[str, str]]) -> tuple[str, str, bool]:
