@@ -337,6 +337,21 @@ def iter_records(path: str | os.PathLike, loaded: tuple[bytes, bool] | None = No
         yield line, rec
 
 
+def _text_safe(value):
+    """``value`` (a record, or anything in one) with every lone surrogate in its text written
+    out as its escape's characters (``\\ud800``): a candidate's error text or a server's
+    answer may hold one (JSON's ``\\ud800`` escape yields it), and no UTF-8 log can (a reader
+    refuses the escape). Valid text is returned as it is."""
+    if isinstance(value, str):
+        return value if value.isascii() else value.encode("utf-8", "backslashreplace").decode(
+            "utf-8")
+    if isinstance(value, dict):
+        return {_text_safe(k): _text_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_text_safe(v) for v in value]
+    return value
+
+
 def _dumps(record: dict) -> str:
     if "kind" not in record:
         raise ValueError("a record needs a 'kind'")
@@ -374,7 +389,11 @@ class LogWriter:
         self.append_many([record])
 
     def append_many(self, records) -> None:
-        payload = "".join(_dumps(r) + "\n" for r in records).encode("utf-8")
+        text = "".join(_dumps(r) + "\n" for r in records)
+        try:
+            payload = text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (a candidate's error text, say)
+            payload = "".join(_dumps(_text_safe(r)) + "\n" for r in records).encode("utf-8")
         if not payload:
             return
         if self.path.suffix == ".gz":

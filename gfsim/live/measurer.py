@@ -20,6 +20,8 @@ that clock into what is recorded: capped, refused as forged, or as claimed.
 
 from __future__ import annotations
 
+import errno
+import io
 import json
 import math
 import os
@@ -27,6 +29,7 @@ import selectors
 import shutil
 import signal
 import socket
+import stat
 import statistics
 import struct
 import subprocess
@@ -46,6 +49,24 @@ __all__ = ["Measurer", "LogMeasurer", "TritonMeasurer", "MeasurerConfig", "ENV_A
            "harvest_triton_cache"]
 
 CORRECT_UNTIMED = "correct_untimed"
+
+# What this process reads of what a candidate's process answers or leaves in its folder. All of
+# it is the candidate's to forge (its code runs in that process), so each read is bounded: a
+# forgery costs the candidate its measurement, never this process its memory or its progress.
+#
+# One answer (one message on the answer socket). The largest honest answers are an enqueue's
+# output descriptions (about 100 bytes per output per repetition: 160 KB for 100 repetitions of
+# 16 outputs) and a batch's times; 4 MiB is far above them and a trivial buffer here. A longer
+# message arrives cut, and is refused.
+MAX_ANSWER_BYTES = 4 << 20
+# An output's .npy header (NumPy's own limit for a header read without trust; np.save writes
+# 128 bytes for any array here). Its data must then be exactly what an array of the
+# reference's shape and dtype takes, so nothing larger is ever read.
+MAX_NPY_HEADER_BYTES = 10_000
+# The end of a dead worker's stderr kept for the record's reason: with the words before it, it
+# fits the reason's 500 characters (``_finish``), and it holds a traceback's last lines.
+STDERR_TAIL_BYTES = 400
+_REASON_CHARS = 500
 
 
 class Measurer(ABC):
@@ -189,7 +210,7 @@ class _Zygote:
             ready = None
         if not ready:
             self.close()
-            tail = (root / "zygote.log").read_bytes()[-800:].decode(errors="replace")
+            tail = _tail(root / "zygote.log", 800)
             raise GfsimError(f"the sandbox's zygote did not start: {tail}")
         from gfsim.live.sandbox import Facilities
 
@@ -272,9 +293,12 @@ class _Sandbox:
         self._watch = threading.Thread(target=self._watch_memory, daemon=True)
         self._watch.start()
         ready = self.call(None, timeout=300.0)
-        self.device = ready.get("device")
-        self.confined = ready.get("confined", {})
-        self.init_s = float(ready.get("init_s") or 0.0)  # its torch and CUDA start
+        if not ready["ok"]:
+            self.close()
+            raise WorkerFailure("crash", f"the worker did not start: {ready['error']}")
+        self.device = ready["device"]
+        self.confined = ready["confined"]
+        self.init_s = float(ready["init_s"])  # its torch and CUDA start
 
     def _status_line(self, timeout: float) -> dict:
         sel = selectors.DefaultSelector()
@@ -324,7 +348,7 @@ class _Sandbox:
                 raise WorkerFailure("timeout", f"no answer within {timeout:.0f} s")
             self.ans.settimeout(min(left, 0.5))
             try:
-                msg, anc, _flags, _addr = self.ans.recvmsg(1 << 22, 64)
+                msg, anc, flags, _addr = self.ans.recvmsg(MAX_ANSWER_BYTES, 64)
             except TimeoutError:
                 if self.killed_for:
                     raise self._failure() from None
@@ -339,13 +363,8 @@ class _Sandbox:
             if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(data) >= 16:
                 sec, ns = struct.unpack("qq", data[:16])
                 sent = sec + ns * 1e-9
-        try:
-            ans = json.loads(msg)
-        except ValueError:
-            ans = None
-        if not isinstance(ans, dict):
-            return {"ok": False, "kind": "protocol", "error": "an answer that is not a JSON "
-                    "object"}
+        ans = _read_answer(msg, bool(flags & socket.MSG_TRUNC),
+                           "ready" if req is None else str(req.get("op")))
         ans["_sent_s"] = (sent - t0) if sent is not None else time.time() - t0
         return ans
 
@@ -357,8 +376,7 @@ class _Sandbox:
         if self.killed_for == "processes":
             return WorkerFailure("crash", "worker started more than 512 processes and was "
                                  "killed")
-        tail = (self.dir / "stderr.log").read_bytes()[-600:].decode(errors="replace") \
-            if (self.dir / "stderr.log").exists() else ""
+        tail = _tail(self.dir / "stderr.log", STDERR_TAIL_BYTES)
         return WorkerFailure("crash", f"worker died (exit {self.exit_code}): {tail}")
 
     def _reap(self, timeout: float = 10.0) -> None:
@@ -436,6 +454,178 @@ def _namespace_usage(pid: int | None, ns: int | None) -> tuple[float, int]:
         except OSError:
             pass
     return total, count
+
+
+# -- what a worker says and leaves: read without trust ------------------------------------------
+# The fields each op's successful answer must have, and of what kind (``_VALUES``); a failure
+# answers ``ok`` false, one of ``_FAILURE_KINDS`` and its error text. An answer the measurer
+# then uses further (a batch's times, an enqueue's outputs) is checked again where it is used.
+_VALUES = {
+    "seconds": (lambda v: type(v) in (int, float) and 0 <= v <= 1e9, "a number of seconds"),
+    "count": (lambda v: type(v) is int and 0 <= v < 1 << 63, "a count"),
+    "list": (lambda v: type(v) is list, "a list"),
+    "object": (lambda v: type(v) is dict, "an object"),
+    "device": (lambda v: type(v) is str and v in ("cuda", "cpu"), "'cuda' or 'cpu'"),
+}
+_TIMES = {"times_ms": "list"}
+_ANSWER_FIELDS = {
+    "ready": {"device": "device", "init_s": "seconds", "confined": "object"},
+    "load": {"seconds": "seconds"},
+    "compile": {"seconds": "seconds"},
+    "output": {"seconds": "seconds", "shape": "list", "n_outputs": "count"},
+    "warmup": {"calls": "count", "seconds": "seconds"},
+    "time": _TIMES, "time_baseline": _TIMES, "time_null": _TIMES,
+    "rows": {"outputs": "count"},
+    "prime": {"ran": "count", "errors": "list", "seconds": "seconds"},
+    "attach": {"pool_ptr": "count"},
+    "enqueue": {"outputs": "list", "pool_used": "count"},
+    "loop": {"calls": "count", "seconds": "seconds"},
+}
+_FAILURE_KINDS = ("compile", "runtime", "cuda", "protocol")
+
+
+def _size_text(n: int) -> str:
+    return f"{n / (1 << 20):g} MiB" if n >= 1 << 20 else f"{n / (1 << 10):g} KiB"
+
+
+def _brief(value) -> str:
+    """A value of an answer, short enough for a reason."""
+    if value is None:
+        return "null or a non-finite number"
+    try:
+        text = repr(value)
+    except RecursionError:  # parsed a few frames up the stack, nested to its limit
+        return "a value nested too deep"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _finite_or_none(text: str) -> float | None:
+    """A JSON number as a float; None where it is not finite (1e999 parses as inf)."""
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def _answer_problem(ans, op: str) -> str | None:
+    """Why ``ans`` (parsed JSON) is not an answer to ``op`` of the shape this process uses, or
+    None if it is."""
+    if type(ans) is not dict:
+        return "is not a JSON object"
+    if type(ans.get("ok")) is not bool:
+        return "has no true or false 'ok'"
+    if not ans["ok"]:
+        if type(ans.get("error")) is not str:
+            return "is a failure without its error text"
+        if ans.get("kind") not in _FAILURE_KINDS:
+            return f"is a failure of unknown kind {_brief(ans.get('kind'))}"
+        return None
+    for field, kind in _ANSWER_FIELDS.get(op, {}).items():
+        valid, what = _VALUES[kind]
+        if field not in ans:
+            return f"has no {field!r}"
+        if not valid(ans[field]):
+            return f"has {field!r} {_brief(ans[field])}, not {what}"
+    return None
+
+
+def _read_answer(msg: bytes, cut: bool, op: str) -> dict:
+    """The worker's answer to ``op`` as this process may use it: the parsed object if it has
+    the shape ``_answer_problem`` wants, else a protocol failure saying why not. ``cut``: the
+    message was longer than ``MAX_ANSWER_BYTES``; nesting deeper than the parser's recursion is
+    refused too. A number that is not finite (NaN, Infinity, 1e999) reads as null: no field
+    this process uses takes null, so such a field is refused where it is checked, and an
+    unused one (a batch's ``rse`` of a single time is infinite) does no harm."""
+    what = f"the worker's answer to {op!r}"
+    if cut:
+        why = f"is over the {_size_text(MAX_ANSWER_BYTES)} an answer may hold"
+    else:
+        try:
+            ans = json.loads(msg, parse_float=_finite_or_none, parse_constant=lambda _: None)
+        except (ValueError, RecursionError) as exc:
+            why = f"is not JSON ({type(exc).__name__}: {str(exc)[:120]})"
+        else:
+            why = _answer_problem(ans, op)
+            if why is None:
+                return ans
+    return {"ok": False, "kind": "protocol", "error": f"{what} {why}"}
+
+
+class _Unreadable(Exception):
+    """A file a worker left that this process refuses to read (the message says why)."""
+
+
+def _open_regular(path) -> io.BufferedReader:
+    """``path`` opened for reading if it is a regular file, never following a symbolic link
+    and never waiting on a FIFO (opened non-blocking, then checked); else ``_Unreadable``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise _Unreadable("is missing") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _Unreadable("is a symbolic link, not a file") from None
+        raise _Unreadable(f"cannot be opened ({exc.strerror})") from None
+    fh = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        fh.close()
+        raise _Unreadable("is not a regular file (a FIFO, socket, device or folder)")
+    return fh
+
+
+def _tail(path, n: int) -> str:
+    """The last ``n`` bytes of the file at ``path`` as text (only those are read), or a word
+    on why it was not read."""
+    try:
+        with _open_regular(path) as fh:
+            size = os.fstat(fh.fileno()).st_size
+            data = os.pread(fh.fileno(), n, max(0, size - n))
+    except _Unreadable as exc:
+        return "" if str(exc) == "is missing" else f"(its log {exc})"
+    except OSError as exc:
+        return f"(its log cannot be read: {exc.strerror})"
+    return data.decode(errors="replace")
+
+
+def _load_output(path, ref):
+    """The array a worker saved at ``path``, read only if it is what an output compared with
+    ``ref`` can be: a regular file whose .npy header (at most ``MAX_NPY_HEADER_BYTES``) gives
+    the reference's dtype and shape, followed by exactly that array's bytes. Else
+    ``_Unreadable``; a file is never read further than such an array."""
+    import numpy as np
+    from numpy.lib import format as npy
+
+    with _open_regular(path) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        head = io.BytesIO(fh.read(16 + MAX_NPY_HEADER_BYTES))
+        try:
+            version = npy.read_magic(head)
+            if version not in ((1, 0), (2, 0)):
+                raise ValueError(f"version {version} (np.save writes 1.0)")
+            read = npy.read_array_header_1_0 if version == (1, 0) else \
+                npy.read_array_header_2_0
+            shape, fortran, dtype = read(head, max_header_size=MAX_NPY_HEADER_BYTES)
+        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError) as exc:
+            raise _Unreadable(f"has no .npy header of at most {MAX_NPY_HEADER_BYTES} bytes "
+                              f"({str(exc)[:150]})") from None
+        if dtype != ref.dtype or tuple(shape) != ref.shape:
+            raise _Unreadable(f"is refused unread: its header says {dtype} of shape "
+                              f"{tuple(shape)}, the reference's is {ref.dtype} of shape "
+                              f"{ref.shape}")
+        start = head.tell()
+        if size != start + ref.nbytes:
+            raise _Unreadable(f"is {size} bytes, where its header and its array take "
+                              f"{start + ref.nbytes} bytes")
+        fh.seek(start)
+        data = bytearray(ref.nbytes)  # (writable, and read into in place)
+        if fh.readinto(data) != ref.nbytes:
+            raise _Unreadable("was cut while it was read")
+    return np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran else "C")
+
+
+def _loggable_text(text: str) -> str:
+    """``text`` with every lone surrogate (which no UTF-8 log can hold; JSON's ``\\ud800``
+    escape yields one) written out as its escape, ``\\ud800``."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
 
 class TritonMeasurer(Measurer):
     """Compile, check and time Triton candidates of one task, one candidate at a time, each in
@@ -720,7 +910,10 @@ class TritonMeasurer(Measurer):
 
         path = worker.dir / "out.npy"
         for stale in worker.dir.glob("out*.npy"):
-            stale.unlink(missing_ok=True)
+            try:
+                stale.unlink(missing_ok=True)
+            except OSError as exc:  # a folder, say: the candidate's, where outputs go
+                return f"{stale.name} cannot be removed ({exc.strerror}): not an output file"
         ans = worker.call({"op": "output", "dims": dims, "seed": seed, "path": str(path)},
                           self.config.check_timeout_s)
         if not ans["ok"]:
@@ -732,15 +925,18 @@ class TritonMeasurer(Measurer):
         return self._compare_files(path, lambda k: output_path(path, k), ref)
 
     def _compare_files(self, path: Path, name_of, ref: list) -> str | None:
-        import numpy as np
-
+        """None if the worker's files ``name_of(k)`` hold the outputs ``ref`` (one per
+        output; ``Task.compare``), else why not. Each is read only as far as an array of its
+        reference's dtype and shape (``_load_output``)."""
         got = []
-        for k in range(len(ref)):
+        for k, r in enumerate(ref):
             try:
-                got.append(np.load(name_of(k), allow_pickle=False))
-            except (OSError, ValueError) as exc:
+                got.append(_load_output(name_of(k), r))
+            except _Unreadable as exc:
+                return f"output {k} {exc}"
+            except OSError as exc:
                 return f"output {k} unreadable ({type(exc).__name__}: {str(exc)[:200]})"
-        if Path(name_of(len(ref))).exists():
+        if os.path.lexists(name_of(len(ref))):
             return f"more outputs than the reference's {len(ref)}"
         return self.task.compare(got, ref)
 
@@ -1084,7 +1280,7 @@ class TritonMeasurer(Measurer):
         rec["wall_s"] = staged if staged > 0 else time.perf_counter() - t_start
         rec["service_s"] = rec["wall_s"]
         if reason:
-            rec["reason"] = str(reason)[:500]
+            rec["reason"] = _loggable_text(str(reason))[:_REASON_CHARS]
         if failed_stage:
             rec["failed_stage"] = failed_stage
         return rec
