@@ -262,3 +262,35 @@ def test_the_seal_key_is_private_and_made_once(tmp_path, monkeypatch):
     seal._key_at.cache_clear()
     assert seal.seal(b"tables") is None and not seal.available()
     seal._key_at.cache_clear()
+
+
+def test_an_openevolve_metric_too_large_for_a_double_is_refused_not_a_traceback(run, tmp_path):
+    """A 400-digit runtime (an OverflowError in math.isfinite before): read as what a double
+    holds, so the program is not a success and the rest imports as a valid log."""
+    f = _a_program(run)
+    prog = json.loads(f.read_text())
+    prog["metrics"]["runtime_ns"] = 0
+    f.write_text(json.dumps(prog).replace('"runtime_ns": 0', '"runtime_ns": 1' + "0" * 400, 1))
+    _import(run, tmp_path / "out.jsonl")
+    log = load_log(tmp_path / "out.jsonl")
+    ev = log.evaluations.set_index("candidate_id")
+    ok = ev[ev["outcome"] == "success"]["speedup"]
+    assert len(ok) and ok.gt(0).all() and ok.lt(float("inf")).all()
+
+
+def test_a_wrapped_paper_event_nested_too_deep_is_named(tmp_path):
+    from gfsim.importers.gpu_forecasters import import_events
+
+    rows = (Path(__file__).parent / "data" / "gpu_forecasters" / "standard_rows.jsonl")
+    lines = rows.read_text().splitlines()
+    lines[1] = json.dumps({"event_index": 1, "event_kind": "step_started",
+                           "payload": "[" * 100_000 + "]" * 100_000})
+    src = tmp_path / "rows.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    with pytest.raises(GfsimError, match=r"rows.jsonl:2: the wrapped event is nested too deep"):
+        import_events(src, tmp_path / "out.jsonl")
+    lines[1] = json.dumps({"event_index": 1, "event_kind": "step_started",
+                           "payload": '{"step": 1' + "0" * 400 + "}"})
+    src.write_text("\n".join(lines) + "\n")
+    with pytest.raises(GfsimError, match=r"rows.jsonl:2: the wrapped event: .*64-bit"):
+        import_events(src, tmp_path / "out.jsonl")

@@ -1,4 +1,5 @@
-"""What the importers share: writing an imported log all or nothing."""
+"""What the importers share: reading another tool's JSON safely, writing an imported log all or
+nothing."""
 
 from __future__ import annotations
 
@@ -7,7 +8,23 @@ from pathlib import Path
 from gfsim.core.durable import replace
 from gfsim.core.errors import GfsimError
 
-__all__ = ["write_validated"]
+__all__ = ["write_validated", "json_loads"]
+
+
+def _int(text: str):
+    """A JSON integer as Python's int up to 18 digits, else as a float (``inf`` beyond a
+    double): an integer of 400 digits cannot be compared with ``math.isfinite`` or turned into
+    a float later (OverflowError), one of 5,000 not even parsed (ValueError)."""
+    return int(text) if len(text.lstrip("-")) <= 18 else float(text)
+
+
+def json_loads(text: str | bytes):
+    """``json.loads`` of another tool's output, whose integers a check can always handle (see
+    ``_int``); NaN and Infinity are kept as that tool wrote them. Raises ``json.JSONDecodeError``
+    and ``RecursionError`` as ``json.loads`` does."""
+    import json
+
+    return json.loads(text, parse_int=_int)
 
 
 def write_validated(records: list[dict], out: Path, source: Path) -> None:

@@ -33,6 +33,7 @@ from pathlib import Path
 from gfsim.core.errors import GfsimError
 from gfsim.forecasts.bins import PAPER_EDGES
 from gfsim.importers.common import write_validated
+from gfsim.replay_logs.io import loads_record
 
 __all__ = ["import_events", "import_eval_set", "fetch_hf", "recover_service"]
 
@@ -61,10 +62,15 @@ def _unwrap(rec: dict, path: Path, line: int) -> dict:
                          "payload/event/line field wrapping one)")
     if isinstance(ev, str):
         try:
-            ev = json.loads(ev)
+            ev = loads_record(ev)  # as a log's own lines: no NaN, no number a double lacks
         except json.JSONDecodeError as exc:
             raise GfsimError(f"{path}:{line}: the wrapped event is not valid JSON "
                              f"({exc.msg})") from None
+        except RecursionError:
+            raise GfsimError(f"{path}:{line}: the wrapped event is nested too deeply") \
+                from None
+        except ValueError as exc:
+            raise GfsimError(f"{path}:{line}: the wrapped event: {exc}") from None
     if not isinstance(ev, dict):
         raise GfsimError(f"{path}:{line}: the wrapped event is not a JSON object")
     if "kind" not in ev and isinstance(rec.get("event_kind"), str):

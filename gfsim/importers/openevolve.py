@@ -65,6 +65,7 @@ import re
 from pathlib import Path
 
 from gfsim.core.errors import GfsimError
+from gfsim.importers.common import json_loads
 from gfsim.replay_logs.io import read_input
 
 __all__ = ["import_openevolve", "read_run", "outcome_of", "SUPPORTED", "TESTED"]
@@ -99,7 +100,7 @@ def _load_json(path: Path, run: Path):
     """A JSON file of the run, read within the input limits (``read_input``: a regular file
     inside the run folder, bounded), one line naming the file if it cannot be read."""
     try:
-        return json.loads(read_input(path, root=run).decode("utf-8"))
+        return json_loads(read_input(path, root=run).decode("utf-8"))
     except json.JSONDecodeError as exc:
         raise _Bad(path, None, f"not valid JSON ({exc.msg} at line {exc.lineno} column "
                                f"{exc.colno}; a cut file?)") from None
@@ -194,7 +195,7 @@ def _number(v) -> bool:
 
 def _artifact_error(artifacts_json) -> str | None:
     try:
-        arts = json.loads(artifacts_json or "{}")
+        arts = json_loads(artifacts_json or "{}")
     except (ValueError, TypeError, RecursionError):  # not JSON, or nested too deeply
         return None
     for key in ("error_message", "stderr", "stage2_stderr", "stage3_stderr", "traceback"):
