@@ -19,6 +19,7 @@ import tomllib
 from pathlib import Path
 
 from gfsim.core.errors import GfsimError, SpecError
+from gfsim.core.inputs import read_file
 from gfsim.core.specs import Param, bind_params, format_spec, parse_spec
 from gfsim.cost_models import catalog
 from gfsim.cost_models.catalog import GPUS, SOURCES
@@ -217,9 +218,7 @@ def load_cost_model(spec: str | None) -> PresetCostModel:
 def _load_toml(spec: str) -> PresetCostModel:
     path = Path(spec)
     try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise GfsimError(f"{spec}: no such file") from None
+        data = tomllib.loads(read_file(path, "cost model file").decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise GfsimError(f"{spec}: not valid TOML ({exc})") from None
     base = data.pop("base", "serverless-a100")

@@ -14,7 +14,6 @@ import json
 import math
 import os
 import re
-import stat
 import warnings
 import zlib
 from pathlib import Path
@@ -22,42 +21,24 @@ from typing import Iterator
 
 from gfsim.core.durable import fsync_dir
 from gfsim.core.errors import LogError
+from gfsim.core.inputs import InputError, max_input_bytes, read_file, size_text
 
 __all__ = ["TruncatedTailWarning", "iter_lines", "iter_records", "read_raw", "decompress",
            "loads_record", "LogWriter", "INT_MIN", "INT_MAX", "MAX_LINE_BYTES",
            "max_input_bytes", "MAX_GZIP_RATIO", "read_input"]
 
-# What a log (and any file an importer reads) may be. The largest line of the shipped logs is 12 KB (a candidate with its
-# forecast and evaluations) and the largest log 4 MB of text (7-9x its gzipped size); the
+# What a log (and any file an importer reads) may be, beyond gfsim.core.inputs' limits. The
+# largest line of the shipped logs is 12 KB (a candidate with its forecast and evaluations)
+# and the largest log 4 MB of text (7-9x its gzipped size); the
 # limits are far above that and far below what exhausts a laptop. A log is read into memory
 # whole, so its text is bounded (GFSIM_MAX_INPUT_BYTES raises it, for a bigger machine), each
 # line is bounded before it is decoded, and a gzip stream that inflates more than
 # MAX_GZIP_RATIO times its file's size past the first 64 MiB is refused as a gzip bomb (JSON
 # logs compress 5-10x; no real log comes near).
 MAX_LINE_BYTES = 64 << 20
-MAX_LOG_BYTES = 4 << 30
 MAX_GZIP_RATIO = 100
 _RATIO_FLOOR = 64 << 20
-
-
-def max_input_bytes() -> int:
-    """The most a file gfsim reads may hold, stored or inflated: ``GFSIM_MAX_INPUT_BYTES`` if
-    set (bytes), else 4 GiB."""
-    value = os.environ.get("GFSIM_MAX_INPUT_BYTES", "")
-    try:
-        return int(value) if value.strip() else MAX_LOG_BYTES
-    except ValueError:
-        from gfsim.core.errors import GfsimError
-
-        raise GfsimError(f"GFSIM_MAX_INPUT_BYTES: expected a number of bytes, got {value!r}"
-                         ) from None
-
-
-def _size(n: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20)):
-        if n >= 1 << shift:
-            return f"{n / (1 << shift):.1f} {unit}"
-    return f"{n:,} bytes"
+_size = size_text
 
 
 class TruncatedTailWarning(UserWarning):
@@ -67,45 +48,11 @@ class TruncatedTailWarning(UserWarning):
 def read_raw(path: Path) -> bytes:
     """The file's bytes as stored; one line naming the file if it cannot be read, is not a
     regular file (a FIFO would block for ever, a device never end) or is larger than a log
-    may be (``max_input_bytes``)."""
+    may be (``gfsim.core.inputs.read_file``)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise LogError(str(path), None, "no such file") from None
-    except IsADirectoryError:
-        raise LogError(str(path), None, "is a directory, not a log file") from None
-    except PermissionError:
-        raise LogError(str(path), None, "permission denied") from None
-    except OSError as exc:
-        raise LogError(str(path), None, f"cannot be opened ({exc.strerror})") from None
-    info = os.fstat(fd)
-    if stat.S_ISDIR(info.st_mode):
-        os.close(fd)
-        raise LogError(str(path), None, "is a directory, not a log file")
-    with open(fd, "rb", closefd=True) as fh:
-        if not stat.S_ISREG(info.st_mode):
-            raise LogError(str(path), None, "is not a regular file (a FIFO, socket or "
-                           "device); a log must be a file")
-        limit = max_input_bytes()
-        if info.st_size > limit:
-            raise LogError(str(path), None, f"is {_size(info.st_size)}, above the "
-                           f"{_size(limit)} gfsim reads (GFSIM_MAX_INPUT_BYTES raises it)")
-        try:
-            raw = fh.read(info.st_size + 1)  # (a larger request would be allocated whole)
-            if len(raw) > info.st_size:  # it grows while read (a log being written)
-                more = [raw]
-                while sum(map(len, more)) <= limit and (piece := fh.read(1 << 24)):
-                    more.append(piece)
-                raw = b"".join(more)
-        except MemoryError:
-            raise LogError(str(path), None, f"not enough memory to read its "
-                           f"{_size(info.st_size)}") from None
-        except OSError as exc:
-            raise LogError(str(path), None, f"cannot be read ({exc.strerror})") from None
-    if len(raw) > limit:  # it grew while read
-        raise LogError(str(path), None, f"is above the {_size(limit)} gfsim reads "
-                       "(GFSIM_MAX_INPUT_BYTES raises it)")
-    return raw
+        return read_file(path, "log file")
+    except InputError as exc:
+        raise LogError(exc.path, None, exc.reason) from None
 
 
 def decompress(path: Path, raw: bytes) -> tuple[bytes, bool]:

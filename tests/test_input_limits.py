@@ -294,3 +294,15 @@ def test_a_wrapped_paper_event_nested_too_deep_is_named(tmp_path):
     src.write_text("\n".join(lines) + "\n")
     with pytest.raises(GfsimError, match=r"rows.jsonl:2: the wrapped event: .*64-bit"):
         import_events(src, tmp_path / "out.jsonl")
+
+
+def test_a_cost_model_file_is_read_within_the_same_limits(tmp_path):
+    from gfsim.cost_models import load_cost_model
+
+    fifo = tmp_path / "costs.toml"
+    os.mkfifo(fifo)  # read_text() blocked for ever
+    with pytest.raises(GfsimError, match="costs.toml: is not a regular file"):
+        load_cost_model(str(fifo))
+    (tmp_path / "dir.toml").mkdir()
+    with pytest.raises(GfsimError, match="dir.toml: is a directory"):
+        load_cost_model(str(tmp_path / "dir.toml"))
