@@ -34,6 +34,18 @@ def test_a_claim_far_below_the_floor_is_refused_as_forged():
     assert v["forged"] and "0.01 ms" in v["forged"]
 
 
+def test_on_the_cpu_a_claim_far_below_the_floor_is_capped_never_refused():
+    """An honest aten._softmax call (about 0.1 ms) in a process whose timing loop costs more
+    than the null's (the floor then comes out above the call): on the CPU clock that is not
+    evidence of forgery, so it is capped at the floor and said, never refused."""
+    v = verdict(0.100, 0.500, noise=0.005, gpu=False)
+    assert v["forged"] is None
+    assert v["capped"] and v["value_ms"] == pytest.approx(0.495)
+    assert "0.1 ms" in v["suspect"]
+    assert verdict(0.100, 0.500, noise=0.005, gpu=True)["forged"]  # the GPU's wall clock: refused
+    assert verdict(0.100, 0.112, gpu=False)["suspect"] is None  # control: an honest claim
+
+
 def test_batches_faster_than_the_calls_they_claim_are_forged_on_a_gpu_only():
     # the loop's own work skipped: the batches beat the claim itself
     v = verdict(0.100, 0.040)

@@ -47,6 +47,22 @@ def _environment(interpret: bool) -> dict:
     return hw
 
 
+def _refuse_cpu_clock(interpret: bool, clock: str, protocol: str, trusted: bool) -> None:
+    """Refuse, before anything starts, a run whose options put its timing on the CPU clock
+    (whose times a candidate can forge) without --trust-cpu-clock. Where the GPU clock merely
+    fails to start, the run refuses after timing its seed kernel (``LiveRun``)."""
+    from gfsim.core.errors import GfsimError
+
+    if trusted:
+        return
+    why = ("--measurer interpret" if interpret else "--clock wall" if clock == "wall" else
+           "--protocol reference" if protocol == "reference" and clock != "gpu" else None)
+    if why:
+        raise GfsimError(f"{why} times candidates on the CPU clock, whose times a candidate's "
+                         "own process reports and can forge; pass --trust-cpu-clock to record "
+                         "such times as successes, marked untrusted")
+
+
 @handles_errors
 def live(
     tasks: str = typer.Option("softmax,layernorm,matmul", "--tasks",
@@ -69,7 +85,8 @@ def live(
                                     "stored in a log) or llm:URL,model=NAME[,...]."),
     measurer: str = typer.Option("triton", "--measurer",
                                  help="triton (on the GPU) or interpret (TRITON_INTERPRET=1 "
-                                      "on the CPU, timed by wall clock: interpreter times)."),
+                                      "on the CPU, timed by wall clock: interpreter times, "
+                                      "which a candidate can forge; needs --trust-cpu-clock)."),
     preset: Optional[str] = typer.Option(None, "--search",
                                          help="Search preset: paper-standard (default) or "
                                               "paper-filtered."),
@@ -115,6 +132,14 @@ def live(
              "itself, over memory it shares with the candidate's process), wall (the "
              "candidate's process times its loop, judged by the measurer's wall clock), or "
              "auto (gpu where it can run; each evaluation's timing_clock says which)."),
+    trust_cpu_clock: bool = typer.Option(
+        False, "--trust-cpu-clock",
+        help="Record successes timed on the CPU clock (--measurer interpret, --clock wall, "
+             "--protocol reference, or a GPU where the GPU clock cannot run): there the "
+             "candidate's own process reports its times, and a candidate can forge them (it "
+             "need only replace the timing loop in its process). The log's header, each "
+             "evaluation (timing_trusted false) and the summary say so. Without it such a run "
+             "refuses to start.", metavar=""),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
 ) -> None:
     """Run a live search with real parts and write its replay log as it goes; it ends with the
@@ -157,7 +182,8 @@ def live(
     options = LiveOptions(tasks=names, search=search, policy=policy, seed=seed,
                           budget=parse_budget(budget), generator_slots=caps["generator"],
                           forecaster_slots=caps["forecaster"],
-                          max_session_s=max_minutes * 60 if max_minutes else math.inf)
+                          max_session_s=max_minutes * 60 if max_minutes else math.inf,
+                          trust_cpu_clock=trust_cpu_clock)
     the_forecaster = None
     if forecaster and forecaster != "none":
         from gfsim.forecasts.costmodel import is_costmodel
@@ -188,7 +214,9 @@ def live(
     if not interpret and not torch.cuda.is_available():
         raise GfsimError("--measurer triton needs a CUDA GPU, and torch sees none; use "
                          "--measurer interpret to run the kernels under the Triton "
-                         "interpreter on the CPU (interpreter times, not GPU times)")
+                         "interpreter on the CPU (interpreter times, not GPU times, which a "
+                         "candidate can forge: with --trust-cpu-clock)")
+    _refuse_cpu_clock(interpret, clock, protocol, trust_cpu_clock)
     # Under the interpreter a call takes milliseconds to seconds: time it less tightly.
     mconfig = MeasurerConfig(protocol=protocol, rse_target=0.05 if interpret else rse,
                              max_reps=min(max_reps, 10) if interpret else max_reps,
@@ -324,6 +352,8 @@ def _print(summary: dict) -> None:
     if summary["dropped_tail"]:
         con.print("the log's last write had been cut by a crash; it was dropped before "
                   "resuming")
+    if summary.get("timing_trust"):
+        con.print(f"[bold red]{esc(summary['timing_trust'], 1000)}[/bold red]")
     t = Table("search", "steps", "candidates", "measured", "seed", "best", "live s",
               "GPU busy s", "stopped by")
     for s in summary["searches"]:

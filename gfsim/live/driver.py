@@ -22,6 +22,13 @@ is not measured again: its evaluation is the earlier one's, with zero seconds an
 ``reused_from``. Nothing recorded is ever done twice: ``resume`` re-runs the search from the
 log, taking every recorded generation, forecast, decision and evaluation from it, and continues
 live from the first thing that is missing (the tail of a crashed write is dropped first).
+Each measurement begins with an ``attempt`` record, so a candidate whose measurement killed or
+hung the run (until it was killed) is recorded as a failure on the next resume: one dead session.
+
+Trust. Only timings on the measurer's GPU clock are trusted (``timing_trusted``). A run whose
+seed is timed on the CPU clock, where a candidate's process reports its own times, refuses to
+start unless ``LiveOptions.trust_cpu_clock``; with it, the header's provenance, each evaluation
+and the summary say the timings are untrusted.
 """
 
 from __future__ import annotations
@@ -52,7 +59,12 @@ _EVAL_KEEP = ("outcome", "speedup", "runtime_ns", "ref_runtime_ns", "compile_s",
               "timing_protocol", "timing_statistic", "timing_reps", "timing_rse",
               "ref_retimed", "joules_per_call", "energy_window_s", "network_isolated",
               "sandbox", "trusted_runtime_ns", "timing_capped", "timing_forged",
-              "timing_clock", "clock_prep_s")
+              "timing_clock", "timing_trusted", "timing_suspect", "clock_prep_s")
+# What a run records where its timings are untrusted (the header's provenance, the summary).
+CPU_CLOCK_NOTE = ("UNTRUSTED timings: timed on the CPU clock (timing_clock 'wall'), where a "
+                  "candidate's own process reports its times and can forge them (it need only "
+                  "replace the timing loop in its process); recorded as successes because "
+                  "--trust-cpu-clock was given. Speedups here are not evidence.")
 
 
 @dataclass
@@ -66,8 +78,13 @@ class LiveOptions:
     forecaster_slots: int = 4
     max_session_s: float = math.inf  # stop at a step boundary once a session has run this long
     # A candidate whose measurement was begun this many times without an evaluation (the run
-    # died each time: a killed parent, a hung GPU) is recorded as a failure on resume.
-    max_attempts: int = 2
+    # died each time: a killed parent, a hung GPU) is recorded as a failure on resume. One:
+    # a candidate that kills or hangs the run costs one dead session, not more.
+    max_attempts: int = 1
+    # Record successes timed on the CPU clock (the measurer's ``timing_trusted`` false: the
+    # candidate's own process reports its times, and can forge them). Off, a run whose seed
+    # is timed so refuses to start, and any other such timing is recorded as a failure.
+    trust_cpu_clock: bool = False
 
     def configuration(self, source: CandidateSource, forecaster_name: str | None) -> dict:
         b = self.budget
@@ -77,7 +94,8 @@ class LiveOptions:
                 "capacities": {"generator": self.generator_slots,
                                "forecaster": self.forecaster_slots, "compile_workers": 1,
                                "gpus": 1, "compile_on": "gpu_host"},
-                "source": source.describe(), "forecaster": forecaster_name, "live": True}
+                "source": source.describe(), "forecaster": forecaster_name, "live": True,
+                **({"trust_cpu_clock": True} if self.trust_cpu_clock else {})}
 
 
 class RecordedLog:
@@ -256,10 +274,42 @@ class LiveRun:
         self._fc_pool = ThreadPoolExecutor(max(1, options.forecaster_slots), "gfsim-fc")
         self._requests: dict = {}  # candidate id -> its ForecastRequest, until it is measured
         self.session = 0
+        # The clock of timings recorded as successes though a candidate can forge them (with
+        # trust_cpu_clock), or None: the header and the summary say so.
+        self.untrusted: str | None = None
         self.searches: list[_Search] = []
         self.summary: dict = {}
 
     # -- set-up -----------------------------------------------------------------------------------
+    def _vouch_seed(self, task_name: str, ev: dict) -> None:
+        """Refuse to start a run whose seed was timed on a clock a candidate can forge
+        (``timing_trusted`` false), unless ``trust_cpu_clock``; with it, remember the clock
+        (``untrusted``) for the header and the summary."""
+        if ev.get("timing_trusted") is not False:
+            return
+        if not self.options.trust_cpu_clock:
+            why = " ".join(str(ev.get("timing_clock_note") or
+                               f"timing_clock {ev.get('timing_clock')!r}").split())
+            raise GfsimError(f"task {task_name}: the seed kernel was timed on the CPU clock "
+                             f"({why}), whose times a candidate's own process reports and can "
+                             "forge; pass --trust-cpu-clock to record such times as successes, "
+                             "marked untrusted")
+        self.untrusted = str(ev.get("timing_clock") or "wall")
+
+    def _vouch(self, rec: dict) -> dict:
+        """An evaluation as recorded: a success on a clock a candidate can forge stays one
+        only with ``trust_cpu_clock``; without it, it is recorded as a failure of the
+        measurement (``infrastructure_failure``, its timings kept) saying why."""
+        if rec["outcome"] != "success" or rec.get("timing_trusted") is not False or \
+                self.options.trust_cpu_clock:
+            return rec
+        out = {k: v for k, v in rec.items() if k != "speedup"}
+        out.update(outcome="infrastructure_failure", failed_stage="timing",
+                   reason=f"timed on the CPU clock (timing_clock {rec.get('timing_clock')!r}), "
+                          "whose times the candidate's own process reports and can forge: "
+                          "not a success without --trust-cpu-clock")
+        return out
+
     def _measurer(self, task_name: str):
         if task_name not in self._measurers:
             self._measurers[task_name] = self.measurer_for(task_name)
@@ -287,6 +337,7 @@ class LiveRun:
                 seeds[task.name] = (self.source.seed(task),
                                     float(self.log.runs[sid]["seed_speedup"]),
                                     self.log.runs[sid].get("seed_evaluation"))
+                self._vouch_seed(task.name, seeds[task.name][2] or {})
                 continue
             root = self.source.seed(task)
             with self._gpu:
@@ -294,6 +345,7 @@ class LiveRun:
             if ev["outcome"] != "success":
                 raise GfsimError(f"task {task.name}: the seed kernel did not measure "
                                  f"({ev['outcome']}: {ev.get('reason')})")
+            self._vouch_seed(task.name, ev)
             seeds[task.name] = (root, float(ev["speedup"]), _evaluation_fields(ev))
         if self.log.header is None:
             header = {
@@ -311,6 +363,10 @@ class LiveRun:
             }
             if self.timing_protocol:
                 header["timing_protocol"] = self.timing_protocol
+            if self.untrusted:
+                header["provenance"] = {**self.provenance, "timing_trust": CPU_CLOCK_NOTE}
+                header["timing_protocol"] = {**(self.timing_protocol or {}),
+                                             "clock": self.untrusted, "trusted": False}
             self.log.write(header)
             self.log.header = header
         else:
@@ -409,6 +465,7 @@ class LiveRun:
     def _summary(self, stopped: str | None, session_s: float) -> dict:
         return {"log": str(self.out), "session": self.session, "session_s": session_s,
                 "stopped": stopped, "dropped_tail": self.log.dropped_tail,
+                "timing_trust": CPU_CLOCK_NOTE if self.untrusted else None,
                 "searches": [{"search_id": s.search_id, "task": s.task.name,
                               "steps": s.steps_done, "candidates": s.candidates,
                               "gpu_evals": s.evals, "seed_speedup": s.seed_speedup,
@@ -625,21 +682,15 @@ class LiveRun:
                         "check_s": 0.0, "timing_s": 0.0, "wall_s": 0.0, "service_s": 0.0}
                     rec.pop("energy_j", None)
                 elif self.log.attempts.get(cid, 0) >= self.options.max_attempts:
-                    n = self.log.attempts[cid]
-                    rec = {"kind": "evaluation", "candidate_id": cid,
-                           "outcome": "runtime_error", "failed_stage": "attempt",
-                           "compile_s": 0.0, "check_s": 0.0, "timing_s": 0.0, "wall_s": 0.0,
-                           "service_s": 0.0,
-                           "reason": f"its measurement was begun {n} times and the run died "
-                                     "each time (attempt records in the log): recorded as a "
-                                     "failure instead of measured again"}
+                    rec = _died_measuring(cid, self.log.attempts[cid])
                 else:
                     n = self.log.attempts.get(cid, 0) + 1
                     self.log.write({"kind": "attempt", "candidate_id": cid, "attempt": n,
                                     "session": self.session})
                     self.log.attempts[cid] = n
                     ev = self._measurer(s.task.name).measure(CodeCandidate(s.task.name, code))
-                    rec = {"kind": "evaluation", "candidate_id": cid, **_evaluation_fields(ev)}
+                    rec = self._vouch({"kind": "evaluation", "candidate_id": cid,
+                                       **_evaluation_fields(ev)})
                     s.gpu_busy_s += rec.get("wall_s", 0.0)
             self.log.evaluations[cid] = rec
             self.log.write(rec)
@@ -655,6 +706,8 @@ class LiveRun:
             observe(self._requests.pop(cid), rec)  # a learning forecaster learns it now
         with s.lock:
             s.measured.setdefault(sha, cid)
+            if rec["outcome"] == "success" and rec.get("timing_trusted") is False:
+                self.untrusted = self.untrusted or str(rec.get("timing_clock") or "wall")
             if rec["outcome"] == "success":
                 s.info[cid].outcome, s.info[cid].speedup = "success", rec["speedup"]
                 if rec["speedup"] > s.best:
@@ -682,6 +735,18 @@ def _evaluation_fields(ev: dict) -> dict:
     if out.get("outcome") != "success":
         out.pop("speedup", None)
     return out
+
+
+def _died_measuring(cid: str, attempts: int) -> dict:
+    """The evaluation of a candidate whose measurement was begun ``attempts`` times, each
+    without an evaluation: the run died while measuring it (it crashed or hung the run)."""
+    times = "once" if attempts == 1 else f"{attempts} times"
+    return {"kind": "evaluation", "candidate_id": cid, "outcome": "runtime_error",
+            "failed_stage": "attempt", "compile_s": 0.0, "check_s": 0.0, "timing_s": 0.0,
+            "wall_s": 0.0, "service_s": 0.0,
+            "reason": f"its measurement was begun {times} and the run died before it ended "
+                      "(attempt records in the log): recorded as a failure instead of "
+                      "measured again"}
 
 
 def _now() -> str:

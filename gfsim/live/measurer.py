@@ -16,6 +16,13 @@ process chooses and times with its own clock (the kernel's timestamp of the answ
 thread here cannot inflate it); the loop's own cost, measured in the baseline's process just
 before and just after each batch, comes off that clock. ``judge_timing`` turns the claim and
 that clock into what is recorded: capped, refused as forged, or as claimed.
+
+Only the GPU clock (``_GpuClock``: this process times every call itself) is trusted. On the CPU
+clock (``clock_mode()`` "wall": the interpreter, ``clock="wall"``, the reference protocol, or a
+GPU where the GPU clock cannot run) the times are the candidate's process's own, and this
+process's wall clock cannot bound a call faster than the loop's noise: every timing there is
+recorded with ``timing_trusted`` false, and ``gfsim live`` records such successes only when
+asked to (``LiveOptions.trust_cpu_clock``).
 """
 
 from __future__ import annotations
@@ -126,8 +133,7 @@ class MeasurerConfig:
     # capped at it, one below forged_below x it refused as forged (``judge_timing``). The
     # defaults flagged none of 117 honest measurements of the task suite on the H200
     # (docs/concepts/live-measurement.md), at the price of resolving forgeries only for kernels
-    # above about
-    # 0.25 ms there.
+    # above about 0.25 ms there. On the CPU a claim is capped, never refused (judge_timing).
     timing_tolerance: float = 0.30
     timing_slack_ms: float = 0.20
     forged_below: float = 0.5
@@ -142,6 +148,8 @@ class MeasurerConfig:
     # itself, over memory it shares with the timed process: gfsim.live.gpushare), "wall" (the
     # candidate's process times its loop and this one judges the claim by its wall clock,
     # judge_timing), or "auto" (gpu where it can run, with the gfsim protocol; else wall).
+    # Only the GPU clock is trusted: every evaluation says which (timing_clock) and whether
+    # (timing_trusted).
     clock: str = "auto"
     # Device memory of each of the GPU clock's two pools (the baseline's process, and the
     # candidate's), from which the timed calls allocate; at least 8x the largest inputs.
@@ -1057,7 +1065,7 @@ class TritonMeasurer(Measurer):
             # every shape is recorded at no less than this process's clock of it.
             for a in cand:
                 a["value_ms"] = max(a["value_ms"], a["trusted_ms"])
-        out = {"timing_s": timing_s, "timing_clock": self.clock_mode(),
+        out = {"timing_s": timing_s, **self._clock_marks(),
                "runtime_ns": _geomean([a["value_ms"] for a in cand]) * 1e6,
                "ref_runtime_ns": _geomean([r["value_ms"] for r in ref]) * 1e6,
                "trusted_runtime_ns": _geomean([max(a["trusted_ms"], 1e-9) for a in cand]) * 1e6,
@@ -1073,6 +1081,8 @@ class TritonMeasurer(Measurer):
                "timing_value_ms": [a["value_ms"] for a in cand]}
         if any(a["capped"] for a in cand):
             out["timing_capped"] = [bool(a["capped"]) for a in cand]
+        if any(a.get("suspect") for a in cand):
+            out["timing_suspect"] = [a.get("suspect") for a in cand]
         out["speedup"] = out["ref_runtime_ns"] / out["runtime_ns"]
         if retimed:
             out["ref_retimed"] = True
@@ -1082,6 +1092,17 @@ class TritonMeasurer(Measurer):
             if c.energy_window_s > 0:
                 out.update(self._joules_per_call(worker, cand[0]["value_ms"]))
         return out
+
+    def _clock_marks(self) -> dict:
+        """Whose clock this candidate's timing is (``timing_clock``: "gpu" or "wall") and
+        whether it can be believed (``timing_trusted``): only the GPU clock, on which this
+        process times every call itself, is trusted; on the wall (CPU) clock the times are the
+        candidate's process's own, which it can forge."""
+        mode = self.clock_mode()
+        marks = {"timing_clock": mode, "timing_trusted": mode == "gpu"}
+        if mode != "gpu" and self.clock_note:
+            marks["timing_clock_note"] = self.clock_note  # why not the GPU clock
+        return marks
 
     def _batches(self):
         """Batch sizes: min_reps (at least 5), then doubling, up to max_reps in all."""
@@ -1153,7 +1174,7 @@ class TritonMeasurer(Measurer):
             raise _StageError({"kind": "forged", "error": (
                 f"timing forged: shape {dims}: {verdict['forged']}")})
         if not candidate:
-            verdict.update(value_ms=value, capped=False)
+            verdict.update(value_ms=value, capped=False, suspect=None)
         del verdict["forged"]
         return {**verdict, "reps": reps, "rse": timing.rse(times), "statistic": statistic,
                 "wall_s": wall}
@@ -1295,19 +1316,25 @@ def judge_timing(*, claimed_ms: float, value_ms: float, trusted_ms: float, noise
     (the batches' wall time less the loop's own cost, per repetition; it may come out below
     zero) and ``noise_ms`` what that loop cost may be off by. ``floor = trusted - noise -
     timing_slack_ms`` (the slack on a GPU only) is a time the call cannot have been faster
-    than. The claim is refused as forged (``forged`` says why) when it is below
+    than. A claim (its mean, or the statistic recorded) below ``(1 - timing_tolerance)`` x
+    floor is capped at the floor.
+
+    On a GPU the claim is refused as forged (``forged`` says why) when it is below
     ``forged_below`` x floor, or when the batches were over ``timing_tolerance`` faster than
     the calls they claim to contain (``trusted + noise < (1 - timing_tolerance) x claim``:
-    only a process that skipped the loop's own work can do that); otherwise a claim (its mean,
-    or the statistic recorded) below ``(1 - timing_tolerance)`` x floor is capped at the
-    floor."""
+    only a process that skipped the loop's own work can do that). On the CPU nothing is
+    refused: there the loop's cost differs between the candidate's process and the null's by
+    more than a fast honest call takes (an ``aten._softmax`` was refused so), so a claim below
+    ``forged_below`` x floor is only capped and said in ``suspect``; the CPU clock's timings
+    are untrusted anyway (``timing_trusted``)."""
     tol = config.timing_tolerance
     slack = config.timing_slack_ms if gpu else 0.0
     floor_ms = trusted_ms - noise_ms - slack
-    forged = None
+    forged = suspect = None
     if floor_ms > 0 and claimed_ms < config.forged_below * floor_ms:
-        forged = (f"the candidate's process reports {claimed_ms:.4g} ms a call, this process's "
-                  f"clock saw {trusted_ms:.4g} ms")
+        why = (f"the candidate's process reports {claimed_ms:.4g} ms a call, this process's "
+               f"clock saw {trusted_ms:.4g} ms")
+        forged, suspect = (why, None) if gpu else (None, why)
     elif gpu and trusted_ms + noise_ms < (1.0 - tol) * claimed_ms:
         forged = (f"the batches took {max(trusted_ms, 0.0):.4g} ms a call beyond the loop's own "
                   f"work, less than the {claimed_ms:.4g} ms a call the candidate's process "
@@ -1317,7 +1344,7 @@ def judge_timing(*, claimed_ms: float, value_ms: float, trusted_ms: float, noise
     capped = floor_ms > 0 and min(claimed_ms, value_ms) < (1.0 - tol) * floor_ms
     return {"value_ms": floor_ms if capped else value_ms, "trusted_ms": trusted_ms,
             "claimed_ms": claimed_ms, "noise_ms": noise_ms, "floor_ms": floor_ms,
-            "capped": capped, "forged": forged}
+            "capped": capped, "forged": forged, "suspect": suspect}
 
 
 def harvest_triton_cache(cache: Path, into: Path) -> int:
