@@ -133,8 +133,14 @@ def log_caveats(log) -> list[str]:
     """The known caveats of ``log``: a shipped log's, by the name it was opened by, or by the
     log it was derived from (``gfsim forecast`` keeps ``derived_from.log_id`` in its copy's
     header, and a copy inherits its source's timings and so their caveats)."""
+    out: list[str] = []
     names = [log.label, (log.header.get("derived_from") or {}).get("log_id")]
     for name in names:
         if name in SHIPPED_CAVEATS:
-            return list(SHIPPED_CAVEATS[name])
-    return []
+            out = list(SHIPPED_CAVEATS[name])
+            break
+    # A live run timed on the CPU clock (gfsim live --trust-cpu-clock) says so in its header.
+    trust = (log.header.get("provenance") or {}).get("timing_trust")
+    if isinstance(trust, str) and trust:
+        out.append(f"UNTRUSTED timings: {trust}")
+    return out

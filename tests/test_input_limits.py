@@ -306,3 +306,13 @@ def test_a_cost_model_file_is_read_within_the_same_limits(tmp_path):
     (tmp_path / "dir.toml").mkdir()
     with pytest.raises(GfsimError, match="dir.toml: is a directory"):
         load_cost_model(str(tmp_path / "dir.toml"))
+
+
+def test_a_log_timed_on_the_cpu_clock_says_so_where_it_is_read(tmp_path):
+    recs = records()
+    recs[0]["provenance"]["timing_trust"] = "timed on the CPU clock, which a candidate can forge"
+    log = write(tmp_path / "cpu.jsonl", recs)
+    out = runner.invoke(app, ["validate", str(log)])
+    assert out.exit_code == 0 and "UNTRUSTED timings: timed on the CPU clock" in out.output
+    out = runner.invoke(app, ["replay", "--log", str(log), "--json"])
+    assert any("UNTRUSTED timings" in c for c in json.loads(out.stdout)["log_caveats"])

@@ -10,6 +10,8 @@ __all__ = ["validate", "logs", "policies"]
 
 
 def _log_summary(log) -> dict:
+    from gfsim.replay_logs import log_caveats
+
     return {
         "log": log.name,
         "path": log.path,
@@ -24,6 +26,7 @@ def _log_summary(log) -> dict:
         "label_bin_convention": log.header["label_bin_convention"],
         "truncated": log.truncated,
         "forecast_relative_to": log.header.get("forecast_relative_to"),
+        "caveats": log_caveats(log),
     }
 
 
@@ -57,6 +60,8 @@ def validate(
     con.print("  records: " + ", ".join(f"{k} {v}" for k, v in summary["records"].items()))
     con.print("  candidates: " + ", ".join(f"{k} {v}" for k, v in summary["statuses"].items()))
     con.print(f"  forecasters: {', '.join(esc(f, 80) for f in summary['forecasters']) or 'none'}")
+    for caveat in summary["caveats"]:
+        con.print(f"  [yellow]caveat:[/yellow] {esc(caveat, 400)}")
 
 
 @handles_errors
@@ -64,13 +69,13 @@ def logs(as_json: bool = typer.Option(False, "--json", help="Print JSON.", metav
     """List the logs shipped with gfsim (usable as --log NAME)."""
     from rich.table import Table
 
-    from gfsim.replay_logs import DEFAULT_LOG, SHIPPED_LOGS, log_caveats, open_log
+    from gfsim.replay_logs import DEFAULT_LOG, SHIPPED_LOGS, open_log
 
     rows = []
     for name, (_, description) in SHIPPED_LOGS.items():
         log = open_log(name)
         rows.append({"name": name, "default": name == DEFAULT_LOG, "description": description,
-                     **_log_summary(log), "caveats": log_caveats(log)})
+                     **_log_summary(log)})
     if as_json:
         print_json(rows)
         return
