@@ -8,6 +8,14 @@ interpreter's CPU mode, timed by wall clock; with a GPU every row runs, side str
 ``--honest N`` instead measures every hand-written candidate of every task N times and counts
 how often an honest kernel's timing was capped or refused (false flags), with the seconds a
 fresh sandboxed process took and the GPU-seconds per candidate.
+
+    python experiments/hostile_suite.py --reads-check --json OUT
+
+``--reads-check`` runs the task's first hand-written kernel in a process confined as a
+candidate's is (namespaces, Landlock with reads confined to ``sandbox.read_allowlist``,
+seccomp), on the GPU where there is one: CUDA's start and Triton's compiler included. Where it
+fails, it runs again with each of a few wider folders readable, to name what the allow-list
+lacks on this machine.
 """
 
 from __future__ import annotations
@@ -34,9 +42,13 @@ def main() -> int:
                     "repetition (MeasurerConfig.pad_cycles; a diagnostic)")
     ap.add_argument("--seed", type=int, default=0, help="the measurer's seed (inputs, hidden "
                     "shapes, checked repetitions)")
+    ap.add_argument("--reads-check", action="store_true", help="run one kernel with reads "
+                    "confined, and say what else it needed where it failed")
     args = ap.parse_args()
     if args.honest:
         return honest(args)
+    if args.reads_check:
+        return reads_check(args)
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -70,7 +82,7 @@ def main() -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": device, "facilities": fac.as_dict(), "spawn_s": spawn,
-                       "rows": out}, f, indent=1, default=str)
+                       "versions": _versions(), "rows": out}, f, indent=1, default=str)
     return 0 if all(r["contained"] for r in out) else 1
 
 
@@ -127,6 +139,179 @@ def honest(args) -> int:
         with open(args.json, "w") as f:
             json.dump({"summary": summary, "rows": rows}, f, indent=1, default=str)
     return 0
+
+
+def _versions() -> dict:
+    import platform
+
+    import torch
+
+    out = {"python": platform.python_version(), "kernel": platform.release(),
+           "torch": torch.__version__, "cuda": torch.version.cuda}
+    try:
+        import triton
+
+        out["triton"] = triton.__version__
+    except ImportError:
+        pass
+    return out
+
+
+# Folders tried, each alone, where the kernel fails with reads confined to the allow-list.
+_WIDER = ("/proc", "/sys", "/etc", "/dev", "/run", "/var", "/opt", "/usr", "/tmp", "/root",
+          "/home")
+
+
+def reads_check(args) -> int:
+    """Run the task's first kernel confined as a candidate is; on failure, with all of
+    ``_WIDER`` readable, then with each alone. Prints one line per try; ``--json`` writes the
+    tries, the allow-list and the paths the CUDA driver's library names."""
+    import tempfile
+    from dataclasses import replace
+
+    import os
+
+    import torch
+
+    if not torch.cuda.is_available():  # Triton reads it when it is imported
+        os.environ["TRITON_INTERPRET"] = "1"
+    from gfsim.live import sandbox
+
+    task = get_task(args.task)
+    root = tempfile.mkdtemp(prefix="gfsim-readcheck-")
+    allowed = sandbox.read_allowlist(root)
+    fac = sandbox.probe(allowed)
+    print(f"sandbox: {json.dumps({k: v for k, v in fac.as_dict().items() if k != 'readable'})}")
+    print(f"allow-list: {json.dumps(allowed)}")
+    def wider(extra):
+        return replace(fac, readable={"execute": [*allowed["execute"], *extra],
+                                      "read": allowed["read"]})
+
+    tries = [{"extra": [], **_confined_run(task, fac, root)}]
+    if not tries[0]["ok"]:
+        tries.append({"extra": list(_WIDER), **_confined_run(task, wider(_WIDER), root)})
+        if tries[-1]["ok"]:
+            for extra in _WIDER:
+                tries.append({"extra": [extra], **_confined_run(task, wider([extra]), root)})
+        else:  # a device node the list lacks, opened for writing?
+            tries.append({"extra": [*_WIDER, "/dev (write)"],
+                          **_confined_run(task, wider(_WIDER), root, dev_writes=True)})
+    for t in tries:
+        print(f"extra {t['extra'] or 'none'}: {'ok' if t['ok'] else 'FAILED'} "
+              f"{t.get('device', '')} {t.get('seconds', 0):.1f} s {t.get('error', '')[-600:]}",
+              flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"facilities": fac.as_dict(), "tries": tries, "versions": _versions(),
+                       "driver_paths": _driver_paths()}, f, indent=1)
+    import shutil
+
+    shutil.rmtree(root, ignore_errors=True)
+    return 0 if tries[0]["ok"] else 1
+
+
+def _confined_run(task, fac, root: str, dev_writes: bool = False) -> dict:
+    """Fork as the zygote does (outer: namespaces; inner: ``enter_inner``), run the task's
+    first kernel on its first benchmark shape, and report. ``dev_writes``: every existing
+    file of /dev may be opened for writing (as before the device list)."""
+    import os
+    import tempfile
+
+    from gfsim.live import sandbox
+
+    folder = tempfile.mkdtemp(prefix="gfsim-worker-", dir=root)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the outer child
+        try:
+            os.close(r)
+            sandbox.enter_outer(fac)
+            inner = os.fork()
+            if inner == 0:
+                if dev_writes:
+                    sandbox.existing_writable = lambda: ["/dev", "/proc/self"]
+                _confined_kernel(task, fac, folder, w)
+            os.waitpid(inner, 0)
+        finally:
+            os._exit(0)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 1 << 20):
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    try:
+        return json.loads(data)
+    except ValueError:
+        return {"ok": False, "error": f"the confined process died: {data[-300:]!r}"}
+
+
+def _confined_kernel(task, fac, folder: str, w: int) -> None:  # the inner child
+    import os
+    import tempfile
+    import traceback
+
+    out: dict = {"ok": False}
+    try:
+        os.chdir(folder)
+        os.environ.update(HOME=folder, TMPDIR=folder,
+                          TRITON_CACHE_DIR=os.path.join(folder, "triton-cache"))
+        tempfile.tempdir = folder
+        from gfsim.live import sandbox
+
+        out["confined"] = {k: v for k, v in sandbox.enter_inner(fac, folder, 1024).items()
+                           if k != "readable"}
+        t0 = time.perf_counter()
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        out["device"] = device
+        path = os.path.join(folder, "candidate_check.py")
+        with open(path, "w") as fh:
+            fh.write(task.candidates()[0].code)
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("candidate_check", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        inputs = task.make_inputs(task.check_shapes[0] if device == "cpu" else
+                                  task.bench_shapes[0], 0, device)
+        got = module.run(*inputs)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        ref = task.reference(*inputs)
+        got, ref = (got if isinstance(got, tuple) else (got,)), \
+            (ref if isinstance(ref, tuple) else (ref,))
+        out["max_abs_err"] = max(float((g.float() - r.float()).abs().max())
+                                 for g, r in zip(got, ref))
+        out["seconds"] = time.perf_counter() - t0
+        out["ok"] = True
+    except BaseException as exc:  # noqa: BLE001 - reported
+        out["error"] = f"{type(exc).__name__}: {exc} | {traceback.format_exc()[-1500:]}"
+    finally:
+        os.write(w, json.dumps(out).encode())
+        os._exit(0)
+
+
+def _driver_paths() -> list[str]:
+    """Paths of /proc, /sys, /dev, /etc, /run, /var, /usr and /opt that the CUDA driver's
+    library names (a lead to what it opens; there is no strace on the H200)."""
+    import re
+    import subprocess
+
+    try:
+        text = subprocess.run(["ldconfig", "-p"], capture_output=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    libs = [line.split(b" => ")[-1].strip() for line in text.splitlines()
+            if line.strip().startswith(b"libcuda.so.1 ")]
+    found = set()
+    for lib in libs[:1]:
+        with open(lib, "rb") as fh:
+            data = fh.read()
+        found |= {m.decode() for m in re.findall(
+            rb"/(?:proc|sys|dev|etc|run|var|usr|opt)/[\x21-\x7e]{2,100}", data)}
+    return sorted(found)
 
 
 if __name__ == "__main__":

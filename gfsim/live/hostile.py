@@ -61,6 +61,10 @@ class Context:
     package_dirs: list = field(default_factory=list)
     honest_ns: float | None = None
     secret: str = "GFSIM_HOSTILE_SECRET_VALUE"
+    # What the files the reading rows try lie hold: it must never reach a record.
+    read_secret: str = field(default_factory=lambda: "GFSIMREAD" + uuid.uuid4().hex[:12])
+    measurer_root: Path | None = None  # set by run_row: the measurer's own folder
+    root_device: str | None = None  # the block device of "/", where there is one
     unix_path: str | None = None
     connections: list = field(default_factory=list)
     _server: socket.socket | None = None
@@ -71,7 +75,9 @@ class Context:
         self.package_dirs = [str(Path(gfsim.__file__).resolve().parent.parent)]
         os.environ["GFSIM_HOSTILE_SECRET"] = self.secret  # what read-environ looks for
         self.log_path = self.outside / "live.jsonl"
-        self.log_path.write_text('{"kind": "header"}\n')
+        self.log_path.write_text('{"kind": "header", "note": "%s log"}\n' % self.read_secret)
+        self._secret_files()
+        self.root_device = _root_device()
         self.unix_path = str(self.outside / "host.sock")
         self.dgram_path = str(self.outside / "host.dgram")
         self._dgram = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -82,6 +88,20 @@ class Context:
         self._server.listen(4)
         self._server.settimeout(0.2)
         threading.Thread(target=self._accept, daemon=True).start()
+
+    def _secret_files(self):
+        """Two 0600 files outside every sandbox's folder: one of this process's user, and
+        (where this process may give it away, as root) one of another user (nobody)."""
+        for name, owner in (("own-secret.txt", None), ("other-secret.txt", 65534)):
+            path = self.outside / name
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(f"{self.read_secret} {name}\n")
+            if owner is not None:
+                try:
+                    os.chown(path, owner, owner)
+                except OSError:
+                    path.unlink()
 
     def _accept(self):
         while self._server is not None:
@@ -109,6 +129,19 @@ class Context:
         import shutil
 
         shutil.rmtree(self.outside, ignore_errors=True)
+
+
+def _root_device() -> str | None:
+    """The block device the root file system lies on (``/dev/vda``, say), or None (an overlay
+    or another file system with no device of its own)."""
+    st = os.stat("/")
+    try:
+        uevent = Path(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}/uevent")
+        name = dict(line.split("=", 1) for line in uevent.read_text().split()
+                    if "=" in line).get("DEVNAME")
+    except OSError:
+        return None
+    return f"/dev/{name}" if name and Path(f"/dev/{name}").exists() else None
 
 
 @dataclass(frozen=True)
@@ -398,6 +431,92 @@ def _nothing_outside(rec, ctx, host):
     return not found, "no file written outside its folder" if not found else f"wrote {found}"
 
 
+# The reading rows: each tries to read or list paths outside its folder, then raises with
+# what it got, so that whatever it read would reach the record's reason (a file made by the
+# suite: its text; a file or folder of the host: only how much, never its content).
+_READ_HELPERS = '''
+import os
+def _try(label, fn, *args):
+    try:
+        return f"{label}=GOT:{fn(*args)}"
+    except PermissionError:
+        return f"{label}=denied"
+    except FileNotFoundError:
+        return f"{label}=absent"
+    except OSError as exc:
+        return f"{label}=refused({exc.errno})"
+def _text(path):
+    with open(path, errors="replace") as fh:
+        return fh.read(200)
+def _size(path):
+    with open(path, "rb") as fh:
+        return f"{len(fh.read(4096))} bytes"
+def _listed(path):
+    return f"{len(os.listdir(path))} entries"
+def _opened_for_writing(path):
+    os.close(os.open(path, os.O_WRONLY | os.O_CLOEXEC))
+    return "opened for writing, nothing written"
+'''
+
+
+def _reads(targets) -> str:
+    """The candidate's code: ``targets`` are ``(label, helper, path expression)``."""
+    tries = ",\n    ".join(f"_try({label!r}, {helper}, {expr})" for label, helper, expr in targets)
+    return _READ_HELPERS + f"_seen = [\n    {tries},\n]\n" + \
+        'raise RuntimeError("reads: " + "; ".join(_seen))\n' + _run()
+
+
+def _read_outside(ctx):
+    return _reads([("own", "_text", repr(str(ctx.outside / "own-secret.txt"))),
+                   ("other-user", "_text", repr(str(ctx.outside / "other-secret.txt"))),
+                   ("folder", "_listed", repr(str(ctx.outside)))])
+
+
+def _read_host(ctx):
+    home = Path.home()
+    targets = [("/root", "_listed", "'/root'"), ("home", "_listed", repr(str(home))),
+               ("ssh", "_listed", repr(str(home / ".ssh"))), ("/tmp", "_listed", "'/tmp'"),
+               ("shadow", "_size", "'/etc/shadow'")]
+    if ctx.root_device:
+        targets += [("disk", "_size", repr(ctx.root_device)),
+                    ("disk-w", "_opened_for_writing", repr(ctx.root_device))]
+    return _reads(targets)
+
+
+def _read_log(ctx):
+    return _reads([("log", "_text", repr(str(ctx.log_path))),
+                   ("log-folder", "_listed", repr(str(ctx.log_path.parent))),
+                   ("above-measurer", "_listed",
+                    "os.path.dirname(os.path.dirname(os.getcwd()))")])
+
+
+def _read_measurer(ctx):
+    if ctx.measurer_root is not None:  # a file only the measurer's folder holds
+        (ctx.measurer_root / "planted-secret.txt").write_text(f"{ctx.read_secret} planted\n")
+    return _reads([("measurer", "_listed", "os.path.dirname(os.getcwd())"),
+                   ("zygote-log", "_size",
+                    "os.path.join(os.path.dirname(os.getcwd()), 'zygote.log')"),
+                   ("planted", "_text",
+                    "os.path.join(os.path.dirname(os.getcwd()), 'planted-secret.txt')")])
+
+
+def _nothing_read(rec, ctx, host):
+    """Contained when the candidate reported every attempt refused (or its path absent), and
+    nothing of the suite's secret files reached the record."""
+    if ctx.measurer_root is not None:
+        Path(ctx.measurer_root, "planted-secret.txt").unlink(missing_ok=True)
+    reason = str(rec.get("reason", ""))
+    if ctx.read_secret in repr(rec):
+        return False, "a secret file's text reached the record"
+    if "reads: " not in reason:
+        return False, f"no report of its attempts ({rec['outcome']}: {reason[:60]})"
+    parts = reason.split("reads: ", 1)[1].split("; ")
+    got = [p.split("=", 1)[0] for p in parts if "=GOT" in p]
+    if got:
+        return False, f"got {', '.join(got)}"
+    return True, "refused: " + ", ".join(p.strip() for p in parts)[:100]
+
+
 def _side_stream(ctx):
     return textwrap.dedent('''
         import torch
@@ -535,6 +654,23 @@ ROWS: list[Row] = [
         _no_connection),
     Row("write-outside", "writes files outside its folder", "succeeds", _write_outside,
         _nothing_outside),
+    Row("read-outside-file", "reads a 0600 file of the measurer's user and one of another "
+        "user in a folder outside its own, lists that folder",
+        "(Landlock on writes only) reads its user's file: the text reaches the log; the other "
+        "user's is refused (no uid but its own is mapped into its namespace)", _read_outside,
+        _nothing_read),
+    Row("read-host-files", "lists /root, the user's home and ~/.ssh and /tmp; reads "
+        "/etc/shadow and the root file system's block device, opens that for writing",
+        "(Landlock on writes only) lists them and reads /etc/shadow (the block device: "
+        "refused by the kernel of the 2-core machine)", _read_host, _nothing_read),
+    Row("read-live-log", "reads the run's live log, lists its folder and the one the "
+        "measurer's folder lies in",
+        "(Landlock on writes only) reads it: the log's text reaches the record", _read_log,
+        _nothing_read),
+    Row("read-measurer", "lists the measurer's own folder, reads its zygote's log and a file "
+        "planted there",
+        "(Landlock on writes only) lists it, reads both: the planted text reaches the record",
+        _read_measurer, _nothing_read),
     Row("shape-special", "correct only on the shapes it is told about", "(untested)",
         _shape_special, _failed_or_honest),
     Row("alias-input", "writes its result into the input and returns it", "(untested)",
@@ -557,6 +693,8 @@ def run_row(row: Row, measurer, ctx: Context) -> dict:
     """Measure ``row``'s candidate and judge it; returns the table's fields."""
     from gfsim.live.candidates import CodeCandidate
 
+    root = getattr(measurer, "_root", None)
+    ctx.measurer_root = Path(root) if root is not None else None
     code = ctx.honest + "\n" + row.body(ctx)
     rec = measurer.measure(CodeCandidate(measurer.task_name, code))
     zygote = getattr(measurer, "_zygote", None)

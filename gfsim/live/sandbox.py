@@ -8,9 +8,11 @@ never initialises CUDA and never runs candidate code. For every candidate it for
   reports the inner process's pid, waits for it and reports its exit status;
 - the inner process is PID 1 of its own PID namespace. It mounts a private ``/proc`` (so no
   process outside is visible, the measurer and zygote included) and a private, size-limited
-  tmpfs on ``/dev/shm``, restricts itself with Landlock (writes only beneath its own folder,
-  device nodes writable but not creatable, no TCP, no signals or abstract Unix sockets beyond
-  its own domain) and with a seccomp filter (no ``socket()`` at all, so no Unix socket by path
+  tmpfs on ``/dev/shm``, restricts itself with Landlock (reads only of the software it runs
+  and what the loader, Python and the GPU driver need: ``read_allowlist``; writes only beneath
+  its own folder; the GPU's and a few other device nodes readable and writable but not
+  creatable; no TCP, no signals or abstract Unix sockets beyond its own domain) and with a
+  seccomp filter (no ``socket()`` at all, so no Unix socket by path
   either; no ``ptrace``, ``mount``, ``unshare``, ``setns``, ``bpf``, ``io_uring``...), and only
   then loads the candidate (``gfsim.live.worker``). When it exits or is killed the kernel kills
   every process left in its namespace, and the mount namespace (its ``/dev/shm`` with it) goes.
@@ -33,11 +35,12 @@ import os
 import platform
 import signal
 import socket
+import stat
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 __all__ = ["Facilities", "probe", "probe_subprocess", "MISSING_HELP", "ENV_ALLOWLIST",
-           "python_path", "plain_env"]
+           "python_path", "plain_env", "read_allowlist", "device_nodes"]
 
 # What a sandboxed process (and the zygote) inherits of the environment: nothing secret.
 ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
@@ -104,10 +107,14 @@ _COMMON = {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 42
            "landlock_restrict_self": 446}
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 
-_FS_WRITE_FILE, _FS_TRUNCATE = 1 << 1, 1 << 14
+_FS_EXECUTE, _FS_WRITE_FILE, _FS_READ_FILE, _FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+_FS_TRUNCATE, _FS_IOCTL_DEV = 1 << 14, 1 << 15
 # Every right that changes the filesystem, by the ABI that introduced it.
 _FS_WRITES = {1: (1 << 1) | (1 << 4) | (1 << 5) | sum(1 << b for b in range(6, 13)),
               2: 1 << 13, 3: 1 << 14}
+_FS_READS = _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR  # all three in ABI 1
+# The rights a rule on a file (not a folder) may carry; Landlock refuses any other there.
+_FS_FILE_RIGHTS = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV
 _NET_TCP = (1 << 0) | (1 << 1)  # bind, connect
 _SCOPE_ALL = (1 << 0) | (1 << 1)  # abstract Unix sockets, signals
 
@@ -136,34 +143,67 @@ def landlock_abi() -> int:
     return max(int(v), 0)
 
 
-def landlock_restrict(writable: list[str], existing: list[str], abi: int) -> dict:
+def landlock_restrict(writable: list[str], existing: list[str], abi: int,
+                      readable: dict | None = None) -> dict:
     """Allow writes only beneath ``writable`` (everything) and to existing files beneath
-    ``existing`` (open for writing: /dev/null, the GPU's nodes); deny TCP; scope signals and
-    abstract Unix sockets to this domain. Reading and executing stay allowed."""
-    fs = 0
+    ``existing`` (opened for writing: /dev/null, the GPU's nodes); deny TCP; scope signals and
+    abstract Unix sockets to this domain.
+
+    With ``readable`` (``{"execute": [...], "read": [...]}``: ``read_allowlist`` and
+    ``proc_readable``), reading is confined too: a file or folder may be read only beneath
+    ``writable``, ``existing`` and those paths, and a program run only beneath ``writable`` and
+    ``readable["execute"]``. Without it, reading and executing stay allowed. Paths of
+    ``existing`` and ``readable`` that no longer exist are left out."""
+    writes = 0
     for level, bits in _FS_WRITES.items():
         if abi >= level:
-            fs |= bits
+            writes |= bits
+    reads = _FS_READS if readable is not None else 0
+    fs = writes | reads
     attr = _RulesetAttr(fs, _NET_TCP if abi >= 4 else 0, _SCOPE_ALL if abi >= 6 else 0)
     size = 24 if abi >= 6 else 16 if abi >= 4 else 8
+    rules = [(p, fs, True) for p in writable] + \
+        [(p, (_FS_WRITE_FILE | _FS_TRUNCATE | _FS_READ_FILE | _FS_READ_DIR) & fs, False)
+         for p in existing]
+    if readable is not None:
+        rules += [(p, _FS_READS, False) for p in readable.get("execute", ())]
+        rules += [(p, _FS_READ_FILE | _FS_READ_DIR, False) for p in readable.get("read", ())]
     fd = _check(_libc.syscall(_sys("landlock_create_ruleset"), ctypes.byref(attr),
                               ctypes.c_size_t(size), ctypes.c_uint32(0)), "landlock ruleset")
+    added = 0
     try:
-        for paths, rights in ((writable, fs), (existing, fs & (_FS_WRITE_FILE | _FS_TRUNCATE))):
-            for path in paths:
-                pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-                try:
-                    rule = _PathBeneath(rights, pfd)
-                    _check(_libc.syscall(_sys("landlock_add_rule"), fd, 1, ctypes.byref(rule),
-                                         ctypes.c_uint32(0)), f"landlock rule {path}")
-                finally:
-                    os.close(pfd)
+        for path, rights, required in rules:
+            added += _add_rule(fd, path, rights, required)
         prctl(PR_SET_NO_NEW_PRIVS, 1)
         _check(_libc.syscall(_sys("landlock_restrict_self"), fd, ctypes.c_uint32(0)),
                "landlock restrict")
     finally:
         os.close(fd)
-    return {"landlock_abi": abi, "tcp": abi < 4, "scoped": abi >= 6}
+    out = {"landlock_abi": abi, "tcp": abi < 4, "scoped": abi >= 6,
+           "reads_confined": readable is not None, "landlock_rules": added}
+    if readable is not None:
+        out["readable"] = readable
+    return out
+
+
+def _add_rule(ruleset: int, path: str, rights: int, required: bool) -> int:
+    """Add one path-beneath rule (1), or leave out a path that is gone (0, unless
+    ``required``). A rule on a file keeps only the rights a file can have."""
+    try:
+        pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if required:
+            raise
+        return 0
+    try:
+        if not stat.S_ISDIR(os.fstat(pfd).st_mode):
+            rights &= _FS_FILE_RIGHTS
+        rule = _PathBeneath(rights, pfd)
+        _check(_libc.syscall(_sys("landlock_add_rule"), ruleset, 1, ctypes.byref(rule),
+                             ctypes.c_uint32(0)), f"landlock rule {path}")
+    finally:
+        os.close(pfd)
+    return 1
 
 
 # -- seccomp: a small BPF filter ----------------------------------------------------------------
@@ -229,6 +269,233 @@ def seccomp_filter() -> dict:
     return {"seccomp": len(_DENIED) + 4}
 
 
+# -- what a sandbox may read ---------------------------------------------------------------------
+# System software, read and run: the loader and its libraries, the C compiler and headers
+# Triton builds its launchers with (cc, as, ld, cc1 under /usr/libexec or /usr/lib/gcc),
+# ldconfig (Triton asks it where libcuda is), zoneinfo and locales (/usr/share). Not /usr or
+# /usr/local as a whole: their etc, src and the like are left out.
+_SYSTEM_SOFTWARE = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr/bin",
+                    "/usr/sbin", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libx32",
+                    "/usr/libexec", "/usr/include", "/usr/share", "/usr/local/bin",
+                    "/usr/local/lib", "/usr/local/lib64", "/usr/local/include",
+                    "/usr/local/cuda*", "/usr/local/nvidia")
+# Files of /etc the loader and the C library read (not /etc as a whole: /etc/shadow, keys and
+# credentials live there). The user database answers getpass.getuser(), and holds no secret.
+_SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/ld.so.preload", "/etc/ld.so.conf",
+                 "/etc/ld.so.conf.d", "/etc/localtime", "/etc/timezone", "/etc/nsswitch.conf",
+                 "/etc/passwd", "/etc/group", "/etc/host.conf")
+# The kernel's description of the machine (the CUDA driver and NVML read the GPU's PCI device,
+# NUMA node and CPU lists; PyTorch the cgroup's CPU limit). Not /sys/kernel's debug, security
+# and tracing file systems, nor /sys/firmware (EFI variables, ACPI tables).
+_SYSTEM_DATA = ("/sys/devices", "/sys/bus", "/sys/class", "/sys/dev", "/sys/module",
+                "/sys/kernel/mm", "/sys/fs/cgroup")
+# Global files of /proc, where a sandbox has no private /proc (with one, all of /proc is
+# readable: it shows only the sandbox's own processes).
+_PROC_GLOBAL = ("/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/loadavg",
+                "/proc/uptime", "/proc/version", "/proc/filesystems", "/proc/devices",
+                "/proc/modules", "/proc/sys", "/proc/driver")
+# Device nodes a sandbox may open (read and write; never create): the null, zero and random
+# devices, and the GPU's (NVIDIA's, AMD's, WSL's). Not /dev as a whole: the block device of
+# the root file system lies there, readable and writable by its owner, root, which a
+# candidate mapped to root is.
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom",
+            "/dev/nvidia*", "/dev/kfd", "/dev/dri", "/dev/dxg")
+# Never allowed as a whole, whatever the interpreter's paths say: where users', the system's
+# and the run's files live.
+_NEVER_WHOLE = ("/", "/etc", "/home", "/root", "/tmp", "/var", "/var/tmp", "/run", "/mnt",
+                "/media", "/srv", "/opt", "/boot", "/dev", "/dev/shm", "/proc", "/sys", "/usr",
+                "/usr/local")
+# The folder of the measurer's own folder (the zygote's working directory) that every sandbox
+# may read: the GPU clock's allocator library (``gpushare.build_allocator``), which the
+# candidate's process loads. Nothing else of the measurer's folder is readable.
+SHARED_FOLDER = "gpushare"
+
+
+def device_nodes() -> list[str]:
+    """The device nodes of ``_DEVICES`` that exist here."""
+    import glob
+
+    return sorted({p for pattern in _DEVICES for p in glob.glob(pattern)})
+
+
+def read_allowlist(measurer_root: str | None = None) -> dict:
+    """What a sandbox may read, from the live interpreter: ``{"execute": [...], "read":
+    [...]}``, real paths, none beneath another of its kind.
+
+    ``execute`` (read and run): the system software (``_SYSTEM_SOFTWARE``); the interpreter's
+    prefixes (``sys.prefix``, ``sys.base_prefix``, the exec prefixes), its folder and every
+    ``sysconfig`` path; the site-packages and dist-packages on ``sys.path``; the folder of
+    every package this process has imported from elsewhere (a source checkout on
+    ``PYTHONPATH``, an editable install: the package's own folder, never the checkout's
+    root); the folder of every file mapped into this process (its shared libraries); the
+    NVIDIA driver's libraries where ``ldconfig -p`` finds them, ``LD_LIBRARY_PATH`` and
+    ``CUDA_HOME``. ``read``: a few files of /etc (``_SYSTEM_FILES``), parts of /sys
+    (``_SYSTEM_DATA``) and ``measurer_root``'s ``SHARED_FOLDER`` (made here if missing).
+
+    Never allowed: a folder of ``_NEVER_WHOLE``, one that holds ``measurer_root`` (its working
+    directory when not given) or the user's home, or one inside ``measurer_root``. Call it
+    before any candidate runs: what it reads is then still the measurer's own."""
+    import glob
+
+    root = os.path.realpath(measurer_root or os.getcwd())
+    keep_out = [root, _home()]
+    allowed = _Allowed(root, keep_out)
+    for pattern in _SYSTEM_SOFTWARE:
+        for path in glob.glob(pattern):
+            allowed.add(path, "execute")
+    for path in _python_paths():
+        allowed.add(path, "execute")
+    for path in _imported_from(allowed):
+        allowed.add(path, "execute")
+    for path in _mapped_folders():
+        allowed.add(path, "execute")
+    for path in _driver_folders():
+        allowed.add(path, "execute")
+    for path in (*_SYSTEM_FILES, *_SYSTEM_DATA):
+        allowed.add(path, "read")
+    if measurer_root is not None:
+        shared = os.path.join(root, SHARED_FOLDER)
+        os.makedirs(shared, exist_ok=True)
+        allowed.add(shared, "read", inside_root=True)
+    return allowed.lists()
+
+
+def proc_readable(private_proc: bool) -> list[str]:
+    """What a sandbox may read of /proc beyond its own ``/proc/self``: all of it where it has
+    a private /proc (its own processes alone, its children's ``/proc/self`` included),
+    ``_PROC_GLOBAL`` where not."""
+    return ["/proc"] if private_proc else list(_PROC_GLOBAL)
+
+
+class _Allowed:
+    """The allow-list being built: real paths by kind, with ``read_allowlist``'s guards."""
+
+    def __init__(self, root: str, keep_out: list[str]):
+        self.root, self.keep_out = root, keep_out
+        self.paths: dict[str, str] = {}
+
+    def add(self, path: str, kind: str, inside_root: bool = False) -> None:
+        if not path or not os.path.isabs(path):
+            return
+        real = os.path.realpath(path)
+        if not os.path.exists(real) or real in _NEVER_WHOLE:
+            return
+        if any(k == real or k.startswith(real.rstrip("/") + "/") for k in self.keep_out):
+            return  # it holds the measurer's folder or the user's home
+        if not inside_root and (real == self.root or real.startswith(self.root + "/")):
+            return
+        if self.paths.get(real) != "execute":
+            self.paths[real] = kind
+
+    def covers(self, path: str) -> bool:
+        real = os.path.realpath(path)
+        return any(real == p or real.startswith(p.rstrip("/") + "/") for p in self.paths)
+
+    def lists(self) -> dict:
+        out: dict = {"execute": [], "read": []}
+        for path in sorted(self.paths):
+            kind = self.paths[path]
+            wider = [p for p, k in self.paths.items() if p != path and
+                     path.startswith(p.rstrip("/") + "/") and (k == "execute" or k == kind)]
+            if not wider:
+                out[kind].append(path)
+        return out
+
+
+def _home() -> str:
+    try:
+        import pwd
+
+        return os.path.realpath(pwd.getpwuid(os.getuid()).pw_dir)
+    except (ImportError, KeyError):
+        return os.path.realpath(os.path.expanduser("~"))
+
+
+def _python_paths() -> list[str]:
+    """The interpreter's prefixes, its folder, its ``sysconfig`` paths, and the site-packages
+    and dist-packages on ``sys.path`` (other entries of ``sys.path``, the working directory
+    and source checkouts, are left to ``_imported_from``)."""
+    import site
+    import sysconfig
+
+    prefixes = [os.path.realpath(p) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                              sys.base_exec_prefix}]
+    out = [*prefixes, os.path.dirname(os.path.realpath(sys.executable)),
+           *sysconfig.get_paths().values()]
+    try:
+        out += site.getsitepackages()
+    except AttributeError:
+        pass
+    for entry in sys.path:
+        real = os.path.realpath(entry) if entry else ""
+        if os.path.basename(real) in ("site-packages", "dist-packages") or \
+                any(real.startswith(p.rstrip("/") + "/") for p in prefixes):
+            out.append(real)
+    return out
+
+
+def _imported_from(allowed: _Allowed) -> list[str]:
+    """The folder of every top-level package imported here that ``allowed`` does not cover
+    yet (the file, for a plain module): gfsim's own from a source checkout or an editable
+    install, say, without the rest of the checkout (where a run's log may lie)."""
+    out = []
+    for name, module in list(sys.modules.items()):
+        if "." in name or name.startswith("__"):  # __main__, __mp_main__: the script
+            continue
+        try:
+            attrs = vars(module)
+            paths = list(attrs.get("__path__") or []) or [attrs.get("__file__")]
+        except Exception:  # noqa: BLE001 - an odd object in sys.modules
+            continue
+        for path in paths:
+            if isinstance(path, str) and os.path.isabs(path) and not allowed.covers(path):
+                out.append(path)
+    return out
+
+
+def _mapped_folders() -> list[str]:
+    """The folders of the files mapped into this process (its shared libraries)."""
+    out = set()
+    try:
+        with open("/proc/self/maps") as fh:
+            for line in fh:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and parts[5].startswith("/") and \
+                        not parts[5].rstrip().endswith("(deleted)"):
+                    path = parts[5].rstrip("\n")
+                    if not path.startswith(("/dev/", "/proc/", "/sys/", "/memfd:")):
+                        out.add(os.path.dirname(path))
+    except OSError:
+        pass
+    return sorted(out)
+
+
+def _driver_folders() -> list[str]:
+    """Where the NVIDIA driver's libraries lie (the CUDA driver is loaded only in a sandbox,
+    so they are not mapped here yet): ``ldconfig -p``'s libcuda and libnvidia-*, then
+    ``LD_LIBRARY_PATH`` and ``CUDA_HOME``."""
+    import shutil
+    import subprocess
+
+    out = []
+    ldconfig = shutil.which("ldconfig") or ("/sbin/ldconfig" if os.path.exists(
+        "/sbin/ldconfig") else None)
+    if ldconfig:
+        try:
+            text = subprocess.run([ldconfig, "-p"], capture_output=True, timeout=30,
+                                  check=False).stdout.decode(errors="replace")
+        except (OSError, subprocess.SubprocessError):
+            text = ""
+        for line in text.splitlines():
+            name, _, path = line.strip().partition(" => ")
+            if name.startswith(("libcuda.", "libcudadebugger.", "libnvidia-", "libnvcuvid.")):
+                out += [os.path.dirname(path), os.path.dirname(os.path.realpath(path))]
+    out += [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
+    if os.environ.get("CUDA_HOME"):
+        out.append(os.environ["CUDA_HOME"])
+    return out
+
+
 # -- what this machine allows --------------------------------------------------------------------
 @dataclass(frozen=True)
 class Facilities:
@@ -241,6 +508,10 @@ class Facilities:
     landlock_abi: int = 0
     seccomp: bool = False
     errors: tuple = ()
+    # Landlock confines reading to ``readable`` (``read_allowlist``: the probe read a file
+    # outside it and was refused, and read one inside it).
+    reads_confined: bool = False
+    readable: dict = field(default_factory=dict)
 
     def missing(self) -> list[str]:
         """What full isolation needs and this machine lacks (empty: all of it is there)."""
@@ -250,6 +521,8 @@ class Facilities:
             ("seccomp", self.seccomp)) if not ok]
         if self.landlock_abi < 6:
             out.append(f"Landlock ABI >= 6 (have {self.landlock_abi or 'none'})")
+        if not self.reads_confined:
+            out.append("read confinement (a candidate could read any file its user can)")
         return out
 
     def as_dict(self) -> dict:
@@ -318,9 +591,11 @@ def enter_outer(fac: Facilities) -> int:
     return flags
 
 
-# Existing files a sandbox may open for writing (not create): device nodes, and its own /proc
-# entries (the CUDA driver names its threads through /proc/self/task/*/comm).
-_EXISTING_WRITABLE = ("/dev", "/proc/self")
+def existing_writable() -> list[str]:
+    """Existing files a sandbox may open for writing (not create): the device nodes it needs
+    (``device_nodes``), and its own /proc entries (the CUDA driver names its threads through
+    /proc/self/task/*/comm)."""
+    return [*device_nodes(), "/proc/self"]
 
 
 def private_proc_shm(shm_mb: int) -> None:
@@ -340,26 +615,43 @@ def enter_inner(fac: Facilities, folder: str, shm_mb: int) -> dict:
         private_proc_shm(shm_mb)
         applied["private_proc_shm"] = True
     if fac.landlock_abi:
-        writable = [folder] + (["/dev/shm"] if applied.get("private_proc_shm") else [])
-        applied.update(landlock_restrict(writable, list(_EXISTING_WRITABLE), fac.landlock_abi))
+        private = bool(applied.get("private_proc_shm"))
+        writable = [folder] + (["/dev/shm"] if private else [])
+        applied.update(landlock_restrict(writable, existing_writable(), fac.landlock_abi,
+                                         _with_proc(fac.readable, private)
+                                         if fac.reads_confined else None))
     if fac.seccomp:
         applied.update(seccomp_filter())
     return applied
 
 
-def probe() -> Facilities:
-    """Try every step of the confinement in a throw-away child and report what held. Call it
-    only from a single-threaded process (it forks)."""
+def _with_proc(readable: dict, private_proc: bool) -> dict:
+    """``readable`` with what a sandbox may read of /proc (``proc_readable``)."""
+    return {"execute": list(readable.get("execute", ())),
+            "read": [*readable.get("read", ()), *proc_readable(private_proc)]}
+
+
+def probe(readable: dict | None = None) -> Facilities:
+    """Try every step of the confinement in a throw-away child and report what held, reads
+    confined to ``readable`` (``read_allowlist()`` when not given) included. Call it only from
+    a single-threaded process (it forks)."""
+    import shutil
     import tempfile
 
+    if readable is None:
+        readable = read_allowlist()
     r, w = os.pipe()
     folder = tempfile.mkdtemp(prefix="gfsim-probe-")
+    outside = tempfile.mkdtemp(prefix="gfsim-probe-outside-")
+    with open(os.path.join(outside, "secret"), "w") as fh:
+        fh.write("not for the sandbox")
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child
         code = 1
         try:
             os.close(r)
-            os.write(w, (json.dumps(_probe_child(folder)) + "\n").encode())
+            found = _probe_child(folder, outside, readable)
+            os.write(w, (json.dumps(found) + "\n").encode())
             code = 0
         finally:
             os._exit(code)
@@ -369,16 +661,37 @@ def probe() -> Facilities:
         data += chunk
     os.close(r)
     os.waitpid(pid, 0)
-    import shutil
-
     shutil.rmtree(folder, ignore_errors=True)
+    shutil.rmtree(outside, ignore_errors=True)
     try:
-        return Facilities.from_dict(json.loads(data))
+        found = json.loads(data)
     except ValueError:
         return Facilities(errors=("the probe died",))
+    if found.get("reads_confined"):
+        found["readable"] = readable
+    return Facilities.from_dict(found)
 
 
-def _probe_child(folder: str) -> dict:  # pragma: no cover - runs in a forked child
+def _reads_refused(outside: str) -> str | None:
+    """None when a file and a folder ``outside`` the allow-list are refused and the
+    interpreter's own files are still readable; else what went wrong."""
+    for what, attempt in (("read", lambda: open(os.path.join(outside, "secret")).read()),
+                          ("listed", lambda: os.listdir(outside))):
+        try:
+            attempt()
+            return f"a folder outside the allow-list could be {what}"
+        except PermissionError:
+            pass
+    try:
+        with open(os.__file__, "rb") as fh:
+            fh.read(1)
+    except OSError as exc:
+        return f"the interpreter's own files are not readable: {exc}"
+    return None
+
+
+def _probe_child(folder: str, outside: str,
+                 readable: dict) -> dict:  # pragma: no cover - runs in a forked child
     errors = []
     abi = landlock_abi()
     found = {"landlock_abi": abi}
@@ -418,7 +731,13 @@ def _probe_child(folder: str) -> dict:  # pragma: no cover - runs in a forked ch
                 inner["error"] = f"private /proc and /dev/shm: {exc}"
             try:
                 if abi:
-                    landlock_restrict([folder], list(_EXISTING_WRITABLE), abi)
+                    private = bool(fac.mount_ns and fac.pid_ns and inner["mount_ns"])
+                    landlock_restrict([folder], existing_writable(), abi,
+                                      _with_proc(readable, private))
+                    why = _reads_refused(outside)
+                    inner["reads_confined"] = why is None
+                    if why:
+                        inner["error_reads"] = f"read confinement: {why}"
             except OSError as exc:
                 inner["landlock_abi"] = 0
                 inner["error_ll"] = f"landlock: {exc}"
@@ -446,7 +765,9 @@ def _probe_child(folder: str) -> dict:  # pragma: no cover - runs in a forked ch
     found["seccomp"] = bool(inner.get("seccomp"))
     if "landlock_abi" in inner:
         found["landlock_abi"] = inner["landlock_abi"]
-    errors += [inner[k] for k in ("error", "error_ll", "error_sc") if k in inner]
+    found["reads_confined"] = bool(inner.get("reads_confined")) and found["landlock_abi"] > 0
+    errors += [inner[k] for k in ("error", "error_ll", "error_reads", "error_sc")
+               if k in inner]
     found["errors"] = errors
     return found
 
@@ -502,7 +823,9 @@ def zygote(task_name: str, sock_fd: int) -> None:  # pragma: no cover - its own 
     from gfsim.live.tasks import get_task
 
     get_task(task_name)
-    fac = probe()
+    # What every candidate may read, computed once from this process (its cwd is the
+    # measurer's folder), before any candidate code has run.
+    fac = probe(read_allowlist(os.getcwd()))
     sock.send(json.dumps({"ready": True, "pid": os.getpid(), "facilities": fac.as_dict(),
                           "cuda_initialised": bool(torch.cuda.is_initialized())}).encode())
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the outer children reap themselves
