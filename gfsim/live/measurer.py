@@ -1391,6 +1391,8 @@ def _sandbox_summary(applied: dict) -> str:
         parts.append("namespaces")
     if applied.get("landlock_abi"):
         parts.append(f"landlock{applied['landlock_abi']}")
+        if applied.get("reads_confined"):
+            parts.append("reads")
     if applied.get("seccomp"):
         parts.append("seccomp")
     return "+".join(parts) or "none"
