@@ -213,13 +213,16 @@ def test_a_folder_is_one_line(tmp_path):
 
 @pytest.fixture
 def place():
-    """A folder every user may enter (pytest's own is its owner's only), and how to run as a
-    user without root's right to read and write anything (``setpriv`` to nobody, as root)."""
+    """A folder every user may enter (pytest's own is its owner's only), and how to run
+    without root's right to read and write anything: as root, ``setpriv`` empties the
+    capability bounding set, so the process stays root (it can still read the checkout and
+    the virtual environment, which may sit in folders only root may enter) but file modes
+    bind it as they bind any owner."""
     if os.geteuid() == 0:
         setpriv = shutil.which("setpriv")
         if setpriv is None:
             pytest.skip("as root, and no setpriv to drop root's rights with")
-        user = (setpriv, "--reuid=65534", "--regid=65534", "--clear-groups")
+        user = (setpriv, "--bounding-set=-all", "--inh-caps=-all")
     else:
         user = ()
     folder = Path(tempfile.mkdtemp(prefix="gfsim-tune-storage-"))
@@ -252,8 +255,6 @@ def test_a_journal_that_may_not_be_read_or_written_is_one_line(place, kind, what
         journal = folder / "ro" / "s.journal"
     if kind != "read-only folder, no journal":
         journal.write_bytes(CREATE)
-        if user:
-            os.chown(journal, 65534, 65534)
         journal.chmod({"unreadable": 0o000, "read-only file": 0o444}.get(kind, 0o644))
     if kind.startswith("read-only folder"):
         journal.parent.chmod(0o555)
