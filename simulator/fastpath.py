@@ -11,6 +11,14 @@ which a measurement beats it; that step is redone batch by batch in decision ord
 next chunk starts after it. Decisions, states, best speedups and totals agree with the SimPy
 engine (tests/test_fastpath.py, many random configurations); times agree to rounding.
 
+The searches of a log run together, in lockstep (``run_fast_many``): their columns laid end to
+end, one round deciding every search's next chunk in as few policy calls as the policy's state
+allows (``Policy.state_fields``), each search keeping its own best, chunk and clock. Sums and
+running sums per search are taken in numpy's own order, so that a search's figures are, to the
+bit, those it gives replayed alone (tests/test_fastpath.py). A log of many small searches then
+costs a few tens of microseconds a search beyond its candidates (one policy call and a few
+numpy calls a round instead of per search), most of it building each search's result.
+
 Not covered (the event engine runs instead): budgets other than ``steps``, and a measurement
 that improves the best ending at the instant (within 1e-9 s) a batch of its step decides, where
 event order would matter.
@@ -26,7 +34,7 @@ import numpy as np
 
 from gfsim.cost_models.presets import Capacities, PresetCostModel
 from gfsim.cost_models.usage import STAGES, Cost
-from gfsim.policies.base import Batch, Policy, SearchState
+from gfsim.policies.base import Batch, Decisions, Policy, SearchState
 from gfsim.simulator.budget import Budget
 from gfsim.simulator.engine import segments
 from gfsim.simulator.pipeline import COST_STAGE, DEFAULT_PIPELINE, Pipeline
@@ -34,7 +42,7 @@ from gfsim.simulator.results import SearchResult
 from gfsim.simulator.noise import MeasureNoise, confirm_best
 from gfsim.simulator.trace import SearchTrace, ancestor_speedup, shared_floats
 
-__all__ = ["fast_path_blocker", "run_fast", "FastPathUnsafe"]
+__all__ = ["fast_path_blocker", "run_fast", "run_fast_many", "FastPathUnsafe"]
 
 # Why a candidate stopped before the end of a pass.
 _OK, _GEN_FAILED, _UNMEASURABLE, _FAILED = 0, 1, 2, 3
@@ -76,26 +84,34 @@ class _Pass:
 
 
 class _World:
-    """The trace as arrays, and what the run has committed so far."""
+    """The searches' columns end to end (row r of search i is ``off[i] + r``), and how a
+    pass of stages runs over any rows of them."""
 
-    def __init__(self, t: SearchTrace, policy: Policy):
-        n = len(t)
-        a = t.arrays
-        self.gen_failed = a["gen_failed"]
-        self.forecast_runs = t.has_forecast & policy.needs_forecast
-        outcome = a["outcome"]
+    def __init__(self, traces: list[SearchTrace], policy: Policy):
+        chain = itertools.chain.from_iterable
+        n = sum(map(len, traces))
+        self.n = n
+
+        def floats(get):
+            return np.fromiter(chain(map(get, traces)), dtype=float, count=n)
+
+        self.gen_failed = np.fromiter(chain(t.gen_failed for t in traces), dtype=bool, count=n)
+        has_forecast = np.concatenate([t.has_forecast for t in traces])
+        self.has_forecast = has_forecast
+        self.forecast_runs = has_forecast & policy.needs_forecast
+        outcome = np.empty(n, dtype=object)
+        outcome[:] = list(chain(t.outcome for t in traces))
         self.outcome = outcome
         self.no_eval = np.equal(outcome, None)
         self.success = outcome == "success"
+        stage_s = {k: floats(lambda t, k=k: t.stage_s[k]) for k in traces[0].stage_s}
         self.ends_after = {"compile": outcome == "compile_failed",
                            "check": ((outcome == "runtime_error") | (outcome == "incorrect"))
-                           & ~(a["timing"] > 0)}  # failed after timing: timing ran
-        self.secs = {k: a[k] for k in ("generation", "forecasting", *t.stage_s)}
-        self.price = t.price
-        # How many times each candidate ran each stage (a second GPU acquisition under
-        # serverless billing pays a second cold start).
-        self.ran = {s: np.zeros(n, int) for s in STAGES if s != "idle"}
-        self.bookings: list[tuple] = []
+                           & ~(stage_s["timing"] > 0)}  # failed after timing: timing ran
+        self.secs = {"generation": floats(lambda t: t.gen_s),
+                     "forecasting": floats(lambda t: t.fc_s), **stage_s}
+        self.price = {s: tuple(np.concatenate([t.price[s][j] for t in traces]) for j in range(3))
+                      for s in traces[0].price}
 
     def run_pass(self, rows: np.ndarray, start: np.ndarray, segs) -> _Pass:
         """Rows from ``start`` through ``segs``, adding durations in the event engine's order."""
@@ -148,44 +164,85 @@ class _World:
                              joules[ran_any]))
         return _Pass(rows, now, ended, ran, bookings)
 
-    def commit(self, p: _Pass) -> None:
-        for stage, rows in p.ran:
-            np.add.at(self.ran[stage], rows, 1)
-        self.bookings.extend(p.bookings)
-
 
 _TIE_S = 1e-9
 _SKIP_MEASURE = np.array(["skip", "measure"], dtype=object)
 _FIRST_CHUNK = 4  # steps decided at once after a new best; doubles while no new best comes
+_NONE = np.iinfo(np.int64).max  # no record step
+_KEEP_LAYOUT = 256  # a trace of at least this many candidates keeps its layout between runs
+
+
+def _local_layout(steps) -> tuple:
+    """A search's steps flattened in batch order: (trace rows, batch sizes, batches per step,
+    logged step numbers)."""
+    batches = [b for _, bs in steps for b in bs]
+    sizes = np.fromiter(map(len, batches), dtype=np.int64, count=len(batches))
+    rows = np.fromiter(itertools.chain.from_iterable(batches), dtype=np.int64,
+                       count=int(sizes.sum()))
+    per_step = np.fromiter((len(bs) for _, bs in steps), dtype=np.int64, count=len(steps))
+    return rows, sizes, per_step, np.array([s for s, _ in steps], dtype=np.int64)
 
 
 class _Layout:
-    """The search's steps flattened in batch order: positions 0..m-1, each a trace row."""
+    """Every search's kept steps, flattened in batch order and laid end to end: positions
+    0..m-1, each a row of the world; batches and steps numbered across searches."""
 
-    def __init__(self, steps):
-        batches = [b for _, bs in steps for b in bs]
-        sizes = np.fromiter(map(len, batches), dtype=int, count=len(batches))
-        self.rows = np.fromiter(itertools.chain.from_iterable(batches), dtype=int,
-                                count=int(sizes.sum()))
-        self.batch = np.repeat(np.arange(len(batches)), sizes)
-        self.batch_start = np.r_[0, np.cumsum(sizes)]
-        per_step = [len(bs) for _, bs in steps]
-        self.step_of_batch = np.repeat(np.arange(len(steps)), per_step)
-        self.step_first_batch = np.r_[0, np.cumsum(per_step)]
+    def __init__(self, traces: list[SearchTrace], off: np.ndarray, budget_steps: float):
+        cut = None if math.isinf(budget_steps) else int(budget_steps)
+        parts: list[tuple] = []  # (rows, sizes, per_step, step numbers) runs, in order
+        rows: list[int] = []
+        sizes: list[int] = []
+        per_step: list[int] = []
+        numbers: list[int] = []
+        steps_of = np.zeros(len(traces), np.int64)
+
+        def flush():
+            if sizes:
+                parts.append((np.array(rows, np.int64), np.array(sizes, np.int64),
+                              np.array(per_step, np.int64), np.array(numbers, np.int64)))
+                for x in (rows, sizes, per_step, numbers):
+                    x.clear()
+
+        for i, t in enumerate(traces):
+            steps = t.steps if cut is None or cut >= len(t.steps) else t.steps[:cut]
+            steps_of[i] = len(steps)
+            base = int(off[i])
+            if len(t) >= _KEEP_LAYOUT:  # a big search keeps its flattened steps
+                kept = t.__dict__.get("_fast_layout_rows") if steps is t.steps else None
+                if kept is None:
+                    kept = _local_layout(steps)
+                    if steps is t.steps:
+                        t.__dict__["_fast_layout_rows"] = kept
+                flush()
+                parts.append((kept[0] + base, *kept[1:]))
+                continue
+            for s, bs in steps:
+                numbers.append(s)
+                per_step.append(len(bs))
+                for batch in bs:
+                    sizes.append(len(batch))
+                    rows.extend(r + base for r in batch)
+        flush()
+        empty = np.zeros(0, np.int64)
+
+        def cat(j):
+            return np.concatenate([q[j] for q in parts]) if parts else empty
+
+        self.rows, sizes_a, per_step_a, self.step_numbers = cat(0), cat(1), cat(2), cat(3)
+        self.batch = np.repeat(np.arange(len(sizes_a)), sizes_a)
+        self.batch_start = np.r_[0, np.cumsum(sizes_a)]
+        self.step_of_batch = np.repeat(np.arange(len(per_step_a)), per_step_a)
+        self.step_first_batch = np.r_[0, np.cumsum(per_step_a)]
         self.step_start = self.batch_start[self.step_first_batch]  # position of each step
         self.step = self.step_of_batch[self.batch] if len(self.batch) else np.zeros(0, int)
-        self.step_numbers = [s for s, _ in steps]
-
-
-def _layout(t: SearchTrace) -> _Layout:
-    cached = t.__dict__.get("_fast_layout")
-    if cached is None:
-        cached = t.__dict__["_fast_layout"] = _Layout(t.steps)
-    return cached
+        self.search_step = np.r_[0, np.cumsum(steps_of)]  # each search's first step
+        self.search_of_step = np.repeat(np.arange(len(traces)), steps_of)
+        self.single_batch = per_step_a == 1
+        self.kept_steps = steps_of
 
 
 def _per_row(n: int, p: _Pass) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """How often each trace row ran each stage in a pass, and its GPU-seconds."""
+    """How often each row ran each stage in a pass, and its GPU-seconds."""
     counts = {s: np.zeros(n, int) for s in STAGES if s != "idle"}
     for stage, rows in p.ran:
         np.add.at(counts[stage], rows, 1)
@@ -195,21 +252,108 @@ def _per_row(n: int, p: _Pass) -> tuple[dict[str, np.ndarray], np.ndarray]:
     return counts, gpu
 
 
-class _FastRun:
-    """One fast replay of a search."""
+def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The integers of [starts[i], ends[i]) for every i, in order."""
+    lens = ends - starts
+    total = int(lens.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    first = np.repeat(starts - np.r_[0, np.cumsum(lens)[:-1]], lens)
+    return first + np.arange(total)
 
-    def __init__(self, t: SearchTrace, policy: Policy, model: PresetCostModel, caps: Capacities,
-                 budget: Budget, seed: int, drop_orphans: bool, pipeline: Pipeline,
-                 noise: MeasureNoise | None = None):
-        self.noise = noise
-        self.t, self.policy, self.model, self.caps = t, policy, model, caps
-        self.seed, self.drop = seed, drop_orphans
-        n = len(t)
-        kept = t.steps if math.isinf(budget.steps) else t.steps[: int(budget.steps)]
-        self.stopped_by = "steps" if len(kept) < len(t.steps) else None
-        # The layout depends only on the steps: built once per trace, unless a budget cuts them.
-        self.lay = lay = _layout(t) if len(kept) == len(t.steps) else _Layout(kept)
-        self.w = w = _World(t, policy)
+
+# Segments at least this long are reduced one by one with numpy's own call; shorter ones
+# together, a position at a time, in the order numpy's call would take.
+_LONG = 64
+
+
+def _segmented(accumulate, x: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """``accumulate`` (np.cumsum or np.maximum.accumulate) of each segment
+    ``x[starts[i]:starts[i] + lens[i]]`` on its own, equal to the bit to what the call gives
+    on the segment alone (both run from the segment's first element, left to right)."""
+    out = np.empty_like(x)
+    long = lens >= _LONG
+    for a, n in zip(starts[long].tolist(), lens[long].tolist()):
+        out[a:a + n] = accumulate(x[a:a + n])
+    s, m = starts[~long & (lens > 0)], lens[~long & (lens > 0)]
+    if len(s):
+        out[s] = x[s]
+        op = np.add if accumulate is np.cumsum else np.maximum
+        for r in range(1, int(m.max())):
+            at = s[m > r] + r
+            out[at] = op(out[at - 1], x[at])
+    return out
+
+
+def _sums(x: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """``x[a:a + n].sum()`` for every segment, equal to the bit: numpy adds fewer than 8
+    values left to right from 0, and 8 to 128 in eight interleaved partial sums (its pairwise
+    summation's block); longer segments are summed by numpy one by one."""
+    out = np.zeros(len(starts))
+    big = lens > 128
+    for i in np.flatnonzero(big).tolist():
+        out[i] = x[starts[i]:starts[i] + lens[i]].sum()
+    small = np.flatnonzero(~big & (lens < 8))
+    for r in range(int(lens[small].max()) if len(small) else 0):
+        at = small[lens[small] > r]
+        out[at] = out[at] + x[starts[at] + r]
+    mid = np.flatnonzero(~big & (lens >= 8))
+    if len(mid):
+        a, n = starts[mid], lens[mid]
+        acc = [x[a + j].copy() for j in range(8)]
+        blocks = n - n % 8
+        for i in range(8, int(blocks.max()), 8):
+            on = blocks > i
+            for j in range(8):
+                acc[j][on] = acc[j][on] + x[a[on] + i + j]
+        res = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]))
+        for r in range(7):
+            on = n % 8 > r
+            res[on] = res[on] + x[a[on] + blocks[on] + r]
+        out[mid] = res
+    return out
+
+
+def _counts_at_or_below(values, vgroup, probes, pgroup, n_groups) -> np.ndarray:
+    """For each probe, how many ``values`` of its own group are <= it (``searchsorted(sorted
+    values of the group, probe, "right")``, for every group at once)."""
+    key_g = np.concatenate([vgroup, pgroup])
+    key_v = np.concatenate([values, probes])
+    kind = np.r_[np.zeros(len(values), np.int8), np.ones(len(probes), np.int8)]
+    order = np.lexsort((kind, key_v, key_g))
+    is_value = kind[order] == 0
+    seen = np.cumsum(is_value)
+    before = np.r_[0, np.cumsum(np.bincount(vgroup, minlength=n_groups))][:-1]
+    at = np.empty(len(order), np.int64)
+    at[order] = seen - before[key_g[order]]
+    return at[len(values):]
+
+
+class _FastRuns:
+    """Fast replays of several searches at once, in lockstep: each search keeps its own best,
+    chunk and clock, and a round decides every search's next chunk in as few policy calls as
+    the policy's state allows (``Policy.state_fields``). Every figure is what the search
+    replayed alone gives, to the bit."""
+
+    def __init__(self, traces: list[SearchTrace], policy: Policy, model: PresetCostModel,
+                 caps: Capacities, budget: Budget, seed: int, drop_orphans: bool,
+                 pipeline: Pipeline, noise: MeasureNoise | None = None):
+        self.traces, self.policy, self.model, self.caps = traces, policy, model, caps
+        self.seed, self.drop, self.noise = seed, drop_orphans, noise
+        frames = {(t.forecast_frame, t.bin_edges) for t in traces}
+        if len(frames) > 1:
+            raise ValueError("searches replayed together share a forecast frame and bin edges")
+        self.frame = traces[0].forecast_frame
+        S = self.S = len(traces)
+        sizes = np.fromiter(map(len, traces), dtype=np.int64, count=S)
+        self.off = off = np.r_[0, np.cumsum(sizes)]
+        self.sizes = sizes
+        self.w = w = _World(traces, policy)
+        n = w.n
+        self.search_of = np.repeat(np.arange(S), sizes)
+        self.lay = lay = _Layout(traces, off, budget.steps)
+        self.stopped_by = ["steps" if k < len(t.steps) else None
+                           for k, t in zip(lay.kept_steps.tolist(), traces)]
         rows = lay.rows
         # Durations do not depend on decisions: price every stage of every row once.
         zero = np.zeros(len(rows))
@@ -223,65 +367,129 @@ class _FastRun:
         self.post_rel[rows] = self.post.end
         self.pre_count, self.pre_gpu = _per_row(n, self.pre)
         self.post_count, self.post_gpu = _per_row(n, self.post)
-        self.parent = t.arrays["parent"]
+        local = np.fromiter(itertools.chain.from_iterable(t.parent for t in traces),
+                            dtype=np.int64, count=n)
+        self.parent = np.where(local >= 0, local + np.repeat(off[:-1], sizes), -1)
+        self.local_parent = local
         # What a measurement reports (noisy, if asked); the oracle reads the logged truth.
-        self.true_speedup = t.arrays["speedup"]
-        self.speedup = self.true_speedup if noise is None else (
-            self.true_speedup * noise.factors(seed, t.search_id, t.candidate_ids))
+        self.true_speedup = np.fromiter(itertools.chain.from_iterable(
+            t.speedup for t in traces), dtype=float, count=n)
+        self.speedup = self.true_speedup if noise is None else self.true_speedup * np.concatenate(
+            [noise.factors(seed, t.search_id, t.candidate_ids) for t in traces])
         self.has_eval = ~w.no_eval
-        # Outcome columns (trace rows).
+        self.seed_speedup = np.fromiter((t.seed_speedup for t in traces), dtype=float, count=S)
+        # Outcome columns (rows of the world).
         self.state = np.full(n, "budget_stopped", dtype=object)
         self.action = np.full(n, None, dtype=object)
         self.reason = np.full(n, None, dtype=object)
         self.score = np.full(n, np.nan)
         self.measured = np.zeros(n, bool)
         self.dropped = np.zeros(n, bool)
-        self.step_t = np.zeros(len(kept) + 1)  # absolute start of each step, then the end
+        # Each search's step clock: the absolute start of each of its steps, then its end,
+        # at k + search for step k (so search i's end is at lay.search_step[i + 1] + i).
+        self.step_t = np.zeros(len(lay.step_numbers) + S)
         self.decide_rel = np.zeros(len(lay.batch_start) - 1)  # per batch, from its step start
-        self.best = t.seed_speedup
-        self.batch_cache: Batch | None = None
+        self.best = self.seed_speedup.copy()
+        self.evals = np.zeros(S, np.int64)  # measurements so far, per search
+        self.unsafe: dict[int, str] = {}
+        self.batch_all: Batch | None = None
+        fields = policy.state_fields
+        # Searches whose batches one policy call may decide together: those that agree on
+        # every state field the policy reads (each search alone where it may read them all,
+        # or the step or the evaluations so far, which differ from decision to decision).
+        if fields is None or {"step", "gpu_evals", "budget_left"} & set(fields):
+            self.together = np.arange(S)
+        else:
+            ids: dict = {}
+            self.together = np.fromiter(
+                (ids.setdefault(tuple(self._state_value(t, f) for f in fields), len(ids))
+                 for t in traces), dtype=np.int64, count=S)
+        # A record step of one batch decides as the chunk did, unless the policy may read
+        # the step or the evaluations so far, which differ there.
+        self.exact_chunks = fields is not None and not ({"step", "gpu_evals"} & set(fields))
+
+    def _state_value(self, t: SearchTrace, field: str):
+        return {"search_id": t.search_id, "task_id": t.task_id,
+                "seed": self.seed}.get(field) if field != "measure_usd" else t.measure_usd
 
     # -- decisions ---------------------------------------------------------------------------
+    def _state(self, i: int, step: int, best: float) -> SearchState:
+        t = self.traces[i]
+        reads = self.policy.state_fields
+        usd = t.measure_usd if reads is None or "measure_usd" in reads else math.nan
+        return SearchState(t.search_id, t.task_id, int(step), float(best),
+                           int(self.evals[i]), self.seed, _UNBOUNDED, measure_usd=usd)
+
     def _batch(self, pos: np.ndarray) -> Batch:
-        t = self.t
-        if self.batch_cache is None:  # every row once, sliced per chunk
+        w = self.w
+        if self.batch_all is None:  # every row once, sliced per call
             reads = self.policy.needs_forecast
-            base = np.full(len(t), t.seed_speedup if t.forecast_frame == "seed" else 1.0)
-            self.batch_cache = Batch(
-                candidate_ids=np.array(t.candidate_ids, dtype=object), probs=t.probs,
-                has_forecast=t.has_forecast if reads else np.zeros(len(t), bool),
-                parse_failed=t.parse_failed, base_speedup=base, bin_edges=t.bin_edges,
+            frame = self.frame
+            base = np.repeat(self.seed_speedup, self.sizes) if frame == "seed" \
+                else np.ones(w.n)
+            ids = np.empty(w.n, dtype=object)
+            ids[:] = list(itertools.chain.from_iterable(t.candidate_ids for t in self.traces))
+            probs = np.concatenate([t.probs for t in self.traces])
+            parse = np.concatenate([t.parse_failed for t in self.traces])
+            self.batch_all = Batch(
+                candidate_ids=ids, probs=probs,
+                has_forecast=w.has_forecast if reads else np.zeros(w.n, bool),
+                parse_failed=parse, base_speedup=base, bin_edges=self.traces[0].bin_edges,
                 true_speedup=self.true_speedup if self.policy.needs_truth else None)
         rows = self.lay.rows[pos]
-        batch = self.batch_cache.take(rows)
-        if t.forecast_frame == "parent":  # chunks are one step: parents are settled
-            measured_speedup = np.where(self.measured & self.w.success, self.speedup, np.nan)
-            base = np.array([ancestor_speedup(t.parent, i, measured_speedup, t.seed_speedup)
-                             for i in rows])
+        batch = self.batch_all.take(rows)
+        if self.frame == "parent":  # chunks are one step: parents are settled
+            measured_speedup = np.where(self.measured & w.success, self.speedup, np.nan)
+            seeds = self.seed_speedup[self.search_of[rows]]
+            base = np.array([ancestor_speedup(self.parent, r, measured_speedup, s)
+                             for r, s in zip(rows.tolist(), seeds.tolist())])
             batch = Batch(batch.candidate_ids, batch.probs, batch.has_forecast,
                           batch.parse_failed, base, batch.bin_edges, batch.true_speedup)
         return batch
 
-    def _decide(self, pos: np.ndarray, best: float, step: int):
-        """Decisions for positions ``pos`` (whole batches), all seeing ``best``."""
-        state = SearchState(self.t.search_id, self.t.task_id, step, best,
-                            int(self.measured.sum()), self.seed, _UNBOUNDED,
-                            measure_usd=self.t.measure_usd)
-        return self.policy.decide_groups(self._batch(pos), self.lay.batch[pos],
-                                         np.full(len(pos), best), state)
+    def _decide(self, pos: np.ndarray, step_of_search: np.ndarray) -> Decisions:
+        """Decisions for positions ``pos`` (whole batches, ascending), each seeing its
+        search's current best; ``step_of_search``: the step number each search's state
+        shows."""
+        srch = self.search_of[self.lay.rows[pos]]
+        best = self.best[srch]
+        group = self.together[srch]
+        cuts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if len(pos) else \
+            np.zeros(0, np.int64)
+        if len(np.unique(group[cuts])) == len(cuts):  # each group one run of positions
+            order = None
+            runs = np.r_[cuts, len(pos)]
+        else:
+            order = np.argsort(group, kind="stable")
+            g = group[order]
+            runs = np.r_[np.flatnonzero(np.r_[True, g[1:] != g[:-1]]), len(pos)]
+        measure = np.zeros(len(pos), bool)
+        score = np.zeros(len(pos))
+        reason = np.empty(len(pos), dtype=object)
+        for a, b in zip(runs[:-1].tolist(), runs[1:].tolist()):
+            idx = np.arange(a, b) if order is None else order[a:b]
+            i = int(srch[idx[0]])
+            state = self._state(i, step_of_search[i], self.best[i])
+            d = self.policy.decide_groups(self._batch(pos[idx]), self.lay.batch[pos[idx]],
+                                          best[idx], state)
+            measure[idx], score[idx] = d.measure, d.score
+            reason[idx] = d.reason
+        return Decisions(measure, score, tuple(reason.tolist()))
 
-    def _resolve_drops(self, pos: np.ndarray, wants: np.ndarray) -> np.ndarray:
+    def _resolve_drops(self, pos: np.ndarray, wants: np.ndarray,
+                       first_step: np.ndarray) -> np.ndarray:
         """Which positions' candidates are dropped orphans, step by step (a child of a dropped
-        or unmeasured parent is dropped); ``wants`` is what would be measured otherwise."""
+        or unmeasured parent is dropped); ``wants`` is what would be measured otherwise;
+        ``first_step``: each position's chunk's first step."""
         rows = self.lay.rows[pos]
         p = self.parent[rows]
         dropped = np.zeros(len(pos), bool)
         if not self.drop or not (p >= 0).any():
             return dropped
         measured = self.measured.copy()
-        steps = self.lay.step[pos]
-        for k in np.unique(steps):
-            at = steps == k
+        rel = self.lay.step[pos] - first_step
+        for k in range(int(rel.max()) + 1):
+            at = rel == k
             pk = p[at]
             d = (pk >= 0) & ~measured[np.maximum(pk, 0)]
             dropped[at] = d
@@ -289,43 +497,63 @@ class _FastRun:
         return dropped
 
     # -- chunks --------------------------------------------------------------------------------
-    def run(self) -> SearchResult:
+    def run(self) -> list[SearchResult | None]:
         lay = self.lay
-        n_steps = len(lay.step_numbers)
-        k = 0
-        chunk = 1 if self.t.forecast_frame == "parent" else _FIRST_CHUNK
-        while k < n_steps:
-            k_end = min(k + chunk, n_steps)
-            pos = np.arange(lay.step_start[k], lay.step_start[k_end])
-            record = self._chunk(pos, k)
-            if record is None:
-                k = k_end
-                if self.t.forecast_frame != "parent":
-                    chunk *= 2
-            else:
-                self._record_step(record)
-                k = record + 1
-                if self.t.forecast_frame != "parent":
-                    chunk = _FIRST_CHUNK
-        return self._result()
+        k = lay.search_step[:-1].copy()
+        end = lay.search_step[1:]
+        chunk = np.full(self.S, 1 if self.frame == "parent" else _FIRST_CHUNK)
+        active = np.flatnonzero(k < end)
+        while len(active):
+            k0 = k[active]
+            k1 = np.minimum(k0 + chunk[active], end[active])
+            pos = _ranges(lay.step_start[k0], lay.step_start[k1])
+            record = self._chunk(pos, active, k0)
+            kept = record == _NONE
+            k[active[kept]] = k1[kept]
+            if self.frame != "parent":
+                chunk[active[kept]] *= 2
+                chunk[active[~kept]] = _FIRST_CHUNK
+            k[active[~kept]] = record[~kept] + 1
+            active = active[k[active] < end[active]]
+            active = np.array([i for i in active.tolist() if i not in self.unsafe],
+                              dtype=np.int64) if self.unsafe else active
+        return self._results()
 
-    def _chunk(self, pos: np.ndarray, first_step: int) -> int | None:
-        """Decide ``pos`` with the current best; commit the steps before the first one in which
-        a measurement beats it and return that step (or commit all and return None)."""
-        w, rows = self.w, self.lay.rows[pos]
+    def _chunk(self, pos: np.ndarray, active: np.ndarray, first: np.ndarray) -> np.ndarray:
+        """Decide ``pos`` (the chunks of the ``active`` searches, from their steps ``first``)
+        with each search's current best; commit the steps before the first one in which a
+        measurement beats it, redo that step batch by batch, and return it per active search
+        (``_NONE`` where every step was committed)."""
+        w, lay = self.w, self.lay
+        rows = lay.rows[pos]
+        srch = self.search_of[rows]
+        first_of = np.zeros(self.S, np.int64)
+        first_of[active] = first
+        step_no = np.zeros(self.S, np.int64)
+        step_no[active] = lay.step_numbers[first]
         ready = self.pre_ended[rows] == _OK
         live_pos = pos[ready]
-        d = self._decide(live_pos, self.best, self.lay.step_numbers[first_step]) \
-            if len(live_pos) else None
+        d = self._decide(live_pos, step_no) if len(live_pos) else None
         wants = np.zeros(len(pos), bool)
         if d is not None:
             wants[ready] = d.measure & self.has_eval[rows[ready]]
-        dropped = self._resolve_drops(pos, wants)
+        steps = lay.step[pos]
+        dropped = self._resolve_drops(pos, wants, first_of[srch])
         measured = wants & ~dropped
-        better = measured & w.success[rows] & (self.speedup[rows] > self.best)
-        record = int(self.lay.step[pos][better].min()) if better.any() else None
-        keep = self.lay.step[pos] < record if record is not None else np.ones(len(pos), bool)
-        if keep.any():
+        better = measured & w.success[rows] & (self.speedup[rows] > self.best[srch])
+        record = np.full(self.S, _NONE)
+        np.minimum.at(record, srch[better], steps[better])
+        # Steps before the record step are committed as decided, then (on its own, as the
+        # step alone would be) a record step of one batch, which the chunk decided as the
+        # step alone would (nothing measured in it before its only batch decides).
+        has = record != _NONE
+        one = np.zeros(self.S, bool)
+        if self.exact_chunks:
+            one[has] = lay.single_batch[record[has]]
+        redo = has & ~one
+        for keep in (steps < record[srch], one[srch] & (steps == record[srch])):
+            if not keep.any():
+                continue
             # Dropped batches were decided too (whole batches drop together, so the others'
             # decisions do not depend on them); only the rest count.
             sub = ready & keep & ~dropped
@@ -333,13 +561,17 @@ class _FastRun:
             self._commit(pos[keep], dropped[keep], pos[sub],
                          d.measure[live_keep] if d is not None else np.zeros(0, bool),
                          d.score[live_keep] if d is not None else np.zeros(0),
-                         np.asarray(d.reason, dtype=object)[live_keep] if d is not None
-                         else [])
-        return record
+                         [d.reason[j] for j in live_keep.tolist()] if d is not None else [])
+        for i in np.flatnonzero(redo).tolist():
+            try:
+                self._record_step(i, int(record[i]))
+            except FastPathUnsafe as exc:
+                self.unsafe[i] = str(exc)
+        return record[active]
 
-    def _record_step(self, k: int) -> None:
-        """Step k holds a new best: decide its batches one by one in order of decision time,
-        each seeing the successes that ended before it decided."""
+    def _record_step(self, i: int, k: int) -> None:
+        """Step k of search i holds a new best: decide its batches one by one in order of
+        decision time, each seeing the successes that ended before it decided."""
         lay, w = self.lay, self.w
         b0, b1 = lay.step_first_batch[k], lay.step_first_batch[k + 1]
         pos = np.arange(lay.batch_start[b0], lay.batch_start[b1])
@@ -353,7 +585,9 @@ class _FastRun:
         ends: list[float] = []
         speeds: list[float] = []
         live_pos, measure, score, reason = [], [], [], []
-        step_no = lay.step_numbers[k]
+        step_no = np.zeros(self.S, np.int64)
+        step_no[i] = lay.step_numbers[k]
+        best = float(self.best[i])
         for j in order:
             sel = lay.batch[pos] == b0 + j
             live = sel & ~dropped & (self.pre_ended[rows] == _OK)
@@ -361,15 +595,19 @@ class _FastRun:
                 continue
             at = decide_rel[j]
             seen = [s for e, s in zip(ends, speeds) if e < at]
-            if any(abs(e - at) <= _TIE_S and s > self.best for e, s in zip(ends, speeds)):
+            if any(abs(e - at) <= _TIE_S and s > best for e, s in zip(ends, speeds)):
                 raise FastPathUnsafe("a better measurement ends at the instant a batch decides")
-            d = self._decide(pos[live], max([self.best, *seen]), step_no)
+            self.best[i] = max([best, *seen])
+            try:
+                d = self._decide(pos[live], step_no)
+            finally:
+                self.best[i] = best
             r = rows[live]
             go = d.measure & self.has_eval[r]
-            for i in r[go]:
-                if w.success[i]:
-                    ends.append(at + self.post_rel[i])
-                    speeds.append(self.speedup[i])
+            for m in r[go]:
+                if w.success[m]:
+                    ends.append(at + self.post_rel[m])
+                    speeds.append(self.speedup[m])
             live_pos.append(pos[live])
             measure.append(d.measure)
             score.append(d.score)
@@ -379,11 +617,11 @@ class _FastRun:
         # Restore position order: _commit expects live positions in ascending order.
         o = np.argsort(lp, kind="stable")
         self._commit(pos, dropped, lp[o], cat(measure, bool)[o], cat(score, float)[o],
-                     [reason[i] for i in o])
+                     [reason[j] for j in o])
 
     def _commit(self, pos, dropped, live_pos, measure, score, reason) -> None:
-        """Record decisions and times for whole steps: positions ``pos``, of which
-        ``live_pos`` (ascending) were decided."""
+        """Record decisions and times for whole steps: positions ``pos`` (ascending), of
+        which ``live_pos`` (ascending) were decided."""
         lay, w = self.lay, self.w
         rows = lay.rows[pos]
         self.dropped[rows] = dropped
@@ -395,126 +633,216 @@ class _FastRun:
         lrows = lay.rows[live_pos]
         self.action[lrows] = _SKIP_MEASURE[measure.astype(np.intp)]
         self.score[lrows] = score
-        self.reason[lrows] = np.array(reason, dtype=object) if len(reason) else []
+        if len(reason):
+            reasons = np.empty(len(reason), dtype=object)
+            reasons[:] = list(reason)
+            self.reason[lrows] = reasons
         self.state[lrows[~measure]] = "skipped"
         go = measure & self.has_eval[lrows]
         self.state[lrows[measure & ~go]] = "unmeasurable"
         mrows = lrows[go]
         self.state[mrows] = "measured"
         self.measured[mrows] = True
+        self.evals += np.bincount(self.search_of[mrows], minlength=self.S)
         # Times: a batch decides when its slowest (non-dropped) member is ready; a step ends
         # when its last batch has decided and its last measurement has ended.
         ready_rel = np.where(dropped, 0.0, self.pre_rel[rows])
         batches = lay.batch[pos]
-        first = np.flatnonzero(np.concatenate(([True], batches[1:] != batches[:-1])))
-        decide_rel = np.maximum.reduceat(ready_rel, first)
-        self.decide_rel[batches[first]] = decide_rel
+        first = np.flatnonzero(np.r_[True, batches[1:] != batches[:-1]])
+        self.decide_rel[batches[first]] = np.maximum.reduceat(ready_rel, first)
         span = ready_rel.copy()
         mpos = np.zeros(len(pos), bool)
-        mpos[live_pos[go] - pos[0]] = True  # pos is a contiguous range of positions
+        mpos[np.searchsorted(pos, live_pos[go])] = True
         span[mpos] = self.decide_rel[batches[mpos]] + self.post_rel[rows[mpos]]
         steps = lay.step[pos]
-        sfirst = np.flatnonzero(np.concatenate(([True], steps[1:] != steps[:-1])))
+        sfirst = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1]])
         dur = np.maximum(np.maximum.reduceat(span, sfirst), 0.0)
         ks = steps[sfirst]
-        start = self.step_t[ks[0]]
-        self.step_t[ks + 1] = start + np.cumsum(dur)
+        sk = lay.search_of_step[ks]
+        # Each search's steps here follow one another: its clock runs on from its first.
+        seg = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
+        lens = np.diff(np.r_[seg, len(ks)])
+        cum = _segmented(np.cumsum, dur, seg, lens)
+        start = self.step_t[ks[seg] + sk[seg]]
+        self.step_t[ks + sk + 1] = np.repeat(start, lens) + cum
         ok = mrows[w.success[mrows]]
         if len(ok):
-            self.best = max(self.best, float(self.speedup[ok].max()))
+            np.maximum.at(self.best, self.search_of[ok], self.speedup[ok])
 
-    # -- result -------------------------------------------------------------------------------
-    def _result(self) -> SearchResult:
-        t, lay, w, model = self.t, self.lay, self.w, self.model
-        n = len(t)
+    # -- results ------------------------------------------------------------------------------
+    def _results(self) -> list[SearchResult | None]:
+        lay, w, model, S = self.lay, self.w, self.model, self.S
+        n, off, sizes = w.n, self.off, self.sizes
+        starts = off[:-1]
         reached = np.zeros(n, bool)
         reached[lay.rows] = True
         gen = reached & ~self.dropped
         abs_step = np.full(n, np.nan)
-        abs_step[lay.rows] = self.step_t[lay.step]
+        abs_step[lay.rows] = self.step_t[lay.step + lay.search_of_step[lay.step]]
         decide_abs = np.full(n, np.nan)
         decide_abs[lay.rows] = abs_step[lay.rows] + self.decide_rel[lay.batch]
         t_start = np.where(self.measured, decide_abs, np.nan)
         t_end = np.where(self.measured, decide_abs + self.post_rel, np.nan)
-        wall = float(self.step_t[len(lay.step_numbers)]) if len(lay.step_numbers) else 0.0
+        wall = self.step_t[lay.search_step[1:] + np.arange(S)]
         counts = {s: self.pre_count[s] * gen + self.post_count[s] * self.measured
                   for s in self.pre_count}
-        stages = {}
+        sums = {}
         cand_usd = np.zeros(n)
         for s, c in counts.items():
-            usd, joules, imp = t.price[s]
-            stages[s] = Cost(float((w.secs[s] * c).sum()), float((usd * c).sum()),
-                             float((joules * c).sum()), float((imp * c).sum()))
+            usd, joules, imp = w.price[s]
+            sums[s] = [_sums(x * c, starts, sizes) for x in (w.secs[s], usd, joules, imp)]
             cand_usd += usd * c
-        busy = float((self.pre_gpu * gen).sum() + (self.post_gpu * self.measured).sum())
-        stages["idle"] = model.idle(self.caps.gpus * wall - busy)
-        stages = {s: stages[s] for s in STAGES}
+        busy = _sums(self.pre_gpu * gen, starts, sizes) + _sums(
+            self.post_gpu * self.measured, starts, sizes)
         p = self.parent
         orphan = reached & (p >= 0) & ~self.measured[np.maximum(p, 0)]
         outcome = np.full(n, None, dtype=object)
         shown = self.measured | (self.state == "failed_before_decision")
         outcome[shown] = w.outcome[shown]
-        best, best_id = t.seed_speedup, None
+        ok_speed = np.where(self.measured & w.success, self.speedup, np.nan)
+        # The best: the highest measured speedup, the first to reach it by end time.
         ok = np.flatnonzero(self.measured & w.success)
-        if len(ok) and self.speedup[ok].max() > best:
-            top = ok[self.speedup[ok] == self.speedup[ok].max()]
-            first = top[np.argmin(t_end[top])]  # the engine keeps the first to reach it
-            best, best_id = float(self.speedup[first]), t.candidate_ids[first]
+        top = np.full(S, -1)
+        if len(ok):
+            so = self.search_of[ok]
+            o = np.lexsort((ok, t_end[ok], -self.speedup[ok], so))
+            firsts = o[np.r_[True, so[o][1:] != so[o][:-1]]]
+            top[so[firsts]] = ok[firsts]
         anytime = self._anytime(abs_step, decide_abs, t_end, gen)
-        table = {
-            "candidate_id": t.candidate_ids, "search_id": [t.search_id] * n,
-            "task_id": [t.task_id] * n, "step": t.step, "parent_index": t.parent,
-            "state": self.state.tolist(), "orphan": orphan.tolist(),
-            "action": self.action.tolist(), "score": shared_floats(self.score),
-            "reason": self.reason.tolist(), "outcome": outcome.tolist(),
-            "speedup": shared_floats(np.where(self.measured & w.success, self.speedup,
-                                              np.nan)),
-            "measure_start_s": shared_floats(t_start), "measure_end_s": shared_floats(t_end),
-            "usd": shared_floats(cand_usd),
-        }
-        return SearchResult(
-            search_id=t.search_id, task_id=t.task_id, seed_speedup=t.seed_speedup,
-            best_speedup=best, best_candidate_id=best_id, gpu_evals=int(self.measured.sum()),
-            candidates=int(gen.sum()), forecasts=int(counts["forecasting"].sum()),
-            unmeasurable=int((self.state == "unmeasurable").sum()),
-            orphans=int(orphan.sum()), reached=int(reached.sum()),
-            steps=len(lay.step_numbers), wall_s=wall, stages=stages,
-            stopped_by=self.stopped_by, anytime=anytime, table=table,
-        )
+        per_search = [int(x) for x in np.bincount(self.search_of[self.measured], minlength=S)]
 
-    def _anytime(self, abs_step, decide_abs, t_end, gen):
-        """(seconds, usd, joules, gpu_evals, best) after each measurement, from the bookings
-        (a resource's costs are booked when it is released, as in the engine)."""
-        t, w = self.t, self.w
-        rows0 = np.array([[0.0, 0.0, 0.0, 0, t.seed_speedup]])
+        def per(mask):
+            return np.bincount(self.search_of[mask], minlength=S).tolist()
+
+        n_gen, n_unmeasurable = per(gen), per(self.state == "unmeasurable")
+        n_orphan, n_reached = per(orphan), per(reached)
+        n_forecasts = np.bincount(self.search_of, weights=counts["forecasting"],
+                                  minlength=S).astype(np.int64).tolist()
+        state, orphan_l, action = self.state.tolist(), orphan.tolist(), self.action.tolist()
+        reason, outcome_l = self.reason.tolist(), outcome.tolist()
+        floats = {"score": self.score, "speedup": ok_speed, "measure_start_s": t_start,
+                  "measure_end_s": t_end, "usd": cand_usd}
+        floats_l = {k: v.tolist() for k, v in floats.items()}
+        idle_s = (self.caps.gpus * wall - busy).tolist()
+        idle = [model.idle(x) for x in idle_s]
+        per_stage = [idle if s == "idle" else
+                     list(itertools.starmap(Cost, zip(*(x.tolist() for x in sums[s]))))
+                     for s in STAGES]
+        stage_rows = zip(*per_stage)
+        wall_l, off_l, top_l = wall.tolist(), off.tolist(), top.tolist()
+        speed_l, kept_l = self.speedup.tolist(), lay.kept_steps.tolist()
+        out: list[SearchResult | None] = []
+        for i, t in enumerate(self.traces):
+            stages = dict(zip(STAGES, next(stage_rows)))
+            if i in self.unsafe:
+                out.append(None)
+                continue
+            a, b = off_l[i], off_l[i + 1]
+            best, best_id = t.seed_speedup, None
+            j = top_l[i]
+            if j >= 0 and speed_l[j] > best:
+                best, best_id = speed_l[j], t.candidate_ids[j - a]
+            n_i = b - a
+            table = {
+                "candidate_id": t.candidate_ids, "search_id": [t.search_id] * n_i,
+                "task_id": [t.task_id] * n_i, "step": t.step, "parent_index": t.parent,
+                "state": state[a:b], "orphan": orphan_l[a:b], "action": action[a:b],
+                "score": None, "reason": reason[a:b], "outcome": outcome_l[a:b],
+                "speedup": None, "measure_start_s": None, "measure_end_s": None, "usd": None,
+            }
+            if n_i < 64:
+                for k, v in floats_l.items():
+                    table[k] = v[a:b]
+            else:
+                for k, v in floats.items():
+                    table[k] = shared_floats(v[a:b])
+            out.append(SearchResult(
+                search_id=t.search_id, task_id=t.task_id, seed_speedup=t.seed_speedup,
+                best_speedup=best, best_candidate_id=best_id, gpu_evals=per_search[i],
+                candidates=n_gen[i], forecasts=n_forecasts[i],
+                unmeasurable=n_unmeasurable[i], orphans=n_orphan[i], reached=n_reached[i],
+                steps=kept_l[i], wall_s=wall_l[i], stages=stages,
+                stopped_by=self.stopped_by[i], anytime=anytime[i], table=table,
+            ))
+        return out
+
+    def _anytime(self, abs_step, decide_abs, t_end, gen) -> list[np.ndarray]:
+        """Per search, (seconds, usd, joules, gpu_evals, best) after each measurement, from the
+        bookings (a resource's costs are booked when it is released, as in the engine)."""
+        S, search_of = self.S, self.search_of
         m = np.flatnonzero(self.measured)
-        if not len(m):
-            return rows0
         parts = []
         for p, origin, mask in ((self.pre, abs_step, gen), (self.post, decide_abs,
                                                              self.measured)):
             for rows, when, gpu, usd, joules in p.bookings:
                 keep = mask[rows]
                 r = rows[keep]
-                parts.append((origin[r] + when[keep], gpu[keep], usd[keep], joules[keep]))
-        when, gpu, usd, joules = (np.concatenate([x[i] for x in parts]) for i in range(4))
-        o = np.argsort(when, kind="stable")
-        when = when[o]
-        cum_gpu, cum_usd, cum_j = (np.cumsum(x[o]) for x in (gpu, usd, joules))
+                parts.append((search_of[r], origin[r] + when[keep], gpu[keep], usd[keep],
+                              joules[keep]))
+        bs, when, gpu, usd, joules = (np.concatenate([x[i] for x in parts]) if parts
+                                      else np.zeros(0) for i in range(5))
+        bs = bs.astype(np.int64)
+        o = np.lexsort((when, bs))
+        bs, when = bs[o], when[o]
+        b_count = np.bincount(bs, minlength=S)
+        b_start = np.r_[0, np.cumsum(b_count)][:-1]
+        cum_gpu, cum_usd, cum_j = (_segmented(np.cumsum, x[o], b_start, b_count)
+                                   for x in (gpu, usd, joules))
+        ms = search_of[m]
         ends = t_end[m]
-        om = np.argsort(ends, kind="stable")
-        m, ends = m[om], ends[om]
-        k = np.searchsorted(when, ends, "right") - 1
-        take = (lambda c: np.where(k >= 0, c[np.maximum(k, 0)], 0.0))
+        om = np.lexsort((ends, ms))
+        m, ends, ms = m[om], ends[om], ms[om]
+        k = _counts_at_or_below(when, bs, ends, ms, S) - 1
+        idx = b_start[ms] + np.maximum(k, 0)
+        def take(c):
+            return np.where(k >= 0, c[np.minimum(idx, len(c) - 1)], 0.0) if len(c) \
+                else np.zeros(len(k))
+
         spent_usd, spent_j, busy = take(cum_usd), take(cum_j), take(cum_gpu)
         if self.model.billing == "reserved":
             idle_s = np.maximum(self.caps.gpus * ends - busy, 0.0)
             spent_usd = spent_usd + idle_s * self.model.gpu.usd_per_hour / 3600
             spent_j = spent_j + idle_s * self.model.gpu.idle_w_context
-        gains = np.where(w.success[m], self.speedup[m], -np.inf)
-        best = np.maximum(np.maximum.accumulate(gains), t.seed_speedup)
-        evals = np.searchsorted(np.sort(decide_abs[m]), ends, "right")
-        return np.vstack([rows0, np.column_stack([ends, spent_usd, spent_j, evals, best])])
+        gains = np.where(self.w.success[m], self.speedup[m], -np.inf)
+        m_count = np.bincount(ms, minlength=S)
+        m_start = np.r_[0, np.cumsum(m_count)][:-1]
+        best = np.maximum(_segmented(np.maximum.accumulate, gains, m_start, m_count),
+                          self.seed_speedup[ms])
+        evals = _counts_at_or_below(decide_abs[m], ms, ends, ms, S)
+        # One array of every search's rows, its start row first: each search takes a slice.
+        table = np.empty((len(m) + S, 5))
+        at = np.arange(len(m)) + np.repeat(np.arange(S), m_count) + 1
+        table[at] = np.column_stack([ends, spent_usd, spent_j, evals, best])
+        heads = m_start + np.arange(S)
+        table[heads] = 0.0
+        table[heads, 4] = self.seed_speedup
+        bounds = (heads + 1 + m_count).tolist()
+        return [table[h:e] for h, e in zip(heads.tolist(), bounds)]
+
+
+def run_fast_many(traces: list[SearchTrace], policy: Policy, model: PresetCostModel,
+                  caps: Capacities, budget: Budget, seed: int, drop_orphans: bool = False,
+                  pipeline: Pipeline = DEFAULT_PIPELINE, noise: MeasureNoise | None = None
+                  ) -> list[SearchResult | FastPathUnsafe]:
+    """Replay several searches in closed form, in lockstep (a search's figures are those it
+    gives alone): one result per trace, or the ``FastPathUnsafe`` that stopped it (a tie the
+    event order would settle). Check ``fast_path_blocker`` first for each trace."""
+    out: list = [None] * len(traces)
+    groups: dict = {}
+    for j, t in enumerate(traces):
+        groups.setdefault((t.forecast_frame, t.bin_edges), []).append(j)
+    for idx in groups.values():
+        runs = _FastRuns([traces[j] for j in idx], policy, model, caps, budget, seed,
+                         drop_orphans, pipeline, noise)
+        for i, (j, r) in enumerate(zip(idx, runs.run())):
+            if r is None:
+                out[j] = FastPathUnsafe(runs.unsafe[i])
+                continue
+            confirm_best(r, traces[j].candidate_ids, runs.true_speedup[runs.off[i]:
+                                                                       runs.off[i + 1]],
+                         noise, seed)
+            out[j] = r
+    return out
 
 
 def run_fast(trace: SearchTrace, policy: Policy, model: PresetCostModel, caps: Capacities,
@@ -523,7 +851,8 @@ def run_fast(trace: SearchTrace, policy: Policy, model: PresetCostModel, caps: C
              ) -> SearchResult:
     """Replay one search in closed form. Raises FastPathUnsafe on a tie the event order
     would settle; check ``fast_path_blocker`` first for the other conditions."""
-    result = _FastRun(trace, policy, model, caps, budget, seed, drop_orphans, pipeline,
-                      noise).run()
-    confirm_best(result, trace.candidate_ids, trace.arrays["speedup"], noise, seed)
+    (result,) = run_fast_many([trace], policy, model, caps, budget, seed, drop_orphans,
+                              pipeline, noise)
+    if isinstance(result, FastPathUnsafe):
+        raise result
     return result

@@ -15,7 +15,7 @@ from gfsim.replay_logs.log import ReplayLog
 from gfsim.simulator.budget import Budget
 from gfsim.simulator.children import INVENTED, INVENTED_HEADROOM
 from gfsim.simulator.engine import SearchSimulation
-from gfsim.simulator.fastpath import FastPathUnsafe, fast_path_blocker, run_fast
+from gfsim.simulator.fastpath import FastPathUnsafe, fast_path_blocker, run_fast_many
 from gfsim.simulator.noise import MeasureNoise
 from gfsim.simulator.pipeline import DEFAULT_PIPELINE, Pipeline
 from gfsim.simulator.puct_engine import (
@@ -170,22 +170,45 @@ def simulate_search(trace: SearchTrace, policy: Policy, model: PresetCostModel,
                     pipeline: Pipeline = DEFAULT_PIPELINE, engine: str = "auto",
                     noise: MeasureNoise | None = None):
     """One search through the fast path where it applies (``auto``), else the event engine."""
+    return simulate_searches([trace], policy, model, caps, budget, seed, drop_orphans,
+                             pipeline, engine, noise)[0]
+
+
+def simulate_searches(traces: list[SearchTrace], policy: Policy, model: PresetCostModel,
+                      caps: Capacities, budget: Budget, seed: int, drop_orphans: bool,
+                      pipeline: Pipeline = DEFAULT_PIPELINE, engine: str = "auto",
+                      noise: MeasureNoise | None = None) -> list:
+    """``simulate_search`` for every trace, in order: the searches the fast path covers run
+    together in lockstep (a log of many small searches costs about what one search of as
+    many candidates does), the others, and any it finds a tie in, on the event engine."""
     if engine not in ENGINES:
         raise GfsimError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+    out: list = [None] * len(traces)
+    fast = []
     if engine != "des":
-        blocker = fast_path_blocker(trace, policy, model, caps, budget)
-        if blocker is None:
-            try:
-                result = run_fast(trace, policy, model, caps, budget, seed, drop_orphans,
-                                  pipeline, noise)
-                result.engine = "fast"
-                return result
-            except FastPathUnsafe as exc:
-                blocker = str(exc)
-        if engine == "fast":
-            raise GfsimError(f"the fast path cannot replay search {trace.search_id!r}: {blocker}")
-    return SearchSimulation(trace, policy, model, caps, budget, seed, drop_orphans,
-                            pipeline, noise).run()
+        for j, t in enumerate(traces):
+            blocker = fast_path_blocker(t, policy, model, caps, budget)
+            if blocker is None:
+                fast.append(j)
+            elif engine == "fast":
+                raise GfsimError(f"the fast path cannot replay search {t.search_id!r}: "
+                                 f"{blocker}")
+    if fast:
+        got = run_fast_many([traces[j] for j in fast], policy, model, caps, budget, seed,
+                            drop_orphans, pipeline, noise)
+        for j, result in zip(fast, got):
+            if isinstance(result, FastPathUnsafe):
+                if engine == "fast":
+                    raise GfsimError(f"the fast path cannot replay search "
+                                     f"{traces[j].search_id!r}: {result}")
+                continue
+            result.engine = "fast"
+            out[j] = result
+    for j, t in enumerate(traces):
+        if out[j] is None:
+            out[j] = SearchSimulation(t, policy, model, caps, budget, seed, drop_orphans,
+                                      pipeline, noise).run()
+    return out
 
 
 def simulate_puct(source, config: SearchConfig, policy: Policy, model: PresetCostModel,
@@ -304,8 +327,8 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
                     for k in range(len(seeds))]
     else:
         def run_all(policy, seed, drop: bool):
-            return [simulate_search(t, policy, model, caps, budget, seed, drop, pipeline, engine,
-                                    noise) for t in traces]
+            return simulate_searches(traces, policy, model, caps, budget, seed, drop, pipeline,
+                                     engine, noise)
 
         from gfsim.replay_logs import derived
 

@@ -7,7 +7,9 @@ from gfsim.core.errors import GfsimError
 from gfsim.cost_models import Capacities, load_cost_model
 from gfsim.policies import make_policy
 from gfsim.replay_logs import load_log, resolve_log
-from gfsim.simulator import Budget, replay
+from gfsim.simulator import Budget, build_traces, replay
+from gfsim.simulator.fastpath import _segmented, _sums, run_fast, run_fast_many
+from gfsim.simulator.replay import calibration_batch
 from gfsim.simulator.noise import MeasureNoise
 from gfsim.simulator.pipeline import parse_pipeline
 from gfsim.testing import LogBuilder
@@ -22,10 +24,13 @@ PIPELINES = [None, "generate,compile,forecast,decide,check,time",
 WIDE = Capacities(generator=64, forecaster=64, compile_workers=64, gpus=64)
 
 
-def random_log(rng, path):
+def random_log(rng, path, tasks: int = 2):
+    """A random log of one search per task (its steps, batches, outcomes and forecasts)."""
     frame = rng.choice(["reference", "seed", "parent"])
-    b = LogBuilder({"t0": float(rng.uniform(0.5, 1.5)), "t1": 1.0}, relative_to=frame)
-    for task in ("t0", "t1"):
+    seeds = {"t0": float(rng.uniform(0.5, 1.5)), "t1": 1.0}
+    seeds.update({f"t{k}": float(rng.uniform(0.5, 1.5)) for k in range(2, tasks)})
+    b = LogBuilder(seeds, relative_to=frame)
+    for task in seeds:
         ids: list[str] = []
         for step in range(int(rng.integers(1, 6))):
             parents = [None] if not ids else list(rng.choice(ids, size=min(len(ids), 3)))
@@ -107,3 +112,58 @@ def test_the_engine_runs_where_the_fast_path_cannot(budget, caps, reason):
     assert {s.engine for s in r.searches} == {"des"}
     with pytest.raises(GfsimError, match=reason):
         replay(log, make_policy("all"), model, capacities=caps, budget=budget, engine="fast")
+
+
+def _same(a, b, where=""):
+    """Equal to the bit (NaN equal to NaN), through dicts, lists and arrays."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), where
+        for k in a:
+            _same(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for k, (x, y) in enumerate(zip(a, b)):
+            _same(x, y, f"{where}[{k}]")
+    elif isinstance(a, np.ndarray):
+        assert a.shape == b.shape and np.array_equal(a, b, equal_nan=True), where
+    elif isinstance(a, float) and a != a:
+        assert isinstance(b, float) and b != b, where
+    else:
+        assert a == b, (where, a, b)
+
+
+@pytest.mark.parametrize("case", range(12))
+def test_searches_replayed_together_give_what_each_gives_alone(tmp_path, case):
+    # Lockstep shares policy calls, clocks and sums across searches: none of it may leak
+    # from one search into another, to the last bit of any figure.
+    rng = np.random.default_rng(500 + case)
+    log = random_log(rng, tmp_path / "log.jsonl", tasks=int(rng.integers(3, 12)))
+    model = load_cost_model(str(rng.choice(["serverless-a100", "reserved-h100"])))
+    traces = build_traces(log, model)
+    policy = make_policy(POLICIES[case % len(POLICIES)])
+    policy.fit(calibration_batch(traces), case)
+    args = (policy, model, WIDE, Budget(steps=3) if case % 4 == 3 else Budget(), case,
+            case % 3 == 0, parse_pipeline(PIPELINES[case % 3]),
+            MeasureNoise(0.1) if case % 2 else None)
+    together = run_fast_many(traces, *args)
+    assert len(together) == len(traces) > 2
+    for t, r in zip(traces, together):
+        alone = run_fast(t, *args)
+        for f in ("search_id", "best_speedup", "best_candidate_id", "gpu_evals", "candidates",
+                  "forecasts", "unmeasurable", "orphans", "reached", "steps", "wall_s",
+                  "stopped_by", "confirmed_speedup", "true_best_speedup", "table"):
+            _same(getattr(alone, f), getattr(r, f), f)
+        assert alone.stages == r.stages
+        _same(alone.anytime, r.anytime, "anytime")
+
+
+def test_segment_sums_and_running_sums_are_numpys_to_the_bit():
+    rng = np.random.default_rng(7)
+    for scale in (1.0, 1e3, 1e-3):
+        sizes = rng.integers(1, 300, size=80)
+        x = rng.random(int(sizes.sum())) * scale
+        starts = np.r_[0, np.cumsum(sizes)[:-1]]
+        want = [x[a:a + n].sum() for a, n in zip(starts, sizes)]
+        assert _sums(x, starts, sizes).tolist() == want
+        running = np.concatenate([np.cumsum(x[a:a + n]) for a, n in zip(starts, sizes)])
+        assert _segmented(np.cumsum, x, starts, sizes).tolist() == running.tolist()
