@@ -34,7 +34,7 @@ import numpy as np
 
 from gfsim.cost_models.presets import Capacities, PresetCostModel
 from gfsim.cost_models.usage import STAGES, Cost
-from gfsim.policies.base import Batch, Decisions, Policy, SearchState
+from gfsim.policies.base import Batch, Policy, SearchState
 from gfsim.simulator.budget import Budget
 from gfsim.simulator.engine import segments
 from gfsim.simulator.pipeline import COST_STAGE, DEFAULT_PIPELINE, Pipeline
@@ -50,6 +50,9 @@ _ENDED_STATE = {_GEN_FAILED: "generation_failed", _UNMEASURABLE: "unmeasurable",
                 _FAILED: "failed_before_decision"}
 _UNBOUNDED = {"usd": math.inf, "seconds": math.inf, "joules": math.inf, "gpu_evals": math.inf}
 
+_KEEP_LAYOUT = 256  # a trace of at least this many candidates keeps its layout and widest
+#                    step between runs
+
 
 class FastPathUnsafe(Exception):
     """A tie in time that only the event engine's ordering can settle."""
@@ -60,7 +63,11 @@ def fast_path_blocker(trace: SearchTrace, policy: Policy, model: PresetCostModel
     """Why the fast path cannot replay this search, or None if it can."""
     if any(not math.isinf(getattr(budget, k)) for k in ("usd", "seconds", "joules", "gpu_evals")):
         return "a usd, seconds, joules or gpu_evals budget"
-    widest = max((sum(len(b) for b in batches) for _, batches in trace.steps), default=0)
+    widest = trace.__dict__.get("_fast_widest")
+    if widest is None:
+        widest = max((sum(map(len, batches)) for _, batches in trace.steps), default=0)
+        if len(trace) >= _KEEP_LAYOUT:
+            trace.__dict__["_fast_widest"] = widest
     slots = {"generator": caps.generator, "GPU": caps.gpus}
     if policy.needs_forecast:
         slots["forecaster"] = caps.forecaster
@@ -91,27 +98,37 @@ class _World:
         chain = itertools.chain.from_iterable
         n = sum(map(len, traces))
         self.n = n
+        if len(traces) == 1:  # one search: the trace's own arrays, converted once per trace
+            a = traces[0].arrays
+            self.gen_failed, outcome = a["gen_failed"], a["outcome"]
+            stage_s = {k: a[k] for k in traces[0].stage_s}
+            gen_s, fc_s = a["generation"], a["forecasting"]
+            self.speedup, self.parent = a["speedup"], a["parent"]
+        else:
+            def floats(get):
+                return np.fromiter(chain(map(get, traces)), dtype=float, count=n)
 
-        def floats(get):
-            return np.fromiter(chain(map(get, traces)), dtype=float, count=n)
-
-        self.gen_failed = np.fromiter(chain(t.gen_failed for t in traces), dtype=bool, count=n)
+            self.gen_failed = np.fromiter(chain(t.gen_failed for t in traces), dtype=bool,
+                                          count=n)
+            outcome = np.empty(n, dtype=object)
+            outcome[:] = list(chain(t.outcome for t in traces))
+            stage_s = {k: floats(lambda t, k=k: t.stage_s[k]) for k in traces[0].stage_s}
+            gen_s, fc_s = floats(lambda t: t.gen_s), floats(lambda t: t.fc_s)
+            self.speedup = floats(lambda t: t.speedup)
+            self.parent = None  # trace-local parents, made global by the caller
         has_forecast = np.concatenate([t.has_forecast for t in traces])
         self.has_forecast = has_forecast
         self.forecast_runs = has_forecast & policy.needs_forecast
-        outcome = np.empty(n, dtype=object)
-        outcome[:] = list(chain(t.outcome for t in traces))
         self.outcome = outcome
         self.no_eval = np.equal(outcome, None)
         self.success = outcome == "success"
-        stage_s = {k: floats(lambda t, k=k: t.stage_s[k]) for k in traces[0].stage_s}
         self.ends_after = {"compile": outcome == "compile_failed",
                            "check": ((outcome == "runtime_error") | (outcome == "incorrect"))
                            & ~(stage_s["timing"] > 0)}  # failed after timing: timing ran
-        self.secs = {"generation": floats(lambda t: t.gen_s),
-                     "forecasting": floats(lambda t: t.fc_s), **stage_s}
-        self.price = {s: tuple(np.concatenate([t.price[s][j] for t in traces]) for j in range(3))
-                      for s in traces[0].price}
+        self.secs = {"generation": gen_s, "forecasting": fc_s, **stage_s}
+        self.price = traces[0].price if len(traces) == 1 else {
+            s: tuple(np.concatenate([t.price[s][j] for t in traces]) for j in range(3))
+            for s in traces[0].price}
 
     def run_pass(self, rows: np.ndarray, start: np.ndarray, segs) -> _Pass:
         """Rows from ``start`` through ``segs``, adding durations in the event engine's order."""
@@ -169,7 +186,6 @@ _TIE_S = 1e-9
 _SKIP_MEASURE = np.array(["skip", "measure"], dtype=object)
 _FIRST_CHUNK = 4  # steps decided at once after a new best; doubles while no new best comes
 _NONE = np.iinfo(np.int64).max  # no record step
-_KEEP_LAYOUT = 256  # a trace of at least this many candidates keeps its layout between runs
 
 
 def _local_layout(steps) -> tuple:
@@ -230,12 +246,12 @@ class _Layout:
 
         self.rows, sizes_a, per_step_a, self.step_numbers = cat(0), cat(1), cat(2), cat(3)
         self.batch = np.repeat(np.arange(len(sizes_a)), sizes_a)
-        self.batch_start = np.r_[0, np.cumsum(sizes_a)]
+        self.batch_start = _offsets(sizes_a)
         self.step_of_batch = np.repeat(np.arange(len(per_step_a)), per_step_a)
-        self.step_first_batch = np.r_[0, np.cumsum(per_step_a)]
+        self.step_first_batch = _offsets(per_step_a)
         self.step_start = self.batch_start[self.step_first_batch]  # position of each step
         self.step = self.step_of_batch[self.batch] if len(self.batch) else np.zeros(0, int)
-        self.search_step = np.r_[0, np.cumsum(steps_of)]  # each search's first step
+        self.search_step = _offsets(steps_of)  # each search's first step
         self.search_of_step = np.repeat(np.arange(len(traces)), steps_of)
         self.single_batch = per_step_a == 1
         self.kept_steps = steps_of
@@ -252,13 +268,32 @@ def _per_row(n: int, p: _Pass) -> tuple[dict[str, np.ndarray], np.ndarray]:
     return counts, gpu
 
 
+def _starts(x: np.ndarray) -> np.ndarray:
+    """Positions where a run of equal values begins (0 first); np.r_ costs 10 us a call."""
+    if len(x) == 0:
+        return np.zeros(0, np.int64)
+    edge = np.empty(len(x), bool)
+    edge[0] = True
+    np.not_equal(x[1:], x[:-1], out=edge[1:])
+    return np.flatnonzero(edge)
+
+
+def _offsets(counts: np.ndarray) -> np.ndarray:
+    """0, then the running sums of ``counts``: where each of them starts, and the end."""
+    out = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
 def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """The integers of [starts[i], ends[i]) for every i, in order."""
+    if len(starts) == 1:
+        return np.arange(starts[0], ends[0])
     lens = ends - starts
     total = int(lens.sum())
     if total == 0:
         return np.zeros(0, np.int64)
-    first = np.repeat(starts - np.r_[0, np.cumsum(lens)[:-1]], lens)
+    first = np.repeat(starts - _offsets(lens)[:-1], lens)
     return first + np.arange(total)
 
 
@@ -271,6 +306,11 @@ def _segmented(accumulate, x: np.ndarray, starts: np.ndarray, lens: np.ndarray) 
     """``accumulate`` (np.cumsum or np.maximum.accumulate) of each segment
     ``x[starts[i]:starts[i] + lens[i]]`` on its own, equal to the bit to what the call gives
     on the segment alone (both run from the segment's first element, left to right)."""
+    if len(starts) == 1:
+        out = np.empty_like(x)
+        a, n = int(starts[0]), int(lens[0])
+        out[a:a + n] = accumulate(x[a:a + n])
+        return out
     out = np.empty_like(x)
     long = lens >= _LONG
     for a, n in zip(starts[long].tolist(), lens[long].tolist()):
@@ -289,6 +329,8 @@ def _sums(x: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
     """``x[a:a + n].sum()`` for every segment, equal to the bit: numpy adds fewer than 8
     values left to right from 0, and 8 to 128 in eight interleaved partial sums (its pairwise
     summation's block); longer segments are summed by numpy one by one."""
+    if len(starts) == 1:
+        return np.array([x[int(starts[0]):int(starts[0]) + int(lens[0])].sum()])
     out = np.zeros(len(starts))
     big = lens > 128
     for i in np.flatnonzero(big).tolist():
@@ -317,13 +359,15 @@ def _sums(x: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
 def _counts_at_or_below(values, vgroup, probes, pgroup, n_groups) -> np.ndarray:
     """For each probe, how many ``values`` of its own group are <= it (``searchsorted(sorted
     values of the group, probe, "right")``, for every group at once)."""
+    if n_groups == 1:
+        return np.searchsorted(np.sort(values), probes, "right")
     key_g = np.concatenate([vgroup, pgroup])
     key_v = np.concatenate([values, probes])
-    kind = np.r_[np.zeros(len(values), np.int8), np.ones(len(probes), np.int8)]
+    kind = np.concatenate([np.zeros(len(values), np.int8), np.ones(len(probes), np.int8)])
     order = np.lexsort((kind, key_v, key_g))
     is_value = kind[order] == 0
     seen = np.cumsum(is_value)
-    before = np.r_[0, np.cumsum(np.bincount(vgroup, minlength=n_groups))][:-1]
+    before = _offsets(np.bincount(vgroup, minlength=n_groups))[:-1]
     at = np.empty(len(order), np.int64)
     at[order] = seen - before[key_g[order]]
     return at[len(values):]
@@ -346,7 +390,7 @@ class _FastRuns:
         self.frame = traces[0].forecast_frame
         S = self.S = len(traces)
         sizes = np.fromiter(map(len, traces), dtype=np.int64, count=S)
-        self.off = off = np.r_[0, np.cumsum(sizes)]
+        self.off = off = _offsets(sizes)
         self.sizes = sizes
         self.w = w = _World(traces, policy)
         n = w.n
@@ -367,13 +411,14 @@ class _FastRuns:
         self.post_rel[rows] = self.post.end
         self.pre_count, self.pre_gpu = _per_row(n, self.pre)
         self.post_count, self.post_gpu = _per_row(n, self.post)
-        local = np.fromiter(itertools.chain.from_iterable(t.parent for t in traces),
-                            dtype=np.int64, count=n)
-        self.parent = np.where(local >= 0, local + np.repeat(off[:-1], sizes), -1)
-        self.local_parent = local
+        if w.parent is not None:
+            self.parent = w.parent
+        else:
+            local = np.fromiter(itertools.chain.from_iterable(t.parent for t in traces),
+                                dtype=np.int64, count=n)
+            self.parent = np.where(local >= 0, local + np.repeat(off[:-1], sizes), -1)
         # What a measurement reports (noisy, if asked); the oracle reads the logged truth.
-        self.true_speedup = np.fromiter(itertools.chain.from_iterable(
-            t.speedup for t in traces), dtype=float, count=n)
+        self.true_speedup = w.speedup
         self.speedup = self.true_speedup if noise is None else self.true_speedup * np.concatenate(
             [noise.factors(seed, t.search_id, t.candidate_ids) for t in traces])
         self.has_eval = ~w.no_eval
@@ -447,22 +492,28 @@ class _FastRuns:
                           batch.parse_failed, base, batch.bin_edges, batch.true_speedup)
         return batch
 
-    def _decide(self, pos: np.ndarray, step_of_search: np.ndarray) -> Decisions:
-        """Decisions for positions ``pos`` (whole batches, ascending), each seeing its
-        search's current best; ``step_of_search``: the step number each search's state
-        shows."""
+    def _decide(self, pos: np.ndarray, step_of_search: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(measure, score, reason as an object array) for positions ``pos`` (whole batches,
+        ascending), each seeing its search's current best; ``step_of_search``: the step
+        number each search's state shows."""
         srch = self.search_of[self.lay.rows[pos]]
         best = self.best[srch]
         group = self.together[srch]
-        cuts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if len(pos) else \
-            np.zeros(0, np.int64)
+        cuts = _starts(group)
+        if len(cuts) == 1:  # one policy call
+            i = int(srch[0])
+            d = self.policy.decide_groups(self._batch(pos), self.lay.batch[pos], best,
+                                          self._state(i, step_of_search[i], self.best[i]))
+            reason = np.empty(len(pos), dtype=object)
+            reason[:] = d.reason
+            return d.measure, d.score, reason
         if len(np.unique(group[cuts])) == len(cuts):  # each group one run of positions
             order = None
-            runs = np.r_[cuts, len(pos)]
+            runs = np.append(cuts, len(pos))
         else:
             order = np.argsort(group, kind="stable")
-            g = group[order]
-            runs = np.r_[np.flatnonzero(np.r_[True, g[1:] != g[:-1]]), len(pos)]
+            runs = np.append(_starts(group[order]), len(pos))
         measure = np.zeros(len(pos), bool)
         score = np.zeros(len(pos))
         reason = np.empty(len(pos), dtype=object)
@@ -474,7 +525,7 @@ class _FastRuns:
                                           best[idx], state)
             measure[idx], score[idx] = d.measure, d.score
             reason[idx] = d.reason
-        return Decisions(measure, score, tuple(reason.tolist()))
+        return measure, score, reason
 
     def _resolve_drops(self, pos: np.ndarray, wants: np.ndarray,
                        first_step: np.ndarray) -> np.ndarray:
@@ -533,10 +584,12 @@ class _FastRuns:
         step_no[active] = lay.step_numbers[first]
         ready = self.pre_ended[rows] == _OK
         live_pos = pos[ready]
-        d = self._decide(live_pos, step_no) if len(live_pos) else None
+        if len(live_pos):
+            d_measure, d_score, d_reason = self._decide(live_pos, step_no)
+        else:
+            d_measure, d_score, d_reason = np.zeros(0, bool), np.zeros(0), np.zeros(0, object)
         wants = np.zeros(len(pos), bool)
-        if d is not None:
-            wants[ready] = d.measure & self.has_eval[rows[ready]]
+        wants[ready] = d_measure & self.has_eval[rows[ready]]
         steps = lay.step[pos]
         dropped = self._resolve_drops(pos, wants, first_of[srch])
         measured = wants & ~dropped
@@ -558,10 +611,8 @@ class _FastRuns:
             # decisions do not depend on them); only the rest count.
             sub = ready & keep & ~dropped
             live_keep = np.flatnonzero(sub[ready])  # rows of d to keep
-            self._commit(pos[keep], dropped[keep], pos[sub],
-                         d.measure[live_keep] if d is not None else np.zeros(0, bool),
-                         d.score[live_keep] if d is not None else np.zeros(0),
-                         [d.reason[j] for j in live_keep.tolist()] if d is not None else [])
+            self._commit(pos[keep], dropped[keep], pos[sub], d_measure[live_keep],
+                         d_score[live_keep], d_reason[live_keep])
         for i in np.flatnonzero(redo).tolist():
             try:
                 self._record_step(i, int(record[i]))
@@ -599,25 +650,25 @@ class _FastRuns:
                 raise FastPathUnsafe("a better measurement ends at the instant a batch decides")
             self.best[i] = max([best, *seen])
             try:
-                d = self._decide(pos[live], step_no)
+                d_measure, d_score, d_reason = self._decide(pos[live], step_no)
             finally:
                 self.best[i] = best
             r = rows[live]
-            go = d.measure & self.has_eval[r]
+            go = d_measure & self.has_eval[r]
             for m in r[go]:
                 if w.success[m]:
                     ends.append(at + self.post_rel[m])
                     speeds.append(self.speedup[m])
             live_pos.append(pos[live])
-            measure.append(d.measure)
-            score.append(d.score)
-            reason.extend(d.reason)
+            measure.append(d_measure)
+            score.append(d_score)
+            reason.append(d_reason)
         cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt))
         lp = cat(live_pos, int)
         # Restore position order: _commit expects live positions in ascending order.
         o = np.argsort(lp, kind="stable")
         self._commit(pos, dropped, lp[o], cat(measure, bool)[o], cat(score, float)[o],
-                     [reason[j] for j in o])
+                     cat(reason, object)[o])
 
     def _commit(self, pos, dropped, live_pos, measure, score, reason) -> None:
         """Record decisions and times for whole steps: positions ``pos`` (ascending), of
@@ -633,10 +684,7 @@ class _FastRuns:
         lrows = lay.rows[live_pos]
         self.action[lrows] = _SKIP_MEASURE[measure.astype(np.intp)]
         self.score[lrows] = score
-        if len(reason):
-            reasons = np.empty(len(reason), dtype=object)
-            reasons[:] = list(reason)
-            self.reason[lrows] = reasons
+        self.reason[lrows] = reason
         self.state[lrows[~measure]] = "skipped"
         go = measure & self.has_eval[lrows]
         self.state[lrows[measure & ~go]] = "unmeasurable"
@@ -648,20 +696,20 @@ class _FastRuns:
         # when its last batch has decided and its last measurement has ended.
         ready_rel = np.where(dropped, 0.0, self.pre_rel[rows])
         batches = lay.batch[pos]
-        first = np.flatnonzero(np.r_[True, batches[1:] != batches[:-1]])
+        first = _starts(batches)
         self.decide_rel[batches[first]] = np.maximum.reduceat(ready_rel, first)
         span = ready_rel.copy()
         mpos = np.zeros(len(pos), bool)
         mpos[np.searchsorted(pos, live_pos[go])] = True
         span[mpos] = self.decide_rel[batches[mpos]] + self.post_rel[rows[mpos]]
         steps = lay.step[pos]
-        sfirst = np.flatnonzero(np.r_[True, steps[1:] != steps[:-1]])
+        sfirst = _starts(steps)
         dur = np.maximum(np.maximum.reduceat(span, sfirst), 0.0)
         ks = steps[sfirst]
         sk = lay.search_of_step[ks]
         # Each search's steps here follow one another: its clock runs on from its first.
-        seg = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
-        lens = np.diff(np.r_[seg, len(ks)])
+        seg = _starts(sk)
+        lens = np.diff(np.append(seg, len(ks)))
         cum = _segmented(np.cumsum, dur, seg, lens)
         start = self.step_t[ks[seg] + sk[seg]]
         self.step_t[ks + sk + 1] = np.repeat(start, lens) + cum
@@ -706,7 +754,7 @@ class _FastRuns:
         if len(ok):
             so = self.search_of[ok]
             o = np.lexsort((ok, t_end[ok], -self.speedup[ok], so))
-            firsts = o[np.r_[True, so[o][1:] != so[o][:-1]]]
+            firsts = o[_starts(so[o])]
             top[so[firsts]] = ok[firsts]
         anytime = self._anytime(abs_step, decide_abs, t_end, gen)
         per_search = [int(x) for x in np.bincount(self.search_of[self.measured], minlength=S)]
@@ -722,7 +770,9 @@ class _FastRuns:
         reason, outcome_l = self.reason.tolist(), outcome.tolist()
         floats = {"score": self.score, "speedup": ok_speed, "measure_start_s": t_start,
                   "measure_end_s": t_end, "usd": cand_usd}
-        floats_l = {k: v.tolist() for k, v in floats.items()}
+        small = sizes < 64  # a table of fewer values holds them as they come
+        floats_l = {k: v.tolist() for k, v in floats.items()} if small.any() else {}
+        whole = S == 1  # one search's table columns are the lists themselves, not copies
         idle_s = (self.caps.gpus * wall - busy).tolist()
         idle = [model.idle(x) for x in idle_s]
         per_stage = [idle if s == "idle" else
@@ -746,8 +796,11 @@ class _FastRuns:
             table = {
                 "candidate_id": t.candidate_ids, "search_id": [t.search_id] * n_i,
                 "task_id": [t.task_id] * n_i, "step": t.step, "parent_index": t.parent,
-                "state": state[a:b], "orphan": orphan_l[a:b], "action": action[a:b],
-                "score": None, "reason": reason[a:b], "outcome": outcome_l[a:b],
+                "state": state if whole else state[a:b],
+                "orphan": orphan_l if whole else orphan_l[a:b],
+                "action": action if whole else action[a:b],
+                "score": None, "reason": reason if whole else reason[a:b],
+                "outcome": outcome_l if whole else outcome_l[a:b],
                 "speedup": None, "measure_start_s": None, "measure_end_s": None, "usd": None,
             }
             if n_i < 64:
@@ -785,7 +838,7 @@ class _FastRuns:
         o = np.lexsort((when, bs))
         bs, when = bs[o], when[o]
         b_count = np.bincount(bs, minlength=S)
-        b_start = np.r_[0, np.cumsum(b_count)][:-1]
+        b_start = _offsets(b_count)[:-1]
         cum_gpu, cum_usd, cum_j = (_segmented(np.cumsum, x[o], b_start, b_count)
                                    for x in (gpu, usd, joules))
         ms = search_of[m]
@@ -805,7 +858,7 @@ class _FastRuns:
             spent_j = spent_j + idle_s * self.model.gpu.idle_w_context
         gains = np.where(self.w.success[m], self.speedup[m], -np.inf)
         m_count = np.bincount(ms, minlength=S)
-        m_start = np.r_[0, np.cumsum(m_count)][:-1]
+        m_start = _offsets(m_count)[:-1]
         best = np.maximum(_segmented(np.maximum.accumulate, gains, m_start, m_count),
                           self.seed_speedup[ms])
         evals = _counts_at_or_below(decide_abs[m], ms, ends, ms, S)
