@@ -8,7 +8,8 @@ each): ``many``, every candidate its own search, and ``one``, one search of one 
 step. Each is loaded once, then priced (``build_traces``) and replayed (the trace driver under
 ``threshold:0.7`` and ``all``, as ``gfsim replay`` does) best of ``--repeat``; the ratio
 many / one of each is the cost of a search beyond that of its candidates, measured in the same
-run. Before issue 41 pricing was 6 ms per search (a ratio in the hundreds).
+run. Before issue 41 pricing was 6 ms per search and the replay 0.5 ms (ratios in the
+hundreds); docs/experiments/benchmarks.md has the figures.
 """
 
 from __future__ import annotations
