@@ -116,6 +116,44 @@ def openevolve(
                             provenance=provenance, surrogate_log=surrogate_log), as_json)
 
 
+
+@app.command("shinka")
+@handles_errors
+def shinka(
+    run_dir: Path = typer.Argument(..., help="A ShinkaEvolve results folder (programs.sqlite, "
+                                             "gen_N/), written by ShinkaEvolve 0.0.x."),
+    out: Path = typer.Option(..., "--out", "-o", help="The trajectory log to write."),
+    metric: str = typer.Option("combined_score", "--metric",
+                               help="The value speedups come from: combined_score, or "
+                                    "public.NAME / private.NAME of the programs' metrics."),
+    lower_is_better: bool = typer.Option(False, "--lower-is-better",
+                                         help="The metric is a runtime: speedup = the "
+                                              "reference's value / the program's.", metavar=""),
+    reference: Optional[float] = typer.Option(
+        None, "--reference", help="The metric's value speedups are against, in its unit "
+                                  "(default: the seed program's)."),
+    db: Optional[str] = typer.Option(None, "--db", help="The database file, where it is not "
+                                                        "programs.sqlite, evolution_db.sqlite "
+                                                        "or None."),
+    shinka_version: Optional[str] = typer.Option(
+        None, "--shinka-version", help="The ShinkaEvolve version that made the run (the run "
+                                       "does not record it); refused outside 0.0.x."),
+    task: str = typer.Option("task", "--task", help="The task id the search is for."),
+    device: str = typer.Option("unknown", "--device", help="The GPU it was measured on."),
+    provenance: str = typer.Option("measured", "--provenance",
+                                   help="measured, synthetic or mixed: where the numbers came "
+                                        "from, said in the log's header."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
+) -> None:
+    """A ShinkaEvolve run as a trajectory log: its programs with parents and islands, the
+    proposals that failed before evaluation, seconds, tokens and API dollars
+    (docs/how-to/replay-shinka.md)."""
+    from gfsim.importers.shinka import import_shinka
+
+    _done(import_shinka(run_dir, out, metric=metric, lower_is_better=lower_is_better,
+                        reference=reference, db=db, shinka_version=shinka_version, task=task,
+                        device=device, provenance=provenance), as_json)
+
 def _capacities(text: str | None) -> dict | None:
     from gfsim.core.errors import SpecError
     from gfsim.core.specs import parse_kv

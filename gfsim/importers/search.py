@@ -17,8 +17,11 @@ field                     meaning
 ``outcome``               ``success``, ``compile_failed``, ``runtime_error``, ``incorrect``,
                           ``timeout``, ``infrastructure_failure``, ``not_measured`` (made but
                           never measured, as a surrogate's filter does: it is logged as
-                          deferred, with no evaluation), or ``not_attempted`` (made, but what
-                          became of it is not known: no evaluation and no decision)
+                          deferred, with no evaluation), ``not_attempted`` (made, but what
+                          became of it is not known: no evaluation and no decision), or
+                          ``generation_failed`` (the proposal failed before there was a
+                          program to measure: an LLM error, a patch that did not apply; its
+                          ``error`` is kept as the generation's failure reason)
 ``speedup``               reference runtime / this runtime (> 0), or
 ``runtime_ns``            the runtime, with the reference from ``--reference-runtime-ns`` or, by
                           default, the runtime of the task's first root that has one
@@ -58,7 +61,7 @@ __all__ = ["import_search", "import_records", "FIELDS", "MEASURED", "OUTCOMES"]
 
 MEASURED = ("success", "compile_failed", "runtime_error", "incorrect", "timeout",
             "infrastructure_failure")
-UNMEASURED = ("not_measured", "not_attempted")
+UNMEASURED = ("not_measured", "not_attempted", "generation_failed")
 OUTCOMES = (*MEASURED, *UNMEASURED)
 FIELDS = ("id", "parent", "order", "task", "search", "code", "code_sha256", "outcome",
           "speedup", "runtime_ns", "error", "generation_s", "compile_s", "check_s", "timing_s",
@@ -243,7 +246,9 @@ def import_records(rows: list[tuple], out, *, source, reference_runtime_ns: floa
         step = steps.get(sid, 0)
         steps[sid] = step + 1
         gen = {"service_s": rec.get("generation_s"), "input_tokens": rec.get("input_tokens"),
-               "output_tokens": rec.get("output_tokens")}
+               "output_tokens": rec.get("output_tokens"),
+               "failed_reason": (rec.get("error") or "generation failed")
+               if rec["outcome"] == "generation_failed" else None}
         cand = {"kind": "candidate", "candidate_id": rec["id"], "search_id": sid,
                 "task_id": task, "parent_id": rec.get("parent"), "step": step, "seq": 0,
                 "generation": {k: v for k, v in gen.items() if v is not None} or None,
@@ -270,7 +275,7 @@ def import_records(rows: list[tuple], out, *, source, reference_runtime_ns: floa
             records.append({"kind": "decision", "candidate_id": rec["id"], "policy": "logged",
                             "action": "defer", "reason": "not_measured in the source file"})
             continue
-        if outcome == "not_attempted":  # what became of it is not known: no record says
+        if outcome in ("not_attempted", "generation_failed"):  # no program was measured
             continue
         ev = {"kind": "evaluation", "candidate_id": rec["id"], "outcome": outcome,
               **{f: rec.get(f) for f in ("compile_s", "check_s", "timing_s")},

@@ -1,0 +1,202 @@
+"""Record a real, small ShinkaEvolve run for tests/data/shinka/ (the importer's fixture).
+
+    python experiments/make_shinka_fixture.py --shinka-python /path/to/venv/bin/python \
+        [--out tests/data/shinka] [--vllm-url http://127.0.0.1:8019/v1] [--generations 12]
+
+What runs: ShinkaEvolve (``shinka-evolve`` from PyPI, in its own environment: ``--shinka-python``
+is a Python that imports it; its pins, httpx 0.27 and an older openai among them, are not
+gfsim's) evolves the task suite's softmax kernel for ``--generations`` generations on CPU, two
+islands, one evaluation at a time. Its LLM ensemble is two OpenAI-compatible servers on
+loopback, named as ShinkaEvolve names a local server (``local/MODEL@URL``):
+
+- the repository's vLLM CPU server (``scripts/start_vllm_cpu.sh`` serving the tiny, randomly
+  initialised model; start it with ``GFSIM_VLLM_MAX_MODEL_LEN=8192``): a real server whose
+  answers are noise, so its proposals hold no program and fail before evaluation (ShinkaEvolve's
+  ``attempt_log``);
+- ``gfsim.integrations.mutation_server``: it answers with the task suite's mutation operator's
+  variant of the program it is shown (``Task.mutate``), NOT a language model, so that the run
+  has programs that compile, run and differ in speed. Each program keeps the model that wrote it
+  (``metadata.model_name``), so each one is labelled.
+
+The evaluator (``inputs/evaluate.py``, run by ShinkaEvolve with gfsim's own Python) is
+``gfsim.integrations.kernel_evaluator.evaluate_kernel``: gfsim's sandboxed measurer under the
+Triton interpreter with CPU timing, so runtimes are the interpreter's on this machine's CPU, not
+a GPU's. ``combined_score`` is the speedup over the task's PyTorch baseline (0 for a failure).
+
+Output (``--out``): ``run/`` (ShinkaEvolve's results folder: ``programs.sqlite``, ``gen_N/``,
+``evolution_run.log``; the LLM answers under ``gen_N/attempts`` are left out), ``inputs/``
+(the initial program, the evaluator and the runner), ``loader_view.json`` (what ShinkaEvolve's
+own loader, ``shinka.utils.load_programs_to_df``, reads from the database: the test compares
+the importer with it) and ``PROVENANCE.json``. A few minutes here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+EVALUATE = '''"""The fixture's evaluator: a task-suite softmax kernel, measured by gfsim (interpreter).
+ShinkaEvolve runs it as ``python evaluate.py --program_path P --results_dir R``."""
+import argparse
+import json
+import os
+
+from gfsim.integrations.kernel_evaluator import evaluate_kernel
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--program_path", required=True)
+ap.add_argument("--results_dir", required=True)
+args = ap.parse_args()
+m = evaluate_kernel(args.program_path, "softmax")
+ok = "error" not in m
+os.makedirs(args.results_dir, exist_ok=True)
+with open(os.path.join(args.results_dir, "metrics.json"), "w") as f:
+    json.dump({"combined_score": m["combined_score"],
+               "public": {k: m[k] for k in ("speedup", "runtime_ns", "device") if k in m},
+               "private": {"outcome": m.get("outcome", "success")},
+               "text_feedback": m.get("error", "")}, f)
+with open(os.path.join(args.results_dir, "correct.json"), "w") as f:
+    json.dump({"correct": ok, "error": m.get("error")}, f)
+'''
+
+RUNNER = '''"""Runs ShinkaEvolve for the fixture (executed by --shinka-python)."""
+import json
+import sys
+
+from shinka.core import EvolutionConfig, ShinkaEvolveRunner
+from shinka.database import DatabaseConfig
+from shinka.launch import LocalJobConfig
+
+cfg = json.loads(sys.argv[1])
+evo = EvolutionConfig(
+    llm_models=cfg["llm_models"], llm_dynamic_selection=None,
+    llm_kwargs={"temperatures": [0.0], "max_tokens": 512},
+    patch_types=["full"], patch_type_probs=[1.0], num_generations=cfg["generations"],
+    max_patch_resamples=1,  # a proposal the noise model spoils fails: attempt_log has rows
+    job_type="local", language="python", embedding_model=None, meta_rec_interval=None,
+    meta_llm_models=None, novelty_llm_models=None, init_program_path=cfg["initial"],
+    results_dir=cfg["results"])
+job = LocalJobConfig(eval_program_path=cfg["evaluate"], python_executable=cfg["python"],
+                     time="00:05:00")
+db = DatabaseConfig(num_islands=2, archive_size=8, migration_interval=4)
+ShinkaEvolveRunner(evo_config=evo, job_config=job, db_config=db, max_evaluation_jobs=1,
+                   max_proposal_jobs=1, max_db_workers=1, verbose=False).run()
+'''
+
+LOADER = '''"""What ShinkaEvolve's own loader reads from the run (executed by --shinka-python)."""
+import json
+import math
+import sqlite3
+import sys
+
+from shinka.utils import load_programs_to_df
+
+
+def text(v):
+    return v if isinstance(v, str) and v else None
+
+
+def number(v):
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+df = load_programs_to_df(sys.argv[1], verbose=False)
+con = sqlite3.connect(sys.argv[1] + "/programs.sqlite")
+island = dict(con.execute("SELECT id, island_idx FROM programs"))  # not among the loader's
+rows = []
+for _, r in df.iterrows():
+    copy = r.get("_is_island_copy") is True or r.get("_is_island_copy") == 1
+    rows.append({"id": r["id"], "parent_id": text(r["parent_id"]),
+                 "generation": int(r["generation"]), "correct": bool(r["correct"]),
+                 "combined_score": number(r["combined_score"]),
+                 "island_idx": island.get(r["id"]),
+                 "copy_of": text(r.get("_original_program_id")) if copy else None})
+failed = con.execute("SELECT count(*) FROM attempt_log").fetchone()[0]
+print(json.dumps({"loader": "shinka.utils.load_programs_to_df", "programs": rows,
+                  "attempt_log_rows": failed}, indent=1))
+'''
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shinka-python", required=True,
+                    help="a Python with shinka-evolve installed")
+    ap.add_argument("--out", default=str(ROOT / "tests" / "data" / "shinka"))
+    ap.add_argument("--vllm-url", default="http://127.0.0.1:8019/v1")
+    ap.add_argument("--vllm-model", default="tiny")
+    ap.add_argument("--generations", type=int, default=12)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    from gfsim.integrations.mutation_server import MODEL, MutationServer
+    from gfsim.live.tasks import get_task
+
+    version = subprocess.run([args.shinka_python, "-c", "import importlib.metadata as m; "
+                              "print(m.version('shinka-evolve'))"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+    out = Path(args.out)
+    work = Path(tempfile.mkdtemp(prefix="gfsim-shinka-fixture-"))
+    seed = get_task("softmax").candidates()[0]  # one_pass: short enough for the tiny model
+    (work / "initial.py").write_text("# EVOLVE-BLOCK-START\n" + seed.code.rstrip("\n")
+                                     + "\n# EVOLVE-BLOCK-END\n")
+    (work / "evaluate.py").write_text(EVALUATE)
+    (work / "run_shinka.py").write_text(RUNNER)
+    (work / "loader_view.py").write_text(LOADER)
+    t0 = time.time()
+    with MutationServer(seed=args.seed) as mutation:
+        cfg = {"llm_models": [f"local/{args.vllm_model}@{args.vllm_url}",
+                              f"local/{MODEL}@{mutation.url}"],
+               "generations": args.generations, "initial": str(work / "initial.py"),
+               "evaluate": str(work / "evaluate.py"), "results": str(work / "run"),
+               "python": sys.executable}
+        subprocess.run([args.shinka_python, str(work / "run_shinka.py"), json.dumps(cfg)],
+                       cwd=work, check=True)
+    seconds = time.time() - t0
+    view = subprocess.run([args.shinka_python, str(work / "loader_view.py"), str(work / "run")],
+                          cwd=work, capture_output=True, text=True, check=True).stdout
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "inputs").mkdir(parents=True)
+    # The LLM answers and prompts under gen_N/attempts are the bulk of a run folder and are
+    # not what the importer reads.
+    shutil.copytree(work / "run", out / "run", ignore=shutil.ignore_patterns("attempts"))
+    for name in ("initial.py", "evaluate.py", "run_shinka.py"):
+        shutil.copy(work / name, out / "inputs" / name)
+    (out / "loader_view.json").write_text(view)
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    cfg["llm_models"][1] = f"local/{MODEL}@http://127.0.0.1:PORT/v1 (the mutation server)"
+    cfg.update(initial="inputs/initial.py", evaluate="inputs/evaluate.py", results="run",
+               python="gfsim's Python")
+    (out / "PROVENANCE.json").write_text(json.dumps({
+        "what": "a real ShinkaEvolve run, recorded by experiments/make_shinka_fixture.py",
+        "shinka_evolve_version": version,
+        "command": "python experiments/make_shinka_fixture.py " + " ".join(sys.argv[1:]),
+        "gfsim_commit": commit, "python": platform.python_version(),
+        "generations": args.generations, "seed": args.seed, "seconds": round(seconds, 1),
+        "configuration": cfg,
+        "llms": {
+            args.vllm_model: "the repository's vLLM CPU server (scripts/start_vllm_cpu.sh): a "
+                             "real vLLM serving a tiny RANDOMLY INITIALISED model; its answers "
+                             "are noise",
+            MODEL: "NOT an LLM: gfsim.integrations.mutation_server answers with the task "
+                   "suite's mutation operator's variant (Task.mutate) of the program shown"},
+        "evaluator": "gfsim.integrations.kernel_evaluator.evaluate_kernel: gfsim's sandboxed "
+                     "measurer under the Triton INTERPRETER on CPU; runtimes are the "
+                     "interpreter's on this CPU, not a GPU's",
+        "left_out": "run/gen_N/attempts (the LLM answers and prompts)",
+    }, indent=1) + "\n")
+    shutil.rmtree(work, ignore_errors=True)
+    print(f"wrote {out} ({seconds:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
