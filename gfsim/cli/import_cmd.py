@@ -154,6 +154,35 @@ def shinka(
                         reference=reference, db=db, shinka_version=shinka_version, task=task,
                         device=device, provenance=provenance), as_json)
 
+
+@app.command("kernelbench")
+@handles_errors
+def kernelbench(
+    run_dir: Path = typer.Argument(..., help="A KernelBench run folder (runs/RUN_NAME) or its "
+                                             "eval_results.json, in any shape KernelBench "
+                                             "has written."),
+    baseline: Path = typer.Option(..., "--baseline",
+                                  help="KernelBench's baseline timing file for the GPU the "
+                                       "results were measured on (results/timing/GPU/"
+                                       "baseline_time_torch.json)."),
+    out: Path = typer.Option(..., "--out", "-o", help="The trajectory log to write."),
+    level: Optional[int] = typer.Option(None, "--level",
+                                        help="The KernelBench level (default: the run's "
+                                             "generation_config.yaml, or the file's nesting)."),
+    device: str = typer.Option("unknown", "--device", help="The GPU it was measured on."),
+    provenance: str = typer.Option("measured", "--provenance",
+                                   help="measured, synthetic or mixed: where the numbers came "
+                                        "from, said in the log's header."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
+) -> None:
+    """KernelBench results as a trajectory log: every sample of every problem, a child of
+    the reference, with KernelBench's speedup and its failures by kind
+    (docs/how-to/replay-kernelbench.md)."""
+    from gfsim.importers.kernelbench import import_kernelbench
+
+    _done(import_kernelbench(run_dir, out, baseline=baseline, level=level, device=device,
+                             provenance=provenance), as_json)
+
 def _capacities(text: str | None) -> dict | None:
     from gfsim.core.errors import SpecError
     from gfsim.core.specs import parse_kv

@@ -1,0 +1,296 @@
+"""KernelBench results as a gfsim trajectory log (``gfsim import kernelbench RUN_DIR --baseline
+FILE -o LOG``): a thin adapter over the bring-your-own-search format
+(``gfsim.importers.search``).
+
+What is read:
+
+- ``RUN_DIR/eval_results.json`` (or the file itself), in every shape KernelBench's
+  ``scripts/eval_from_generations.py`` has written: per problem id one sample object (releases
+  up to v0.1), per problem id a list of samples (since the pass@k change of October 2025), or,
+  in forks, per problem id an object of samples by sample id, or that nested under the level.
+  A sample has ``compiled``, ``correctness``, ``runtime`` (ms, the mean of ``runtime_stats``;
+  -1 when not timed), ``runtime_stats`` and ``metadata`` (the error keys).
+- the baseline (``--baseline``): ``results/timing/GPU/baseline_time_torch.json`` (or a
+  ``torch.compile`` variant): per level (``level1``, ...) per problem file
+  (``42_Conv_...py``) the reference's timing stats in ms. Problems are matched by the number
+  that starts the file name (file names changed between KernelBench versions; numbers did not).
+- the level: ``level`` (``--level``), the nesting of a level-keyed file, or
+  ``RUN_DIR/generation_config.yaml``'s ``level``.
+
+Mapping: each problem is a task (``level{L}/{file name}``, or ``level{L}/problem_{P}`` where
+the baseline does not name it) and a search of its own; each sample a candidate, a child of
+the reference (KernelBench keeps no lineage), in sample order. Outcomes:
+
+- ``correctness`` true and ``runtime`` > 0: ``success``, speedup = the baseline's mean /
+  ``runtime`` (KernelBench's own speedup); ``metadata.excessive_speedup`` (KernelBench's flag
+  for a kernel more than 10x faster than the reference timed beside it) is kept;
+- ``correctness`` true, not timed (``runtime`` -1): ``not_measured`` (checked, never timed);
+- ``compiled`` true, not correct: ``runtime_error`` where ``metadata.runtime_error`` says so,
+  else ``incorrect`` (its ``correctness_issue``);
+- ``compiled`` false: ``timeout`` for ``"Evaluation timed out"``, ``runtime_error`` for a CUDA
+  or other error caught in the worker, else ``compile_failed`` (its ``compilation_error``).
+
+KernelBench logs no times, tokens or costs of generation, so replays impute them (and say so).
+A problem (a sample that lacks a field, a problem the baseline lacks, a file of another shape) is
+one line naming the file, problem, sample and field; nothing is written unless the whole import
+validates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from pathlib import Path
+
+from gfsim.core.errors import GfsimError
+from gfsim.importers.common import json_loads
+from gfsim.replay_logs.io import read_input
+
+__all__ = ["import_kernelbench", "read_results", "SHAPES"]
+
+SHAPES = {"sample": "problem -> one sample (KernelBench up to v0.1)",
+          "list": "problem -> list of samples (KernelBench since October 2025)",
+          "by_sample": "problem -> sample id -> sample (forks)",
+          "by_level": "level -> problem -> sample id -> sample (forks)"}
+_SAMPLE_KEYS = ("compiled", "correctness")
+
+
+class _Bad(GfsimError):
+    def __init__(self, where, field: str | None, message: str):
+        super().__init__(f"{where}" + (f": field '{field}'" if field else "") + f": {message}")
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _load(path: Path, root: Path | None = None):
+    try:
+        return json_loads(read_input(path, root=root).decode("utf-8"))
+    except json.JSONDecodeError as exc:
+        raise _Bad(path, None, f"not valid JSON ({exc.msg} at line {exc.lineno} column "
+                               f"{exc.colno}; a cut file?)") from None
+    except RecursionError:
+        raise _Bad(path, None, "JSON nested too deeply") from None
+    except UnicodeDecodeError as exc:
+        raise _Bad(path, None, f"not valid UTF-8 (at byte {exc.start})") from None
+    except ValueError as exc:
+        raise _Bad(path, None, f"not valid JSON ({str(exc)[:120]})") from None
+
+
+def _is_sample(v) -> bool:
+    return isinstance(v, dict) and any(k in v for k in _SAMPLE_KEYS)
+
+
+def _problem_id(key: str, where) -> int:
+    if not re.fullmatch(r"\d+", str(key)):
+        raise _Bad(where, None, f"problem key {str(key)[:40]!r} is not a problem number")
+    return int(key)
+
+
+def read_results(path: Path, level: int | None, root: Path | None = None) -> dict:
+    """``{"shape": ..., "samples": [(level, problem, sample_id, sample, where)]}`` from an
+    ``eval_results.json`` of any of ``SHAPES``."""
+    data = _load(path, root)
+    if not isinstance(data, dict) or not data:
+        raise _Bad(path, None, "expected a non-empty JSON object of problems (KernelBench's "
+                               "eval_results.json)")
+    first = next(iter(data.values()))
+    if _is_sample(first):
+        shape = "sample"
+    elif isinstance(first, list):
+        shape = "list"
+    elif isinstance(first, dict) and first and _is_sample(next(iter(first.values()))):
+        shape = "by_sample"
+    elif isinstance(first, dict) and first and all(isinstance(v, dict)
+                                                   for v in first.values()):
+        shape = "by_level"
+    else:
+        raise _Bad(path, None, "not a shape of KernelBench's eval_results.json (known: "
+                               + "; ".join(SHAPES.values()) + ")")
+    samples = []
+
+    def add(lvl, pid_key, sid, sample, where):
+        if not _is_sample(sample):
+            raise _Bad(where, None, "expected a sample object with compiled and correctness "
+                                    f"(the file's shape: {SHAPES[shape]})")
+        samples.append((lvl, _problem_id(pid_key, where), sid, sample, where))
+
+    if shape == "by_level":
+        for lkey, problems in data.items():
+            if not re.fullmatch(r"\d+", str(lkey)) or not isinstance(problems, dict):
+                raise _Bad(path, None, f"level key {str(lkey)[:40]!r}: expected a level number "
+                                       "holding problems")
+            for pkey, by_sid in problems.items():
+                where = f"{path}: level {lkey}, problem {pkey}"
+                if not isinstance(by_sid, dict):
+                    raise _Bad(where, None, "expected an object of samples by sample id")
+                for sid, sample in by_sid.items():
+                    add(int(lkey), pkey, sid, sample, f"{where}, sample {sid}")
+        return {"shape": shape, "samples": samples}
+    for pkey, value in data.items():
+        where = f"{path}: problem {pkey}"
+        if shape == "sample":
+            add(level, pkey, (value or {}).get("sample_id", 0) if isinstance(value, dict)
+                else 0, value, where)
+        elif shape == "list":
+            if not isinstance(value, list):
+                raise _Bad(where, None, "expected a list of samples")
+            for k, sample in enumerate(value):
+                sid = sample.get("sample_id", k) if isinstance(sample, dict) else k
+                add(level, pkey, sid, sample, f"{where}, sample {sid}")
+        else:
+            if not isinstance(value, dict):
+                raise _Bad(where, None, "expected an object of samples by sample id")
+            for sid, sample in value.items():
+                add(level, pkey, sid, sample, f"{where}, sample {sid}")
+    return {"shape": shape, "samples": samples}
+
+
+def read_baseline(path: Path) -> dict:
+    """``{(level, problem number): (file name, mean ms)}`` of a KernelBench baseline timing
+    file."""
+    data = _load(path)
+    if not isinstance(data, dict):
+        raise _Bad(path, None, "expected an object of levels (level1, level2, ...)")
+    out = {}
+    for lkey, problems in data.items():
+        m = re.fullmatch(r"level(\d+)", str(lkey))
+        if m is None or not isinstance(problems, dict):
+            raise _Bad(path, None, f"key {str(lkey)[:40]!r}: expected levelN holding problems")
+        for name, stats in problems.items():
+            where = f"{path}: {lkey}, {name}"
+            n = re.match(r"(\d+)_", str(name))
+            if n is None:
+                raise _Bad(where, None, "a problem file name starts with its number")
+            mean = stats.get("mean") if isinstance(stats, dict) else None
+            if not (_number(mean) and mean > 0):
+                raise _Bad(where, "mean", "expected the reference's mean runtime in ms (> 0)")
+            out[(int(m.group(1)), int(n.group(1)))] = (str(name), float(mean))
+    return out
+
+
+def _config_level(run: Path) -> int | None:
+    cfg = run / "generation_config.yaml"
+    if not cfg.is_file():
+        return None
+    m = re.search(r"^level:\s*(\d+)\s*$", read_input(cfg, root=run).decode("utf-8", "replace"),
+                  re.M)
+    return int(m.group(1)) if m else None
+
+
+def _outcome(sample: dict, where: str) -> tuple[str, str | None]:
+    meta = sample.get("metadata") if isinstance(sample.get("metadata"), dict) else {}
+    for field in _SAMPLE_KEYS:
+        if not isinstance(sample.get(field), bool):
+            raise _Bad(where, field, "expected true or false")
+
+    def text(*keys):
+        for k in keys:
+            v = meta.get(k)
+            if v not in (None, "", []):
+                return str(v)[-4000:]
+        return None
+
+    if sample["correctness"]:
+        return "success", None
+    if sample["compiled"]:
+        err = text("runtime_error", "runtime_error_traceback")
+        if err:
+            return "runtime_error", err
+        return "incorrect", text("correctness_issue") or "incorrect output"
+    err = text("error", "other_error", "cuda_error", "gpu_error", "compilation_error")
+    if meta.get("error") == "Evaluation timed out":
+        return "timeout", err
+    if text("cuda_error", "other_error", "gpu_error", "error") and not text(
+            "compilation_error"):
+        return "runtime_error", err
+    return "compile_failed", err or "did not compile"
+
+
+def import_kernelbench(run_dir, out, *, baseline, level: int | None = None,
+                       device: str = "unknown", provenance: str = "measured",
+                       log_id: str | None = None) -> dict:
+    """Write a trajectory log for KernelBench results; returns a summary (see the module doc
+    for the mapping). ``baseline`` is KernelBench's baseline timing file for the GPU the
+    results were measured on."""
+    from gfsim.importers.search import import_records
+
+    src = Path(run_dir)
+    path, run = (src / "eval_results.json", src) if src.is_dir() else (src, src.parent)
+    if not path.is_file():
+        raise GfsimError(f"{path}: no such file (give a KernelBench run folder or its "
+                         "eval_results.json)")
+    if level is None:
+        level = _config_level(run)
+    got = read_results(path, level)
+    base_path = Path(baseline)
+    if not base_path.is_file():
+        raise GfsimError(f"{base_path}: --baseline: no such file")
+    base = read_baseline(base_path)
+    records = []
+    counts: dict[str, int] = {}
+    flagged = 0
+    rows = sorted(got["samples"], key=lambda s: (s[0] or 0, s[1], _sid_key(s[2])))
+    for order, (lvl, pid, sid, sample, where) in enumerate(rows):
+        if lvl is None:
+            raise GfsimError(f"{path}: the level is not known: give --level (or a "
+                             "generation_config.yaml with level beside the results)")
+        name, ref = base.get((lvl, pid), (None, None))
+        task = f"level{lvl}/{name[:-3] if name and name.endswith('.py') else name}" if name \
+            else f"level{lvl}/problem_{pid}"
+        outcome, error = _outcome(sample, where)
+        runtime = sample.get("runtime")
+        meta = sample.get("metadata") if isinstance(sample.get("metadata"), dict) else {}
+        rec = {"id": f"L{lvl}-P{pid}-S{sid}", "parent": None, "order": order, "task": task,
+               "search": task, "error": error}
+        if outcome == "success":
+            if not (_number(runtime) and runtime > 0):
+                outcome, rec["error"] = "not_measured", None  # correct, never timed
+            elif ref is None:
+                raise _Bad(where, None, f"level {lvl} problem {pid} is not in the baseline "
+                                        f"{base_path} (a baseline of another level set?)")
+            else:
+                rec["speedup"] = ref / float(runtime)
+                flagged += meta.get("excessive_speedup") is True
+        rec["outcome"] = outcome
+        stats = sample.get("runtime_stats") if isinstance(sample.get("runtime_stats"),
+                                                          dict) else {}
+        rec["kernelbench"] = {
+            "level": lvl, "problem": pid, "sample": sid, "problem_file": name,
+            "runtime_ms": runtime if _number(runtime) else None,
+            "reference_ms": ref, "runtime_stats": stats or None,
+            "hardware": meta.get("hardware") or stats.get("hardware"),
+            "correctness_trials": meta.get("correctness_trials"),
+            "excessive_speedup": meta.get("excessive_speedup") is True or None}
+        counts[outcome] = counts.get(outcome, 0) + 1
+        records.append((where, rec))
+    if not records:
+        raise _Bad(path, None, "no samples")
+    digest = hashlib.sha256(read_input(path)).hexdigest()
+    prov = {"kind": provenance,
+            "note": f"imported by gfsim import kernelbench from {path}",
+            "source": str(path), "sha256": digest,
+            "kernelbench": {"shape": got["shape"], "format": SHAPES[got["shape"]],
+                            "baseline": str(base_path),
+                            "baseline_sha256": hashlib.sha256(read_input(base_path))
+                            .hexdigest()},
+            "speedup": "the baseline's mean runtime / the sample's runtime (ms), as "
+                       "KernelBench computes it"}
+    summary = import_records(
+        records, out, source=path, provenance=prov, device=device,
+        log_id=log_id or run.name,
+        header_fields={"generator": {"model": "unknown (KernelBench records no generation)"}},
+        run_configuration={"kernelbench": {
+            "evaluation": "independent samples per problem, each a child of the reference"}},
+        driver="kernelbench")
+    summary.update(source=str(path), shape=got["shape"], problems=len({(r["kernelbench"][
+        "level"], r["kernelbench"]["problem"]) for _, r in records}), outcomes=counts,
+        excessive_speedup_flags=flagged)
+    return summary
+
+
+def _sid_key(sid):
+    return (0, int(sid)) if isinstance(sid, int) or str(sid).isdigit() else (1, str(sid))
