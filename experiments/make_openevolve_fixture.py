@@ -26,7 +26,9 @@ failures with error text.
 
 Output (``--out``): ``run/`` (OpenEvolve's output folder: ``checkpoints/``, ``logs/``,
 ``best/``), ``inputs/`` (the initial program, the evaluator file and the config used) and
-``PROVENANCE.json``. About a minute here.
+``PROVENANCE.json``. About a minute here. With ``--trace`` the run also writes OpenEvolve's
+evolution trace (``run/evolution_trace.jsonl`` and its failures file; the fixture of
+``tests/data/openevolve-trace``).
 """
 
 from __future__ import annotations
@@ -93,6 +95,9 @@ def main() -> None:
     ap.add_argument("--vllm-model", default="tiny")
     ap.add_argument("--iterations", type=int, default=16)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--trace", action="store_true",
+                    help="also write OpenEvolve's evolution trace (evolution_trace.jsonl, with "
+                         "its failures file): the fixture of tests/data/openevolve-trace")
     args = ap.parse_args()
 
     import openevolve
@@ -113,6 +118,10 @@ def main() -> None:
     with MutationServer(seed=args.seed) as mutation:
         cfg_dict = config(args.vllm_url, mutation.url, args.iterations, args.seed)
         cfg_dict["llm"]["models"][0]["name"] = args.vllm_model
+        if args.trace:
+            cfg_dict["evolution_trace"] = {"enabled": True, "format": "jsonl",
+                                           "include_code": False, "include_prompts": False,
+                                           "include_failures": True, "buffer_size": 1}
         cfg = Config.from_dict(json.loads(json.dumps(cfg_dict)))
         cfg.prompt.template_dir = str(work / "templates")
         oe = OpenEvolve(str(work / "initial.py"), str(work / "evaluator.py"), cfg,

@@ -102,6 +102,10 @@ def openevolve(
         None, "--surrogate-log", help="The log gfsim's surrogate (gfsim.integrations."
                                       "openevolve) wrote during the run: its forecasts join "
                                       "the programs by code."),
+    trace: Optional[Path] = typer.Option(
+        None, "--trace", help="The run's evolution trace (default: evolution_trace.jsonl in "
+                              "the run folder, when there is one): children the checkpoints "
+                              "dropped, and failed iterations."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
 ) -> None:
     """An OpenEvolve run as a trajectory log: every checkpoint's programs, parents, the
@@ -113,7 +117,8 @@ def openevolve(
                             higher_is_better=higher_is_better,
                             reference_runtime=reference_runtime,
                             openevolve_version=openevolve_version, task=task, device=device,
-                            provenance=provenance, surrogate_log=surrogate_log), as_json)
+                            provenance=provenance, surrogate_log=surrogate_log,
+                            trace=trace), as_json)
 
 
 

@@ -42,6 +42,13 @@ log's order for the log-only ones):
   is the task's ``reference_code`` when it is the reference (what ``gfsim forecast`` shows a
   live forecaster).
 
+With an evolution trace (``evolution_trace`` enabled in the run's config: ``evolution_trace.jsonl``
+in the run folder, or ``trace``, ``--trace FILE``), which keeps every evaluated child, the children
+no checkpoint holds are imported from it with their metrics, parent, island, iteration seconds and
+tokens (instead of ``not_attempted``), and the iterations of its failures file
+(``evolution_trace_failures.jsonl``, ``include_failures``) become ``generation_failed`` candidates
+with their error. The summary's ``sources`` says what was read.
+
 With ``surrogate_log`` (``--surrogate-log``, the log ``gfsim.integrations.openevolve``'s
 surrogate wrote during the run), each program gets the surrogate's forecast of the same code
 (the k-th program with a given code the k-th surrogate candidate with it, in evaluation order),
@@ -189,6 +196,64 @@ def read_run(run_dir) -> dict:
             "logs": _logs(run)}
 
 
+TRACE_NAMES = ("evolution_trace.jsonl", "evolution_trace.jsonl.gz")
+
+
+def read_trace(run: Path, trace=None) -> dict | None:
+    """OpenEvolve's evolution trace (``evolution_trace`` in its config: one JSON line per
+    evaluated child, with its parent, metrics, island, generation and iteration seconds, and,
+    with ``include_failures``, ``<stem>_failures.jsonl``: the iterations that made no
+    program). ``trace`` names the file; by default the run folder's, if it has one. Returns
+    ``{"children": {id: (where, record)}, "failures": [(where, record)], "files": [...]}``."""
+    if trace is None:
+        trace = next((run / n for n in TRACE_NAMES if (run / n).is_file()), None)
+        if trace is None:
+            return None
+    trace = Path(trace)
+    if not trace.is_file():
+        raise GfsimError(f"{trace}: --trace: no such file")
+    root = run if trace.resolve().is_relative_to(run.resolve()) else None
+
+    def lines(path: Path):
+        text = read_input(path, root=root).decode("utf-8", errors="replace")
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{n}"
+            try:
+                rec = json_loads(line)
+            except (ValueError, RecursionError) as exc:
+                raise _Bad(where, None, f"not valid JSON ({str(exc)[:120]}; a cut line?)") \
+                    from None
+            if not isinstance(rec, dict):
+                raise _Bad(where, None, "expected a JSON object (an evolution trace entry)")
+            yield where, rec
+
+    children: dict[str, tuple[str, dict]] = {}
+    for where, rec in lines(trace):
+        for field, kind in (("child_id", str), ("iteration", int), ("child_metrics", dict)):
+            if not isinstance(rec.get(field), kind) or isinstance(rec.get(field), bool):
+                raise _Bad(where, field, "missing or of the wrong type for an OpenEvolve "
+                                         "evolution trace entry")
+        if rec.get("parent_id") is not None and not isinstance(rec["parent_id"], str):
+            raise _Bad(where, "parent_id", "expected a string or null")
+        children[rec["child_id"]] = (where, rec)
+    name = trace.name[:-len(".gz")] if trace.name.endswith(".gz") else trace.name
+    stem = name[:-len(".jsonl")] if name.endswith(".jsonl") else name
+    failures_path = next((trace.with_name(f"{stem}_failures.jsonl{gz}") for gz in ("", ".gz")
+                          if trace.with_name(f"{stem}_failures.jsonl{gz}").is_file()), None)
+    failures = []
+    if failures_path is not None:
+        for where, rec in lines(failures_path):
+            if not isinstance(rec.get("iteration"), int) or isinstance(rec["iteration"], bool):
+                raise _Bad(where, "iteration", "expected a whole number")
+            if rec.get("parent_id") is not None and not isinstance(rec["parent_id"], str):
+                raise _Bad(where, "parent_id", "expected a string or null")
+            failures.append((where, rec))
+    return {"children": children, "failures": failures,
+            "files": [trace.name] + ([failures_path.name] if failures_path else [])}
+
+
 def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
@@ -233,11 +298,13 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
                       higher_is_better: bool = False, reference_runtime: float | None = None,
                       openevolve_version: str | None = None, task: str = "task",
                       device: str = "unknown", provenance: str = "measured",
-                      log_id: str | None = None, surrogate_log=None) -> dict:
+                      log_id: str | None = None, surrogate_log=None, trace=None) -> dict:
     """Write a trajectory log for an OpenEvolve run folder; returns a summary (see the module
     doc for the mapping). ``runtime_metric`` names the metric that is a runtime (lower is
     better) or, with ``higher_is_better``, a score; ``reference_runtime`` is in that metric's
-    unit."""
+    unit. ``trace``: the run's evolution trace (default: ``evolution_trace.jsonl`` in the run
+    folder, if there is one), whose children the checkpoints dropped are imported with their
+    metrics, and whose failures file's iterations become ``generation_failed`` candidates."""
     from gfsim.importers.search import import_records
 
     run, out = Path(run_dir), Path(out)
@@ -273,11 +340,26 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
             continue
         parent = resolve(p.get("parent_id")) if p.get("parent_id") else None
         rows.append(((p["iteration_found"], 0, p["timestamp"], pid), f, p, parent))
-    log_only = [pid for pid in said if pid not in programs and "iteration" in said[pid]]
+    traced = read_trace(run, trace)
+    from_trace = {pid: v for pid, v in (traced or {"children": {}})["children"].items()
+                  if pid not in programs}
+    for pid, (where, t) in from_trace.items():  # children the checkpoints dropped
+        parent = resolve(t["parent_id"]) if t.get("parent_id") else None
+        rows.append(((t["iteration"], 1, float(t.get("timestamp") or 0.0), pid), where, None,
+                     parent))
+    failed = []
+    for k, (where, t) in enumerate((traced or {"failures": []})["failures"]):
+        fid = f"failed-iteration-{t['iteration']}-{k}"
+        failed.append(fid)
+        parent = resolve(t["parent_id"]) if t.get("parent_id") else None
+        rows.append(((t["iteration"], 2, float(t.get("timestamp") or 0.0), fid), where, t,
+                     parent))
+    log_only = [pid for pid in said if pid not in programs and pid not in from_trace
+                and "iteration" in said[pid]]
     for pid in log_only:
         s = said[pid]
         parent = None if s["parent"] == "None" else resolve(s["parent"])
-        rows.append(((s["iteration"], 1, 0.0, pid), run / "logs" / s["log"], None, parent))
+        rows.append(((s["iteration"], 3, 0.0, pid), run / "logs" / s["log"], None, parent))
     rows.sort(key=lambda r: r[0])
     known = {r[0][3] for r in rows}
     for key, f, p, parent in rows:
@@ -287,8 +369,8 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
     # the reference: given, or the seed program's (the first root) value of the metric
     ref, seed = reference_runtime, None
     if ref is None:
-        seed = next(((f, p) for _, f, p, parent in rows if parent is None and p is not None),
-                    None)
+        seed = next(((f, p) for key, f, p, parent in rows
+                     if parent is None and p is not None and key[1] == 0), None)
         if seed is None:
             raise GfsimError(f"{run}: no seed program in any checkpoint; give "
                              "--reference-runtime")
@@ -305,6 +387,51 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
         rec = {"id": pid, "parent": parent, "order": order, "task": task,
                "search": log_id or run.name or "openevolve"}
         s = said.get(pid, {})
+        if key[1] == 2:  # an iteration that made no program (the trace's failures file)
+            rec.update(outcome="generation_failed",
+                       error=str(p.get("error") or "the iteration made no program")[:4000],
+                       openevolve={"iteration": p["iteration"], "island": p.get("island_id"),
+                                   "evolution_mode": p.get("evolution_mode"),
+                                   "file": str(f)})
+            usage = p.get("token_usage")
+            if isinstance(usage, dict):
+                for ours, theirs in (("input_tokens", "prompt_tokens"),
+                                     ("output_tokens", "completion_tokens")):
+                    if isinstance(usage.get(theirs), int) and usage[theirs] >= 0:
+                        rec[ours] = usage[theirs]
+            records.append((str(f), rec))
+            continue
+        if p is None and pid in from_trace:  # evaluated, dropped by the checkpoints
+            t = from_trace[pid][1]
+            arts = t.get("artifacts") if isinstance(t.get("artifacts"), dict) else None
+            outcome, value, error = outcome_of(
+                t["child_metrics"], runtime_metric,
+                _artifact_error(json.dumps(arts)) if arts else None)
+            rec.update(outcome=outcome, error=error,
+                       code=t.get("child_code") if isinstance(t.get("child_code"), str)
+                       and t.get("child_code") else None)
+            if outcome == "success":
+                rec["speedup"] = value / ref if higher_is_better else ref / value
+            meta = t.get("metadata") if isinstance(t.get("metadata"), dict) else {}
+            if s.get("evaluation_s") is not None:
+                rec["evaluation_s"] = s["evaluation_s"]
+                if _number(meta.get("iteration_time")):
+                    rec["generation_s"] = max(0.0, meta["iteration_time"] - s["evaluation_s"])
+            usage = meta.get("token_usage")
+            if isinstance(usage, dict):
+                for ours, theirs in (("input_tokens", "prompt_tokens"),
+                                     ("output_tokens", "completion_tokens")):
+                    if isinstance(usage.get(theirs), int) and usage[theirs] >= 0:
+                        rec[ours] = usage[theirs]
+            rec["openevolve"] = {
+                "island": t.get("island_id"), "generation": t.get("generation"),
+                "iteration": t["iteration"], "timestamp": t.get("timestamp"),
+                "metrics": t["child_metrics"], "llm_model": meta.get("llm_model"),
+                "file": str(f), "note": "from the evolution trace; no checkpoint holds it",
+                **({"iteration_s": meta["iteration_time"]}
+                   if _number(meta.get("iteration_time")) else {})}
+            records.append((str(f), rec))
+            continue
         if p is None:
             rec.update(outcome="not_attempted",
                        openevolve={"iteration": s["iteration"], "log": s["log"],
@@ -352,7 +479,8 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
             "source": str(run), "programs_sha256": digest.hexdigest(),
             "openevolve": {"version": version or "not stated (the run does not record it)",
                            "format": "OpenEvolve 0.4 program database",
-                           "checkpoints": got["checkpoints"], "logs": got["logs"]["files"]},
+                           "checkpoints": got["checkpoints"], "logs": got["logs"]["files"],
+                           "evolution_trace": traced["files"] if traced else None},
             "runtime_metric": runtime_metric, "higher_is_better": bool(higher_is_better),
             "reference": ({"given": reference_runtime} if reference_runtime is not None
                           else {"seed_program_value": ref})}
@@ -372,6 +500,9 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
         task_fields={task: {"reference_code": seed[1]["code"]}} if seed is not None else None)
     summary.update(
         source=str(run), checkpoints=len(got["checkpoints"]),
+        sources=("checkpoints, logs and the evolution trace (" + ", ".join(traced["files"])
+                 + ")") if traced else "checkpoints and logs (no evolution trace)",
+        trace_only=len(from_trace), failed_iterations=len(failed),
         migrant_copies=len(original), log_only=len(log_only),
         iterations_without_a_program=got["logs"]["iteration_errors"],
         reference=ref, outcomes=counts,
