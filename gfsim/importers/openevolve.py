@@ -254,6 +254,15 @@ def read_trace(run: Path, trace=None) -> dict | None:
             "files": [trace.name] + ([failures_path.name] if failures_path else [])}
 
 
+def _tokens(usage) -> dict:
+    """The generating call's tokens from OpenEvolve's ``token_usage`` (OpenAI's names)."""
+    if not isinstance(usage, dict):
+        return {}
+    return {ours: usage[theirs] for ours, theirs in (("input_tokens", "prompt_tokens"),
+                                                     ("output_tokens", "completion_tokens"))
+            if isinstance(usage.get(theirs), int) and usage[theirs] >= 0}
+
+
 def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
@@ -393,12 +402,7 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
                        openevolve={"iteration": p["iteration"], "island": p.get("island_id"),
                                    "evolution_mode": p.get("evolution_mode"),
                                    "file": str(f)})
-            usage = p.get("token_usage")
-            if isinstance(usage, dict):
-                for ours, theirs in (("input_tokens", "prompt_tokens"),
-                                     ("output_tokens", "completion_tokens")):
-                    if isinstance(usage.get(theirs), int) and usage[theirs] >= 0:
-                        rec[ours] = usage[theirs]
+            rec.update(_tokens(p.get("token_usage")))
             records.append((str(f), rec))
             continue
         if p is None and pid in from_trace:  # evaluated, dropped by the checkpoints
@@ -417,12 +421,7 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
                 rec["evaluation_s"] = s["evaluation_s"]
                 if _number(meta.get("iteration_time")):
                     rec["generation_s"] = max(0.0, meta["iteration_time"] - s["evaluation_s"])
-            usage = meta.get("token_usage")
-            if isinstance(usage, dict):
-                for ours, theirs in (("input_tokens", "prompt_tokens"),
-                                     ("output_tokens", "completion_tokens")):
-                    if isinstance(usage.get(theirs), int) and usage[theirs] >= 0:
-                        rec[ours] = usage[theirs]
+            rec.update(_tokens(meta.get("token_usage")))
             rec["openevolve"] = {
                 "island": t.get("island_id"), "generation": t.get("generation"),
                 "iteration": t["iteration"], "timestamp": t.get("timestamp"),
@@ -446,12 +445,7 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
             rec["evaluation_s"] = s["evaluation_s"]
             if s.get("iteration_s") is not None:
                 rec["generation_s"] = max(0.0, s["iteration_s"] - s["evaluation_s"])
-        usage = p["metadata"].get("token_usage")
-        if isinstance(usage, dict):
-            for ours, theirs in (("input_tokens", "prompt_tokens"),
-                                 ("output_tokens", "completion_tokens")):
-                if isinstance(usage.get(theirs), int) and usage[theirs] >= 0:
-                    rec[ours] = usage[theirs]
+        rec.update(_tokens(p["metadata"].get("token_usage")))
         if surrogate is not None:
             queue = surrogate["by_code"].get(hashlib.sha256(p["code"].encode()).hexdigest())
             if queue:
