@@ -171,9 +171,15 @@ def reads_check(args) -> int:
 
     import os
 
-    import torch
+    # CUDA must not start in this process: a child forked after it cannot start it again
+    # (``CUDA error: initialization error``), which is why the measurer forks from a zygote
+    # that never touches CUDA. A throwaway interpreter says whether there is a GPU.
+    import subprocess
 
-    if not torch.cuda.is_available():  # Triton reads it when it is imported
+    probe = subprocess.run([sys.executable, "-c", "import torch; "
+                            "print(int(torch.cuda.is_available()))"],
+                           capture_output=True, text=True, timeout=300)
+    if probe.stdout.strip() != "1":  # Triton reads it when it is imported
         os.environ["TRITON_INTERPRET"] = "1"
     from gfsim.live import sandbox
 
@@ -219,6 +225,8 @@ def _confined_run(task, fac, root: str, dev_writes: bool = False) -> dict:
 
     from gfsim.live import sandbox
 
+    if "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized():
+        raise RuntimeError("CUDA started in the parent: its forked children cannot use it")
     folder = tempfile.mkdtemp(prefix="gfsim-worker-", dir=root)
     r, w = os.pipe()
     pid = os.fork()

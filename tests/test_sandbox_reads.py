@@ -1,7 +1,8 @@
 """The sandbox confines reading (gfsim.live.sandbox.read_allowlist): a candidate reads the
 software it runs and what the loader, Python and the GPU driver need, nothing of the users' or
 the run's files. The hostile rows that try (read-outside-file, read-host-files, read-live-log,
-read-measurer) run in tests/test_hostile.py; the H200 run is in docs/data/."""
+read-measurer) run in tests/test_hostile.py; the GPU run (an H100) is in
+docs/data/hostile-h100-reads.json."""
 
 import json
 import os
@@ -173,3 +174,25 @@ def test_a_machine_that_cannot_confine_reads_refuses_untrusted_code(tmp_path, mo
     with pytest.raises(UntrustedRefused, match="read confinement.*--trust-candidates"):
         m.facilities  # noqa: B018 - starts the zygote, which refuses
     m.close()
+
+
+def test_the_compiler_triton_builds_launchers_with_is_readable_with_its_prefix(tmp_path,
+                                                                              monkeypatch):
+    # A compiler in a prefix of its own (as /opt/gcc/bin/gcc on the H200 machine): without its
+    # prefix, Triton's launcher build fails inside the sandbox with EACCES.
+    prefix = tmp_path / "toolchain"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "libexec").mkdir()
+    cc = prefix / "bin" / "mycc"
+    cc.write_text("#!/bin/sh\n")
+    cc.chmod(0o755)
+    root = tmp_path / "measure"
+    root.mkdir()
+    monkeypatch.setenv("CC", str(cc))
+    allowed = read_allowlist(str(root))
+    assert _covered(cc, allowed) and _covered(prefix / "libexec", allowed)
+    assert not _covered(tmp_path / "elsewhere", allowed)
+    # A compiler in a system folder adds that folder alone, never /usr or /opt whole.
+    monkeypatch.setenv("CC", "/usr/bin/true")
+    every = read_allowlist(str(root))
+    assert not {"/usr", "/opt", "/"} & set(every["execute"] + every["read"])

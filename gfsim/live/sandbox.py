@@ -329,7 +329,8 @@ def read_allowlist(measurer_root: str | None = None) -> dict:
     ``PYTHONPATH``, an editable install: the package's own folder, never the checkout's
     root); the folder of every file mapped into this process (its shared libraries); the
     NVIDIA driver's libraries where ``ldconfig -p`` finds them, ``LD_LIBRARY_PATH`` and
-    ``CUDA_HOME``. ``read``: a few files of /etc (``_SYSTEM_FILES``), parts of /sys
+    ``CUDA_HOME``; the C compiler Triton builds each kernel's launcher with, and its prefix
+    (``_compiler_folders``). ``read``: a few files of /etc (``_SYSTEM_FILES``), parts of /sys
     (``_SYSTEM_DATA``) and ``measurer_root``'s ``SHARED_FOLDER`` (made here if missing).
 
     Never allowed: a folder of ``_NEVER_WHOLE``, one that holds ``measurer_root`` (its working
@@ -350,6 +351,8 @@ def read_allowlist(measurer_root: str | None = None) -> dict:
     for path in _mapped_folders():
         allowed.add(path, "execute")
     for path in _driver_folders():
+        allowed.add(path, "execute")
+    for path in _compiler_folders():
         allowed.add(path, "execute")
     for path in (*_SYSTEM_FILES, *_SYSTEM_DATA):
         allowed.add(path, "read")
@@ -493,6 +496,29 @@ def _driver_folders() -> list[str]:
     out += [p for p in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
     if os.environ.get("CUDA_HOME"):
         out.append(os.environ["CUDA_HOME"])
+    return out
+
+
+def _compiler_folders() -> list[str]:
+    """Where the C compiler that Triton builds each kernel's launcher with lies: ``CC``, else
+    ``gcc``, ``clang`` and ``cc`` on ``PATH`` (Triton's own order is ``CC``, gcc, clang). A
+    compiler installed in a prefix of its own (``/opt/gcc/bin/gcc``) needs that prefix (its
+    ``libexec``, ``lib`` and ``include``): the prefix is given, or only the binary's folder
+    where the prefix is a system folder read-listed as a whole never is (``/usr``, ``/opt``)."""
+    import shutil
+
+    out = []
+    names = [os.environ["CC"]] if os.environ.get("CC") else []
+    for name in (*names, "gcc", "clang", "cc"):
+        found = shutil.which(name)
+        if not found:
+            continue
+        for binary in {found, os.path.realpath(found)}:
+            folder = os.path.dirname(binary)
+            prefix = os.path.dirname(folder)
+            out.append(folder)
+            if os.path.basename(folder) == "bin" and prefix not in _NEVER_WHOLE:
+                out.append(prefix)
     return out
 
 
