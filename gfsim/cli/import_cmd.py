@@ -148,6 +148,10 @@ def shinka(
     provenance: str = typer.Option("measured", "--provenance",
                                    help="measured, synthetic or mixed: where the numbers came "
                                         "from, said in the log's header."),
+    surrogate_log: Optional[Path] = typer.Option(
+        None, "--surrogate-log", help="The log gfsim's gate (gfsim.integrations.shinka) wrote "
+                                      "during the run: its forecasts join the programs by "
+                                      "code."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
 ) -> None:
     """A ShinkaEvolve run as a trajectory log: its programs with parents and islands, the
@@ -157,7 +161,8 @@ def shinka(
 
     _done(import_shinka(run_dir, out, metric=metric, lower_is_better=lower_is_better,
                         reference=reference, db=db, shinka_version=shinka_version, task=task,
-                        device=device, provenance=provenance), as_json)
+                        device=device, provenance=provenance,
+                        surrogate_log=surrogate_log), as_json)
 
 
 @app.command("kernelbench")

@@ -49,3 +49,40 @@ def write_validated(records: list[dict], out: Path, source: Path) -> None:
                              f"({type(exc).__name__}: {str(exc)[:200]})") from None
         raise
     replace(tmp, out)  # and the directory fsynced
+
+
+def read_surrogate_log(path: Path) -> dict:
+    """The log gfsim's surrogate wrote during an OpenEvolve or ShinkaEvolve run
+    (``--surrogate-log``): its candidates' codes in order (``by_code``: code sha256 -> candidate
+    ids), their usable forecasts (as the bring-your-own-search format's ``forecast`` field),
+    the ``selection`` its policy made, and how many candidates it holds."""
+    from gfsim.replay_logs.io import iter_records
+
+    if not path.is_file():
+        raise GfsimError(f"{path}: --surrogate-log: no such file")
+    by_code: dict[str, list[str]] = {}
+    forecasts: dict[str, dict] = {}
+    policy, n = None, 0
+    for _, rec in iter_records(path):
+        kind = rec.get("kind")
+        if kind == "run":
+            policy = (rec.get("configuration") or {}).get("policy")
+        elif kind == "candidate" and rec.get("code_sha256"):
+            by_code.setdefault(rec["code_sha256"], []).append(rec["candidate_id"])
+            n += 1
+        elif kind == "forecast" and not rec.get("error") and not rec.get("parse_failed"):
+            probs = rec.get("probs")
+            if isinstance(probs, list) and len(probs) == 8 and sum(probs) > 0:
+                forecasts[rec["candidate_id"]] = {
+                    "probs": probs, "forecaster": rec.get("forecaster"),
+                    **{k: rec[k] for k in ("latency_s", "input_tokens", "output_tokens")
+                       if rec.get(k) is not None}}
+    if not n:
+        raise GfsimError(f"{path}: --surrogate-log: no candidate records (not a log the "
+                         "surrogate wrote?)")
+    selection = None
+    if policy and policy != "all":
+        selection = {"rule": f"gfsim's surrogate in front of the evaluator chose with "
+                             f"{policy} (--surrogate-log {path.name})"}
+    return {"by_code": by_code, "forecasts": forecasts, "selection": selection,
+            "candidates": n}

@@ -72,7 +72,7 @@ import re
 from pathlib import Path
 
 from gfsim.core.errors import GfsimError
-from gfsim.importers.common import json_loads
+from gfsim.importers.common import json_loads, read_surrogate_log
 from gfsim.replay_logs.io import read_input
 
 __all__ = ["import_openevolve", "read_run", "outcome_of", "SUPPORTED", "TESTED"]
@@ -323,7 +323,7 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
         raise GfsimError("--reference-runtime: expected a number > 0")
     got = read_run(run)
     programs, said = got["programs"], got["logs"]["programs"]
-    surrogate = _read_surrogate(Path(surrogate_log)) if surrogate_log is not None else None
+    surrogate = read_surrogate_log(Path(surrogate_log)) if surrogate_log is not None else None
     numeric = ", ".join(sorted({k for p, _ in programs.values()
                                 for k, v in p["metrics"].items() if _number(v)}))[:300]
     if not runtime_metric:
@@ -504,38 +504,3 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
     if surrogate is not None:
         summary.update(surrogate_matched=matched, surrogate_candidates=surrogate["candidates"])
     return summary
-
-
-def _read_surrogate(path: Path) -> dict:
-    """The surrogate's log: its candidates' codes in order, their usable forecasts (as the
-    bring-your-own-search format's ``forecast`` field) and its policy."""
-    from gfsim.replay_logs.io import iter_records
-
-    if not path.is_file():
-        raise GfsimError(f"{path}: --surrogate-log: no such file")
-    by_code: dict[str, list[str]] = {}
-    forecasts: dict[str, dict] = {}
-    policy, n = None, 0
-    for _, rec in iter_records(path):
-        kind = rec.get("kind")
-        if kind == "run":
-            policy = (rec.get("configuration") or {}).get("policy")
-        elif kind == "candidate" and rec.get("code_sha256"):
-            by_code.setdefault(rec["code_sha256"], []).append(rec["candidate_id"])
-            n += 1
-        elif kind == "forecast" and not rec.get("error") and not rec.get("parse_failed"):
-            probs = rec.get("probs")
-            if isinstance(probs, list) and len(probs) == 8 and sum(probs) > 0:
-                forecasts[rec["candidate_id"]] = {
-                    "probs": probs, "forecaster": rec.get("forecaster"),
-                    **{k: rec[k] for k in ("latency_s", "input_tokens", "output_tokens")
-                       if rec.get(k) is not None}}
-    if not n:
-        raise GfsimError(f"{path}: --surrogate-log: no candidate records (not a log the "
-                         "surrogate wrote?)")
-    selection = None
-    if policy and policy != "all":
-        selection = {"rule": f"gfsim's surrogate in front of the evaluator chose with "
-                             f"{policy} (--surrogate-log {path.name})"}
-    return {"by_code": by_code, "forecasts": forecasts, "selection": selection,
-            "candidates": n}

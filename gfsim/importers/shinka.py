@@ -61,7 +61,7 @@ import tempfile
 from pathlib import Path
 
 from gfsim.core.errors import GfsimError
-from gfsim.importers.common import json_loads
+from gfsim.importers.common import json_loads, read_surrogate_log
 from gfsim.replay_logs.io import read_input
 
 __all__ = ["import_shinka", "read_run", "SUPPORTED", "TESTED", "DB_NAMES"]
@@ -300,11 +300,14 @@ def import_shinka(run_dir, out, *, metric: str = "combined_score",
                   lower_is_better: bool = False, reference: float | None = None,
                   db: str | None = None, shinka_version: str | None = None,
                   task: str = "task", device: str = "unknown", provenance: str = "measured",
-                  log_id: str | None = None) -> dict:
+                  log_id: str | None = None, surrogate_log=None) -> dict:
     """Write a trajectory log for a ShinkaEvolve run folder; returns a summary (see the module
     doc for the mapping). ``metric`` is ``combined_score`` or ``public.NAME`` /
     ``private.NAME``; ``lower_is_better`` when it is a runtime; ``reference`` is in its
-    unit."""
+    unit. ``surrogate_log``: the log ``gfsim.integrations.shinka``'s gate wrote during the
+    run; each program gets the gate's forecast of the same code (the k-th program with a code,
+    in evaluation order, the k-th gate candidate with it) and the header's ``selection`` names
+    the gate's policy."""
     from gfsim.importers.search import import_records
 
     run, out = Path(run_dir), Path(out)
@@ -314,6 +317,8 @@ def import_shinka(run_dir, out, *, metric: str = "combined_score",
     if metric != "combined_score" and not re.fullmatch(r"(public|private)\.\S+", metric):
         raise GfsimError(f"--metric: {metric!r}: expected combined_score, public.NAME or "
                          "private.NAME")
+    surrogate = read_surrogate_log(Path(surrogate_log)) if surrogate_log is not None else None
+    matched = 0
     got = read_run(run, db)
     programs, attempts, path = got["programs"], got["attempts"], got["database"]
     if metric != "combined_score" and not any(
@@ -390,6 +395,14 @@ def import_shinka(run_dir, out, *, metric: str = "combined_score",
         else:
             outcome, value, error = _outcome(rec, metric)
             out_rec.update(outcome=outcome, code=rec.get("code") or None, error=error)
+            if surrogate is not None and rec.get("code"):
+                queue = surrogate["by_code"].get(
+                    hashlib.sha256(rec["code"].encode()).hexdigest())
+                if queue:
+                    forecast = surrogate["forecasts"].get(queue.pop(0))
+                    if forecast is not None:
+                        out_rec["forecast"] = forecast
+                    matched += 1
             if outcome == "success":
                 out_rec["speedup"] = ref / value if lower_is_better else value / ref
             meta = rec["metadata"]
@@ -423,6 +436,9 @@ def import_shinka(run_dir, out, *, metric: str = "combined_score",
                 "table": "programs", "row": rec["id"]}
         counts[out_rec["outcome"]] = counts.get(out_rec["outcome"], 0) + 1
         records.append((rec["where"], out_rec))
+    if surrogate is not None and not matched:
+        raise GfsimError(f"{surrogate_log}: --surrogate-log: no candidate's code_sha256 is the "
+                         f"code of a program in {path} (a gate log of another run?)")
     islands = sorted({p.get("island_idx") for p in programs if p.get("island_idx") is not None})
     usd = sum(sum(r["shinka"]["usd"].values()) for _, r in records)
     prov = {"kind": provenance,
@@ -438,7 +454,9 @@ def import_shinka(run_dir, out, *, metric: str = "combined_score",
         records, out, source=path, provenance=prov, device=device,
         log_id=log_id or run.name,
         header_fields={"generator": {"model": "ShinkaEvolve's LLM ensemble (see each "
-                                              "candidate's shinka.model)"}},
+                                              "candidate's shinka.model)"},
+                       **({"selection": surrogate["selection"]}
+                          if surrogate is not None and surrogate["selection"] else {})},
         run_configuration={"shinka": {
             "islands": len(islands), "database": path.name,
             "evaluation": "one program at a time (no parent batches)"}},
@@ -449,4 +467,6 @@ def import_shinka(run_dir, out, *, metric: str = "combined_score",
                    island_copies=len(original), failed_proposals=len(attempts),
                    metric=metric, reference=ref, outcomes=counts,
                    api_usd=round(usd, 6))
+    if surrogate is not None:
+        summary.update(surrogate_matched=matched, surrogate_candidates=surrogate["candidates"])
     return summary
