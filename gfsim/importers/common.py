@@ -8,7 +8,59 @@ from pathlib import Path
 from gfsim.core.durable import replace
 from gfsim.core.errors import GfsimError
 
-__all__ = ["write_validated", "json_loads"]
+__all__ = ["BadField", "check_version", "is_number", "json_loads", "load_json",
+           "read_surrogate_log", "write_validated"]
+
+
+class BadField(GfsimError):
+    """Bad input, in one line: where (a file, with its table, row or line), the field, what
+    is wrong."""
+
+    def __init__(self, where, field: str | None, message: str):
+        super().__init__(f"{where}" + (f": field '{field}'" if field else "") + f": {message}")
+
+
+def is_number(v) -> bool:
+    """A finite JSON number (not a bool)."""
+    import math
+
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def check_version(text: str | None, option: str, tool: str, supported: tuple, tested: str):
+    """The version a user says a run was made with (``--openevolve-version``), stripped, or
+    one line refusing it outside ``supported`` ((major, minor) from, (major, minor) before);
+    None when not said."""
+    import re
+
+    if text is None:
+        return None
+    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.\d+)?(?:[.+-]?\w+)*", text.strip())
+    if m is None or not (supported[0] <= (int(m.group(1)), int(m.group(2))) < supported[1]):
+        lo, hi = (".".join(map(str, v)) for v in supported)
+        raise GfsimError(f"{option}: {text!r} is not supported; this importer reads runs of "
+                         f"{tool} >={lo},<{hi} (tested with {tested})")
+    return text.strip()
+
+
+def load_json(path: Path, root: Path | None = None):
+    """A JSON file of another tool's, read within the input limits (``read_input``: a regular
+    file, inside ``root`` when given, bounded), or one line naming the file."""
+    import json
+
+    from gfsim.replay_logs.io import read_input
+
+    try:
+        return json_loads(read_input(path, root=root).decode("utf-8"))
+    except json.JSONDecodeError as exc:
+        raise BadField(path, None, f"not valid JSON ({exc.msg} at line {exc.lineno} column "
+                                   f"{exc.colno}; a cut file?)") from None
+    except RecursionError:
+        raise BadField(path, None, "JSON nested too deeply") from None
+    except UnicodeDecodeError as exc:
+        raise BadField(path, None, f"not valid UTF-8 (at byte {exc.start})") from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise BadField(path, None, f"not valid JSON ({str(exc)[:120]})") from None
 
 
 def _int(text: str):

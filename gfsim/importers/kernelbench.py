@@ -39,13 +39,11 @@ validates.
 from __future__ import annotations
 
 import hashlib
-import json
-import math
 import re
 from pathlib import Path
 
 from gfsim.core.errors import GfsimError
-from gfsim.importers.common import json_loads
+from gfsim.importers.common import BadField, is_number, load_json
 from gfsim.replay_logs.io import read_input
 
 __all__ = ["import_kernelbench", "read_results", "SHAPES"]
@@ -57,45 +55,22 @@ SHAPES = {"sample": "problem -> one sample (KernelBench up to v0.1)",
 _SAMPLE_KEYS = ("compiled", "correctness")
 
 
-class _Bad(GfsimError):
-    def __init__(self, where, field: str | None, message: str):
-        super().__init__(f"{where}" + (f": field '{field}'" if field else "") + f": {message}")
-
-
-def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _load(path: Path, root: Path | None = None):
-    try:
-        return json_loads(read_input(path, root=root).decode("utf-8"))
-    except json.JSONDecodeError as exc:
-        raise _Bad(path, None, f"not valid JSON ({exc.msg} at line {exc.lineno} column "
-                               f"{exc.colno}; a cut file?)") from None
-    except RecursionError:
-        raise _Bad(path, None, "JSON nested too deeply") from None
-    except UnicodeDecodeError as exc:
-        raise _Bad(path, None, f"not valid UTF-8 (at byte {exc.start})") from None
-    except ValueError as exc:
-        raise _Bad(path, None, f"not valid JSON ({str(exc)[:120]})") from None
-
-
 def _is_sample(v) -> bool:
     return isinstance(v, dict) and any(k in v for k in _SAMPLE_KEYS)
 
 
 def _problem_id(key: str, where) -> int:
     if not re.fullmatch(r"\d+", str(key)):
-        raise _Bad(where, None, f"problem key {str(key)[:40]!r} is not a problem number")
+        raise BadField(where, None, f"problem key {str(key)[:40]!r} is not a problem number")
     return int(key)
 
 
 def read_results(path: Path, level: int | None, root: Path | None = None) -> dict:
     """``{"shape": ..., "samples": [(level, problem, sample_id, sample, where)]}`` from an
     ``eval_results.json`` of any of ``SHAPES``."""
-    data = _load(path, root)
+    data = load_json(path, root)
     if not isinstance(data, dict) or not data:
-        raise _Bad(path, None, "expected a non-empty JSON object of problems (KernelBench's "
+        raise BadField(path, None, "expected a non-empty JSON object of problems (KernelBench's "
                                "eval_results.json)")
     first = next(iter(data.values()))
     if _is_sample(first):
@@ -108,25 +83,25 @@ def read_results(path: Path, level: int | None, root: Path | None = None) -> dic
                                                    for v in first.values()):
         shape = "by_level"
     else:
-        raise _Bad(path, None, "not a shape of KernelBench's eval_results.json (known: "
+        raise BadField(path, None, "not a shape of KernelBench's eval_results.json (known: "
                                + "; ".join(SHAPES.values()) + ")")
     samples = []
 
     def add(lvl, pid_key, sid, sample, where):
         if not _is_sample(sample):
-            raise _Bad(where, None, "expected a sample object with compiled and correctness "
+            raise BadField(where, None, "expected a sample object with compiled and correctness "
                                     f"(the file's shape: {SHAPES[shape]})")
         samples.append((lvl, _problem_id(pid_key, where), sid, sample, where))
 
     if shape == "by_level":
         for lkey, problems in data.items():
             if not re.fullmatch(r"\d+", str(lkey)) or not isinstance(problems, dict):
-                raise _Bad(path, None, f"level key {str(lkey)[:40]!r}: expected a level number "
+                raise BadField(path, None, f"level key {str(lkey)[:40]!r}: expected a level number "
                                        "holding problems")
             for pkey, by_sid in problems.items():
                 where = f"{path}: level {lkey}, problem {pkey}"
                 if not isinstance(by_sid, dict):
-                    raise _Bad(where, None, "expected an object of samples by sample id")
+                    raise BadField(where, None, "expected an object of samples by sample id")
                 for sid, sample in by_sid.items():
                     add(int(lkey), pkey, sid, sample, f"{where}, sample {sid}")
         return {"shape": shape, "samples": samples}
@@ -137,13 +112,13 @@ def read_results(path: Path, level: int | None, root: Path | None = None) -> dic
                 else 0, value, where)
         elif shape == "list":
             if not isinstance(value, list):
-                raise _Bad(where, None, "expected a list of samples")
+                raise BadField(where, None, "expected a list of samples")
             for k, sample in enumerate(value):
                 sid = sample.get("sample_id", k) if isinstance(sample, dict) else k
                 add(level, pkey, sid, sample, f"{where}, sample {sid}")
         else:
             if not isinstance(value, dict):
-                raise _Bad(where, None, "expected an object of samples by sample id")
+                raise BadField(where, None, "expected an object of samples by sample id")
             for sid, sample in value.items():
                 add(level, pkey, sid, sample, f"{where}, sample {sid}")
     return {"shape": shape, "samples": samples}
@@ -152,22 +127,22 @@ def read_results(path: Path, level: int | None, root: Path | None = None) -> dic
 def read_baseline(path: Path) -> dict:
     """``{(level, problem number): (file name, mean ms)}`` of a KernelBench baseline timing
     file."""
-    data = _load(path)
+    data = load_json(path)
     if not isinstance(data, dict):
-        raise _Bad(path, None, "expected an object of levels (level1, level2, ...)")
+        raise BadField(path, None, "expected an object of levels (level1, level2, ...)")
     out = {}
     for lkey, problems in data.items():
         m = re.fullmatch(r"level(\d+)", str(lkey))
         if m is None or not isinstance(problems, dict):
-            raise _Bad(path, None, f"key {str(lkey)[:40]!r}: expected levelN holding problems")
+            raise BadField(path, None, f"key {str(lkey)[:40]!r}: expected levelN holding problems")
         for name, stats in problems.items():
             where = f"{path}: {lkey}, {name}"
             n = re.match(r"(\d+)_", str(name))
             if n is None:
-                raise _Bad(where, None, "a problem file name starts with its number")
+                raise BadField(where, None, "a problem file name starts with its number")
             mean = stats.get("mean") if isinstance(stats, dict) else None
-            if not (_number(mean) and mean > 0):
-                raise _Bad(where, "mean", "expected the reference's mean runtime in ms (> 0)")
+            if not (is_number(mean) and mean > 0):
+                raise BadField(where, "mean", "expected the reference's mean runtime in ms (> 0)")
             out[(int(m.group(1)), int(n.group(1)))] = (str(name), float(mean))
     return out
 
@@ -185,7 +160,7 @@ def _outcome(sample: dict, where: str) -> tuple[str, str | None]:
     meta = sample.get("metadata") if isinstance(sample.get("metadata"), dict) else {}
     for field in _SAMPLE_KEYS:
         if not isinstance(sample.get(field), bool):
-            raise _Bad(where, field, "expected true or false")
+            raise BadField(where, field, "expected true or false")
 
     def text(*keys):
         for k in keys:
@@ -247,10 +222,10 @@ def import_kernelbench(run_dir, out, *, baseline, level: int | None = None,
         rec = {"id": f"L{lvl}-P{pid}-S{sid}", "parent": None, "order": order, "task": task,
                "search": task, "error": error}
         if outcome == "success":
-            if not (_number(runtime) and runtime > 0):
+            if not (is_number(runtime) and runtime > 0):
                 outcome, rec["error"] = "not_measured", None  # correct, never timed
             elif ref is None:
-                raise _Bad(where, None, f"level {lvl} problem {pid} is not in the baseline "
+                raise BadField(where, None, f"level {lvl} problem {pid} is not in the baseline "
                                         f"{base_path} (a baseline of another level set?)")
             else:
                 rec["speedup"] = ref / float(runtime)
@@ -260,7 +235,7 @@ def import_kernelbench(run_dir, out, *, baseline, level: int | None = None,
                                                           dict) else {}
         rec["kernelbench"] = {
             "level": lvl, "problem": pid, "sample": sid, "problem_file": name,
-            "runtime_ms": runtime if _number(runtime) else None,
+            "runtime_ms": runtime if is_number(runtime) else None,
             "reference_ms": ref, "runtime_stats": stats or None,
             "hardware": meta.get("hardware") or stats.get("hardware"),
             "correctness_trials": meta.get("correctness_trials"),
@@ -268,7 +243,7 @@ def import_kernelbench(run_dir, out, *, baseline, level: int | None = None,
         counts[outcome] = counts.get(outcome, 0) + 1
         records.append((where, rec))
     if not records:
-        raise _Bad(path, None, "no samples")
+        raise BadField(path, None, "no samples")
     digest = hashlib.sha256(read_input(path)).hexdigest()
     prov = {"kind": provenance,
             "note": f"imported by gfsim import kernelbench from {path}",

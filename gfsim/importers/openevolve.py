@@ -67,12 +67,12 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import math
 import re
 from pathlib import Path
 
 from gfsim.core.errors import GfsimError
-from gfsim.importers.common import json_loads, read_surrogate_log
+from gfsim.importers.common import (BadField, check_version, is_number, json_loads, load_json,
+                                    read_surrogate_log)
 from gfsim.replay_logs.io import read_input
 
 __all__ = ["import_openevolve", "read_run", "outcome_of", "SUPPORTED", "TESTED"]
@@ -88,50 +88,19 @@ _EVALUATED = re.compile(r"Evaluated program (\S+) in ([0-9.]+)s")
 _ITER_ERROR = re.compile(r"Iteration (\d+) error")
 
 
-class _Bad(GfsimError):
-    def __init__(self, where, field: str | None, message: str):
-        super().__init__(f"{where}" + (f": field '{field}'" if field else "") + f": {message}")
-
-
-def _version(text: str | None) -> str | None:
-    if text is None:
-        return None
-    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.\d+)?(?:[.+-]?\w+)*", text.strip())
-    if m is None or not (SUPPORTED[0] <= (int(m.group(1)), int(m.group(2))) < SUPPORTED[1]):
-        raise GfsimError(f"--openevolve-version: {text!r} is not supported; this importer "
-                         f"reads runs of OpenEvolve >=0.4,<0.5 (tested with {TESTED})")
-    return text.strip()
-
-
-def _load_json(path: Path, run: Path):
-    """A JSON file of the run, read within the input limits (``read_input``: a regular file
-    inside the run folder, bounded), one line naming the file if it cannot be read."""
-    try:
-        return json_loads(read_input(path, root=run).decode("utf-8"))
-    except json.JSONDecodeError as exc:
-        raise _Bad(path, None, f"not valid JSON ({exc.msg} at line {exc.lineno} column "
-                               f"{exc.colno}; a cut file?)") from None
-    except RecursionError:
-        raise _Bad(path, None, "JSON nested too deeply") from None
-    except UnicodeDecodeError as exc:
-        raise _Bad(path, None, f"not valid UTF-8 (at byte {exc.start})") from None
-    except ValueError as exc:  # an integer of more digits than Python converts
-        raise _Bad(path, None, f"not valid JSON ({str(exc)[:120]})") from None
-
-
 def _program(path: Path, run: Path) -> dict:
-    prog = _load_json(path, run)
+    prog = load_json(path, run)
     if not isinstance(prog, dict):
-        raise _Bad(path, None, "expected a JSON object (an OpenEvolve 0.4 program)")
+        raise BadField(path, None, "expected a JSON object (an OpenEvolve 0.4 program)")
     for field, kind in _REQUIRED.items():
         v = prog.get(field)
         if v is None or not isinstance(v, kind) or isinstance(v, bool):
-            raise _Bad(path, field, "missing or of the wrong type for an OpenEvolve 0.4 "
+            raise BadField(path, field, "missing or of the wrong type for an OpenEvolve 0.4 "
                                     "program")
     if prog["id"] != path.stem:
-        raise _Bad(path, "id", f"{prog['id'][:80]!r} differs from the file's name")
+        raise BadField(path, "id", f"{prog['id'][:80]!r} differs from the file's name")
     if prog.get("parent_id") is not None and not isinstance(prog["parent_id"], str):
-        raise _Bad(path, "parent_id", "expected a string or null")
+        raise BadField(path, "parent_id", "expected a string or null")
     return prog
 
 
@@ -181,16 +150,16 @@ def read_run(run_dir) -> dict:
     for cp in cps:
         files = sorted((cp / "programs").glob("*.json")) if (cp / "programs").is_dir() else []
         if not files:
-            raise _Bad(cp / "programs", None, "a checkpoint with no programs (an interrupted "
+            raise BadField(cp / "programs", None, "a checkpoint with no programs (an interrupted "
                                               "save?)")
         for f in files:
             prog = _program(f, run)
             programs[prog["id"]] = (prog, f)  # a later checkpoint's copy wins
         meta_path = cp / "metadata.json"
         if meta_path.is_file():
-            meta = _load_json(meta_path, run)
+            meta = load_json(meta_path, run)
             if not isinstance(meta, dict) or not isinstance(meta.get("islands", []), list):
-                raise _Bad(meta_path, "islands", "expected an object with a list of islands")
+                raise BadField(meta_path, "islands", "expected an object with a list of islands")
             metadata = meta
     return {"programs": programs, "metadata": metadata, "checkpoints": [c.name for c in cps],
             "logs": _logs(run)}
@@ -223,20 +192,20 @@ def read_trace(run: Path, trace=None) -> dict | None:
             try:
                 rec = json_loads(line)
             except (ValueError, RecursionError) as exc:
-                raise _Bad(where, None, f"not valid JSON ({str(exc)[:120]}; a cut line?)") \
+                raise BadField(where, None, f"not valid JSON ({str(exc)[:120]}; a cut line?)") \
                     from None
             if not isinstance(rec, dict):
-                raise _Bad(where, None, "expected a JSON object (an evolution trace entry)")
+                raise BadField(where, None, "expected a JSON object (an evolution trace entry)")
             yield where, rec
 
     children: dict[str, tuple[str, dict]] = {}
     for where, rec in lines(trace):
         for field, kind in (("child_id", str), ("iteration", int), ("child_metrics", dict)):
             if not isinstance(rec.get(field), kind) or isinstance(rec.get(field), bool):
-                raise _Bad(where, field, "missing or of the wrong type for an OpenEvolve "
+                raise BadField(where, field, "missing or of the wrong type for an OpenEvolve "
                                          "evolution trace entry")
         if rec.get("parent_id") is not None and not isinstance(rec["parent_id"], str):
-            raise _Bad(where, "parent_id", "expected a string or null")
+            raise BadField(where, "parent_id", "expected a string or null")
         children[rec["child_id"]] = (where, rec)
     name = trace.name[:-len(".gz")] if trace.name.endswith(".gz") else trace.name
     stem = name[:-len(".jsonl")] if name.endswith(".jsonl") else name
@@ -246,9 +215,9 @@ def read_trace(run: Path, trace=None) -> dict | None:
     if failures_path is not None:
         for where, rec in lines(failures_path):
             if not isinstance(rec.get("iteration"), int) or isinstance(rec["iteration"], bool):
-                raise _Bad(where, "iteration", "expected a whole number")
+                raise BadField(where, "iteration", "expected a whole number")
             if rec.get("parent_id") is not None and not isinstance(rec["parent_id"], str):
-                raise _Bad(where, "parent_id", "expected a string or null")
+                raise BadField(where, "parent_id", "expected a string or null")
             failures.append((where, rec))
     return {"children": children, "failures": failures,
             "files": [trace.name] + ([failures_path.name] if failures_path else [])}
@@ -261,10 +230,6 @@ def _tokens(usage) -> dict:
     return {ours: usage[theirs] for ours, theirs in (("input_tokens", "prompt_tokens"),
                                                      ("output_tokens", "completion_tokens"))
             if isinstance(usage.get(theirs), int) and usage[theirs] >= 0}
-
-
-def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _artifact_error(artifacts_json) -> str | None:
@@ -293,7 +258,7 @@ def outcome_of(metrics: dict, metric: str, artifact_error: str | None = None
         outcome = stated if stated in _OUTCOMES else "runtime_error"
         return outcome, None, text or f"error metric {str(err)[:200]}"
     v = metrics.get(metric)
-    if _number(v) and v > 0:
+    if is_number(v) and v > 0:
         return "success", float(v), None
     return "incorrect", None, (f"no {metric} > 0 in its metrics (got {str(v)[:60]})"
                                if v is not None else f"no {metric} in its metrics")
@@ -317,15 +282,16 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
     from gfsim.importers.search import import_records
 
     run, out = Path(run_dir), Path(out)
-    version = _version(openevolve_version)
-    if reference_runtime is not None and not (_number(reference_runtime)
+    version = check_version(openevolve_version, "--openevolve-version", "OpenEvolve",
+                            SUPPORTED, TESTED)
+    if reference_runtime is not None and not (is_number(reference_runtime)
                                               and reference_runtime > 0):
         raise GfsimError("--reference-runtime: expected a number > 0")
     got = read_run(run)
     programs, said = got["programs"], got["logs"]["programs"]
     surrogate = read_surrogate_log(Path(surrogate_log)) if surrogate_log is not None else None
     numeric = ", ".join(sorted({k for p, _ in programs.values()
-                                for k, v in p["metrics"].items() if _number(v)}))[:300]
+                                for k, v in p["metrics"].items() if is_number(v)}))[:300]
     if not runtime_metric:
         raise GfsimError(f"{run}: give --runtime-metric NAME (this run's numeric metrics: "
                          f"{numeric or 'none'})")
@@ -373,7 +339,7 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
     known = {r[0][3] for r in rows}
     for key, f, p, parent in rows:
         if parent is not None and parent not in known:
-            raise _Bad(f, "parent_id", f"{parent[:80]!r} is held by no checkpoint and named by "
+            raise BadField(f, "parent_id", f"{parent[:80]!r} is held by no checkpoint and named by "
                                        "no log line (a missing parent)")
     # the reference: given, or the seed program's (the first root) value of the metric
     ref, seed = reference_runtime, None
@@ -385,7 +351,7 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
                              "--reference-runtime")
         outcome, value, _ = _outcome(seed[1], runtime_metric)
         if outcome != "success":
-            raise _Bad(seed[0], f"metrics.{runtime_metric}", "the seed program has no value > 0"
+            raise BadField(seed[0], f"metrics.{runtime_metric}", "the seed program has no value > 0"
                                                              " to measure speedups against; "
                                                              "give --reference-runtime")
         ref = value
@@ -419,7 +385,7 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
             meta = t.get("metadata") if isinstance(t.get("metadata"), dict) else {}
             if s.get("evaluation_s") is not None:
                 rec["evaluation_s"] = s["evaluation_s"]
-                if _number(meta.get("iteration_time")):
+                if is_number(meta.get("iteration_time")):
                     rec["generation_s"] = max(0.0, meta["iteration_time"] - s["evaluation_s"])
             rec.update(_tokens(meta.get("token_usage")))
             rec["openevolve"] = {
@@ -428,7 +394,7 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
                 "metrics": t["child_metrics"], "llm_model": meta.get("llm_model"),
                 "file": str(f), "note": "from the evolution trace; no checkpoint holds it",
                 **({"iteration_s": meta["iteration_time"]}
-                   if _number(meta.get("iteration_time")) else {})}
+                   if is_number(meta.get("iteration_time")) else {})}
             records.append((str(f), rec))
             continue
         if p is None:

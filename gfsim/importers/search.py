@@ -52,10 +52,10 @@ a file and line), so that a problem is named against the adapter's own source.
 from __future__ import annotations
 
 import hashlib
-import math
 from pathlib import Path
 
 from gfsim.core.errors import GfsimError
+from gfsim.importers.common import is_number
 
 __all__ = ["import_search", "import_records", "FIELDS", "MEASURED", "OUTCOMES"]
 
@@ -79,10 +79,6 @@ class _Bad(GfsimError):
     def __init__(self, path: Path, line, field: str | None, message: str):
         where = _where(path, line) + (f": field '{field}'" if field else "")
         super().__init__(f"{where}: {message}")
-
-
-def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _count(v) -> bool:
@@ -119,20 +115,20 @@ def _check(path: Path, line: int, rec: dict) -> None:
     for f in ("parent", "task", "search", "code", "code_sha256", "error"):
         if rec.get(f) is not None and not _text(rec[f]):
             bad(f, "expected a non-empty string")
-    if rec.get("order") is not None and not _number(rec["order"]):
+    if rec.get("order") is not None and not is_number(rec["order"]):
         bad("order", "expected a finite number")
     outcome = rec.get("outcome")
     if outcome not in OUTCOMES:
         bad("outcome", f"expected one of {', '.join(OUTCOMES)}; got {str(outcome)[:40]!r}")
     for f in ("speedup", "runtime_ns"):
-        if rec.get(f) is not None and not (_number(rec[f]) and rec[f] > 0):
+        if rec.get(f) is not None and not (is_number(rec[f]) and rec[f] > 0):
             bad(f, "expected a finite number > 0")
     if outcome == "success" and rec.get("speedup") is None and rec.get("runtime_ns") is None:
         bad("speedup", "a success needs a speedup or a runtime_ns")
     if outcome != "success" and rec.get("speedup") is not None:
         bad("speedup", f"outcome {outcome!r} cannot carry a speedup")
     for f in _SECONDS:
-        if rec.get(f) is not None and not (_number(rec[f]) and rec[f] >= 0):
+        if rec.get(f) is not None and not (is_number(rec[f]) and rec[f] >= 0):
             bad(f, "expected seconds >= 0")
     for f in _TOKENS:
         if rec.get(f) is not None and not _count(rec[f]):
@@ -143,12 +139,12 @@ def _check(path: Path, line: int, rec: dict) -> None:
             bad("forecast", "expected an object")
         probs = fc.get("probs")
         if not (isinstance(probs, list) and len(probs) == 8
-                and all(_number(p) and p >= 0 for p in probs) and sum(probs) > 0):
+                and all(is_number(p) and p >= 0 for p in probs) and sum(probs) > 0):
             bad("forecast.probs", "expected 8 numbers >= 0 that do not all equal 0")
         if fc.get("forecaster") is not None and not _text(fc["forecaster"]):
             bad("forecast.forecaster", "expected a non-empty string")
         for f in ("latency_s",):
-            if fc.get(f) is not None and not (_number(fc[f]) and fc[f] >= 0):
+            if fc.get(f) is not None and not (is_number(fc[f]) and fc[f] >= 0):
                 bad(f"forecast.{f}", "expected seconds >= 0")
         for f in _TOKENS:
             if fc.get(f) is not None and not _count(fc[f]):
@@ -189,7 +185,7 @@ def import_records(rows: list[tuple], out, *, source, reference_runtime_ns: floa
     if kind not in ("measured", "synthetic", "mixed"):
         raise GfsimError(f"--provenance: expected measured, synthetic or mixed; got "
                          f"{kind!r}")
-    if reference_runtime_ns is not None and not (_number(reference_runtime_ns)
+    if reference_runtime_ns is not None and not (is_number(reference_runtime_ns)
                                                  and reference_runtime_ns > 0):
         raise GfsimError("--reference-runtime-ns: expected a number > 0")
     rows = list(rows)

@@ -54,14 +54,14 @@ table, row and field, and nothing is written unless the whole import validates.
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 import sqlite3
 import tempfile
 from pathlib import Path
 
 from gfsim.core.errors import GfsimError
-from gfsim.importers.common import json_loads, read_surrogate_log
+from gfsim.importers.common import (BadField, check_version, is_number, json_loads,
+                                    read_surrogate_log)
 from gfsim.replay_logs.io import read_input
 
 __all__ = ["import_shinka", "read_run", "SUPPORTED", "TESTED", "DB_NAMES"]
@@ -75,25 +75,6 @@ _OPTIONAL = ("public_metrics", "private_metrics", "island_idx", "code", "text_fe
              "language")
 _ATTEMPT_COLUMNS = ("id", "generation", "stage", "status", "details", "created_at")
 _OUTCOMES = ("compile_failed", "runtime_error", "incorrect", "timeout", "infrastructure_failure")
-
-
-class _Bad(GfsimError):
-    def __init__(self, where, field: str | None, message: str):
-        super().__init__(f"{where}" + (f": field '{field}'" if field else "") + f": {message}")
-
-
-def _version(text: str | None) -> str | None:
-    if text is None:
-        return None
-    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.\d+)?(?:[.+-]?\w+)*", text.strip())
-    if m is None or not (SUPPORTED[0] <= (int(m.group(1)), int(m.group(2))) < SUPPORTED[1]):
-        raise GfsimError(f"--shinka-version: {text!r} is not supported; this importer reads "
-                         f"runs of ShinkaEvolve >=0.0,<0.1 (tested with {TESTED})")
-    return text.strip()
-
-
-def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def find_database(run: Path, db: str | None = None) -> Path:
@@ -119,7 +100,7 @@ def _snapshot(path: Path, root: Path | None, tmp: Path) -> tuple[sqlite3.Connect
     the input limits, and (``root``) only inside the run folder."""
     data = read_input(path, root=root)
     if not data.startswith(b"SQLite format 3\x00"):
-        raise _Bad(path, None, "not a SQLite database (is it a ShinkaEvolve results folder?)")
+        raise BadField(path, None, "not a SQLite database (is it a ShinkaEvolve results folder?)")
     digest = hashlib.sha256(data)
     copy = tmp / "programs.sqlite"
     copy.write_bytes(data)
@@ -134,7 +115,7 @@ def _snapshot(path: Path, root: Path | None, tmp: Path) -> tuple[sqlite3.Connect
         con.execute("PRAGMA query_only = 1")
         con.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.DatabaseError as exc:
-        raise _Bad(path, None, f"cannot be read as a SQLite database ({exc})") from None
+        raise BadField(path, None, f"cannot be read as a SQLite database ({exc})") from None
     return con, digest.hexdigest()
 
 
@@ -147,15 +128,15 @@ def _json(where: str, field: str, text) -> dict:
     if text is None or text == "":
         return {}
     if not isinstance(text, (str, bytes)):
-        raise _Bad(where, field, f"expected JSON text, got {type(text).__name__}")
+        raise BadField(where, field, f"expected JSON text, got {type(text).__name__}")
     try:
         value = json_loads(text)
     except (ValueError, RecursionError) as exc:
-        raise _Bad(where, field, f"not valid JSON ({str(exc)[:120]})") from None
+        raise BadField(where, field, f"not valid JSON ({str(exc)[:120]})") from None
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise _Bad(where, field, "expected a JSON object")
+        raise BadField(where, field, "expected a JSON object")
     return value
 
 
@@ -172,7 +153,7 @@ def read_run(run_dir, db: str | None = None) -> dict:
         try:
             return _read_tables(con, path, sha)
         except sqlite3.DatabaseError as exc:
-            raise _Bad(path, None, f"cannot be read ({exc})") from None
+            raise BadField(path, None, f"cannot be read ({exc})") from None
         finally:
             con.close()
 
@@ -180,12 +161,12 @@ def read_run(run_dir, db: str | None = None) -> dict:
 def _read_tables(con: sqlite3.Connection, path: Path, sha: str) -> dict:
     tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
     if "programs" not in tables:
-        raise _Bad(path, None, f"no table 'programs' (tables: {', '.join(tables) or 'none'}; "
+        raise BadField(path, None, f"no table 'programs' (tables: {', '.join(tables) or 'none'}; "
                                "is it a ShinkaEvolve database?)")
     cols = _columns(con, "programs")
     for c in _REQUIRED:
         if c not in cols:
-            raise _Bad(f"{path}: table programs", None,
+            raise BadField(f"{path}: table programs", None,
                        f"no column {c!r} (not a ShinkaEvolve 0.0.x programs table)")
     wanted = [c for c in (*_REQUIRED, *_OPTIONAL) if c in cols]
     programs = []
@@ -193,46 +174,46 @@ def _read_tables(con: sqlite3.Connection, path: Path, sha: str) -> dict:
         rec = dict(zip(wanted, row))
         pid = rec["id"]
         if not isinstance(pid, str) or not pid:
-            raise _Bad(f"{path}: table programs, row {len(programs) + 1}", "id",
+            raise BadField(f"{path}: table programs, row {len(programs) + 1}", "id",
                        "missing or not text")
         where = f"{path}: table programs, id {pid[:80]!r}"
         if rec["parent_id"] is not None and not (isinstance(rec["parent_id"], str)
                                                  and rec["parent_id"]):
-            raise _Bad(where, "parent_id", "expected text or NULL")
+            raise BadField(where, "parent_id", "expected text or NULL")
         if not isinstance(rec["generation"], int) or rec["generation"] < 0:
-            raise _Bad(where, "generation", "expected a whole number >= 0")
-        if not _number(rec["timestamp"]):
-            raise _Bad(where, "timestamp", "expected a finite number")
+            raise BadField(where, "generation", "expected a whole number >= 0")
+        if not is_number(rec["timestamp"]):
+            raise BadField(where, "timestamp", "expected a finite number")
         if rec["correct"] not in (0, 1, True, False):
-            raise _Bad(where, "correct", f"expected 0 or 1, got {str(rec['correct'])[:40]!r}")
+            raise BadField(where, "correct", f"expected 0 or 1, got {str(rec['correct'])[:40]!r}")
         if rec["combined_score"] is not None and not isinstance(rec["combined_score"],
                                                                 (int, float)):
-            raise _Bad(where, "combined_score", "expected a number or NULL")
+            raise BadField(where, "combined_score", "expected a number or NULL")
         for field in ("metadata", "public_metrics", "private_metrics"):
             rec[field] = _json(where, field, rec.get(field))
         if rec.get("island_idx") is not None and not isinstance(rec["island_idx"], int):
-            raise _Bad(where, "island_idx", "expected a whole number or NULL")
+            raise BadField(where, "island_idx", "expected a whole number or NULL")
         if rec.get("code") is not None and not isinstance(rec["code"], str):
-            raise _Bad(where, "code", "expected text")
+            raise BadField(where, "code", "expected text")
         rec["where"] = where
         programs.append(rec)
     if not programs:
-        raise _Bad(f"{path}: table programs", None, "no programs (a run that has not "
+        raise BadField(f"{path}: table programs", None, "no programs (a run that has not "
                                                      "evaluated its seed yet?)")
     attempts = []
     if "attempt_log" in tables:
         acols = _columns(con, "attempt_log")
         for c in _ATTEMPT_COLUMNS:
             if c not in acols:
-                raise _Bad(f"{path}: table attempt_log", None, f"no column {c!r}")
+                raise BadField(f"{path}: table attempt_log", None, f"no column {c!r}")
         for row in con.execute(f"SELECT {', '.join(_ATTEMPT_COLUMNS)} FROM attempt_log "
                                "ORDER BY id"):
             rec = dict(zip(_ATTEMPT_COLUMNS, row))
             where = f"{path}: table attempt_log, id {rec['id']}"
             if not isinstance(rec["generation"], int) or rec["generation"] < 0:
-                raise _Bad(where, "generation", "expected a whole number >= 0")
-            if not _number(rec["created_at"]):
-                raise _Bad(where, "created_at", "expected a finite number")
+                raise BadField(where, "generation", "expected a whole number >= 0")
+            if not is_number(rec["created_at"]):
+                raise BadField(where, "created_at", "expected a finite number")
             rec["details"] = _json(where, "details", rec["details"])
             rec["where"] = where
             attempts.append(rec)
@@ -273,7 +254,7 @@ def _outcome(rec: dict, metric: str) -> tuple[str, float | None, str | None]:
         return (stated if stated in _OUTCOMES else "incorrect"), None, (
             _error_text(rec) or "ShinkaEvolve marked it incorrect (correct = 0)")
     v = _metric(rec, metric)
-    if _number(v) and v > 0:
+    if is_number(v) and v > 0:
         return "success", float(v), None
     return "incorrect", None, (f"correct, but no {metric} > 0 (got {str(v)[:60]})"
                                if v is not None else f"correct, but no {metric}")
@@ -282,7 +263,7 @@ def _outcome(rec: dict, metric: str) -> tuple[str, float | None, str | None]:
 def _seconds(meta: dict, *keys: str) -> float | None:
     for k in keys:
         v = meta.get(k)
-        if _number(v) and v >= 0:
+        if is_number(v) and v >= 0:
             return float(v)
     return None
 
@@ -291,7 +272,7 @@ def _usd(meta: dict) -> dict:
     out = {}
     for k in ("api_costs", "embed_cost", "novelty_cost"):
         v = meta.get(k)
-        if _number(v) and v >= 0:
+        if is_number(v) and v >= 0:
             out[k] = float(v)
     return out
 
@@ -311,8 +292,9 @@ def import_shinka(run_dir, out, *, metric: str = "combined_score",
     from gfsim.importers.search import import_records
 
     run, out = Path(run_dir), Path(out)
-    version = _version(shinka_version)
-    if reference is not None and not (_number(reference) and reference > 0):
+    version = check_version(shinka_version, "--shinka-version", "ShinkaEvolve", SUPPORTED,
+                            TESTED)
+    if reference is not None and not (is_number(reference) and reference > 0):
         raise GfsimError("--reference: expected a number > 0")
     if metric != "combined_score" and not re.fullmatch(r"(public|private)\.\S+", metric):
         raise GfsimError(f"--metric: {metric!r}: expected combined_score, public.NAME or "
@@ -325,7 +307,7 @@ def import_shinka(run_dir, out, *, metric: str = "combined_score",
             metric.partition(".")[2] in p[f"{metric.partition('.')[0]}_metrics"]
             for p in programs):
         names = sorted({f"{s}.{k}" for p in programs for s in ("public", "private")
-                        for k, v in p[f"{s}_metrics"].items() if _number(v)})
+                        for k, v in p[f"{s}_metrics"].items() if is_number(v)})
         raise GfsimError(f"{path}: --metric {metric!r}: no program has it (numeric metrics: "
                          f"{', '.join(names)[:300] or 'none'})")
     # island copies: not candidates; links through them go to the original
@@ -355,14 +337,14 @@ def import_shinka(run_dir, out, *, metric: str = "combined_score",
         d = a["details"]
         parent = d.get("parent_id")
         if parent is not None and not (isinstance(parent, str) and parent):
-            raise _Bad(a["where"], "details.parent_id", "expected text or null")
+            raise BadField(a["where"], "details.parent_id", "expected text or null")
         rows.append(((a["generation"], 1, float(a["created_at"]), f"attempt-{a['id']}"), a,
                      resolve(parent) if parent else None))
     rows.sort(key=lambda r: r[0])
     known = {r[0][3] for r in rows}
     for key, rec, parent in rows:
         if parent is not None and parent not in known:
-            raise _Bad(rec["where"], "parent_id" if key[1] == 0 else "details.parent_id",
+            raise BadField(rec["where"], "parent_id" if key[1] == 0 else "details.parent_id",
                        f"{parent[:80]!r} is held by no program row (a missing parent)")
     ref = reference
     seed = None
@@ -373,7 +355,7 @@ def import_shinka(run_dir, out, *, metric: str = "combined_score",
                              "--reference")
         outcome, value, _ = _outcome(seed, metric)
         if outcome != "success":
-            raise _Bad(seed["where"], metric, "the seed program has no value > 0 to measure "
+            raise BadField(seed["where"], metric, "the seed program has no value > 0 to measure "
                                               "speedups against; give --reference")
         ref = value
     records = []
