@@ -9,11 +9,73 @@ import warnings
 from typing import Any, Callable
 
 import typer
+import typer.core
 
 from gfsim.core.errors import GfsimError
 
 __all__ = ["handles_errors", "print_json", "console", "esc", "one_line", "search_config",
-           "puct_children", "resolve_children", "SIMULATE_HELP"]
+           "puct_children", "resolve_children", "SIMULATE_HELP", "CONTEXT", "GfsimCommand",
+           "Table"]
+
+# Every command: -h as well as --help.
+CONTEXT = {"help_option_names": ["-h", "--help"]}
+
+
+class GfsimCommand(typer.core.TyperCommand):
+    """A command whose options show a metavar a user can read (``--seed N``, ``--log LOG``,
+    ``--plot PATH``) where none is given, instead of a Python type (``<str>``,
+    ``<list[str]>``)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for p in self.params:  # click's classes, or the copy of click newer typers carry
+            if getattr(p, "param_type_name", None) == "argument":
+                # RUN_DIR in the usage line (REQUIRED as click writes it, not {run_dir})
+                p.metavar = p.metavar or p.name.upper()
+                shown = p.metavar + ("..." if p.nargs != 1 else "")
+                p.display_type_rich = lambda ctx: ""
+                p._usage_display_name = (lambda _s=shown: _s) if p.required else \
+                    (lambda _s=shown: f"[{_s}]")
+                continue
+            if getattr(p, "param_type_name", None) != "option" or p.is_flag or p.count:
+                continue
+            if not p.metavar:
+                p.metavar = _metavar(p)
+            # typer >= 0.25 shows the type, never the metavar: show the metavar
+            p.display_type_rich = lambda ctx, _m=p.metavar: _m
+
+
+def _metavar(p) -> str:
+    """NAME for text (the option's long name), N, NUMBER, PATH, or [A|B] for choices."""
+    desc = getattr(p, "type_descriptor", None)  # typer >= 0.25: no click type
+    if desc is not None:
+        if desc.is_choice and desc.choices is not None:
+            return "[" + "|".join(str(getattr(c, "value", c)) for c in desc.choices) + "]"
+        kind = "Path" if desc.is_path else getattr(desc.annotation, "__name__", "")
+        kind = {"int": "IntParamType", "float": "FloatParamType"}.get(kind, kind)
+    else:
+        kind = type(p.type).__name__
+        if kind == "Choice":
+            return "[" + "|".join(str(c) for c in p.type.choices) + "]"
+    if kind in ("IntParamType", "IntRange"):
+        return "N"
+    if kind in ("FloatParamType", "FloatRange"):
+        return "NUMBER"
+    if kind in ("Path", "File"):
+        return "PATH"
+    return max(p.opts, key=len).lstrip("-").upper().replace("-", "_")
+
+
+def Table(*headers, **kwargs):  # noqa: N802 - stands in for rich's class
+    """A rich table whose columns fold what does not fit (a log's name, a path) onto the next
+    line instead of cutting it with an ellipsis."""
+    from rich.table import Table as RichTable
+
+    class _Folding(RichTable):
+        def add_column(self, *args, overflow="fold", **kw):
+            super().add_column(*args, overflow=overflow, **kw)
+
+    return _Folding(*headers, **kwargs)
 
 EXIT_INPUT_ERROR = 2
 
@@ -118,12 +180,11 @@ def print_json(obj: Any) -> None:
 
 CHILDREN_HELP = ("puct: where children the log never held come from: auto (the default: model "
                  "under the puct driver, where the counterfactual benchmark finds the world "
-                 "model's replays better calibrated than the fallback's in every world, "
-                 "docs/experiments/counterfactual-benchmark.md), fallback (logged children "
+                 "model's replays better calibrated than the fallback's in every world), "
+                 "fallback (logged children "
                  "of other parents in the node's speedup bin, rescaled), model (a world model "
                  "fitted to the log: model:crb, a conditional residual bootstrap, the default; "
-                 "model:gbm, gradient-boosted quantile trees; "
-                 "docs/experiments/counterfactual-benchmark.md), fresh (the world model "
+                 "model:gbm, gradient-boosted quantile trees), fresh (the world model "
                  "invents every child, the logged ones too: each seed a new search like the "
                  "logged one; fresh:crb, fresh:gbm) or own (none: only the logged children).")
 

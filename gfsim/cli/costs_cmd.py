@@ -51,7 +51,7 @@ def _catalog() -> dict:
 
 
 def _print_catalog(out: dict) -> None:
-    from rich.table import Table
+    from gfsim.cli.common import Table
 
     con = console()
     table = Table(title="cost presets (--cost)", show_edge=False)
@@ -94,7 +94,7 @@ def _print_catalog(out: dict) -> None:
 
 
 def _print_model(out: dict) -> None:
-    from rich.table import Table
+    from gfsim.cli.common import Table
 
     con = console()
     con.print(f"[bold]{out['name']}[/bold]  billing={out['billing']}  "

@@ -260,7 +260,7 @@ def _split_policies(text: str, sep: str) -> list[str]:
 
 def _print(out: dict) -> None:
     from rich.console import Console
-    from rich.table import Table
+    from gfsim.cli.common import Table
 
     con = console()
     if con.width < 132:  # a pipe or a narrow terminal: the table needs about 130 columns
@@ -314,7 +314,7 @@ def _print(out: dict) -> None:
 
 def _print_comparison(con, out: dict) -> None:
     """One row per world and child source: the benchmark's headline measures side by side."""
-    from rich.table import Table
+    from gfsim.cli.common import Table
 
     tab = Table(title="child sources against the same direct runs", title_justify="left")
     for col in ("world", "children", "ceiling", "tau", "pairs ok", "regret", "F=1 all",

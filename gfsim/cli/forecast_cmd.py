@@ -18,15 +18,17 @@ def forecast(
                                                       "candidates carry code (e.g. "
                                                       "h200-suite-v0)."),
     forecaster: str = typer.Option(..., "--forecaster", "-f",
-                                   help="vllm:URL,model=NAME,mode=logprobs|tool[,labels=digits|"
-                                        "words,concurrency=4,timeout=60,retries=3,backoff=0.5,"
-                                        "max_prompt_tokens=N,tool_transport=tools|json|regex,"
-                                        "api_key_env=VAR,...]; or a what-if forecaster, "
-                                        "paper:gemini3-flash (gpt-oss-120b, gpt-oss-20b, "
-                                        "deepseek-v4, gpt-oss-20b-brier) or synthetic:sigma=..,"
-                                        "beta=..,temp=..,parse_fail=..; or a learned cost "
-                                        "model, costmodel[:min_train=8,prior_sigma=1,...], "
-                                        "trained prequentially on the log's measurements"),
+                                   help="A real server, vllm:URL,model=NAME,mode=logprobs "
+                                        "(or mode=tool), then optional KEY=VALUE pairs joined "
+                                        "by commas; keys: labels (digits or words), "
+                                        "concurrency, timeout, retries, backoff, "
+                                        "max_prompt_tokens, tool_transport (tools, json or "
+                                        "regex), api_key_env. Or a what-if forecaster: "
+                                        "paper:gemini3-flash (or gpt-oss-120b, gpt-oss-20b, "
+                                        "deepseek-v4, gpt-oss-20b-brier), or synthetic: with "
+                                        "keys sigma, beta, temp, parse_fail. Or a learned cost "
+                                        "model, costmodel (keys min_train, prior_sigma, ...), "
+                                        "trained prequentially on the log's measurements."),
     out: Path = typer.Option(..., "--out", "-o", help="Output log; an existing one is resumed."),
     repeat: int = typer.Option(0, "--repeat", help="Repeat index written into each forecast."),
     drop_existing: bool = typer.Option(False, "--drop-existing",

@@ -7,12 +7,13 @@ from typing import Optional
 
 import typer
 
-from gfsim.cli.common import console, esc, handles_errors, print_json
+from gfsim.cli.common import CONTEXT, GfsimCommand, console, esc, handles_errors, print_json
 
 __all__ = ["app"]
 
 app = typer.Typer(help="Import logs and data sets of other tools as gfsim replay logs.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
+                  no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode=None, context_settings=CONTEXT)
 
 
 def _done(summary: dict, as_json: bool) -> None:
@@ -173,8 +174,8 @@ def kernelbench(
                                              "has written."),
     baseline: Path = typer.Option(..., "--baseline",
                                   help="KernelBench's baseline timing file for the GPU the "
-                                       "results were measured on (results/timing/GPU/"
-                                       "baseline_time_torch.json)."),
+                                       "results were measured on (its results/timing/ "
+                                       "folder: baseline_time_torch.json)."),
     out: Path = typer.Option(..., "--out", "-o", help="The trajectory log to write."),
     level: Optional[int] = typer.Option(None, "--level",
                                         help="The KernelBench level (default: the run's "
@@ -219,8 +220,9 @@ def gpu_forecasters_events(
                                             "data-set rows wrapping them)."),
     out: Path = typer.Option(..., "--out", "-o", help="The trajectory log to write."),
     capacity: Optional[str] = typer.Option(None, "--capacity",
-                                           help="The run's concurrency, gen=..,forecast=..,"
-                                                "eval=..: service times are then recovered by "
+                                           help="The run's concurrency, KEY=N pairs joined "
+                                                "by commas (keys gen, forecast, eval): service "
+                                                "times are then recovered by "
                                                 "replaying the log's own FIFO queue (else they "
                                                 "stay queue-inclusive)."),
     task: Optional[str] = typer.Option(None, "--task", help="Task id (default: the log's "
@@ -261,3 +263,18 @@ def gpu_forecasters_eval_set(
     summary = import_eval_set(rows, predictions, out)
     summary["source"] = f"{summary['rows']} + {summary['predictions']}"
     _done(summary, as_json)
+
+
+# The line `gfsim import -h` shows for each (click would cut a longer first sentence).
+_SHORT = {
+    "kernel-tuner": "A Kernel Tuner cache or T4 results file.",
+    "search": "Your own search tool's output (gfsim's format).",
+    "openevolve": "An OpenEvolve run (checkpoints, logs, trace).",
+    "shinka": "A ShinkaEvolve run (its SQLite database).",
+    "kernelbench": "KernelBench results (eval_results.json).",
+    "gpu-forecasters-events": "The reference's search events.",
+    "gpu-forecasters-eval-set": "The paper's evaluation pairs and predictions.",
+}
+for _info in app.registered_commands:  # readable metavars (gfsim.cli.common.GfsimCommand)
+    _info.cls = GfsimCommand
+    _info.short_help = _SHORT[_info.name]

@@ -67,7 +67,7 @@ def validate(
 @handles_errors
 def logs(as_json: bool = typer.Option(False, "--json", help="Print JSON.", metavar="")) -> None:
     """List the logs shipped with gfsim (usable as --log NAME)."""
-    from rich.table import Table
+    import textwrap
 
     from gfsim.replay_logs import DEFAULT_LOG, SHIPPED_LOGS, open_log
 
@@ -79,15 +79,18 @@ def logs(as_json: bool = typer.Option(False, "--json", help="Print JSON.", metav
     if as_json:
         print_json(rows)
         return
-    table = Table(show_edge=False)
-    for col in ("name", "shape", "candidates", "tasks", "provenance", "description"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(r["name"] + (" (default)" if r["default"] else ""), r["shape"],
-                      str(r["candidates"]), str(len(r["tasks"])), r["provenance"],
-                      r["description"])
+    # One block per log, its name whole on a line of its own (the name is what one types), the
+    # description as prose under it: readable at any width, as `gfsim policies` is.
     con = console()
-    con.print(table)
+    for r in rows:
+        con.print(f"[bold]{esc(r['name'])}[/bold]" + ("  (the default)" if r["default"] else ""),
+                  highlight=False, overflow="fold")
+        con.print(f"  {r['provenance']} {r['shape']} log: {r['candidates']:,} candidates, "
+                  f"{len(r['tasks'])} task{'s' if len(r['tasks']) != 1 else ''}",
+                  highlight=False)
+        con.print(textwrap.fill(esc(r["description"], 4000), width=max(40, con.width - 1),
+                                initial_indent="  ", subsequent_indent="  "),
+                  highlight=False, soft_wrap=True)
     # What the docs admit about a log and its numbers do not show, under the table where the
     # logs are chosen (a replay of the log repeats them).
     for r in rows:

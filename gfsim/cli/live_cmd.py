@@ -74,7 +74,8 @@ def live(
     policy: str = typer.Option("all", "--policy", "-p", help="Policy spec (gfsim policies)."),
     forecaster: Optional[str] = typer.Option(
         None, "--forecaster", "-f",
-        help="vllm:URL,model=NAME,mode=logprobs|tool[,...] (a real server); costmodel[:...] "
+        help="vllm:URL,model=NAME,mode=logprobs (a real server; `gfsim forecast -h` lists "
+             "its keys); costmodel "
              "(gradient-boosted trees over parameters and compile features, trained on this "
              "run's measurements as they come: any policy); or a what-if one, paper:NAME / "
              "synthetic:..., which draws its forecast from the measured speedup and so only "
@@ -317,7 +318,7 @@ def fidelity(
 
 
 def _print_fidelity(fid: dict) -> None:
-    from rich.table import Table
+    from gfsim.cli.common import Table
 
     con = console()
     t = Table("search", "steps", "measured", "live wall s", "replay wall s", "error",
@@ -342,7 +343,7 @@ def _print_fidelity(fid: dict) -> None:
 
 
 def _print(summary: dict) -> None:
-    from rich.table import Table
+    from gfsim.cli.common import Table
 
     con = console()
     con.print(f"[bold]gfsim live[/bold]  {esc(summary['log'], 400)}  session "

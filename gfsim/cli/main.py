@@ -1,36 +1,67 @@
-"""Entry point: ``gfsim COMMAND``. Commands import their heavy dependencies only when run."""
+"""Entry point: ``gfsim COMMAND`` (also ``python -m gfsim``). Commands import their heavy
+dependencies only when run."""
 
 from __future__ import annotations
+
+from typing import Optional
 
 import typer
 
 from gfsim.cli import costs_cmd, counterfactual_cmd, forecast_cmd, import_cmd
 from gfsim.cli import inspect_cmds, live_cmd, replay_cmd
 from gfsim.cli import recommend_cmd, savings_cmd, score_cmd, synth_cmd, tune_cmd
+from gfsim.cli.common import CONTEXT, GfsimCommand
 
 app = typer.Typer(
     name="gfsim",
-    help="Cost-aware budget simulator and policy optimizer for LLM-driven GPU-kernel searches.",
+    help="Cost-aware budget simulator and policy optimizer for LLM-driven GPU-kernel searches. "
+         "Run `gfsim COMMAND -h` for a command's options; docs/index.md is the guide.",
     no_args_is_help=True,
-    add_completion=False,
+    # click's own help layout: it rewraps prose to the terminal and never cuts an option's
+    # text, where rich's panels cut long values with an ellipsis at 80 columns
+    rich_markup_mode=None,
+    context_settings=CONTEXT,
     pretty_exceptions_enable=False,
 )
-app.command("replay")(replay_cmd.replay)
-app.command("validate")(inspect_cmds.validate)
-app.command("logs")(inspect_cmds.logs)
-app.command("policies")(inspect_cmds.policies)
-app.command("synth")(synth_cmd.synth)
-app.command("costs")(costs_cmd.costs)
-app.command("score")(score_cmd.score)
-app.command("forecast")(forecast_cmd.forecast)
-app.command("tune")(tune_cmd.tune)
-app.command("savings")(savings_cmd.savings)
-app.command("recommend")(recommend_cmd.recommend)
-app.command("live")(live_cmd.live)
-app.command("merge")(live_cmd.merge)
-app.command("fidelity")(live_cmd.fidelity)
-app.command("counterfactual")(counterfactual_cmd.counterfactual)
-app.add_typer(import_cmd.app, name="import")
+
+# (name, function, the one line `gfsim -h` shows: click would cut a longer first sentence)
+COMMANDS = [
+    ("replay", replay_cmd.replay, "Replay a log under a policy; compare with a baseline."),
+    ("validate", inspect_cmds.validate, "Check a log against the schema."),
+    ("logs", inspect_cmds.logs, "List the logs shipped with gfsim."),
+    ("policies", inspect_cmds.policies, "List the policies and their parameters."),
+    ("synth", synth_cmd.synth, "Write a SYNTHETIC log (nothing measured)."),
+    ("costs", costs_cmd.costs, "List cost presets, LLM endpoints and their sources."),
+    ("score", score_cmd.score, "Score the forecasts in a log."),
+    ("forecast", forecast_cmd.forecast, "Add a forecaster's forecasts to a log."),
+    ("tune", tune_cmd.tune, "Tune a policy and the overgeneration factor with Optuna."),
+    ("savings", savings_cmd.savings, "Dollars, seconds and joules a policy saves."),
+    ("recommend", recommend_cmd.recommend, "Which configuration to run next time."),
+    ("live", live_cmd.live, "Run a live search with real parts (vLLM, Triton)."),
+    ("merge", live_cmd.merge, "Merge logs of the same hardware and protocol."),
+    ("fidelity", live_cmd.fidelity, "Replay a live log against the live run."),
+    ("counterfactual", counterfactual_cmd.counterfactual,
+     "Benchmark replays against direct runs on worlds."),
+]
+for name, fn, short in COMMANDS:
+    app.command(name, short_help=short, cls=GfsimCommand)(fn)
+app.add_typer(import_cmd.app, name="import", short_help="Import other tools' runs as logs.")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from gfsim import __version__
+
+        typer.echo(f"gfsim {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Optional[bool] = typer.Option(
+        None, "--version", "-V", callback=_version, is_eager=True,
+        help="Print gfsim's version and exit.")) -> None:
+    """Cost-aware budget simulator and policy optimizer for LLM-driven GPU-kernel searches.
+    Run `gfsim COMMAND -h` for a command's options; docs/index.md is the guide."""
 
 
 def main() -> None:

@@ -49,7 +49,9 @@ def recommend(
     cost: str = typer.Option("serverless-a100", "--cost", "-c", help="Cost preset or TOML."),
     budget: Optional[str] = typer.Option("usd=40", "--budget", "-b",
                                          help="Per-search limits every configuration runs "
-                                              "under: usd=..,seconds=..,gpu_evals=..,steps=.."),
+                                              "under, KEY=VALUE pairs joined by commas "
+                                              "(usd=40,steps=10); keys: usd, seconds, "
+                                              "gpu_evals, steps."),
     driver: str = typer.Option("puct", "--driver", help="puct (closed loop: F matters) or "
                                                         "trace (the logged order)."),
     search: Optional[str] = typer.Option(None, "--search",
@@ -134,7 +136,7 @@ def _x(v: float | None) -> str:
 
 def print_recommendation(con, rec: dict) -> None:
     """The configurations against the incumbent, then the verdict and its prices."""
-    from rich.table import Table
+    from gfsim.cli.common import Table
 
     level = f"{rec['level']:.0%}"
     table = Table(title=f"against the incumbent ({esc(rec['incumbent'])})", box=None,

@@ -57,25 +57,28 @@ def replay(
                                            "default, see `gfsim logs`)."),
     cost: str = typer.Option("serverless-a100", "--cost", "-c",
                              help="Cost preset, e.g. serverless-a100, reserved-h100:gpus=2, "
-                                  "serverless-h200:provider=runpod,forecaster=gpt-oss-20b, or a "
-                                  "TOML file (`gfsim costs` lists presets and sources)."),
+                                  "serverless-h200:provider=runpod (overrides are KEY=VALUE "
+                                  "pairs joined by commas), or a TOML file (`gfsim costs` "
+                                  "lists presets, keys and sources)."),
     budget: Optional[str] = typer.Option(None, "--budget", "-b",
-                                         help="Per-search limits: usd=..,seconds=..,joules=..,"
-                                              "gpu_evals=..,steps=.."),
+                                         help="Per-search limits, KEY=VALUE pairs joined by "
+                                              "commas (usd=2,steps=10); keys: usd, seconds, "
+                                              "joules, gpu_evals, steps."),
     seed: int = typer.Option(0, "--seed", "-s", help="Seed of every keyed random stream."),
     baseline: str = typer.Option("all", "--baseline", help="Policy to compare against."),
     capacity: Optional[str] = typer.Option(None, "--capacity",
-                                           help="Override resource slots: gen=..,forecast=..,"
-                                                "compile=..,gpus=.."),
+                                           help="Override resource slots, KEY=N pairs joined "
+                                                "by commas (gen=4,gpus=2); keys: gen, forecast, "
+                                                "compile, gpus."),
     gen_tokens: Optional[str] = typer.Option(None, "--gen-tokens",
                                              help="Prior for mutation tokens the log lacks: "
                                                   "IN,OUT or in=..,out=.. (an assumption; "
                                                   "counted in usd_imputed_share)."),
     pipeline: Optional[str] = typer.Option(None, "--pipeline",
-                                           help="Stage order, default generate,forecast,decide,"
-                                                "compile,check,time; e.g. generate,compile,"
-                                                "forecast,decide,check,time compiles on CPU "
-                                                "before forecasting."),
+                                           help="Stage order, names joined by commas; "
+                                                "default: generate, forecast, decide, compile, "
+                                                "check, time. Putting compile before forecast "
+                                                "compiles on CPU before forecasting."),
     driver: str = typer.Option("trace", "--driver",
                                help="trace (the logged order, open loop) or puct (re-run the "
                                     "reference search, closed loop)."),
@@ -105,8 +108,8 @@ def replay(
                                              help="Which logged forecaster the policy reads "
                                                   "(default: the first in the log), or a "
                                                   "what-if one drawn from the log's measured "
-                                                  "speedups: paper:gemini3-flash, "
-                                                  "synthetic:sigma=..,beta=..,temp=.."),
+                                                  "speedups: paper:gemini3-flash, or "
+                                                  "synthetic: with keys sigma, beta, temp."),
     measure_noise: Optional[str] = typer.Option(None, "--measure-noise",
                                                 help="cv=0.02: keyed log-normal noise on "
                                                      "every measured runtime (an assumption); "
@@ -288,7 +291,7 @@ _HUMAN = {
 
 
 def _print_intervals(con, iv: dict) -> None:
-    from rich.table import Table
+    from gfsim.cli.common import Table
 
     table = Table(title=f"{iv['seeds']} seeds: mean [95% interval]", show_edge=False)
     for col in ("", "policy", "baseline", "delta (policy - baseline)"):
@@ -359,7 +362,7 @@ def _print_new_search(con, p: dict) -> None:
 
 
 def _print_report(out: dict) -> None:
-    from rich.table import Table
+    from gfsim.cli.common import Table
 
     con = console()
     base = out["baseline"]

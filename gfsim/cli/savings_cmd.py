@@ -135,7 +135,7 @@ def _distinct_targets(targets: dict) -> list[list[str]]:
 
 
 def _report(out: dict) -> None:
-    from rich.table import Table
+    from gfsim.cli.common import Table
 
     from gfsim.analysis.savings import usd_text
 

@@ -74,7 +74,7 @@ def _without_curves(r: dict) -> dict:
 
 
 def _print(log, results: list[dict], plot) -> None:
-    from rich.table import Table
+    from gfsim.cli.common import Table
 
     con = console()
     prov = log.header["provenance"].get("kind")

@@ -50,7 +50,9 @@ def tune(
     cost: str = typer.Option("serverless-a100", "--cost", "-c", help="Cost preset or TOML."),
     budget: Optional[str] = typer.Option(None, "--budget", "-b",
                                          help="Per-search limits that stop each replayed "
-                                              "search: usd=..,seconds=..,gpu_evals=..,steps=.."),
+                                              "search, KEY=VALUE pairs joined by commas "
+                                              "(usd=2,steps=10); keys: usd, seconds, "
+                                              "gpu_evals, steps."),
     driver: str = typer.Option("trace", "--driver", help="trace or puct."),
     search: Optional[str] = typer.Option(None, "--search",
                                          help="puct: paper-standard (default) or "
@@ -313,7 +315,7 @@ def _count(n: int, noun: str) -> str:
 
 
 def _report(out: dict) -> None:
-    from rich.table import Table
+    from gfsim.cli.common import Table
 
     con = console()
     names = [n for n, _ in out["objectives"]]

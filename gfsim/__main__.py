@@ -1,0 +1,5 @@
+"""``python -m gfsim``: the ``gfsim`` command."""
+
+from gfsim.cli.main import main
+
+main()
