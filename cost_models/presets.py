@@ -129,9 +129,9 @@ def _build(billing: str, key: str, **options) -> PresetCostModel:
         compile_on, priors, n_gpus = "gpu_host", Priors(), 16
         sources["preset"] = (
             "the paper's setup: a fresh serverless A100-80GB container per candidate, Triton JIT "
-            "inside it (REFERENCE.md section 4)" if key == "a100" else
+            "inside it (docs/concepts/paper.md, the reference search)" if key == "a100" else
             f"a fresh serverless {g.name} container per candidate, Triton JIT inside it (the "
-            "paper's setup, REFERENCE.md section 4, on another GPU)")
+            "paper's setup, docs/concepts/paper.md, on another GPU)")
         sources["gpu.usd_per_hour"] = (f"{catalog.MODAL_PRICING}: {g.name} "
                                        f"${g.modal_usd_per_hour:.2f}/h, per-second billing")
         sources["capacities.gpus"] = "assumption: at most 16 containers at once"

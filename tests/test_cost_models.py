@@ -187,7 +187,8 @@ def test_toml_can_choose_llms_and_start_from_a_spec(tmp_path):
 
 
 SOURCE_WORDS = ("assumption", "estimate", "modal.com", "docs.runpod.io", "vendor spec", "probe",
-                "provider page", "eval-set-predictions", "REFERENCE.md", "set by the cost spec")
+                "provider page", "eval-set-predictions", "docs/concepts/paper.md",
+                "set by the cost spec")
 
 
 @pytest.mark.parametrize("spec", [*PRESETS, "serverless-b200:runpod,generator=gpt-oss-20b,gpus=3",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -100,6 +101,74 @@ def plot_anytime(series: dict, path: str | Path, title: str = "") -> Path:
     n = max(len(v) for v in series.values())
     fig.suptitle(f"{title}\nmean over seeds; band: middle 95% of seeds" if n > 1 else title,
                  fontsize=9)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+# -- tuning ---------------------------------------------------------------------------------
+# An objective's axis label, with its unit.
+OBJECTIVE_LABELS = {
+    "best_speedup": "best measured speedup (x, geo-mean over tasks)",
+    "score": "standardised score (0 = random order, 1 = the log's best)",
+    "usd": "USD per search ($)",
+    "wall_s": "wall-clock per search (s)",
+    "joules": "energy per search (J)",
+    "gpu_evals": "GPU evaluations per search",
+}
+
+
+def plot_tuning_history(trials: list[tuple[int, float]], name: str, direction: str,
+                        path: str | Path, title: str = "") -> Path:
+    """One objective's value per finished trial (dots) and the best so far (a step line)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    if trials:
+        nums, vals = zip(*sorted(trials))
+        ax.plot(nums, vals, "o", ms=3.5, alpha=0.6, label="trial")
+        best, run = [], None
+        for v in vals:
+            run = v if run is None else (max(run, v) if direction == "maximize" else min(run, v))
+            best.append(run)
+        ax.step(nums, best, where="post", linewidth=1.5, label=f"best so far ({direction})")
+        ax.legend(fontsize=8)
+    ax.set(xlabel="trial", ylabel=OBJECTIVE_LABELS.get(name, name))
+    ax.grid(alpha=0.3)
+    fig.suptitle(textwrap.fill(title, 80), fontsize=9)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_tuning_front(points: list[tuple[int, float, float]], front: set[int],
+                      names: tuple[str, str], path: str | Path, title: str = "") -> Path:
+    """Two objectives of every finished trial, the Pareto front's trials marked and joined."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    rest = [(x, y) for n, x, y in points if n not in front]
+    best = sorted((x, y) for n, x, y in points if n in front)
+    if rest:
+        ax.plot(*zip(*rest), "o", ms=3.5, alpha=0.4, color="0.5", label="trial")
+    if best:
+        ax.plot(*zip(*best), "o-", ms=5, linewidth=1.2, label="Pareto front")
+    ax.set(xlabel=OBJECTIVE_LABELS.get(names[0], names[0]),
+           ylabel=OBJECTIVE_LABELS.get(names[1], names[1]))
+    ax.grid(alpha=0.3)
+    if points:
+        ax.legend(fontsize=8)
+    fig.suptitle(textwrap.fill(title, 80), fontsize=9)
     fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=120)

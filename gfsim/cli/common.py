@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import re
 import sys
@@ -15,7 +16,8 @@ from gfsim.core.errors import GfsimError
 
 __all__ = ["handles_errors", "print_json", "console", "esc", "one_line", "search_config",
            "puct_children", "resolve_children", "SIMULATE_HELP", "CONTEXT", "GfsimCommand",
-           "Table"]
+           "Table", "parse_capacities", "CONFIG_HELP", "load_config", "effective_settings",
+           "current_settings"]
 
 # Every command: -h as well as --help.
 CONTEXT = {"help_option_names": ["-h", "--help"]}
@@ -43,6 +45,17 @@ class GfsimCommand(typer.core.TyperCommand):
                 p.metavar = _metavar(p)
             # typer >= 0.25 shows the type, never the metavar: show the metavar
             p.display_type_rich = lambda ctx, _m=p.metavar: _m
+
+    def invoke(self, ctx):
+        # print_json adds how the result was made (effective_settings) to what it prints
+        token = _RUNNING.set(ctx)
+        try:
+            return super().invoke(ctx)
+        finally:
+            _RUNNING.reset(token)
+
+
+_RUNNING: "contextvars.ContextVar" = contextvars.ContextVar("gfsim_command", default=None)
 
 
 def _metavar(p) -> str:
@@ -168,6 +181,11 @@ def json_bytes(obj: Any) -> bytes:
 
 
 def print_json(obj: Any) -> None:
+    """``obj`` as JSON on stdout; an object printed by a command gets ``settings``, how it was
+    made (``effective_settings``), unless it has its own."""
+    ctx = _RUNNING.get()
+    if ctx is not None and isinstance(obj, dict) and "settings" not in obj:
+        obj = {**obj, "settings": effective_settings(ctx)}
     data = json_bytes(obj) + b"\n"
     buffer = getattr(sys.stdout, "buffer", None)
     if buffer is None:  # a text-only stream
@@ -250,3 +268,170 @@ def search_config(driver: str, preset: str | None, log=None, **knobs):
         raise GfsimError(f"--search: unknown preset {preset!r}; valid: "
                          f"{', '.join(SEARCH_PRESETS)}")
     return replace_config(SEARCH_PRESETS[preset], **given)
+
+
+# -- one vocabulary for resource slots ------------------------------------------------------
+# Every command that takes --capacity reads the same keys; the older spellings still work.
+CAPACITY_KEYS = ("gen", "forecast", "compile", "gpus")
+_CAPACITY_ALIASES = {"generator": "gen", "forecaster": "forecast", "compile_workers": "compile",
+                     "gpu": "gpus", "eval": "gpus"}
+
+
+def parse_capacities(text: str | None, option: str, keys=CAPACITY_KEYS) -> dict[str, int]:
+    """``gen=4,gpus=2`` as {key: slots}, keys of ``CAPACITY_KEYS`` (``keys``: those this
+    command has), each a whole number >= 1; one line naming the option otherwise."""
+    from gfsim.core.errors import SpecError
+    from gfsim.core.specs import parse_kv
+
+    out: dict[str, int] = {}
+    for key, raw in parse_kv(text or "", option):
+        canon = _CAPACITY_ALIASES.get(key, key)
+        if canon not in keys:
+            raise SpecError(f"{option}: unknown key {key!r}; valid: {', '.join(keys)}")
+        try:
+            out[canon] = int(raw)
+        except ValueError:
+            raise SpecError(f"{option}: {key}={raw!r} is not a whole number") from None
+        if out[canon] < 1:
+            raise SpecError(f"{option}: {key} must be >= 1")
+    return out
+
+
+# -- one settings file ------------------------------------------------------------------------
+CONFIG_HELP = ("A TOML file of this command's options (names as on the command line, without "
+               "the dashes: policy = \"threshold:0.7\", seeds = 4, budget = {usd = 2}); a "
+               "[COMMAND] table applies to that command only. Options given on the command "
+               "line win.")
+
+
+def load_config(ctx, param, value):
+    """``--config``'s callback: the file's options become the command's defaults
+    (``ctx.default_map``), so the command line wins; an unknown name, or a value of the wrong
+    kind, is one line naming the file and the key."""
+    if value is None:
+        return None
+    import tomllib
+    from pathlib import Path
+
+    path = Path(value)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise typer.BadParameter(f"{path}: no such file", ctx=ctx, param=param) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise typer.BadParameter(f"{path}: cannot read it ({exc})", ctx=ctx, param=param) \
+            from None
+    except tomllib.TOMLDecodeError as exc:
+        raise typer.BadParameter(f"{path}: not valid TOML ({exc})", ctx=ctx, param=param) \
+            from None
+    name = ctx.info_name
+    options = {}  # the file's names: the command line's long names without the dashes
+    for p in ctx.command.params:
+        if getattr(p, "param_type_name", None) == "option" and p.name != "config" \
+                and p.expose_value:
+            for opt in p.opts:
+                if opt.startswith("--"):
+                    options[opt[2:].replace("-", "_")] = p
+    commands = {c for c in _command_names()}
+    settings = {k: v for k, v in data.items() if not (isinstance(v, dict) and k in commands)}
+    section = data.get(name) if isinstance(data.get(name), dict) else {}
+    defaults = {}
+    for where, table in ((None, settings), (name, section)):
+        for key, v in table.items():
+            field = key.replace("-", "_")
+            at = f"{path}: " + (f"[{where}] " if where else "") + f"key '{key}'"
+            if field not in options:
+                if where is None and field in _shared_names(ctx):
+                    continue  # another command's option, in a file several commands read
+                valid = ", ".join(sorted({o.replace("_", "-") for o in options}))
+                raise typer.BadParameter(f"{at}: not an option of gfsim {name}; valid: {valid}",
+                                         ctx=ctx, param=param)
+            defaults[options[field].name] = _config_value(v, options[field], at, ctx, param)
+    ctx.default_map = {**(ctx.default_map or {}), **defaults}
+    return str(path)
+
+
+def _shared_names(ctx) -> set[str]:
+    """The long option names (dashes as underscores) of every command that reads --config."""
+    names: set[str] = set()
+    for cmd in getattr(ctx.find_root().command, "commands", {}).values():
+        params = getattr(cmd, "params", [])
+        if any(p.name == "config" for p in params):
+            names |= {o[2:].replace("-", "_") for p in params for o in getattr(p, "opts", [])
+                      if o.startswith("--")}
+    return names
+
+
+def _command_names() -> list[str]:
+    from gfsim.cli.main import COMMANDS
+
+    return [n for n, _, _ in COMMANDS] + ["import"]
+
+
+def _config_value(v, option, at: str, ctx, param):
+    """A TOML value as the option takes it: a table of keys (budget = {usd = 2}) as the
+    KEY=VALUE list the command line writes, a list for a repeatable option, else the value."""
+    def scalar(x):
+        if isinstance(x, bool):
+            return str(x).lower()
+        if isinstance(x, (int, float, str)):
+            return str(x)
+        raise typer.BadParameter(f"{at}: expected text, a number or a table of them, got "
+                                 f"{type(x).__name__}", ctx=ctx, param=param)
+
+    if option.is_flag:
+        if not isinstance(v, bool):
+            raise typer.BadParameter(f"{at}: expected true or false", ctx=ctx, param=param)
+        return v
+    if isinstance(v, dict):
+        return ",".join(f"{k}={scalar(x)}" for k, x in v.items())
+    if option.multiple:
+        return [scalar(x) for x in (v if isinstance(v, list) else [v])]
+    if isinstance(v, list):
+        return ",".join(scalar(x) for x in v)
+    return v if isinstance(v, str) else scalar(v) if isinstance(v, bool) else v
+
+
+def current_settings() -> dict | None:
+    """``effective_settings`` of the command running now (None outside one)."""
+    ctx = _RUNNING.get()
+    return effective_settings(ctx) if ctx is not None else None
+
+
+def effective_settings(ctx) -> dict:
+    """How a result was made: the command, every option's effective value and where it came
+    from (the command line, the --config file, or the default), gfsim's version and, where
+    the command reads a log, the SHA-256 of its bytes."""
+    import os
+    from pathlib import Path
+
+    from gfsim import __version__
+
+    options, given = {}, {}
+    for key, value in ctx.params.items():
+        if key == "config":
+            continue
+        if isinstance(value, os.PathLike):
+            value = str(value)
+        elif isinstance(value, tuple):
+            value = list(value)
+        options[key] = value
+        source = ctx.get_parameter_source(key)
+        given[key] = {"COMMANDLINE": "command line", "DEFAULT_MAP": "config file",
+                      "ENVIRONMENT": "environment"}.get(getattr(source, "name", ""), "default")
+    out = {"command": ctx.command_path.removeprefix("gfsim ").strip() or ctx.info_name,
+           "gfsim_version": __version__, "options": options,
+           "from": {k: v for k, v in given.items() if v != "default"},
+           "config": ctx.params.get("config")}
+    log = ctx.params.get("log", "__none__")
+    if log != "__none__":
+        try:
+            from gfsim.replay_logs import DEFAULT_LOG, resolve_log
+            from gfsim.replay_logs.cache import _digest, known_digest
+            from gfsim.replay_logs.io import read_raw
+
+            path = Path(resolve_log(log or DEFAULT_LOG))
+            out["log_sha256"] = known_digest(path, path.stat()) or _digest(read_raw(path))
+        except (GfsimError, OSError):  # a run that writes its log (live) before it exists
+            out["log_sha256"] = None
+    return out

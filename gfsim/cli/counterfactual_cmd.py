@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Optional
 
 import typer
 
 from gfsim.cli.common import console, handles_errors, print_json
+from gfsim.cli.common import CONFIG_HELP, load_config
 
 __all__ = ["counterfactual"]
 
@@ -89,6 +91,8 @@ def counterfactual(
     as_json: bool = typer.Option(False, "--json", help="Print every figure as JSON.", metavar=""),
     list_worlds: bool = typer.Option(False, "--list-worlds", help="List built-in worlds.",
                                      metavar=""),
+    config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP, is_eager=True,
+                                          callback=load_config),
 ) -> None:
     """Log a standard search on a world, replay each (policy, F) from the log and run it
     directly on the world under the same USD budget; print how far the replay is off and
@@ -113,7 +117,10 @@ def counterfactual(
             print_json(fam)
             return
         con = console()
-        con.print(f"{fam['family']} ({fam['frozen']})", markup=False, highlight=False)
+        frozen = str(fam["frozen"]).partition(":")[0]  # its date; the rest is for maintainers
+        con.print(f"{fam['family']} (a fixed family of worlds, frozen {frozen}; the benchmark's "
+                  "final figures use its held-out seeds)", markup=False, highlight=False,
+                  soft_wrap=True)
         for w in fam["worlds"]:
             con.print(f"  {w['name']:<26} {w['kind']:<13} {w['axes']}", markup=False,
                       highlight=False)
@@ -236,12 +243,29 @@ def _note(results: list[dict]) -> str:
             "is every other world. Intervals are over world seeds.")
 
 
+# What each benchmark target asks, as a user reads it, and how its value is written.
+_TARGETS = {
+    "tau": ("replays rank the configurations as direct runs do (Kendall tau)", "{:.2f}"),
+    "pairs_ordered": ("pairs of configurations ordered as direct runs order them", "{:.0%}"),
+    "bias_interval": ("cells whose bias interval leaves the bound", "{:.0f}"),
+    "regret": ("loss of the recommended configuration against the best direct one", "{:.1%}"),
+    "coverage": ("90% predictive intervals that hold a new direct run", "{:.0%}"),
+    "calibration": ("largest gap of the 50/80/95% intervals from nominal", "{:.0%}"),
+}
+
+
 def _target(name: str, t: dict) -> str:
+    """One target as a user reads it: what was asked, what was found, met or short by how
+    much."""
+    label, fmt = _TARGETS.get(name, (name, "{:.3g}"))
     if t["met"] is None:
-        return f"{name} not measurable"
+        return f"{label}: asked {t['target']}; not measurable here"
+    found = fmt.format(t["value"])
     if t["met"]:
-        return f"{name} met"
-    return f"{name} MISSED by {t['miss']:.3g} (target {t['target']})"
+        return f"{label}: asked {t['target']}, found {found} (met)"
+    short = fmt.format(t["miss"]) if "%" in fmt or name == "tau" else \
+        f"{t['miss']:.3g} log2" if name == "bias_interval" else f"{t['miss']:.3g}"
+    return f"{label}: asked {t['target']}, found {found} (missed, by {short})"
 
 
 def _split_policies(text: str, sep: str) -> list[str]:
@@ -304,8 +328,9 @@ def _print(out: dict) -> None:
             f"{m['coverage_90_of_direct_mean']:.0%}, gains over F=1 all in "
             f"{_num(m['coverage_90_difference'], '{:.0%}')}", markup=False, highlight=False,
             soft_wrap=True)
-        con.print("  targets: " + "; ".join(_target(k, t) for k, t in m["targets"].items()),
-                  markup=False, highlight=False, soft_wrap=True)
+        con.print("  benchmark targets (asked, found):", highlight=False)
+        for k, t in m["targets"].items():
+            con.print(f"    - {_target(k, t)}", markup=False, highlight=False, soft_wrap=True)
         for line in w["warnings"]:
             con.print(f"  [yellow]note:[/yellow] {line}", highlight=False, soft_wrap=True)
     if len(out["spec"]["children"]) > 1:

@@ -24,7 +24,28 @@ def _done(summary: dict, as_json: bool) -> None:
     con.print(f"wrote {esc(summary['out'], 400)} from {esc(summary['source'], 400)}")
     for k, v in summary.items():
         if k not in ("out", "source"):
-            con.print(f"  {k}: {esc(v, 400)}", highlight=False)
+            unit = summary.get("metric") or summary.get("runtime_metric")
+            unit = f" ({unit}, the value speedups are against)" if k == "reference" and unit \
+                else ""
+            con.print(f"  {k.replace('_', ' ')}: {esc(_shown(v), 400)}{esc(unit)}",
+                      highlight=False)
+
+
+def _shown(v) -> str:
+    """A summary value for a person: numbers to four significant digits (whole ones from
+    1,000 on, with thousands separators), mappings as ``key value`` pairs, lists joined by
+    commas."""
+    if isinstance(v, bool) or v is None:
+        return {True: "yes", False: "no", None: "none"}[v]
+    if isinstance(v, float):
+        return f"{v:,.0f}" if 1e3 <= abs(v) < 1e15 else f"{v:.4g}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, dict):
+        return ", ".join(f"{k} {_shown(x)}" for k, x in v.items()) or "none"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(_shown(x) for x in v) or "none"
+    return str(v)
 
 
 @app.command("kernel-tuner")
@@ -195,22 +216,13 @@ def kernelbench(
                              provenance=provenance), as_json)
 
 def _capacities(text: str | None) -> dict | None:
-    from gfsim.core.errors import SpecError
-    from gfsim.core.specs import parse_kv
+    """The run's concurrency in the event importer's terms (``eval``: the GPU slots)."""
+    from gfsim.cli.common import parse_capacities
 
     if not text:
         return None
-    out = {}
-    for key, raw in parse_kv(text, "--capacity"):
-        if key not in ("gen", "forecast", "eval"):
-            raise SpecError(f"--capacity: unknown key {key!r}; valid: gen, forecast, eval")
-        try:
-            out[key] = int(raw)
-        except ValueError:
-            raise SpecError(f"--capacity: {key}={raw!r} is not a whole number") from None
-        if out[key] < 1:
-            raise SpecError(f"--capacity: {key} must be >= 1")
-    return out
+    given = parse_capacities(text, "--capacity", keys=("gen", "forecast", "gpus"))
+    return {{"gpus": "eval"}.get(k, k): n for k, n in given.items()}
 
 
 @app.command("gpu-forecasters-events")
@@ -221,7 +233,7 @@ def gpu_forecasters_events(
     out: Path = typer.Option(..., "--out", "-o", help="The trajectory log to write."),
     capacity: Optional[str] = typer.Option(None, "--capacity",
                                            help="The run's concurrency, KEY=N pairs joined "
-                                                "by commas (keys gen, forecast, eval): service "
+                                                "by commas (keys gen, forecast, gpus): service "
                                                 "times are then recovered by "
                                                 "replaying the log's own FIFO queue (else they "
                                                 "stay queue-inclusive)."),

@@ -8,7 +8,16 @@ from typing import Optional
 
 import typer
 
-from gfsim.cli.common import console, esc, handles_errors, print_json, search_config
+from gfsim.cli.common import (
+    CONFIG_HELP,
+    console,
+    esc,
+    handles_errors,
+    load_config,
+    parse_capacities,
+    print_json,
+    search_config,
+)
 
 __all__ = ["live", "merge", "fidelity"]
 
@@ -106,11 +115,14 @@ def live(
                                                help="At most this many of a parent's children "
                                                     "measured and admitted (4)."),
     budget: Optional[str] = typer.Option(None, "--budget",
-                                         help="Per search: gpu_evals=N,seconds=S,steps=N."),
+                                         help="Per-search limits, KEY=VALUE pairs joined by "
+                                              "commas (gpu_evals=40,steps=10); keys: "
+                                              "gpu_evals, seconds, steps."),
     seed: int = typer.Option(0, "--seed", help="Seed of the search, the sources and the "
                                                "measurer's inputs (keyed streams)."),
-    capacity: str = typer.Option("generator=4,forecaster=4", "--capacity",
-                                 help="Generations and forecasts in flight at once."),
+    capacity: str = typer.Option("gen=4,forecast=4", "--capacity",
+                                 help="Generations and forecasts in flight at once, KEY=N "
+                                      "pairs joined by commas; keys: gen, forecast."),
     protocol: str = typer.Option("gfsim", "--protocol", help="Timing protocol: gfsim (L2 "
                                                              "flush, median) or reference."),
     rse: float = typer.Option(0.001, "--rse", help="Stop timing at this relative std error."),
@@ -142,6 +154,8 @@ def live(
              "evaluation (timing_trusted false) and the summary say so. Without it such a run "
              "refuses to start.", metavar=""),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
+    config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP, is_eager=True,
+                                          callback=load_config),
 ) -> None:
     """Run a live search with real parts and write its replay log as it goes; it ends with the
     replay of that log (the simulator checked against the run)."""
@@ -150,7 +164,6 @@ def live(
     import sys
 
     from gfsim.core.errors import GfsimError
-    from gfsim.core.specs import parse_kv
     from gfsim.forecasts.whatif import is_whatif, parse_whatif
     from gfsim.live.driver import LiveOptions, LiveRun
     from gfsim.live.sources import parse_source
@@ -167,16 +180,8 @@ def live(
         get_task(name)  # unknown names: an error listing the valid ones
     if len(set(names)) != len(names):
         raise GfsimError(f"--tasks {tasks}: a task is named twice")
-    caps = {"generator": 4, "forecaster": 4}
-    for key, raw in parse_kv(capacity, "--capacity"):
-        if key not in caps:
-            raise GfsimError(f"--capacity: unknown key {key!r}; valid: generator, forecaster")
-        try:
-            caps[key] = int(raw)
-        except ValueError:
-            raise GfsimError(f"--capacity: {key}={raw!r} is not a whole number") from None
-        if caps[key] < 1:
-            raise GfsimError(f"--capacity: {key} must be >= 1")
+    given = parse_capacities(capacity, "--capacity", keys=("gen", "forecast"))
+    caps = {"generator": given.get("gen", 4), "forecaster": given.get("forecast", 4)}
     search = search_config("puct", preset, steps=steps, parents_per_step=parents_per_step,
                            samples_per_parent=samples_per_parent, overgen=overgen,
                            k_per_parent=k_per_parent)

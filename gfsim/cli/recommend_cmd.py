@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import List, Optional
 
 import typer
@@ -17,6 +18,8 @@ from gfsim.cli.common import (
     puct_children,
     resolve_children,
     search_config,
+    CONFIG_HELP,
+    load_config,
 )
 
 __all__ = ["recommend", "print_recommendation", "INCUMBENT_HELP"]
@@ -77,6 +80,8 @@ def recommend(
                                 help="Find the break-even GPU-hour and forecast prices of a "
                                      "recommendation (more replays)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object.", metavar=""),
+    config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP, is_eager=True,
+                                          callback=load_config),
 ) -> None:
     """Which configuration to run next time: its predicted gain over the incumbent for a new
     search, with its interval, and the prices over which it holds; the incumbent when no

@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from gfsim.cli import units
 from gfsim.cli.common import (
     CHILDREN_HELP,
     SIMULATE_HELP,
@@ -18,32 +19,25 @@ from gfsim.cli.common import (
     puct_children,
     resolve_children,
     search_config,
+    CONFIG_HELP,
+    load_config,
 )
 
 __all__ = ["replay", "parse_capacity"]
 
-_CAPACITY_KEYS = {"gen": "generator", "generator": "generator", "forecast": "forecaster",
-                  "forecaster": "forecaster", "compile": "compile_workers",
-                  "compile_workers": "compile_workers", "gpu": "gpus", "gpus": "gpus"}
+_CAPACITY_FIELDS = {"gen": "generator", "forecast": "forecaster", "compile": "compile_workers",
+                    "gpus": "gpus"}
 
 
 def parse_capacity(text: str | None, base):
-    """``gpus=2,gen=8`` over a preset's capacities."""
+    """``gpus=2,gen=8`` over a preset's capacities (keys: ``common.CAPACITY_KEYS``)."""
     import dataclasses
 
-    from gfsim.core.errors import SpecError
-    from gfsim.core.specs import parse_kv
+    from gfsim.cli.common import parse_capacities
 
     if not text:
         return base
-    changes = {}
-    for key, raw in parse_kv(text, "capacity"):
-        if key not in _CAPACITY_KEYS:
-            raise SpecError(f"capacity: unknown key {key!r}; valid: gen, forecast, compile, gpus")
-        try:
-            changes[_CAPACITY_KEYS[key]] = int(raw)
-        except ValueError:
-            raise SpecError(f"capacity: {key}={raw!r} is not a whole number") from None
+    changes = {_CAPACITY_FIELDS[k]: n for k, n in parse_capacities(text, "capacity").items()}
     return dataclasses.replace(base, **changes)
 
 
@@ -137,6 +131,8 @@ def replay(
     detail: bool = typer.Option(False, "--detail",
                                 help="With --json: every anytime row of every search (one "
                                      "per measurement), not at most 100 per search.", metavar=""),
+    config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP, is_eager=True,
+                                          callback=load_config),
 ) -> None:
     """Replay a logged search under a policy and cost model; compare with a baseline."""
     from gfsim.cost_models import load_cost_model, with_gen_tokens
@@ -276,17 +272,14 @@ def _plot(pairs, out: dict, path: Path, synthetic: bool) -> Path:
                           f"driver {out['driver']}")
 
 
-def _usd(x: float) -> str:
-    return f"-${-x:,.2f}" if x < 0 else f"${x:,.2f}"
-
-
-# The interval table's metrics in the units of the report above it (hours, dollars, kWh).
+# The interval table's metrics, each row in one unit (taken from the policy's mean).
 _HUMAN = {
-    "best_speedup": ("best speedup", lambda x: f"{x:.3f}x"),
-    "usd": ("USD", _usd),
-    "wall_s": ("wall-clock h", lambda x: f"{x / 3600:,.2f}"),
-    "joules": ("energy kWh", lambda x: f"{x / 3.6e6:,.3f}"),
-    "gpu_evals": ("GPU evaluations", lambda x: f"{x:,.0f}"),
+    "best_speedup": ("best speedup", lambda ref: lambda x: f"{x:.3f}x"),
+    "usd": ("USD", lambda ref: units.usd),
+    "wall_s": ("wall-clock", lambda ref: lambda x, u=units.duration_unit(ref):
+               units.duration(x, u)),
+    "joules": ("energy", lambda ref: lambda x, u=units.energy_unit(ref): units.energy(x, u)),
+    "gpu_evals": ("GPU evaluations", lambda ref: lambda x: f"{x:,.0f}"),
 }
 
 
@@ -297,7 +290,8 @@ def _print_intervals(con, iv: dict) -> None:
     for col in ("", "policy", "baseline", "delta (policy - baseline)"):
         table.add_column(col, justify="right" if col else "left")
     for m, e in iv["overall"].items():
-        label, fmt = _HUMAN.get(m, (m, lambda x: f"{x:,.3g}"))
+        label, make = _HUMAN.get(m, (m, lambda ref: lambda x: f"{x:,.3g}"))
+        fmt = make(e["policy"]["mean"] if "policy" in e else e["delta"]["mean"])
 
         def cell(d, fmt=fmt):
             return f"{fmt(d['mean'])} [{fmt(d['lo'])}, {fmt(d['hi'])}]"
@@ -388,16 +382,18 @@ def _print_report(out: dict) -> None:
         ("GPU evaluations", "gpu_evals", "{:,.0f}"),
         ("candidates generated", "candidates", "{:,.0f}"),
         ("forecasts", "forecasts", "{:,.0f}"),
-        ("wall-clock h", "wall_s", "{:,.2f}", 1 / 3600),
-        ("USD", "usd", "${:,.2f}"),
-        ("energy kWh", "joules", "{:,.3f}", 1 / 3.6e6),
+        ("wall-clock", "wall_s", lambda x, u=units.duration_unit(out["wall_s"]):
+         units.duration(x, u)),
+        ("USD", "usd", units.usd),
+        ("energy", "joules", lambda x, u=units.energy_unit(out["joules"]):
+         units.energy(x, u)),
     ]
-    for label, key, fmt, *scale in rows:
-        k = scale[0] if scale else 1.0
-        mine, theirs = out[key] * k, base[key] * k
+    for label, key, fmt in rows:
+        if isinstance(fmt, str):
+            fmt = fmt.format
+        mine, theirs = out[key], base[key]
         delta = mine - theirs
-        table.add_row(label, fmt.format(mine), fmt.format(theirs),
-                      ("+" if delta > 0 else "") + fmt.format(delta).replace("$-", "-$"))
+        table.add_row(label, fmt(mine), fmt(theirs), units.signed(fmt(delta), delta))
         if key == "best_speedup" and not measured:
             table.add_row("  rests on", *(f"[bold red]{e['label']}[/bold red]"
                                           if e["invented_bests"] else e["label"]
@@ -410,11 +406,14 @@ def _print_report(out: dict) -> None:
                   "model); simulated = PUCT run on the evidence of a log whose own search "
                   "PUCT does not reproduce[/dim]")
     stages = Table(title="cost by stage (policy)", show_edge=False)
-    for col in ("stage", "resource h", "USD", "kWh"):
+    for col in ("stage", "resource time", "USD", "energy"):
         stages.add_column(col, justify="right" if col != "stage" else "left")
+    # one unit a column, from its largest figure
+    t_unit = units.duration_unit(max((c["s"] for c in out["stages"].values()), default=0.0))
+    e_unit = units.energy_unit(max((c["joules"] for c in out["stages"].values()), default=0.0))
     for name, c in out["stages"].items():
-        stages.add_row(name, f"{c['s'] / 3600:,.2f}", f"${c['usd']:,.2f}",
-                       f"{c['joules'] / 3.6e6:,.3f}")
+        stages.add_row(name, units.duration(c["s"], t_unit), units.usd(c["usd"]),
+                       units.energy(c["joules"], e_unit))
     con.print(stages)
     prior = out["gen_tokens_prior"]
     con.print(f"USD resting on imputed usage (priors, not the log): "

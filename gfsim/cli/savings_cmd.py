@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -17,6 +18,8 @@ from gfsim.cli.common import (
     puct_children,
     resolve_children,
     search_config,
+    CONFIG_HELP,
+    load_config,
 )
 
 __all__ = ["savings"]
@@ -50,6 +53,8 @@ def savings(
     seed: int = typer.Option(0, "--seed", help="First seed."),
     jobs: int = typer.Option(1, "--jobs", help="Processes for the seeds."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object.", metavar=""),
+    config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP, is_eager=True,
+                                          callback=load_config),
 ) -> None:
     """Dollars, seconds and joules a policy saves per search against a baseline, with
     intervals; cost to reach targets; the speedup at equal cost; break-even prices."""

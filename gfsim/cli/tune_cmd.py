@@ -18,6 +18,9 @@ from gfsim.cli.common import (
     puct_children,
     resolve_children,
     search_config,
+    CONFIG_HELP,
+    current_settings,
+    load_config,
 )
 from gfsim.cli.recommend_cmd import INCUMBENT_HELP
 
@@ -98,13 +101,20 @@ def tune(
     plot: Optional[Path] = typer.Option(None, "--plot", help="Folder for history and Pareto "
                                                              "front PNGs."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object.", metavar=""),
+    config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP, is_eager=True,
+                                          callback=load_config),
 ) -> None:
     """Tune a policy (and the puct search's overgeneration) over replayed searches."""
     from gfsim.core.errors import GfsimError
     from gfsim.cost_models import load_cost_model
     from gfsim.replay_logs import open_log
     from gfsim.simulator import parse_budget
-    from gfsim.tuning.identity import claim_study, configuration, default_study_name
+    from gfsim.tuning.identity import (
+        RUNS_ATTR,
+        claim_study,
+        configuration,
+        default_study_name,
+    )
     from gfsim.tuning.study import (
         Objective,
         leave_one_task_out,
@@ -161,6 +171,10 @@ def tune(
     the_study = open_study(make_storage(url, heartbeat or None, retries), study,
                            [d for _, d in objectives], the_sampler)
     adopted = claim_study(the_study, settings, url)
+    # every invocation's effective settings (options, where each came from, gfsim's version,
+    # the log's SHA-256), beside the configuration claim_study compares
+    runs = the_study.user_attrs.get(RUNS_ATTR) or []
+    the_study.set_user_attr(RUNS_ATTR, [*runs, current_settings()][-50:])
     obj = Objective(setup, params, objectives, limit, jobs, heartbeat or None, retries)
     if as_json:
         ran = run_study(the_study, obj, trials=trials, workers=workers, storage=url,
@@ -249,7 +263,10 @@ def tune(
     out.update(prov)
     out["notes"] = [*out["notes"], *provenance_notes(prov, the_log.name)]
     if plot is not None:
-        out["plots"] = _plots(the_study, objectives, plot)
+        title = ("SYNTHETIC log (nothing measured): " if the_log.is_synthetic else "") + \
+            (f"gfsim tune: study {study}, log {the_log.name}, policy {policy}, cost "
+             f"{out['cost_model']}")
+        out["plots"] = _plots(the_study, objectives, plot, title)
     if as_json:
         print_json(out)
     else:
@@ -280,33 +297,24 @@ def _why_seed_free(driver: str, policy: str, params) -> str:
             + (f" at any {', '.join(tuned)}" if tuned else "") + "; no measurement noise")
 
 
-def _plots(study, objectives, folder: Path) -> list[str]:
-    import warnings
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import optuna.visualization.matplotlib as ovm
+def _plots(study, objectives, folder: Path, title: str) -> list[str]:
+    """gfsim's own plots of a study: each objective's history and, with two, the front; the
+    title names the study, the log and the cost model, and SYNTHETIC where the log is."""
+    from gfsim.analysis.plots import plot_tuning_front, plot_tuning_history
 
     folder.mkdir(parents=True, exist_ok=True)
+    done = [t for t in study.get_trials(deepcopy=False) if t.values is not None
+            and t.state.name == "COMPLETE"]
     paths = []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # Optuna's matplotlib plots are marked experimental
-        for i, (name, _) in enumerate(objectives):
-            ax = ovm.plot_optimization_history(
-                study, target=(lambda t, i=i: t.values[i]) if len(objectives) > 1 else None,
-                target_name=name)
-            p = folder / f"history-{name}.png"
-            ax.figure.savefig(p, dpi=110, bbox_inches="tight")
-            plt.close(ax.figure)
-            paths.append(str(p))
-        if len(objectives) > 1:
-            ax = ovm.plot_pareto_front(study, target_names=[n for n, _ in objectives])
-            p = folder / "pareto-front.png"
-            ax.figure.savefig(p, dpi=110, bbox_inches="tight")
-            plt.close(ax.figure)
-            paths.append(str(p))
+    for i, (name, direction) in enumerate(objectives):
+        paths.append(str(plot_tuning_history([(t.number, t.values[i]) for t in done], name,
+                                             direction, folder / f"history-{name}.png",
+                                             title=title)))
+    if len(objectives) == 2:
+        front = {t.number for t in study.best_trials}
+        paths.append(str(plot_tuning_front([(t.number, t.values[0], t.values[1]) for t in done],
+                                           front, (objectives[0][0], objectives[1][0]),
+                                           folder / "pareto-front.png", title=title)))
     return paths
 
 
@@ -314,7 +322,25 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
+def _metric(name: str, v: float) -> str:
+    """An objective's value in its unit (x, $, time, energy), else four digits."""
+    from gfsim.cli import units
+
+    if name in ("best_speedup", "confirmed_speedup"):
+        return f"{v:.3f}x"
+    if name == "usd":
+        return units.usd(v)
+    if name == "wall_s":
+        return units.duration(v)
+    if name == "joules":
+        return units.energy(v)
+    if name == "gpu_evals":
+        return f"{v:,.1f}"
+    return f"{v:.4g}"
+
+
 def _report(out: dict) -> None:
+    from gfsim.cli import units
     from gfsim.cli.common import Table
 
     con = console()
@@ -350,7 +376,7 @@ def _report(out: dict) -> None:
         shape = " (" + ", ".join(f"{short[k]} {s[k]}" for k in short if k in s) + ")" \
             if s else ""
         table.add_row(str(r["number"]), esc(r["spec"] + shape), f"{m['best_speedup']:.3f}x",
-                      f"{m['score']:.3f}", f"${m['usd']:.2f}", f"{m['gpu_evals']:.0f}",
+                      f"{m['score']:.3f}", units.usd(m["usd"]), f"{m['gpu_evals']:.0f}",
                       str(r["clipped"]), "yes" if r["feasible"] else "no")
     con.print(table)
     best = "best speedup found" if first and first["best_evidence"]["basis"] != "measured" \
@@ -369,7 +395,7 @@ def _report(out: dict) -> None:
         for r in out["out_of_sample"]:
             cells = []
             for n in names:
-                cells += [f"{r['in_sample'][n]:.4g}", f"{r['fresh_seeds'][n]:.4g}"]
+                cells += [_metric(n, r["in_sample"][n]), _metric(n, r["fresh_seeds"][n])]
             oos.add_row(str(r["number"]), esc(r["spec"]), *cells)
         con.print(oos)
     if out["leave_one_task_out"]:
@@ -378,8 +404,8 @@ def _report(out: dict) -> None:
                     "chosen on all", "its value there"):
             lo.add_column(col, justify="right")
         for r in out["leave_one_task_out"]:
-            lo.add_row(r["task"], f"#{r['chosen_on_others']}", f"{r['held_out']:.4g}",
-                       f"#{r['chosen_on_all']}", f"{r['in_sample']:.4g}")
+            lo.add_row(r["task"], f"#{r['chosen_on_others']}", _metric(names[0], r["held_out"]),
+                       f"#{r['chosen_on_all']}", _metric(names[0], r["in_sample"]))
         con.print(lo)
     if out["recommendation"]:
         from gfsim.cli.recommend_cmd import print_recommendation

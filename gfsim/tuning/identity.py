@@ -21,11 +21,13 @@ import re
 
 from gfsim.core.errors import GfsimError
 
-__all__ = ["CONFIG_ATTR", "VERSION_ATTR", "log_sha256", "cost_model_sha256", "configuration",
-           "configuration_hash", "default_study_name", "differences", "claim_study"]
+__all__ = ["CONFIG_ATTR", "VERSION_ATTR", "RUNS_ATTR", "log_sha256", "cost_model_sha256",
+           "configuration", "configuration_hash", "default_study_name", "differences",
+           "claim_study"]
 
 CONFIG_ATTR = "gfsim_configuration"
 VERSION_ATTR = "gfsim_version"  # recorded beside it, not compared: see ``claim_study``
+RUNS_ATTR = "gfsim_runs"  # each gfsim tune that ran the study: its effective settings
 _LEGACY_ATTR = "setup"  # what gfsim wrote before configurations were recorded
 
 
