@@ -15,11 +15,37 @@ checks the contracts in ``pyproject.toml``'s ``[tool.importlinter]``), from the 
 - ``gfsim.live``: real forecasts from vLLM and real Triton measurements;
 - ``gfsim.integrations``: gfsim inside other tools' searches (a selective surrogate in front of
   an OpenEvolve evaluator, a mutation-operator stand-in for an LLM server);
-- ``gfsim.cli``: the ``gfsim`` command.
+- ``gfsim.api``: what each command does, as functions returning its results (``gfsim.compare``
+  and the names below are importable from ``gfsim`` itself);
+- ``gfsim.cli``: the ``gfsim`` command, a thin layer over them.
 
 ``replay_logs``, ``cost_models``, ``policies`` and ``simulator`` live in top-level folders of
 the repository of the same names; they are mapped into this one namespace at install.
 """
 
 __version__ = "0.1.0"
-__all__ = ["__version__"]
+
+# The Python API, imported when first used so that ``import gfsim`` stays light:
+# gfsim.compare(...) is `gfsim replay`; docs/python-quickstart.md shows the rest.
+_API = {
+    "compare": "gfsim.api.compare",
+    "Comparison": "gfsim.api.compare",
+    "tune": "gfsim.api.tune",
+    "Tuning": "gfsim.api.tune",
+    "load_log": "gfsim.replay_logs",
+    "make_policy": "gfsim.policies",
+    "load_cost_model": "gfsim.cost_models",
+}
+__all__ = ["__version__", *_API]
+
+
+def __getattr__(name: str):
+    if name in _API:
+        import importlib
+
+        return getattr(importlib.import_module(_API[name]), name)
+    raise AttributeError(f"module 'gfsim' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *_API])

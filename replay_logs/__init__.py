@@ -4,14 +4,19 @@ runs (``merge``). It imports only ``gfsim.core``: nothing of forecasts, the simu
 """
 
 from gfsim.replay_logs.io import LogWriter, TruncatedTailWarning, iter_records
-from gfsim.replay_logs.log import CANDIDATE_STATUSES, PROB_COLUMNS, ReplayLog, load_log
+from gfsim.replay_logs.log import (
+    CANDIDATE_STATUSES,
+    PROB_COLUMNS,
+    ReplayLog,
+    load_log,
+    open_log,
+)
 from gfsim.replay_logs.schema import KINDS, OUTCOMES, SCHEMA_VERSION
 from gfsim.replay_logs.shipped import (
     DEFAULT_LOG,
     SHIPPED_CAVEATS,
     SHIPPED_LOGS,
     log_caveats,
-    open_log,
     resolve_log,
 )
 

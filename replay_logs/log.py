@@ -32,7 +32,7 @@ from gfsim.replay_logs.io import (
 )
 from gfsim.replay_logs.schema import FIELDS, check_record
 
-__all__ = ["ReplayLog", "load_log", "CANDIDATE_STATUSES"]
+__all__ = ["ReplayLog", "load_log", "open_log", "CANDIDATE_STATUSES"]
 
 # Derived, never guessed: evaluated (has an evaluation), deferred (a logged decision chose not
 # to measure it), generation_failed (the mutator returned nothing), not_attempted (the rest).
@@ -105,12 +105,22 @@ def _flatten_candidate(rec: dict, cols: dict[str, list]) -> None:
 def load_log(path, *, cache: bool = False) -> ReplayLog:
     """Read and validate a log; raise ``LogError`` naming file, line and field on bad input.
 
+    ``path``: a log file (``.jsonl`` or ``.jsonl.gz``), or the name of a log gfsim ships
+    (``gfsim logs``) where no file of that name exists.
+
     ``cache``: keep the validated tables in a columnar cache beside the log (or in the user's
     cache folder; ``replay_logs.cache``) and read them from there while the log's bytes are
     unchanged. Records are decoded by the fast reader (``replay_logs.fastread``) where it can
     settle a log exactly, else by the validating reader; both give the same tables.
     """
     path = str(path)
+    if not os.path.exists(path):
+        from gfsim.replay_logs.shipped import SHIPPED_LOGS, shipped_path
+
+        if path in SHIPPED_LOGS:  # a shipped log by its name, as every command takes it
+            log = load_log(shipped_path(path), cache=cache)
+            log.label = path
+            return log
     digest = None
     if cache:
         from gfsim.replay_logs import cache as log_cache
@@ -435,3 +445,15 @@ def _derive_status(candidates: pd.DataFrame, cols: dict) -> None:
     if evaluated:
         status[np.fromiter(map(evaluated.__contains__, ids), bool, len(ids))] = "evaluated"
     candidates["status"] = status
+
+
+def open_log(name_or_path: str | None, *, cache: bool = True):
+    """``load_log`` of a shipped name or a path, through the columnar cache unless
+    ``cache=False`` (``replay_logs.cache``); a shipped log keeps its name as its label."""
+    from gfsim.replay_logs.shipped import DEFAULT_LOG, SHIPPED_LOGS, resolve_log
+
+    log = load_log(resolve_log(name_or_path), cache=cache)
+    name = name_or_path or DEFAULT_LOG
+    if name in SHIPPED_LOGS:
+        log.label = name
+    return log

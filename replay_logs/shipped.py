@@ -7,7 +7,7 @@ from pathlib import Path
 
 from gfsim.core.errors import GfsimError
 
-__all__ = ["SHIPPED_LOGS", "SHIPPED_CAVEATS", "DEFAULT_LOG", "resolve_log", "open_log",
+__all__ = ["SHIPPED_LOGS", "SHIPPED_CAVEATS", "DEFAULT_LOG", "resolve_log", "shipped_path",
            "log_caveats"]
 
 # name -> (file under gfsim/replay_logs/data/, one-line description)
@@ -115,18 +115,6 @@ def resolve_log(name_or_path: str | None) -> Path:
         shipped = ", ".join(SHIPPED_LOGS)
         raise GfsimError(f"{name_or_path}: no such file, and not a shipped log ({shipped})")
     return path
-
-
-def open_log(name_or_path: str | None, *, cache: bool = True):
-    """``load_log`` of a shipped name or a path, through the columnar cache unless
-    ``cache=False`` (``replay_logs.cache``); a shipped log keeps its name as its label."""
-    from gfsim.replay_logs.log import load_log
-
-    log = load_log(resolve_log(name_or_path), cache=cache)
-    name = name_or_path or DEFAULT_LOG
-    if name in SHIPPED_LOGS:
-        log.label = name
-    return log
 
 
 def log_caveats(log) -> list[str]:

@@ -1,6 +1,7 @@
 """Every README command, and bad input: exit 2 with one line, never a traceback."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -68,7 +69,7 @@ def test_replay_json_keeps_anytime_curves_short_unless_asked_for_detail():
             assert all(r in short for r in rises)
         else:
             assert len(short) == 100
-    drop = {"anytime", "anytime_points", "simulation_s"}
+    drop = {"anytime", "anytime_points", "simulation_s", "settings"}  # settings: --detail
     assert {k: v for k, v in lean.items() if k not in drop} == {
         k: v for k, v in full.items() if k not in drop}
 
@@ -260,7 +261,10 @@ def test_interval_tables_are_in_the_reports_units():
     res = runner.invoke(app, ["replay", "--seeds", "2", "--policy", "random:0.5"])
     assert res.exit_code == 0, res.output
     table = res.output[res.output.index("2 seeds: mean"):]
-    assert "wall-clock h" in table and "$" in table and "e+0" not in table
+    assert "wall-clock" in table and "$" in table and "e+0" not in table
+    wall = next(ln for ln in table.splitlines() if "wall-clock" in ln)
+    units = set(re.findall(r"\d (d|h|min|s)\b", wall))
+    assert len(units) == 1, wall  # one unit a row: policy, baseline and delta read together
 
 
 def test_no_flag_is_shown_as_taking_a_value_and_every_option_says_what_it_does():

@@ -50,6 +50,23 @@ def blocks(page: Path):
 ALL = [(p, line, tag, cmds) for p in PAGES for line, tag, cmds in blocks(p)]
 
 
+def python_blocks(page: Path):
+    """(line, code) of each ```python block tagged ``<!-- run -->``: a page's run blocks are
+    one program, run in order (a later block uses what an earlier one made)."""
+    lines = page.read_text().split("\n")
+    out = []
+    for i, line in enumerate(lines):
+        if line.strip() == "```python":
+            prev = next((lines[k] for k in range(i - 1, -1, -1) if lines[k].strip()), "")
+            if prev.strip() == "<!-- run -->":
+                j = next(k for k in range(i + 1, len(lines)) if lines[k].startswith("```"))
+                out.append((i + 1, "\n".join(lines[i + 1:j])))
+    return out
+
+
+PYTHON = [(p, python_blocks(p)) for p in PAGES if python_blocks(p)]
+
+
 def _id(item):
     page, line = item[0], item[1]
     return f"{page.relative_to(ROOT)}:{line}"
@@ -81,6 +98,22 @@ def test_a_run_block_runs(item, tmp_path):
             res = subprocess.run([sys.executable, "-m", "gfsim.cli.main", *args], cwd=tmp_path,
                                  capture_output=True, text=True, timeout=30, env=env)
             assert res.returncode == 0, (cmd, res.stdout[-800:], res.stderr[-800:])
+
+
+@pytest.mark.parametrize("page, code", PYTHON, ids=lambda x: str(x.relative_to(ROOT))
+                         if isinstance(x, Path) else "")
+def test_a_pages_python_run_blocks_run_in_order(page, code, tmp_path):
+    for name in ("tests", "docs", "experiments"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    env = {**os.environ, "GFSIM_CACHE_DIR": str(tmp_path / ".cache"), "MPLBACKEND": "Agg"}
+    program = "\n\n".join(f"# {page.name}, line {line}\n{text}" for line, text in code)
+    res = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120, env=env)
+    assert res.returncode == 0, (res.stdout[-1500:], res.stderr[-1500:])
+
+
+def test_the_python_quickstart_runs_here():
+    assert any(p.name == "python-quickstart.md" for p, _ in PYTHON)
 
 
 @pytest.mark.parametrize("item", [b for b in ALL if b[2] and b[2].group(1) != "run"], ids=_id)

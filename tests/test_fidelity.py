@@ -10,7 +10,7 @@ import math
 import pytest
 
 from gfsim.live.fidelity import GPU_BUSY_TOLERANCE, WALL_TOLERANCE, fidelity
-from gfsim.replay_logs.shipped import open_log
+from gfsim.replay_logs import open_log
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,14 @@ from typing import Any, Callable
 import typer
 import typer.core
 
+from gfsim.api.options import (  # noqa: F401 - the commands' options, shared with the API
+    CAPACITY_KEYS,
+    learning_spec,
+    parse_capacities,
+    puct_children,
+    resolve_children,
+    search_config,
+)
 from gfsim.core.errors import GfsimError
 
 __all__ = ["handles_errors", "print_json", "console", "esc", "one_line", "search_config",
@@ -212,91 +220,6 @@ SIMULATE_HELP = ("puct: simulate PUCT even on a log whose search it does not rep
                  "result is labelled simulated either way).")
 
 
-def resolve_children(driver: str, children: str) -> str:
-    """--children's value with ``auto`` resolved: the world model under the puct driver,
-    else ``fallback`` (the trace driver draws no children)."""
-    if children == "auto":
-        return "model" if driver == "puct" else "fallback"
-    return children
-
-
-def puct_children(driver: str, children: str, simulate: bool = False) -> dict:
-    """The replay keywords for --children and --simulate: checked, and only for the puct
-    driver."""
-    from gfsim.core.errors import GfsimError
-    from gfsim.simulator.world_model import check_children
-
-    children = resolve_children(driver, children)
-    check_children(children)
-    if driver != "puct":
-        if children != "fallback" or simulate:
-            flag = "--children" if children != "fallback" else "--simulate"
-            raise GfsimError(f"{flag}: only the puct driver draws children; the trace "
-                             "driver replays the logged order")
-        return {}
-    return {"children": children, "simulate": simulate}
-
-
-def learning_spec(forecaster: str | None):
-    """The cost model's spec where --forecaster names one: the replay lets it learn only from
-    what the replayed search measured (``replay_many``'s ``learning``); else None."""
-    from gfsim.forecasts.costmodel import is_costmodel, parse_costmodel
-
-    return parse_costmodel(forecaster) if is_costmodel(forecaster) else None
-
-
-def search_config(driver: str, preset: str | None, log=None, **knobs):
-    """The puct search shape from --search and the knobs; an error if given to the trace
-    driver, where they mean nothing. Without --search, each search of the log in its own shape
-    (recorded by its run, else inferred from its candidates: ``simulator.shape``) with the
-    knobs given in place of its own; with no ``log`` (a new, live search), paper-standard."""
-    from gfsim.core.errors import GfsimError
-    from gfsim.simulator.puct_engine import SEARCH_PRESETS, replace_config
-    from gfsim.simulator.shape import OwnShape
-
-    given = {k: v for k, v in knobs.items() if v is not None}
-    if driver != "puct":
-        if preset is not None or given:
-            flags = ", ".join(["--search"] * (preset is not None)
-                              + [f"--{k.replace('_', '-')}" for k in given])
-            raise GfsimError(f"{flags}: only with --driver puct")
-        return None
-    if preset is None and log is not None:
-        return OwnShape(**given)
-    preset = preset or "paper-standard"
-    if preset not in SEARCH_PRESETS:
-        raise GfsimError(f"--search: unknown preset {preset!r}; valid: "
-                         f"{', '.join(SEARCH_PRESETS)}")
-    return replace_config(SEARCH_PRESETS[preset], **given)
-
-
-# -- one vocabulary for resource slots ------------------------------------------------------
-# Every command that takes --capacity reads the same keys; the older spellings still work.
-CAPACITY_KEYS = ("gen", "forecast", "compile", "gpus")
-_CAPACITY_ALIASES = {"generator": "gen", "forecaster": "forecast", "compile_workers": "compile",
-                     "gpu": "gpus", "eval": "gpus"}
-
-
-def parse_capacities(text: str | None, option: str, keys=CAPACITY_KEYS) -> dict[str, int]:
-    """``gen=4,gpus=2`` as {key: slots}, keys of ``CAPACITY_KEYS`` (``keys``: those this
-    command has), each a whole number >= 1; one line naming the option otherwise."""
-    from gfsim.core.errors import SpecError
-    from gfsim.core.specs import parse_kv
-
-    out: dict[str, int] = {}
-    for key, raw in parse_kv(text or "", option):
-        canon = _CAPACITY_ALIASES.get(key, key)
-        if canon not in keys:
-            raise SpecError(f"{option}: unknown key {key!r}; valid: {', '.join(keys)}")
-        try:
-            out[canon] = int(raw)
-        except ValueError:
-            raise SpecError(f"{option}: {key}={raw!r} is not a whole number") from None
-        if out[canon] < 1:
-            raise SpecError(f"{option}: {key} must be >= 1")
-    return out
-
-
 # -- one settings file ------------------------------------------------------------------------
 CONFIG_HELP = ("A TOML file of this command's options (names as on the command line, without "
                "the dashes: policy = \"threshold:0.7\", seeds = 4, budget = {usd = 2}); a "
@@ -332,7 +255,7 @@ def load_config(ctx, param, value):
             for opt in p.opts:
                 if opt.startswith("--"):
                     options[opt[2:].replace("-", "_")] = p
-    commands = {c for c in _command_names()}
+    commands = set(getattr(ctx.find_root().command, "commands", {})) | {"import"}
     settings = {k: v for k, v in data.items() if not (isinstance(v, dict) and k in commands)}
     section = data.get(name) if isinstance(data.get(name), dict) else {}
     defaults = {}
@@ -360,12 +283,6 @@ def _shared_names(ctx) -> set[str]:
             names |= {o[2:].replace("-", "_") for p in params for o in getattr(p, "opts", [])
                       if o.startswith("--")}
     return names
-
-
-def _command_names() -> list[str]:
-    from gfsim.cli.main import COMMANDS
-
-    return [n for n, _, _ in COMMANDS] + ["import"]
 
 
 def _config_value(v, option, at: str, ctx, param):

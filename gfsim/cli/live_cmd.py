@@ -313,7 +313,7 @@ def fidelity(
     """Replay a live log with the live run's own capacities and compare wall-clock and
     GPU-busy time with what the run recorded, search by search."""
     from gfsim.live.fidelity import fidelity as compare
-    from gfsim.replay_logs.shipped import open_log
+    from gfsim.replay_logs import open_log
 
     result = compare(open_log(log))
     if as_json:

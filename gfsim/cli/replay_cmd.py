@@ -8,37 +8,19 @@ from typing import Optional
 import typer
 
 from gfsim.cli import units
+from gfsim.api.options import parse_capacity
 from gfsim.cli.common import (
     CHILDREN_HELP,
+    CONFIG_HELP,
     SIMULATE_HELP,
     console,
     esc,
     handles_errors,
-    learning_spec,
-    print_json,
-    puct_children,
-    resolve_children,
-    search_config,
-    CONFIG_HELP,
     load_config,
+    print_json,
 )
 
 __all__ = ["replay", "parse_capacity"]
-
-_CAPACITY_FIELDS = {"gen": "generator", "forecast": "forecaster", "compile": "compile_workers",
-                    "gpus": "gpus"}
-
-
-def parse_capacity(text: str | None, base):
-    """``gpus=2,gen=8`` over a preset's capacities (keys: ``common.CAPACITY_KEYS``)."""
-    import dataclasses
-
-    from gfsim.cli.common import parse_capacities
-
-    if not text:
-        return base
-    changes = {_CAPACITY_FIELDS[k]: n for k, n in parse_capacities(text, "capacity").items()}
-    return dataclasses.replace(base, **changes)
 
 
 @handles_errors
@@ -134,122 +116,30 @@ def replay(
     config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP, is_eager=True,
                                           callback=load_config),
 ) -> None:
-    """Replay a logged search under a policy and cost model; compare with a baseline."""
-    from gfsim.cost_models import load_cost_model, with_gen_tokens
-    from gfsim.policies import make_policy
-    from gfsim.replay_logs import open_log
-    from gfsim.simulator import comparison_json, parse_budget, replay_with_baseline
-    from gfsim.simulator.replay import seed_dependence, seed_free_reason
-    from gfsim.simulator.noise import parse_noise
-    from gfsim.simulator.pipeline import parse_pipeline
+    """Replay a logged search under a policy and cost model; compare with a baseline
+    (``gfsim.compare`` in Python)."""
+    from gfsim.api.compare import compare
 
     if candidates_out is not None:
         _check_table_path(candidates_out)  # before any work, not after the replay
     if plot is not None:
         _check_plot_path(plot)
-    the_policy = make_policy(policy)
-    make_policy(baseline)  # fail on a bad baseline before any work
-    the_budget = parse_budget(budget)
-    model = load_cost_model(cost)
-    if gen_tokens is not None:
-        model = with_gen_tokens(model, gen_tokens)
-    caps = parse_capacity(capacity, model.capacities)
-    the_pipeline = parse_pipeline(pipeline)
-    noise = parse_noise(measure_noise)
-    from gfsim.forecasts.whatif import resolve
-
-    children = resolve_children(driver, children)
-    puct_only = puct_children(driver, children, simulate)
-    if predict and driver != "puct":
-        from gfsim.core.errors import GfsimError
-
-        raise GfsimError("--predict: a new search is simulated closed loop on the log's world "
-                         "model; it needs --driver puct")
-    learning = learning_spec(forecaster)
-    the_log, forecaster = resolve(open_log(log), forecaster)
-    config = search_config(driver, search, the_log, steps=steps,
-                           parents_per_step=parents_per_step,
-                           samples_per_parent=samples_per_parent, overgen=overgen,
-                           k_per_parent=k_per_parent)
-    if calibrate != "none":
-        from gfsim.forecasts.calibration import recalibrate_log
-        from gfsim.forecasts.scoring import true_bins
-
-        the_log = recalibrate_log(the_log, calibrate, true_bins(the_log))
-    result, base = replay_with_baseline(
-        the_log, the_policy, model, baseline=baseline, budget=the_budget, seed=seed,
-        capacities=caps, forecaster=forecaster, pipeline=the_pipeline, engine=engine,
-        driver=driver, search=config, noise=noise, learning=learning, **puct_only,
-    )
-    from gfsim.simulator.replay import ANYTIME_POINTS
-
-    out = comparison_json(result, base, the_budget,
-                          anytime=None if detail else ANYTIME_POINTS)
-    pairs = [(result, base)]
-    both = [the_policy, make_policy(baseline)]
-    varies = seed_dependence(both, driver=driver, noise=noise, results=pairs[0])
-    if seeds > 1 and varies is None:
-        out["seeds_note"] = (f"--seeds {seeds}: replayed once; no seed can change this "
-                             f"configuration ({seed_free_reason(both, driver)}, no "
-                             "measurement noise), so an interval over seeds would be one "
-                             "number repeated")
-    elif seeds > 1:
-        pairs = _seed_pairs(the_log, policy, baseline, model, seed, seeds, jobs,
-                            dict(budget=the_budget, capacities=caps, forecaster=forecaster,
-                                 pipeline=the_pipeline, engine=engine, driver=driver,
-                                 search=config, noise=noise, learning=learning,
-                                 **puct_only))
-        out["intervals"] = _intervals(pairs, seed)
-    if predict:
-        from gfsim.simulator.predictive import predict_new_search
-
-        out["new_search"] = predict_new_search(
-            the_log, policy, baseline, model, pairs, range(seed, seed + predict),
-            children=children, budget=the_budget, capacities=caps, forecaster=forecaster,
-            pipeline=the_pipeline, engine=engine, driver=driver, search=config, noise=noise,
-            learning=learning, simulate=simulate)
+    cmp = compare(log, policy, baseline, cost=cost, budget=budget, seed=seed, seeds=seeds,
+                  jobs=jobs, capacity=capacity, gen_tokens=gen_tokens, pipeline=pipeline,
+                  driver=driver, search=search, steps=steps, parents_per_step=parents_per_step,
+                  samples_per_parent=samples_per_parent, overgen=overgen,
+                  k_per_parent=k_per_parent, engine=engine, children=children,
+                  simulate=simulate, calibrate=calibrate, forecaster=forecaster,
+                  measure_noise=measure_noise, predict=predict, detail=detail)
+    out = cmp.to_dict()
     if plot is not None:
-        out["plot"] = str(_plot(pairs, out, plot, the_log.is_synthetic))
-    out["pipeline"] = str(the_pipeline)
-    out["calibration"] = calibrate
-    out["gen_tokens_prior"] = {"input": model.priors.gen_input_tokens,
-                               "output": model.priors.gen_output_tokens}
+        out["plot"] = str(cmp.plot(plot))
     if candidates_out is not None:
-        _write_table(result.candidate_table(), candidates_out)
-    _add_provenance(out, the_log, forecaster, model,
-                    the_policy.needs_forecast or make_policy(baseline).needs_forecast)
+        _write_table(cmp.candidates(), candidates_out)
     if as_json:
         print_json(out)
     else:
         _print_report(out)
-
-
-def _add_provenance(out: dict, log, forecaster, model, read: bool) -> None:
-    """Where the forecasts came from, the log's known caveats and a price for another GPU:
-    as JSON fields and as notes under the report (``gfsim.forecasts.provenance``)."""
-    from gfsim.forecasts.provenance import provenance, provenance_notes
-
-    prov = provenance(log, forecaster, model, read=read)
-    out.update(prov)
-    out["notes"] = [*out.get("notes", []), *provenance_notes(prov, log.name)]
-
-
-def _seed_pairs(log, policy, baseline, model, seed, seeds, jobs, kwargs) -> list:
-    from gfsim.core.errors import GfsimError
-    from gfsim.simulator.replay import replay_seeds
-
-    if jobs < 1:
-        raise GfsimError(f"--jobs must be >= 1, got {jobs}")
-    return replay_seeds(log, policy, model, range(seed, seed + seeds), baseline=baseline,
-                        jobs=jobs, **kwargs)
-
-
-def _intervals(pairs, seed: int) -> dict:
-    from gfsim.analysis.stats import SeedTable, summarize_seeds
-
-    seed_list = [p[0].seed for p in pairs]
-    return summarize_seeds(SeedTable.from_results(seed_list, [p[0] for p in pairs]),
-                           SeedTable.from_results(seed_list, [p[1] for p in pairs]), seed=seed)
 
 
 def _check_plot_path(path: Path) -> None:
@@ -259,17 +149,6 @@ def _check_plot_path(path: Path) -> None:
         raise GfsimError(f"{path}: --plot writes a .png")
     if not path.parent.exists():
         raise GfsimError(f"{path}: folder {path.parent} does not exist")
-
-
-def _plot(pairs, out: dict, path: Path, synthetic: bool) -> Path:
-    from gfsim.analysis.plots import plot_anytime
-
-    series = {f"policy {out['policy']}": [p[0] for p in pairs],
-              f"baseline {out['baseline']['policy']}": [p[1] for p in pairs]}
-    return plot_anytime(series, path, title=("SYNTHETIC log (nothing measured): "
-                                             if synthetic else "")
-                        + f"gfsim replay: log {out['log']}, cost {out['cost_model']}, "
-                          f"driver {out['driver']}")
 
 
 # The interval table's metrics, each row in one unit (taken from the policy's mean).

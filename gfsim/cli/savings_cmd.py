@@ -9,17 +9,17 @@ import typer
 
 from gfsim.cli.common import (
     CHILDREN_HELP,
+    CONFIG_HELP,
     SIMULATE_HELP,
     console,
     esc,
     handles_errors,
     learning_spec,
+    load_config,
     print_json,
     puct_children,
     resolve_children,
     search_config,
-    CONFIG_HELP,
-    load_config,
 )
 
 __all__ = ["savings"]

@@ -1,0 +1,238 @@
+"""Compare a policy with a baseline on a log: what ``gfsim replay`` runs and prints."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gfsim.replay_logs import ReplayLog
+
+__all__ = ["compare", "Comparison"]
+
+
+@dataclass
+class Comparison:
+    """A policy replayed beside its baseline on one log, as ``gfsim replay`` reports it.
+
+    ``data`` is what ``gfsim replay --json`` prints (the policy's figures at the top level,
+    the baseline's under ``baseline``, differences as ``*_delta``, intervals over seeds under
+    ``intervals``, a new search's prediction under ``new_search``, where each figure came
+    from under ``best_evidence`` and ``notes``). ``result`` and ``baseline_result`` are the
+    first seed's replays (``ReplayResult``: per-candidate tables, anytime curves); ``pairs``
+    holds (policy, baseline) replays for every seed."""
+
+    data: dict
+    result: Any
+    baseline_result: Any
+    pairs: list = field(repr=False)
+    log: Any = field(repr=False)
+
+    @property
+    def best_speedup(self) -> float:
+        """The policy's best measured speedup (geometric mean over the log's searches)."""
+        return self.data["best_speedup"]
+
+    @property
+    def usd(self) -> float:
+        """The policy's dollars (summed over searches)."""
+        return self.data["usd"]
+
+    @property
+    def usd_delta(self) -> float:
+        """Policy minus baseline, in dollars: negative means the policy spent less."""
+        return self.data["usd_delta"]
+
+    @property
+    def gpu_evals(self) -> int:
+        return self.data["gpu_evals"]
+
+    @property
+    def wall_s(self) -> float:
+        return self.data["wall_s"]
+
+    def to_dict(self) -> dict:
+        """What ``gfsim replay --json`` prints."""
+        return self.data
+
+    def candidates(self):
+        """The policy's per-candidate table (a pandas DataFrame): each candidate's decision,
+        stage seconds, dollars and outcome."""
+        return self.result.candidate_table()
+
+    def plot(self, path) -> Path:
+        """Anytime curves of the policy and its baseline (bands over seeds) as a PNG."""
+        from gfsim.analysis.plots import plot_anytime
+
+        d = self.data
+        series = {f"policy {d['policy']}": [p[0] for p in self.pairs],
+                  f"baseline {d['baseline']['policy']}": [p[1] for p in self.pairs]}
+        return plot_anytime(series, path, title=("SYNTHETIC log (nothing measured): "
+                                                 if self.log.is_synthetic else "")
+                            + f"gfsim replay: log {d['log']}, cost {d['cost_model']}, "
+                              f"driver {d['driver']}")
+
+    def __repr__(self) -> str:
+        d = self.data
+        return (f"Comparison(log={d['log']!r}, policy={d['policy']!r}, "
+                f"baseline={d['baseline']['policy']!r}, best_speedup={d['best_speedup']:.3f}, "
+                f"usd={d['usd']:.2f}, usd_delta={d['usd_delta']:+.2f}, "
+                f"gpu_evals={d['gpu_evals']})")
+
+
+def compare(log: ReplayLog | str | Path | None = None, policy: str = "threshold:0.7",
+            baseline: str = "all", *,
+            cost: str = "serverless-a100", budget: str | None = None, seed: int = 0,
+            seeds: int = 1, jobs: int = 1, capacity: str | None = None,
+            gen_tokens: str | None = None, pipeline: str | None = None,
+            driver: str = "trace", search: str | None = None, steps: int | None = None,
+            parents_per_step: int | None = None, samples_per_parent: int | None = None,
+            overgen: int | None = None, k_per_parent: int | None = None,
+            engine: str = "auto", children: str = "auto", simulate: bool = False,
+            calibrate: str = "none", forecaster: str | None = None,
+            measure_noise: str | None = None, predict: int = 0,
+            detail: bool = False) -> Comparison:
+    """Replay ``log`` under ``policy`` and under ``baseline`` and compare them.
+
+    Every keyword is the ``gfsim replay`` option of the same name (``gfsim replay -h``).
+
+    Args:
+        log: a ``ReplayLog``, a path, or a shipped log's name (``gfsim logs``); None: the
+            shipped default.
+        policy: the policy spec, e.g. ``"threshold:0.7"``, ``"topk:4"`` (``gfsim policies``).
+        baseline: what the policy is compared with; ``"all"`` measures every candidate.
+        cost: a cost preset (``"serverless-a100"``, ``"reserved-h100:gpus=2"``) or a TOML file.
+        budget: per-search limits, e.g. ``"usd=2,steps=10"``.
+        seed: the first seed of every keyed random stream.
+        seeds: replay seeds ``seed .. seed + seeds - 1`` and add 95% intervals over them
+            (``data["intervals"]``), where a seed can change the outcome.
+        driver: ``"trace"`` (the logged order, open loop) or ``"puct"`` (closed loop).
+        predict: with ``driver="puct"``, predict a new search like the logged one from this
+            many searches simulated on the world model (``data["new_search"]``).
+
+    Returns:
+        A ``Comparison``; ``.to_dict()`` is what ``gfsim replay --json`` prints.
+
+    Raises:
+        gfsim.core.errors.GfsimError: bad input, named in one line.
+
+    Example:
+        >>> import gfsim
+        >>> c = gfsim.compare("synthetic-mini", "threshold:0.7")
+        >>> round(c.best_speedup, 3), c.gpu_evals
+        (5.402, 342)
+    """
+    from gfsim.api.options import (
+        learning_spec,
+        parse_capacity,
+        puct_children,
+        resolve_children,
+        search_config,
+    )
+    from gfsim.core.errors import GfsimError
+    from gfsim.cost_models import load_cost_model, with_gen_tokens
+    from gfsim.forecasts.whatif import resolve
+    from gfsim.policies import make_policy
+    from gfsim.simulator import comparison_json, parse_budget, replay_with_baseline
+    from gfsim.simulator.noise import parse_noise
+    from gfsim.simulator.pipeline import parse_pipeline
+    from gfsim.simulator.replay import ANYTIME_POINTS, seed_dependence, seed_free_reason
+
+    if seeds < 1:
+        raise GfsimError(f"--seeds must be >= 1, got {seeds}")
+    the_policy = make_policy(policy)
+    the_baseline = make_policy(baseline)  # fails on a bad baseline before any work
+    the_budget = parse_budget(budget)
+    model = load_cost_model(cost)
+    if gen_tokens is not None:
+        model = with_gen_tokens(model, gen_tokens)
+    caps = parse_capacity(capacity, model.capacities)
+    the_pipeline = parse_pipeline(pipeline)
+    noise = parse_noise(measure_noise)
+    children = resolve_children(driver, children)
+    puct_only = puct_children(driver, children, simulate)
+    if predict and driver != "puct":
+        raise GfsimError("--predict: a new search is simulated closed loop on the log's world "
+                         "model; it needs --driver puct")
+    learning = learning_spec(forecaster)
+    the_log, forecaster = resolve(_open(log), forecaster)
+    config = search_config(driver, search, the_log, steps=steps,
+                           parents_per_step=parents_per_step,
+                           samples_per_parent=samples_per_parent, overgen=overgen,
+                           k_per_parent=k_per_parent)
+    if calibrate != "none":
+        from gfsim.forecasts.calibration import recalibrate_log
+        from gfsim.forecasts.scoring import true_bins
+
+        the_log = recalibrate_log(the_log, calibrate, true_bins(the_log))
+    kwargs = dict(budget=the_budget, capacities=caps, forecaster=forecaster,
+                  pipeline=the_pipeline, engine=engine, driver=driver, search=config,
+                  noise=noise, learning=learning, **puct_only)
+    result, base = replay_with_baseline(the_log, the_policy, model, baseline=baseline,
+                                        seed=seed, **kwargs)
+    out = comparison_json(result, base, the_budget,
+                          anytime=None if detail else ANYTIME_POINTS)
+    pairs = [(result, base)]
+    both = [the_policy, the_baseline]
+    varies = seed_dependence(both, driver=driver, noise=noise, results=pairs[0])
+    if seeds > 1 and varies is None:
+        out["seeds_note"] = (f"--seeds {seeds}: replayed once; no seed can change this "
+                             f"configuration ({seed_free_reason(both, driver)}, no "
+                             "measurement noise), so an interval over seeds would be one "
+                             "number repeated")
+    elif seeds > 1:
+        pairs = _seed_pairs(the_log, policy, baseline, model, seed, seeds, jobs, kwargs)
+        out["intervals"] = _intervals(pairs, seed)
+    if predict:
+        from gfsim.simulator.predictive import predict_new_search
+
+        out["new_search"] = predict_new_search(
+            the_log, policy, baseline, model, pairs, range(seed, seed + predict),
+            children=children, budget=the_budget, capacities=caps, forecaster=forecaster,
+            pipeline=the_pipeline, engine=engine, driver=driver, search=config, noise=noise,
+            learning=learning, simulate=simulate)
+    out["pipeline"] = str(the_pipeline)
+    out["calibration"] = calibrate
+    out["gen_tokens_prior"] = {"input": model.priors.gen_input_tokens,
+                               "output": model.priors.gen_output_tokens}
+    _add_provenance(out, the_log, forecaster, model,
+                    the_policy.needs_forecast or the_baseline.needs_forecast)
+    return Comparison(out, result, base, pairs, the_log)
+
+
+def _open(log):
+    """A ``ReplayLog`` as given, else the shipped log or file it names."""
+    if log is None or isinstance(log, (str, Path)):
+        from gfsim.replay_logs import open_log
+
+        return open_log(None if log is None else str(log))
+    return log
+
+
+def _add_provenance(out: dict, log, forecaster, model, read: bool) -> None:
+    """Where the forecasts came from, the log's known caveats and a price for another GPU:
+    as JSON fields and as notes under the report (``gfsim.forecasts.provenance``)."""
+    from gfsim.forecasts.provenance import provenance, provenance_notes
+
+    prov = provenance(log, forecaster, model, read=read)
+    out.update(prov)
+    out["notes"] = [*out.get("notes", []), *provenance_notes(prov, log.name)]
+
+
+def _seed_pairs(log, policy, baseline, model, seed, seeds, jobs, kwargs) -> list:
+    from gfsim.core.errors import GfsimError
+    from gfsim.simulator.replay import replay_seeds
+
+    if jobs < 1:
+        raise GfsimError(f"--jobs must be >= 1, got {jobs}")
+    return replay_seeds(log, policy, model, range(seed, seed + seeds), baseline=baseline,
+                        jobs=jobs, **kwargs)
+
+
+def _intervals(pairs, seed: int) -> dict:
+    from gfsim.analysis.stats import SeedTable, summarize_seeds
+
+    seed_list = [p[0].seed for p in pairs]
+    return summarize_seeds(SeedTable.from_results(seed_list, [p[0] for p in pairs]),
+                           SeedTable.from_results(seed_list, [p[1] for p in pairs]), seed=seed)

@@ -1,0 +1,106 @@
+"""The options every entry point shares (the ``gfsim`` commands and ``gfsim.api``): where a
+closed-loop replay's children come from, the search's shape, resource slots."""
+
+from __future__ import annotations
+
+__all__ = ["resolve_children", "puct_children", "learning_spec", "search_config",
+           "CAPACITY_KEYS", "parse_capacities", "parse_capacity"]
+
+
+def resolve_children(driver: str, children: str) -> str:
+    """--children's value with ``auto`` resolved: the world model under the puct driver,
+    else ``fallback`` (the trace driver draws no children)."""
+    if children == "auto":
+        return "model" if driver == "puct" else "fallback"
+    return children
+
+
+def puct_children(driver: str, children: str, simulate: bool = False) -> dict:
+    """The replay keywords for --children and --simulate: checked, and only for the puct
+    driver."""
+    from gfsim.core.errors import GfsimError
+    from gfsim.simulator.world_model import check_children
+
+    children = resolve_children(driver, children)
+    check_children(children)
+    if driver != "puct":
+        if children != "fallback" or simulate:
+            flag = "--children" if children != "fallback" else "--simulate"
+            raise GfsimError(f"{flag}: only the puct driver draws children; the trace "
+                             "driver replays the logged order")
+        return {}
+    return {"children": children, "simulate": simulate}
+
+
+def learning_spec(forecaster: str | None):
+    """The cost model's spec where --forecaster names one: the replay lets it learn only from
+    what the replayed search measured (``replay_many``'s ``learning``); else None."""
+    from gfsim.forecasts.costmodel import is_costmodel, parse_costmodel
+
+    return parse_costmodel(forecaster) if is_costmodel(forecaster) else None
+
+
+def search_config(driver: str, preset: str | None, log=None, **knobs):
+    """The puct search shape from --search and the knobs; an error if given to the trace
+    driver, where they mean nothing. Without --search, each search of the log in its own shape
+    (recorded by its run, else inferred from its candidates: ``simulator.shape``) with the
+    knobs given in place of its own; with no ``log`` (a new, live search), paper-standard."""
+    from gfsim.core.errors import GfsimError
+    from gfsim.simulator.puct_engine import SEARCH_PRESETS, replace_config
+    from gfsim.simulator.shape import OwnShape
+
+    given = {k: v for k, v in knobs.items() if v is not None}
+    if driver != "puct":
+        if preset is not None or given:
+            flags = ", ".join(["--search"] * (preset is not None)
+                              + [f"--{k.replace('_', '-')}" for k in given])
+            raise GfsimError(f"{flags}: only with --driver puct")
+        return None
+    if preset is None and log is not None:
+        return OwnShape(**given)
+    preset = preset or "paper-standard"
+    if preset not in SEARCH_PRESETS:
+        raise GfsimError(f"--search: unknown preset {preset!r}; valid: "
+                         f"{', '.join(SEARCH_PRESETS)}")
+    return replace_config(SEARCH_PRESETS[preset], **given)
+
+
+# -- one vocabulary for resource slots ------------------------------------------------------
+# Every command that takes --capacity reads the same keys; the older spellings still work.
+CAPACITY_KEYS = ("gen", "forecast", "compile", "gpus")
+_CAPACITY_ALIASES = {"generator": "gen", "forecaster": "forecast", "compile_workers": "compile",
+                     "gpu": "gpus", "eval": "gpus"}
+
+
+def parse_capacities(text: str | None, option: str, keys=CAPACITY_KEYS) -> dict[str, int]:
+    """``gen=4,gpus=2`` as {key: slots}, keys of ``CAPACITY_KEYS`` (``keys``: those this
+    command has), each a whole number >= 1; one line naming the option otherwise."""
+    from gfsim.core.errors import SpecError
+    from gfsim.core.specs import parse_kv
+
+    out: dict[str, int] = {}
+    for key, raw in parse_kv(text or "", option):
+        canon = _CAPACITY_ALIASES.get(key, key)
+        if canon not in keys:
+            raise SpecError(f"{option}: unknown key {key!r}; valid: {', '.join(keys)}")
+        try:
+            out[canon] = int(raw)
+        except ValueError:
+            raise SpecError(f"{option}: {key}={raw!r} is not a whole number") from None
+        if out[canon] < 1:
+            raise SpecError(f"{option}: {key} must be >= 1")
+    return out
+
+
+_CAPACITY_FIELDS = {"gen": "generator", "forecast": "forecaster", "compile": "compile_workers",
+                    "gpus": "gpus"}
+
+
+def parse_capacity(text: str | None, base):
+    """``gpus=2,gen=8`` over a preset's capacities (``base``, a ``Capacities``)."""
+    import dataclasses
+
+    if not text:
+        return base
+    changes = {_CAPACITY_FIELDS[k]: n for k, n in parse_capacities(text, "capacity").items()}
+    return dataclasses.replace(base, **changes)
