@@ -91,8 +91,8 @@ def test_cli_imports_validate_score_and_replay(tmp_path):
     assert runner.invoke(app, ["validate", str(out)]).exit_code == 0
     assert runner.invoke(app, ["replay", "--log", str(out), "--policy", "all"]).exit_code == 0
     res = runner.invoke(app, ["import", "gpu-forecasters-events", str(DATA / "filtered_events.jsonl"),
-                              "-o", str(out), "--capacity", "gpu=2"])
-    assert res.exit_code == 2 and "valid: gen, forecast, eval" in res.output
+                              "-o", str(out), "--capacity", "compile=2"])
+    assert res.exit_code == 2 and "valid: gen, forecast, gpus" in res.output
 
 
 def test_a_truncated_last_line_warns_and_a_corrupt_middle_line_is_named(tmp_path):

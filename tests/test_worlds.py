@@ -496,7 +496,9 @@ def test_counterfactual_json_is_the_same_on_one_process_and_on_two():
     for jobs in ("1", "2"):
         res = runner.invoke(app, [*args, "--jobs", jobs])
         assert res.exit_code == 0, res.output
-        outs.append(res.stdout)
+        out = json.loads(res.stdout)
+        assert out.pop("settings")["options"]["jobs"] == int(jobs)  # how each was made
+        outs.append(json.dumps(out))
     assert outs[0] == outs[1]
     out = json.loads(outs[0])
     assert [(w["world"], w["children"]) for w in out["worlds"]] == [
