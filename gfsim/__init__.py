@@ -32,6 +32,7 @@ _API = {
     "Comparison": "gfsim.api.compare",
     "tune": "gfsim.api.tune",
     "Tuning": "gfsim.api.tune",
+    "savings": "gfsim.api.savings",
     "load_log": "gfsim.replay_logs",
     "make_policy": "gfsim.policies",
     "load_cost_model": "gfsim.cost_models",

@@ -68,3 +68,10 @@ def test_import_gfsim_stays_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60).stdout.split("\n")
     assert out[0] == "[]" and out[2] == "True True", out
+
+
+def test_savings_returns_what_the_command_prints():
+    s = gfsim.savings("synthetic-mini", "topk:2")
+    cli = _cli_json("savings", "--log", "synthetic-mini", "--policy", "topk:2")
+    assert _same(json.loads(json.dumps(s, default=str)), cli)
+    assert s["usd_saved_per_search"]["mean"] > 0 and s["inputs"]["policy"] == "topk:k=2"

@@ -12,6 +12,7 @@ docs/python-quickstart.md walks through it.
 """
 
 from gfsim.api.compare import Comparison, compare
+from gfsim.api.savings import savings
 from gfsim.api.tune import Tuning, tune
 
-__all__ = ["compare", "Comparison", "tune", "Tuning"]
+__all__ = ["compare", "Comparison", "tune", "Tuning", "savings"]

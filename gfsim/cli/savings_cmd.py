@@ -14,17 +14,11 @@ from gfsim.cli.common import (
     console,
     esc,
     handles_errors,
-    learning_spec,
     load_config,
     print_json,
-    puct_children,
-    resolve_children,
-    search_config,
 )
 
 __all__ = ["savings"]
-
-DEFAULT_SEEDS = 32  # paired seeds where a seed can change the replay
 
 
 @handles_errors
@@ -57,65 +51,14 @@ def savings(
                                           callback=load_config),
 ) -> None:
     """Dollars, seconds and joules a policy saves per search against a baseline, with
-    intervals; cost to reach targets; the speedup at equal cost; break-even prices."""
-    from gfsim.analysis.savings import savings as compute
-    from gfsim.core.errors import GfsimError
-    from gfsim.cost_models import load_cost_model
-    from gfsim.policies import make_policy
-    from gfsim.replay_logs import open_log
-    from gfsim.simulator import parse_budget
-    from gfsim.simulator.replay import (
-        draw_shares,
-        replay_seeds,
-        seed_dependence,
-        seed_free_reason,
-    )
+    intervals; cost to reach targets; the speedup at equal cost; break-even prices
+    (``gfsim.savings`` in Python)."""
+    from gfsim.api.savings import savings as compute_savings
 
-
-    if jobs < 1:
-        raise GfsimError("--jobs must be >= 1")
-    policies = [make_policy(policy), make_policy(baseline)]
-    from gfsim.forecasts.whatif import resolve
-
-    learning = learning_spec(forecaster)
-    the_log, forecaster = resolve(open_log(log), forecaster)
-    model = load_cost_model(cost)
-    config = search_config(driver, search, the_log, overgen=overgen)
-    children = resolve_children(driver, children)
-    puct_only = puct_children(driver, children, simulate)
-    the_budget = parse_budget(budget)
-    kwargs = dict(baseline=baseline, budget=the_budget, driver=driver, search=config,
-                  forecaster=forecaster, learning=learning, **puct_only)
-    pairs = replay_seeds(the_log, policy, model, [seed], **kwargs)
-    varies = seed_dependence(policies, driver=driver, results=pairs[0])
-    wanted = seeds if seeds is not None else DEFAULT_SEEDS if varies else 1
-    if varies and wanted > 1:
-        pairs += replay_seeds(the_log, policy, model, range(seed + 1, seed + wanted),
-                              jobs=jobs, **kwargs)
-    out = compute(pairs, seed=seed)
-    out["seed_dependence"] = varies
-    if varies is None:
-        out["seeds_note"] = (
-            "replayed once: no seed can change this configuration "
-            f"({seed_free_reason(policies, driver)}); intervals are over the log's tasks only"
-            + (f" (--seeds {seeds} asked for)" if seeds and seeds > 1 else ""))
-    out["inputs"] = {"log": the_log.name, "synthetic_log": the_log.is_synthetic,
-                     "policy": pairs[0][0].policy, "baseline": pairs[0][1].policy,
-                     "cost_model": cost, "driver": driver, "budget": the_budget.as_dict(),
-                     "forecaster": forecaster,
-                     "seeds": [p[0].seed for p in pairs],
-                     "search": pairs[0][0].searches[0].extra.get("search")}
-    from gfsim.forecasts.provenance import provenance, provenance_notes
-
-    # Where the forecasts came from, the log's known caveats, a price for another GPU.
-    prov = provenance(the_log, forecaster, model, read=make_policy(policy).needs_forecast
-                      or make_policy(baseline).needs_forecast)
-    out.update(prov)
-    out["notes"] = provenance_notes(prov, the_log.name)
-    if puct_only:
-        out["inputs"]["children"] = children
-        out["inputs"]["policy_draws"] = draw_shares([p for p, _ in pairs])
-        out["inputs"]["baseline_draws"] = draw_shares([b for _, b in pairs])
+    out = compute_savings(log, policy, baseline, cost=cost, budget=budget, driver=driver,
+                          search=search, overgen=overgen, forecaster=forecaster,
+                          children=children, simulate=simulate, seeds=seeds, seed=seed,
+                          jobs=jobs)
     if as_json:
         print_json(out)
         return
@@ -160,12 +103,18 @@ def _report(out: dict) -> None:
     t = Table(title="per search: baseline minus policy (positive = saved)", show_edge=False)
     for col in ("", "policy", "baseline", "saved [95%]"):
         t.add_column(col, justify="right" if col else "left")
-    for key, label, scale in (("usd", "USD", 1.0), ("seconds", "wall-clock h", 1 / 3600),
-                              ("joules", "kWh", 1 / 3.6e6)):
-        def fmt(x):
-            return usd_text(x) if key == "usd" else f"{x * scale:,.3f}"
+    from gfsim.cli import units
 
+    for key, label in (("usd", "USD"), ("seconds", "wall-clock"), ("joules", "energy")):
         per, sv = out[f"{key}_per_search"], out[f"{key}_saved_per_search"]
+        # one unit a row, from the baseline's figure
+        unit = units.duration_unit(per["baseline"]) if key == "seconds" else \
+            units.energy_unit(per["baseline"]) if key == "joules" else None
+
+        def fmt(x, key=key, unit=unit):
+            return usd_text(x) if key == "usd" else units.duration(x, unit) \
+                if key == "seconds" else units.energy(x, unit)
+
         t.add_row(label, fmt(per["policy"]), fmt(per["baseline"]),
                   esc(f"{fmt(sv['mean'])} [{fmt(sv['lo'])}, {fmt(sv['hi'])}]")
                   + (" (includes 0)" if sv["includes_zero"] else ""))
