@@ -33,6 +33,7 @@ _API = {
     "tune": "gfsim.api.tune",
     "Tuning": "gfsim.api.tune",
     "savings": "gfsim.api.savings",
+    "counterfactual": "gfsim.api.counterfactual",
     "load_log": "gfsim.replay_logs",
     "make_policy": "gfsim.policies",
     "load_cost_model": "gfsim.cost_models",

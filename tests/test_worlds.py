@@ -379,7 +379,7 @@ def test_counterfactual_runs_several_worlds_repeated_or_by_commas():
 
 
 def test_world_specs_split_on_commas_but_keep_a_specs_own_list():
-    from gfsim.cli.counterfactual_cmd import _world_specs
+    from gfsim.api.counterfactual import _world_specs
 
     assert _world_specs(["h200:softmax,layernorm,nk-heavy", "kernel-tuner:a.json,b.json"]) == (
         ["h200:softmax,layernorm", "nk-heavy", "kernel-tuner:a.json,b.json"], set())

@@ -14,19 +14,6 @@ from gfsim.cli.common import CONFIG_HELP, load_config
 __all__ = ["counterfactual"]
 
 
-def _ints(text: str, option: str) -> tuple[int, ...]:
-    from gfsim.core.errors import GfsimError
-
-    try:
-        values = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise GfsimError(f"{option}: expected whole numbers separated by commas, got "
-                         f"{text!r:.80}") from None
-    if not values:
-        raise GfsimError(f"{option}: empty")
-    return values
-
-
 def _speed(e: dict) -> str:
     if not math.isfinite(e["lo"]):
         return f"{2 ** e['mean']:.2f}x"
@@ -105,11 +92,7 @@ def counterfactual(
     scored on held-out world seeds beside always-F=1-all, and how often the predictive
     intervals (50/80/90/95%) cover single direct runs.
     """
-    from gfsim.core.errors import GfsimError
-    from gfsim.worlds import benchmark as bm
-    from gfsim.worlds.conformance import check_world
-    from gfsim.worlds.family import family, world_names, world_seeds
-    from gfsim.worlds.protocol import resolve_world
+    from gfsim.worlds.family import family
 
     if list_worlds:
         fam = family()
@@ -130,49 +113,13 @@ def counterfactual(
                   + ", ".join(f"h200:{t}" for t in shipped_tables()), markup=False,
                   highlight=False, soft_wrap=True)
         return
-    sep = ";" if ";" in policies else ","
-    specs = tuple(p.strip() for p in _split_policies(policies, sep) if p.strip())
-    spec = bm.BenchSpec(policies=specs, overgens=_ints(overgen, "--overgen"), steps=steps,
-                        cost=cost, replay_seeds=replay_seeds, direct_reps=direct_reps,
-                        children=children, forecaster=forecaster, fresh_seeds=fresh_seeds)
-    from gfsim.cost_models import load_cost_model
-    from gfsim.policies import make_policy
+    from gfsim.api.counterfactual import counterfactual as run_benchmark
 
-    load_cost_model(cost)
-    for p in specs:
-        make_policy(p)
-    if isinstance(seeds, bool) or seeds < 2:
-        raise GfsimError(f"--seeds must be >= 2 (regret scores a pick on other seeds), got "
-                         f"{seeds}")
-    names, optional = _world_specs(world)
-    for name in names:  # every named world's spec, before any world is loaded
-        if name not in optional:
-            resolve_world(name)
-    if any(name in world_names() for name in names):
-        seed_list = world_seeds(split, seeds)
-    else:
-        seed_list = list(range(seeds))  # a user's world has no frozen split
-    skipped = {}
-    runnable = []
-    for name in names:
-        try:
-            label, factory, _ = resolve_world(name)
-            w0 = factory(seed_list[0])
-        except GfsimError as exc:
-            if name in optional:
-                skipped[name] = str(exc)
-                continue
-            raise
-        problems = check_world(w0, factory, seed=seed_list[0])
-        if problems:
-            raise GfsimError(f"--world {name}: does not conform to the World protocol: "
-                             + "; ".join(problems[:5]))
-        runnable.append(name)
-    if not runnable:
-        raise GfsimError("no world could be loaded: " + "; ".join(skipped.values()))
-    n_jobs = jobs if jobs > 0 else bm.default_jobs()
+    kwargs = dict(policies=policies, overgen=overgen, seeds=seeds, split=split,
+                  replay_seeds=replay_seeds, direct_reps=direct_reps, fresh_seeds=fresh_seeds,
+                  steps=steps, cost=cost, children=children, forecaster=forecaster, jobs=jobs)
     if as_json:
-        results = bm.run_benchmark(runnable, seed_list, spec, jobs=n_jobs)
+        out = run_benchmark(world, **kwargs)
     else:
         from rich.console import Console
         from rich.progress import (
@@ -186,61 +133,13 @@ def counterfactual(
         with Progress(TextColumn("counterfactual"), BarColumn(), MofNCompleteColumn(),
                       TimeRemainingColumn(), console=Console(stderr=True),
                       transient=True) as bar:
-            job = bar.add_task("worlds", total=len(runnable) * len(seed_list))
-            results = bm.run_benchmark(runnable, seed_list, spec, jobs=n_jobs,
-                                       progress=lambda d, t: bar.update(job, completed=d))
-    out = {"benchmark": "gfsim counterfactual", "family": family()["family"],
-           "split": split if seed_list[0] != 0 or split == "dev" else "user",
-           "spec": spec.as_dict(), "world_seeds": seed_list, "worlds": results,
-           "skipped": skipped,
-           **({"against_fallback": bm.compare_sources(results)}
-              if "fallback" in spec.children and len(spec.children) > 1 else {}),
-           "note": _note(results)}
+            job = bar.add_task("worlds", total=None)
+            out = run_benchmark(world, **kwargs, progress=lambda d, t: bar.update(
+                job, completed=d, total=t))
     if as_json:
         print_json(out)
         return
     _print(out)
-
-
-def _world_specs(values: list[str]) -> tuple[list[str], set[str]]:
-    """The ``--world`` values (repeated, or separated by commas) as world specs in order,
-    duplicates dropped, ``family`` expanded; and the set of those only ``family`` brought in
-    (skipped, said, when they cannot load). A comma continues a ``kernel-tuner:`` or ``h200:``
-    spec unless what follows is a built-in name or another spec:
-    ``h200:softmax,layernorm,nk-heavy`` is two worlds."""
-    from gfsim.core.errors import GfsimError
-    from gfsim.worlds.family import FAMILY, world_names
-
-    builtin = world_names()
-    specs: list[str] = []
-    for value in values:
-        for part in (p.strip() for p in value.split(",")):
-            if not part:
-                continue
-            if ":" in part or part in builtin or part == FAMILY:
-                specs.append(part)
-            elif specs and specs[-1].startswith(("kernel-tuner:", "h200:")):
-                specs[-1] += "," + part
-            else:
-                raise GfsimError(f"--world {part!r}: no such world; valid: {FAMILY}, "
-                                 f"{', '.join(builtin)}, kernel-tuner:CACHE, h200:TASK, "
-                                 "PATH.py:NAME or module:NAME")
-    if not specs:
-        raise GfsimError("--world: empty")
-    named = [s for s in specs if s != FAMILY]
-    if FAMILY in specs:
-        specs = [n for s in specs for n in (world_names() if s == FAMILY else [s])]
-    return list(dict.fromkeys(specs)), set(specs) - set(named)
-
-
-def _note(results: list[dict]) -> str:
-    kinds = {w["kind"] for w in results}
-    if kinds == {"synthetic"}:
-        return "SYNTHETIC worlds throughout. Intervals are over world seeds."
-    return ("In a MEASURED world (Kernel Tuner caches, the H200 tables) the kernels' outcomes, "
-            "runtimes and stage seconds are measurements; its searches' mutations, forecasts "
-            "(what-if, unless --forecaster costmodel) and generation seconds are SYNTHETIC, as "
-            "is every other world. Intervals are over world seeds.")
 
 
 # What each benchmark target asks, as a user reads it, and how its value is written.
@@ -266,20 +165,6 @@ def _target(name: str, t: dict) -> str:
     short = fmt.format(t["miss"]) if "%" in fmt or name == "tau" else \
         f"{t['miss']:.3g} log2" if name == "bias_interval" else f"{t['miss']:.3g}"
     return f"{label}: asked {t['target']}, found {found} (missed, by {short})"
-
-
-def _split_policies(text: str, sep: str) -> list[str]:
-    """Policy specs separated by ';', or by ',' where a comma does not start a key=value of the
-    previous spec (``threshold:coverage=0.5,ev:10`` is two specs)."""
-    if sep == ";":
-        return text.split(";")
-    out: list[str] = []
-    for part in text.split(","):
-        if out and ":" not in part and "=" in part:
-            out[-1] += "," + part
-        else:
-            out.append(part)
-    return out
 
 
 def _print(out: dict) -> None:
