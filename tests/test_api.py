@@ -75,3 +75,14 @@ def test_savings_returns_what_the_command_prints():
     cli = _cli_json("savings", "--log", "synthetic-mini", "--policy", "topk:2")
     assert _same(json.loads(json.dumps(s, default=str)), cli)
     assert s["usd_saved_per_search"]["mean"] > 0 and s["inputs"]["policy"] == "topk:k=2"
+
+
+@pytest.mark.parametrize("module", ["compare", "tune", "savings", "counterfactual"])
+def test_the_api_reference_examples_run(module, tmp_path, monkeypatch):
+    import doctest
+    import importlib
+
+    monkeypatch.chdir(tmp_path)  # tune's example keeps its study in a journal file here
+    mod = importlib.import_module(f"gfsim.api.{module}")
+    result = doctest.testmod(mod, verbose=False)
+    assert result.attempted >= 2 and result.failed == 0

@@ -117,7 +117,7 @@ def compare(log: ReplayLog | str | Path | None = None, policy: str = "threshold:
     Raises:
         gfsim.core.errors.GfsimError: bad input, named in one line.
 
-    Example:
+    Examples:
         >>> import gfsim
         >>> c = gfsim.compare("synthetic-mini", "threshold:0.7")
         >>> round(c.best_speedup, 3), c.gpu_evals

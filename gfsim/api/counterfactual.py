@@ -36,7 +36,7 @@ def counterfactual(world: str | Sequence[str] = ("family",), *,
         its ``measures``: the rank agreement, the coverage of the predictive intervals, the
         recommendation's regret and each target asked and found (``measures["targets"]``).
 
-    Example:
+    Examples:
         >>> import gfsim
         >>> out = gfsim.counterfactual("nk-light-fragile", policies=["all", "topk:2"],
         ...                            overgen=[1, 2], seeds=2, steps=4, replay_seeds=2,

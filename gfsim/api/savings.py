@@ -37,7 +37,7 @@ def savings(log: ReplayLog | str | Path | None = None, policy: str = "threshold:
         to reach targets, the speedup at equal cost, break-even prices, ``inputs`` (what was
         replayed) and ``notes`` (where each figure came from).
 
-    Example:
+    Examples:
         >>> import gfsim
         >>> s = gfsim.savings("synthetic-mini", "topk:2")
         >>> sorted(s["inputs"])[:3]

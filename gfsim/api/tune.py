@@ -92,7 +92,7 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
     Returns:
         A ``Tuning``; ``.to_dict()`` is what ``gfsim tune --json`` prints.
 
-    Example:
+    Examples:
         >>> import gfsim
         >>> t = gfsim.tune("synthetic-mini", "threshold", ["tau=0.3:0.95"], trials=5)
         >>> sorted(t.best["params"])
