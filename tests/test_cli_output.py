@@ -18,7 +18,8 @@ TINY = Path(__file__).parent / "data" / "tiny.jsonl"
 
 
 @pytest.mark.parametrize("seconds, text", [(5400, "1.50 h"), (42, "42.0 s"), (0.004, "4.00 ms"),
-                                           (0, "0.00 s"), (3 * 86400, "3.00 d"),
+                                           (0, "0.00 s"), (3 * 86400, "72.0 h"),
+                                           (5 * 86400, "5.00 d"),
                                            (150, "2.50 min")])
 def test_a_duration_reads_in_the_unit_that_fits(seconds, text):
     assert units.duration(seconds) == text

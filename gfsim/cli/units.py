@@ -9,18 +9,21 @@ import math
 
 __all__ = ["duration_unit", "duration", "usd", "energy_unit", "energy", "signed"]
 
-_DURATIONS = (("d", 86400.0), ("h", 3600.0), ("min", 60.0), ("s", 1.0), ("ms", 1e-3))
-_ENERGIES = (("kWh", 3.6e6), ("kJ", 1e3), ("J", 1.0))
+# (unit, its size, the smallest figure it is used for): hours up to 4 days, as compute is
+# usually counted in hours
+_DURATIONS = (("d", 86400.0, 4 * 86400.0), ("h", 3600.0, 3600.0), ("min", 60.0, 60.0),
+              ("s", 1.0, 1.0), ("ms", 1e-3, 0.0))
+_ENERGIES = (("kWh", 3.6e6, 3.6e6), ("kJ", 1e3, 1e3), ("J", 1.0, 0.0))
 
 
 def _fit(x: float, units, zero: str) -> tuple[str, float]:
     a = abs(x)
     if not math.isfinite(a) or a == 0:
-        return next(u for u in units if u[0] == zero)
-    for name, size in units:
-        if a >= size:
+        return next((name, size) for name, size, _ in units if name == zero)
+    for name, size, smallest in units:
+        if a >= smallest:
             return name, size
-    return units[-1]
+    return units[-1][:2]
 
 
 def _num(v: float) -> str:
