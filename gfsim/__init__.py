@@ -34,6 +34,7 @@ _API = {
     "Tuning": "gfsim.api.tune",
     "savings": "gfsim.api.savings",
     "counterfactual": "gfsim.api.counterfactual",
+    "recommend": "gfsim.api.recommend",
     "load_log": "gfsim.replay_logs",
     "make_policy": "gfsim.policies",
     "load_cost_model": "gfsim.cost_models",

@@ -77,7 +77,8 @@ def test_savings_returns_what_the_command_prints():
     assert s["usd_saved_per_search"]["mean"] > 0 and s["inputs"]["policy"] == "topk:k=2"
 
 
-@pytest.mark.parametrize("module", ["compare", "tune", "savings", "counterfactual"])
+@pytest.mark.parametrize("module", ["compare", "tune", "savings", "counterfactual",
+                                    "recommend"])
 def test_the_api_reference_examples_run(module, tmp_path, monkeypatch):
     import doctest
     import importlib

@@ -13,7 +13,9 @@ docs/python-quickstart.md walks through it.
 
 from gfsim.api.compare import Comparison, compare
 from gfsim.api.counterfactual import counterfactual
+from gfsim.api.recommend import recommend
 from gfsim.api.savings import savings
 from gfsim.api.tune import Tuning, tune
 
-__all__ = ["compare", "Comparison", "tune", "Tuning", "savings", "counterfactual"]
+__all__ = ["compare", "Comparison", "tune", "Tuning", "savings", "counterfactual",
+           "recommend"]

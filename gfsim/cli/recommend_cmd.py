@@ -14,12 +14,8 @@ from gfsim.cli.common import (
     console,
     esc,
     handles_errors,
-    learning_spec,
     load_config,
     print_json,
-    puct_children,
-    resolve_children,
-    search_config,
 )
 
 __all__ = ["recommend", "print_recommendation", "INCUMBENT_HELP"]
@@ -28,16 +24,6 @@ INCUMBENT_HELP = ("What you do now, which a recommendation must beat detectably:
                   "(F the overgeneration factor, or own: each search's own), or log (measure "
                   "every child, each search in its own shape). Default: all@1 (measure every "
                   "child at F 1) under --driver puct, all under trace.")
-
-
-def default_candidates(driver: str) -> list[str]:
-    """The configurations the counterfactual benchmark judges recommendations on (its
-    policies, at each of its overgeneration factors under the puct driver)."""
-    from gfsim.worlds.benchmark import DEFAULT_OVERGENS, DEFAULT_POLICIES
-
-    if driver != "puct":
-        return list(DEFAULT_POLICIES)
-    return [f"{p}@{f}" for p in DEFAULT_POLICIES for f in DEFAULT_OVERGENS]
 
 
 @handles_errors
@@ -86,50 +72,21 @@ def recommend(
     """Which configuration to run next time: its predicted gain over the incumbent for a new
     search, with its interval, and the prices over which it holds; the incumbent when no
     configuration beats it detectably."""
-    from gfsim.core.errors import GfsimError
-    from gfsim.cost_models import load_cost_model
-    from gfsim.forecasts.whatif import resolve
-    from gfsim.replay_logs import open_log
-    from gfsim.simulator import parse_budget
-    from gfsim.simulator.replay import seed_dependence
-    from gfsim.tuning.recommend import parse_config, recommendation
-    from gfsim.tuning.trials import TrialSetup
+    from gfsim.api.recommend import recommend as run_recommend
 
-    learning = learning_spec(forecaster)
-    the_log, forecaster = resolve(open_log(log), forecaster)
-    model = load_cost_model(cost)
-    config = search_config(driver, search, the_log)
-    children = resolve_children(driver, children)
-    puct_only = puct_children(driver, children, simulate)
-    the_budget = parse_budget(budget)
-    base = parse_config(incumbent or ("all@1" if driver == "puct" else "all"), driver, config)
-    configs = [parse_config(c, driver, config, what="--candidate")
-               for c in (candidate or default_candidates(driver))]
-    if not configs:
-        raise GfsimError("--candidate: name at least one configuration")
-    setup = TrialSetup(the_log, model, base.spec, driver, the_budget, [seed], config,
-                       forecaster=forecaster, learning=learning, **puct_only)
-    from gfsim.policies import make_policy
-
-    varies = seed_dependence([make_policy(c.spec) for c in [base, *configs]], driver=driver)
-    n = seeds if varies else 1
-    rec = recommendation(setup, configs, base, range(seed, seed + n),
-                         fresh_seeds=range(seed + n, seed + n + fresh_seeds), level=level,
-                         prices=prices)
-    out = {"log": the_log.name, "synthetic_log": the_log.is_synthetic, "cost_model": cost,
-           "driver": driver, "budget": the_budget.as_dict(),
-           **({"children": children} if driver == "puct" else {}),
-           "recommendation": rec}
-    if varies is None:
-        out["seeds_note"] = "no seed can change these replays: each configuration replayed once"
+    out = run_recommend(log, candidate or None, incumbent, cost=cost, budget=budget,
+                        driver=driver, search=search, forecaster=forecaster, children=children,
+                        simulate=simulate, seeds=seeds, fresh_seeds=fresh_seeds, seed=seed,
+                        level=level, prices=prices)
+    rec = out["recommendation"]
     if as_json:
         print_json(out)
         return
     con = console()
     con.print(f"[bold]gfsim recommend[/bold]  log={esc(out['log'], 400)}  driver={driver}  "
               f"cost={esc(cost)}  budget={esc(budget)}"
-              + (f"  children={children}" if driver == "puct" else ""))
-    if the_log.is_synthetic:
+              + (f"  children={out['children']}" if driver == "puct" else ""))
+    if out["synthetic_log"]:
         con.print("[yellow]SYNTHETIC log: a demonstration, not a recommendation for a real "
                   "search[/yellow]")
     print_recommendation(con, rec)

@@ -1,0 +1,95 @@
+"""Which configuration to run next time, against the incumbent: what ``gfsim recommend``
+runs and prints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from gfsim.replay_logs import ReplayLog
+
+__all__ = ["recommend", "default_candidates"]
+
+
+def recommend(log: ReplayLog | str | Path | None = None,
+              candidates: str | Sequence[str] | None = None, incumbent: str | None = None, *,
+              cost: str = "serverless-a100", budget: str | None = "usd=40",
+              driver: str = "puct", search: str | None = None, forecaster: str | None = None,
+              children: str = "auto", simulate: bool = False, seeds: int = 8,
+              fresh_seeds: int = 8, seed: int = 0, level: float = 0.9,
+              prices: bool = True) -> dict:
+    """Which of ``candidates`` (``POLICY[@F]``) to run next time instead of ``incumbent``:
+    each one's predicted gain for a new search with its interval, the recommendation, and the
+    GPU-hour and forecast prices over which it holds; the incumbent, said so, when no gain is
+    detectable.
+
+    Every keyword is the ``gfsim recommend`` option of the same name.
+
+    Args:
+        log: a ``ReplayLog``, a path, or a shipped log's name; None: the shipped default.
+        candidates: the configurations to weigh (default: the counterfactual benchmark's).
+        incumbent: what you do now (default ``all@1`` under puct, ``all`` under trace);
+            ``log`` for the search as it ran.
+
+    Returns:
+        What ``gfsim recommend --json`` prints: ``recommendation`` (its ``verdict``, the
+        chosen configuration, each candidate's predicted gain with its interval, the
+        break-even prices) beside the log, cost model, driver and budget.
+
+    Examples:
+        >>> import gfsim
+        >>> out = gfsim.recommend("synthetic-mini", ["topk:2", "threshold:0.7"],
+        ...                       driver="trace", prices=False)
+        >>> out.get("recommendation").get("verdict").split(":")[0]
+        'keep the incumbent (all)'
+    """
+    from gfsim.core.errors import GfsimError
+    from gfsim.cost_models import load_cost_model
+    from gfsim.forecasts.whatif import resolve
+    from gfsim.api.compare import _open
+    from gfsim.api.options import learning_spec, puct_children, resolve_children, search_config
+    from gfsim.simulator import parse_budget
+    from gfsim.simulator.replay import seed_dependence
+    from gfsim.tuning.recommend import parse_config, recommendation
+    from gfsim.tuning.trials import TrialSetup
+
+    learning = learning_spec(forecaster)
+    the_log, forecaster = resolve(_open(log), forecaster)
+    model = load_cost_model(cost)
+    config = search_config(driver, search, the_log)
+    children = resolve_children(driver, children)
+    puct_only = puct_children(driver, children, simulate)
+    the_budget = parse_budget(budget)
+    base = parse_config(incumbent or ("all@1" if driver == "puct" else "all"), driver, config)
+    configs = [parse_config(c, driver, config, what="--candidate")
+               for c in ([candidates] if isinstance(candidates, str) else
+                        (candidates or default_candidates(driver)))]
+    if not configs:
+        raise GfsimError("--candidate: name at least one configuration")
+    setup = TrialSetup(the_log, model, base.spec, driver, the_budget, [seed], config,
+                       forecaster=forecaster, learning=learning, **puct_only)
+    from gfsim.policies import make_policy
+
+    varies = seed_dependence([make_policy(c.spec) for c in [base, *configs]], driver=driver)
+    n = seeds if varies else 1
+    rec = recommendation(setup, configs, base, range(seed, seed + n),
+                         fresh_seeds=range(seed + n, seed + n + fresh_seeds), level=level,
+                         prices=prices)
+    out = {"log": the_log.name, "synthetic_log": the_log.is_synthetic, "cost_model": cost,
+           "driver": driver, "budget": the_budget.as_dict(),
+           **({"children": children} if driver == "puct" else {}),
+           "recommendation": rec}
+    if varies is None:
+        out["seeds_note"] = "no seed can change these replays: each configuration replayed once"
+    return out
+
+
+def default_candidates(driver: str) -> list[str]:
+    """The configurations the counterfactual benchmark judges recommendations on (its
+    policies, at each of its overgeneration factors under the puct driver)."""
+    from gfsim.worlds.benchmark import DEFAULT_OVERGENS, DEFAULT_POLICIES
+
+    if driver != "puct":
+        return list(DEFAULT_POLICIES)
+    return [f"{p}@{f}" for p in DEFAULT_POLICIES for f in DEFAULT_OVERGENS]
