@@ -35,6 +35,7 @@ _API = {
     "savings": "gfsim.api.savings",
     "counterfactual": "gfsim.api.counterfactual",
     "recommend": "gfsim.api.recommend",
+    "score": "gfsim.api.score",
     "load_log": "gfsim.replay_logs",
     "make_policy": "gfsim.policies",
     "load_cost_model": "gfsim.cost_models",

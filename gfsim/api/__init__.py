@@ -15,7 +15,8 @@ from gfsim.api.compare import Comparison, compare
 from gfsim.api.counterfactual import counterfactual
 from gfsim.api.recommend import recommend
 from gfsim.api.savings import savings
+from gfsim.api.score import score
 from gfsim.api.tune import Tuning, tune
 
 __all__ = ["compare", "Comparison", "tune", "Tuning", "savings", "counterfactual",
-           "recommend"]
+           "recommend", "score"]

@@ -37,40 +37,18 @@ def score(
     as_json: bool = typer.Option(False, "--json", help="Print JSON: one object per forecaster "
                                                        "(a list when several).", metavar=""),
 ) -> None:
-    """Score the forecasts in a log: accuracy, ECE, Brier, CRPS, NLL, recovery, AURC."""
-    from gfsim.forecasts.scoring import score_log
-    from gfsim.replay_logs import open_log
+    """Score the forecasts in a log: accuracy, ECE, Brier, CRPS, NLL, recovery, AURC
+    (``gfsim.score`` in Python)."""
+    from gfsim.api.compare import _open
+    from gfsim.api.score import score as run_score
 
-    the_log = open_log(log)
-    results = score_log(the_log, forecaster=forecaster, task=task, by_task=by_task,
-                        score=selective, calibrate=calibrate)
-    if plot is not None:
-        from gfsim.analysis.plots import plot_scores
-
-        plot_scores([{"name": r["forecaster"], "ece": r["ece"], "aurc": r["aurc"], **r["_curves"]}
-                     for r in results], plot,
-                    title=f"gfsim score: log {the_log.name}"
-                    + (" (SYNTHETIC: nothing measured)" if the_log.is_synthetic else ""))
-    clean = [_without_curves(r) for r in results]
-    from gfsim.forecasts.provenance import forecast_source
-    from gfsim.replay_logs import log_caveats
-
-    # A score is the forecaster's only where the forecasts are its own: say whose they are
-    # (a what-if column is a model's draws, not the named LLM's accuracy).
-    for r in clean:
-        r["forecast_source"] = forecast_source(the_log, r["forecaster"])
-        r["log_caveats"] = log_caveats(the_log)
+    the_log = _open(log)
+    clean = run_score(the_log, forecaster=forecaster, task=task, by_task=by_task,
+                      selective=selective, calibrate=calibrate, plot=plot)
     if as_json:
         print_json(clean[0] if len(clean) == 1 else clean)
         return
     _print(the_log, clean, plot)
-
-
-def _without_curves(r: dict) -> dict:
-    out = {k: v for k, v in r.items() if k != "_curves"}
-    if "by_task" in out:
-        out["by_task"] = {t: _without_curves(v) for t, v in out["by_task"].items()}
-    return out
 
 
 def _print(log, results: list[dict], plot) -> None:
