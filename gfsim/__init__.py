@@ -36,6 +36,7 @@ _API = {
     "counterfactual": "gfsim.api.counterfactual",
     "recommend": "gfsim.api.recommend",
     "score": "gfsim.api.score",
+    "forecast": "gfsim.api.forecast",
     "load_log": "gfsim.replay_logs",
     "make_policy": "gfsim.policies",
     "load_cost_model": "gfsim.cost_models",

@@ -78,7 +78,7 @@ def test_savings_returns_what_the_command_prints():
 
 
 @pytest.mark.parametrize("module", ["compare", "tune", "savings", "counterfactual",
-                                    "recommend", "score"])
+                                    "recommend", "score", "forecast"])
 def test_the_api_reference_examples_run(module, tmp_path, monkeypatch):
     import doctest
     import importlib

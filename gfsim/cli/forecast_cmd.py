@@ -39,18 +39,17 @@ def forecast(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
 ) -> None:
     """Add a forecaster's forecasts to a log (resumable): a live one for candidates with code,
-    or a what-if one for candidates with a measured speedup."""
-    from gfsim.forecasts.costmodel import is_costmodel, parse_costmodel
-    from gfsim.forecasts.whatif import is_whatif, parse_whatif
-    from gfsim.live.forecast_log import forecast_log
-    from gfsim.live.forecaster import parse_forecaster
+    or a what-if one for candidates with a measured speedup (``gfsim.forecast`` in Python)."""
+    from gfsim.api.forecast import forecast as run_forecast
+    from gfsim.forecasts.costmodel import is_costmodel
 
-    if is_costmodel(forecaster):
-        summary = forecast_log(log, parse_costmodel(forecaster), out, repeat=repeat,
-                               drop_existing=drop_existing, limit=limit)
+    kwargs = dict(repeat=repeat, drop_existing=drop_existing, limit=limit)
+    if as_json or is_costmodel(forecaster):
+        summary = run_forecast(log, forecaster, out, **kwargs)
         if as_json:
             print_json(summary)
             return
+    if is_costmodel(forecaster):
         cm = summary["costmodel"]
         console().print(f"[bold]gfsim forecast[/bold]  {esc(summary['log'], 400)} -> "
                         f"{esc(summary['out'], 400)}  forecaster "
@@ -60,21 +59,6 @@ def forecast(
                         f"of {cm['candidates']} candidates carry features; {cm['prior']} "
                         f"forecast by the prior, {cm['learned']} by trees trained on earlier "
                         f"steps ({summary['seconds']:.1f} s)")
-        return
-    if not is_whatif(forecaster):
-        try:
-            import httpx  # noqa: F401 - the live forecaster's client
-        except ImportError as exc:
-            from gfsim.core.errors import GfsimError
-
-            raise GfsimError(f"--forecaster {forecaster.partition(',')[0]}: a live forecaster "
-                             f"needs the live extra (pip install 'gfsim[live]'): {exc}") from None
-    the_forecaster = parse_whatif(forecaster) if is_whatif(forecaster) else \
-        parse_forecaster(forecaster)
-    if as_json:
-        summary = forecast_log(log, the_forecaster, out, repeat=repeat,
-                               drop_existing=drop_existing, limit=limit)
-        print_json(summary)
         return
     from rich.console import Console
     from rich.progress import (
@@ -95,8 +79,7 @@ def forecast(
             else:
                 bar.advance(job, step)
 
-        summary = forecast_log(log, the_forecaster, out, repeat=repeat,
-                               drop_existing=drop_existing, limit=limit, progress=progress)
+        summary = run_forecast(log, forecaster, out, **kwargs, progress=progress)
     con = console()
     fc = summary["forecaster"]
     con.print(f"[bold]gfsim forecast[/bold]  {esc(summary['log'], 400)} -> "

@@ -1,0 +1,62 @@
+"""Add a forecaster's forecasts to a log: what ``gfsim forecast`` runs and prints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+__all__ = ["forecast"]
+
+
+def forecast(log: str | Path, forecaster: str, out: str | Path, *, repeat: int = 0,
+             drop_existing: bool = False, limit: int | None = None,
+             progress: Callable | None = None) -> dict:
+    """Write ``log`` with ``forecaster``'s forecasts added to ``out`` (resumable: an existing
+    ``out`` is completed, not redone).
+
+    ``forecaster`` is the ``gfsim forecast --forecaster`` spec: a real server
+    (``vllm:URL,model=NAME,mode=logprobs``), a what-if one drawn from the measured speedups
+    (``paper:gemini3-flash``, ``synthetic:...``) or a learned cost model (``costmodel``).
+
+    Args:
+        log: a path or a shipped log's name.
+        out: the log to write; an existing one is resumed.
+        repeat: the repeat index written into each forecast.
+        drop_existing: leave the input's own forecasts out of ``out``.
+        limit: a live forecaster asks about at most this many candidates now (a what-if or
+            cost-model forecaster forecasts every candidate it can at once).
+        progress: called as ``progress(total, None)`` once, then ``progress(total, n)``.
+
+    Returns:
+        What ``gfsim forecast --json`` prints: how many candidates were forecast now, already
+        there, parse failures, tokens and latency.
+
+    Examples:
+        >>> import gfsim, tempfile, os
+        >>> out = os.path.join(tempfile.mkdtemp(), "f.jsonl")
+        >>> s = gfsim.forecast("synthetic-mini", "paper:gemini3-flash", out)
+        >>> s.get("forecast_now") > 0, s.get("forecaster").get("mode")
+        (True, 'whatif')
+    """
+    from gfsim.core.errors import GfsimError
+    from gfsim.forecasts.costmodel import is_costmodel, parse_costmodel
+    from gfsim.forecasts.whatif import is_whatif, parse_whatif
+    from gfsim.live.forecast_log import forecast_log
+
+    if is_costmodel(forecaster):
+        the_forecaster = parse_costmodel(forecaster)
+    elif is_whatif(forecaster):
+        the_forecaster = parse_whatif(forecaster)
+    else:
+        try:
+            import httpx  # noqa: F401 - the live forecaster's client
+        except ImportError as exc:
+            raise GfsimError(f"--forecaster {forecaster.partition(',')[0]}: a live forecaster "
+                             f"needs the live extra (pip install 'gfsim[live]'): {exc}") from None
+        from gfsim.live.forecaster import parse_forecaster
+
+        the_forecaster = parse_forecaster(forecaster)
+    return forecast_log(str(log), the_forecaster, out, repeat=repeat,
+                        drop_existing=drop_existing, limit=limit,
+                        **({"progress": progress} if progress is not None and
+                           not is_costmodel(forecaster) else {}))
