@@ -1,4 +1,6 @@
-"""What every command shares: turning input errors into one line and exit code 2."""
+"""What every command shares: input errors as one line and exit code 2, help that reads at 80
+columns (``GfsimCommand``), the settings file (``--config``, ``load_config``), the record of how
+a ``--json`` result was made (``effective_settings``), and printing."""
 
 from __future__ import annotations
 
