@@ -140,12 +140,7 @@ def plot_tuning_history(trials: list[tuple[int, float]], name: str, direction: s
         ax.legend(fontsize=8)
     ax.set(xlabel="trial", ylabel=OBJECTIVE_LABELS.get(name, name))
     ax.grid(alpha=0.3)
-    fig.suptitle(textwrap.fill(title, 80), fontsize=9)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, title, path)
 
 
 def plot_tuning_front(points: list[tuple[int, float, float]], front: set[int],
@@ -168,6 +163,13 @@ def plot_tuning_front(points: list[tuple[int, float, float]], front: set[int],
     ax.grid(alpha=0.3)
     if points:
         ax.legend(fontsize=8)
+    return _save(fig, title, path)
+
+
+def _save(fig, title: str, path) -> Path:
+    """Title (wrapped), lay out, write as a PNG and close ``fig``."""
+    import matplotlib.pyplot as plt
+
     fig.suptitle(textwrap.fill(title, 80), fontsize=9)
     fig.tight_layout()
     path = Path(path)

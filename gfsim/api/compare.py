@@ -125,6 +125,7 @@ def compare(log: ReplayLog | str | Path | None = None, policy: str = "threshold:
     """
     from gfsim.api.options import (
         learning_spec,
+        open_log_arg,
         parse_capacity,
         puct_children,
         resolve_children,
@@ -156,7 +157,7 @@ def compare(log: ReplayLog | str | Path | None = None, policy: str = "threshold:
         raise GfsimError("--predict: a new search is simulated closed loop on the log's world "
                          "model; it needs --driver puct")
     learning = learning_spec(forecaster)
-    the_log, forecaster = resolve(_open(log), forecaster)
+    the_log, forecaster = resolve(open_log_arg(log), forecaster)
     config = search_config(driver, search, the_log, steps=steps,
                            parents_per_step=parents_per_step,
                            samples_per_parent=samples_per_parent, overgen=overgen,
@@ -199,15 +200,6 @@ def compare(log: ReplayLog | str | Path | None = None, policy: str = "threshold:
     _add_provenance(out, the_log, forecaster, model,
                     the_policy.needs_forecast or the_baseline.needs_forecast)
     return Comparison(out, result, base, pairs, the_log)
-
-
-def _open(log):
-    """A ``ReplayLog`` as given, else the shipped log or file it names."""
-    if log is None or isinstance(log, (str, Path)):
-        from gfsim.replay_logs import open_log
-
-        return open_log(None if log is None else str(log))
-    return log
 
 
 def _add_provenance(out: dict, log, forecaster, model, read: bool) -> None:

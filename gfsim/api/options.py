@@ -3,8 +3,13 @@ closed-loop replay's children come from, the search's shape, resource slots."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
 __all__ = ["resolve_children", "puct_children", "learning_spec", "search_config",
-           "CAPACITY_KEYS", "parse_capacities", "parse_capacity"]
+           "CAPACITY_KEYS", "parse_capacities", "parse_capacity", "ReplayInputs",
+           "replay_inputs", "open_log_arg"]
 
 
 def resolve_children(driver: str, children: str) -> str:
@@ -104,3 +109,47 @@ def parse_capacity(text: str | None, base):
         return base
     changes = {_CAPACITY_FIELDS[k]: n for k, n in parse_capacities(text, "capacity").items()}
     return dataclasses.replace(base, **changes)
+
+
+def open_log_arg(log):
+    """A ``ReplayLog`` as given, else the shipped log or file it names (None: the default)."""
+    if log is None or isinstance(log, (str, Path)):
+        from gfsim.replay_logs import open_log
+
+        return open_log(None if log is None else str(log))
+    return log
+
+
+@dataclass
+class ReplayInputs:
+    """What a replay of a log needs, resolved from the options every command shares: the
+    log, the forecaster the policy reads, the cost model, the search's shape, where
+    closed-loop children come from, and the budget."""
+
+    log: Any
+    forecaster: Any
+    learning: Any
+    model: Any
+    search: Any
+    children: str
+    puct_only: dict
+    budget: Any
+
+
+def replay_inputs(log, *, forecaster: str | None, cost: str, driver: str, search: str | None,
+                  children: str, simulate: bool, budget: str | None,
+                  **knobs) -> ReplayInputs:
+    """``ReplayInputs`` from the shared options (``knobs``: the PUCT search's, such as
+    ``overgen``); each option checked, with a one-line error naming it."""
+    from gfsim.cost_models import load_cost_model
+    from gfsim.forecasts.whatif import resolve
+    from gfsim.simulator import parse_budget
+
+    learning = learning_spec(forecaster)
+    the_log, forecaster = resolve(open_log_arg(log), forecaster)
+    model = load_cost_model(cost)
+    config = search_config(driver, search, the_log, **knobs)
+    children = resolve_children(driver, children)
+    puct_only = puct_children(driver, children, simulate)
+    return ReplayInputs(the_log, forecaster, learning, model, config, children, puct_only,
+                        parse_budget(budget))

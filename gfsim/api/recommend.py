@@ -44,23 +44,16 @@ def recommend(log: ReplayLog | str | Path | None = None,
         >>> out.get("recommendation").get("verdict").split(":")[0]
         'keep the incumbent (all)'
     """
+    from gfsim.api.options import replay_inputs
     from gfsim.core.errors import GfsimError
-    from gfsim.cost_models import load_cost_model
-    from gfsim.forecasts.whatif import resolve
-    from gfsim.api.compare import _open
-    from gfsim.api.options import learning_spec, puct_children, resolve_children, search_config
-    from gfsim.simulator import parse_budget
     from gfsim.simulator.replay import seed_dependence
     from gfsim.tuning.recommend import parse_config, recommendation
     from gfsim.tuning.trials import TrialSetup
 
-    learning = learning_spec(forecaster)
-    the_log, forecaster = resolve(_open(log), forecaster)
-    model = load_cost_model(cost)
-    config = search_config(driver, search, the_log)
-    children = resolve_children(driver, children)
-    puct_only = puct_children(driver, children, simulate)
-    the_budget = parse_budget(budget)
+    got = replay_inputs(log, forecaster=forecaster, cost=cost, driver=driver, search=search,
+                        children=children, simulate=simulate, budget=budget)
+    the_log, forecaster, learning, model = got.log, got.forecaster, got.learning, got.model
+    config, children, puct_only, the_budget = got.search, got.children, got.puct_only, got.budget
     base = parse_config(incumbent or ("all@1" if driver == "puct" else "all"), driver, config)
     configs = [parse_config(c, driver, config, what="--candidate")
                for c in ([candidates] if isinstance(candidates, str) else

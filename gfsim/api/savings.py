@@ -43,14 +43,10 @@ def savings(log: ReplayLog | str | Path | None = None, policy: str = "threshold:
         >>> sorted(s["inputs"])[:3]
         ['baseline', 'budget', 'cost_model']
     """
-
     from gfsim.analysis.savings import savings as compute
+    from gfsim.api.options import replay_inputs
     from gfsim.core.errors import GfsimError
-    from gfsim.cost_models import load_cost_model
     from gfsim.policies import make_policy
-    from gfsim.api.compare import _open
-    from gfsim.api.options import learning_spec, puct_children, resolve_children, search_config
-    from gfsim.simulator import parse_budget
     from gfsim.simulator.replay import (
         draw_shares,
         replay_seeds,
@@ -61,15 +57,11 @@ def savings(log: ReplayLog | str | Path | None = None, policy: str = "threshold:
     if jobs < 1:
         raise GfsimError("--jobs must be >= 1")
     policies = [make_policy(policy), make_policy(baseline)]
-    from gfsim.forecasts.whatif import resolve
 
-    learning = learning_spec(forecaster)
-    the_log, forecaster = resolve(_open(log), forecaster)
-    model = load_cost_model(cost)
-    config = search_config(driver, search, the_log, overgen=overgen)
-    children = resolve_children(driver, children)
-    puct_only = puct_children(driver, children, simulate)
-    the_budget = parse_budget(budget)
+    got = replay_inputs(log, forecaster=forecaster, cost=cost, driver=driver, search=search,
+                        children=children, simulate=simulate, budget=budget, overgen=overgen)
+    the_log, forecaster, learning, model = got.log, got.forecaster, got.learning, got.model
+    config, children, puct_only, the_budget = got.search, got.children, got.puct_only, got.budget
     kwargs = dict(baseline=baseline, budget=the_budget, driver=driver, search=config,
                   forecaster=forecaster, learning=learning, **puct_only)
     pairs = replay_seeds(the_log, policy, model, [seed], **kwargs)

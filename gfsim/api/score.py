@@ -37,12 +37,12 @@ def score(log: ReplayLog | str | Path | None = None, *, forecaster: str | None =
         >>> r.get("forecast_source").get("synthetic"), 0 <= r.get("ece") <= 1
         (True, True)
     """
-    from gfsim.api.compare import _open
+    from gfsim.api.options import open_log_arg
     from gfsim.forecasts.provenance import forecast_source
     from gfsim.forecasts.scoring import score_log
     from gfsim.replay_logs import log_caveats
 
-    the_log = _open(log)
+    the_log = open_log_arg(log)
     results = score_log(the_log, forecaster=forecaster, task=task, by_task=by_task,
                         score=selective, calibrate=calibrate)
     if plot is not None:

@@ -98,11 +98,8 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
         >>> sorted(t.best["params"])
         ['tau']
     """
-    from gfsim.api.compare import _open
-    from gfsim.api.options import learning_spec, puct_children, resolve_children, search_config
+    from gfsim.api.options import replay_inputs
     from gfsim.core.errors import GfsimError
-    from gfsim.cost_models import load_cost_model
-    from gfsim.simulator import parse_budget
     from gfsim.tuning.identity import (
         RUNS_ATTR,
         claim_study,
@@ -137,15 +134,11 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
         raise GfsimError("--param: a parameter is named twice")
     objectives = parse_objectives(objective)
     limit = parse_constraint(constraint)
-    from gfsim.forecasts.whatif import resolve
 
-    learning = learning_spec(forecaster)
-    the_log, forecaster = resolve(_open(log), forecaster)
-    model = load_cost_model(cost)
-    config = search_config(driver, search, the_log)
-    children = resolve_children(driver, children)
-    puct_only = puct_children(driver, children, simulate)
-    the_budget = parse_budget(budget)
+    got = replay_inputs(log, forecaster=forecaster, cost=cost, driver=driver, search=search,
+                        children=children, simulate=simulate, budget=budget)
+    the_log, forecaster, learning, model = got.log, got.forecaster, got.learning, got.model
+    config, children, puct_only, the_budget = got.search, got.children, got.puct_only, got.budget
     from gfsim.tuning.recommend import parse_config
 
     base = parse_config(incumbent or ("all@1" if driver == "puct" else "all"), driver, config)

@@ -39,10 +39,10 @@ def score(
 ) -> None:
     """Score the forecasts in a log: accuracy, ECE, Brier, CRPS, NLL, recovery, AURC
     (``gfsim.score`` in Python)."""
-    from gfsim.api.compare import _open
+    from gfsim.api.options import open_log_arg
     from gfsim.api.score import score as run_score
 
-    the_log = _open(log)
+    the_log = open_log_arg(log)
     clean = run_score(the_log, forecaster=forecaster, task=task, by_task=by_task,
                       selective=selective, calibrate=calibrate, plot=plot)
     if as_json:
