@@ -205,7 +205,23 @@ def _unknown_preset(name: str) -> SpecError:
 
 
 def load_cost_model(spec: str | None) -> PresetCostModel:
-    """``PRESET``, ``PRESET:key=value,...`` or a TOML file (see the module docstring)."""
+    """A cost model from a preset, a preset with overrides, or a TOML file (see the module
+    docstring; ``gfsim costs`` lists presets, keys and every figure's source).
+
+    Args:
+        spec: ``PRESET`` (``"serverless-a100"``), ``PRESET:key=value,...``
+            (``"reserved-h100:gpus=2"``) or the path of a ``.toml`` file; None: the default.
+
+    Returns:
+        The cost model: prices, powers, capacities and priors, each with its source in
+        ``sources``.
+
+    Examples:
+        >>> from gfsim.cost_models import load_cost_model
+        >>> m = load_cost_model("reserved-h100:gpus=2")
+        >>> m.name, m.capacities.gpus
+        ('reserved-h100:gpus=2', 2)
+    """
     spec = str(spec or "serverless-a100").strip()
     if spec.endswith(".toml"):
         return _load_toml(spec)

@@ -17,7 +17,22 @@ POLICIES: dict[str, type[Policy]] = {
 
 
 def make_policy(spec: str) -> Policy:
-    """``threshold:0.7`` -> ThresholdPolicy(tau=0.7). Unknown names/keys raise SpecError."""
+    """A policy from its spec, ``NAME``, ``NAME:VALUE`` or ``NAME:key=value,...``
+    (``gfsim policies`` lists them); unknown names and keys raise ``SpecError`` naming the
+    valid ones.
+
+    Args:
+        spec: e.g. ``"threshold:0.7"``, ``"topk:4"``, ``"random:0.5"``, ``"all"``.
+
+    Returns:
+        The ``Policy``; ``spec()`` writes it back in full.
+
+    Examples:
+        >>> from gfsim.policies import make_policy
+        >>> p = make_policy("threshold:0.7")
+        >>> p.spec(), p.needs_forecast
+        ('threshold:tau=0.7', True)
+    """
     name, _ = parse_spec(spec)
     if name not in POLICIES:
         raise SpecError(f"unknown policy {name!r}; valid: {', '.join(POLICIES)}")

@@ -102,16 +102,28 @@ def _flatten_candidate(rec: dict, cols: dict[str, list]) -> None:
         cols["gen_" + name].append(gen.get(name))
 
 
-def load_log(path, *, cache: bool = False) -> ReplayLog:
+def load_log(path: str | os.PathLike, *, cache: bool = False) -> ReplayLog:
     """Read and validate a log; raise ``LogError`` naming file, line and field on bad input.
 
-    ``path``: a log file (``.jsonl`` or ``.jsonl.gz``), or the name of a log gfsim ships
-    (``gfsim logs``) where no file of that name exists.
+    Records are decoded by the fast reader (``replay_logs.fastread``) where it can settle a log
+    exactly, else by the validating reader; both give the same tables.
 
-    ``cache``: keep the validated tables in a columnar cache beside the log (or in the user's
-    cache folder; ``replay_logs.cache``) and read them from there while the log's bytes are
-    unchanged. Records are decoded by the fast reader (``replay_logs.fastread``) where it can
-    settle a log exactly, else by the validating reader; both give the same tables.
+    Args:
+        path: a log file (``.jsonl`` or ``.jsonl.gz``), or the name of a log gfsim ships
+            (``gfsim logs``) where no file of that name exists.
+        cache: keep the validated tables in a columnar cache beside the log (or in the user's
+            cache folder; ``replay_logs.cache``) and read them from there while the log's
+            bytes are unchanged.
+
+    Returns:
+        The ``ReplayLog``: its header and its candidates, evaluations, forecasts and decisions
+        as pandas tables.
+
+    Examples:
+        >>> from gfsim.replay_logs import load_log
+        >>> log = load_log("synthetic-mini")
+        >>> log.name, log.shape, len(log.candidates), log.is_synthetic
+        ('synthetic-mini', 'trajectory', 368, True)
     """
     path = str(path)
     if not os.path.exists(path):
