@@ -15,7 +15,8 @@ from gfsim.cli.common import CONTEXT, GfsimCommand
 app = typer.Typer(
     name="gfsim",
     help="Cost-aware budget simulator and policy optimizer for LLM-driven GPU-kernel searches. "
-         "Run `gfsim COMMAND -h` for a command's options; docs/index.md is the guide.",
+         "Run `gfsim COMMAND -h` for a command's options; the guide is the documentation "
+         "site (docs/ in the source repository).",
     no_args_is_help=True,
     # click's own help layout: it rewraps prose to the terminal and never cuts an option's
     # text, where rich's panels cut long values with an ellipsis at 80 columns
@@ -61,7 +62,8 @@ def _root(version: Optional[bool] = typer.Option(
         None, "--version", "-V", callback=_version, is_eager=True,
         help="Print gfsim's version and exit.")) -> None:
     """Cost-aware budget simulator and policy optimizer for LLM-driven GPU-kernel searches.
-    Run `gfsim COMMAND -h` for a command's options; docs/index.md is the guide."""
+    Run `gfsim COMMAND -h` for a command's options; the guide is the documentation site
+    (docs/ in the source repository)."""
 
 
 def main() -> None:
