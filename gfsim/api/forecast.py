@@ -5,18 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["forecast"]
+__all__ = ["forecast", "make_forecaster"]
 
 
-def forecast(log: str | Path, forecaster: str, out: str | Path, *, repeat: int = 0,
+def forecast(log: str | Path, forecaster, out: str | Path, *, repeat: int = 0,
              drop_existing: bool = False, limit: int | None = None,
              progress: Callable | None = None) -> dict:
     """Write ``log`` with ``forecaster``'s forecasts added to ``out`` (resumable: an existing
     ``out`` is completed, not redone).
 
-    ``forecaster`` is the ``gfsim forecast --forecaster`` spec: a real server
-    (``vllm:URL,model=NAME,mode=logprobs``), a what-if one drawn from the measured speedups
-    (``paper:gemini3-flash``, ``synthetic:...``) or a learned cost model (``costmodel``).
+    ``forecaster`` is the ``gfsim forecast --forecaster`` spec (or what ``make_forecaster``
+    made of one): a real server (``vllm:URL,model=NAME,mode=logprobs``), a what-if one drawn
+    from the measured speedups (``paper:gemini3-flash``, ``synthetic:...``) or a learned cost
+    model (``costmodel``).
 
     Args:
         log: a path or a shipped log's name.
@@ -38,25 +39,32 @@ def forecast(log: str | Path, forecaster: str, out: str | Path, *, repeat: int =
         >>> s.get("forecast_now") > 0, s.get("forecaster").get("mode")
         (True, 'whatif')
     """
-    from gfsim.core.errors import GfsimError
-    from gfsim.forecasts.costmodel import is_costmodel, parse_costmodel
-    from gfsim.forecasts.whatif import is_whatif, parse_whatif
+    from gfsim.forecasts.costmodel import CostModelSpec
     from gfsim.live.forecast_log import forecast_log
 
-    if is_costmodel(forecaster):
-        the_forecaster = parse_costmodel(forecaster)
-    elif is_whatif(forecaster):
-        the_forecaster = parse_whatif(forecaster)
-    else:
-        try:
-            import httpx  # noqa: F401 - the live forecaster's client
-        except ImportError as exc:
-            raise GfsimError(f"--forecaster {forecaster.partition(',')[0]}: a live forecaster "
-                             f"needs the live extra (pip install 'gfsim[live]'): {exc}") from None
-        from gfsim.live.forecaster import parse_forecaster
-
-        the_forecaster = parse_forecaster(forecaster)
+    the_forecaster = make_forecaster(forecaster) if isinstance(forecaster, str) else forecaster
     return forecast_log(str(log), the_forecaster, out, repeat=repeat,
                         drop_existing=drop_existing, limit=limit,
                         **({"progress": progress} if progress is not None and
-                           not is_costmodel(forecaster) else {}))
+                           not isinstance(the_forecaster, CostModelSpec) else {}))
+
+
+def make_forecaster(spec: str):
+    """The forecaster a ``--forecaster`` spec names (a cost model's spec, a what-if forecaster
+    or a live one); a live one without the ``live`` extra is refused in one line."""
+    from gfsim.core.errors import GfsimError
+    from gfsim.forecasts.costmodel import is_costmodel, parse_costmodel
+    from gfsim.forecasts.whatif import is_whatif, parse_whatif
+
+    if is_costmodel(spec):
+        return parse_costmodel(spec)
+    if is_whatif(spec):
+        return parse_whatif(spec)
+    try:
+        import httpx  # noqa: F401 - the live forecaster's client
+    except ImportError as exc:
+        raise GfsimError(f"--forecaster {spec.partition(',')[0]}: a live forecaster needs the "
+                         f"live extra (pip install 'gfsim[live]'): {exc}") from None
+    from gfsim.live.forecaster import parse_forecaster
+
+    return parse_forecaster(spec)

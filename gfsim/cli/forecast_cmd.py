@@ -41,15 +41,17 @@ def forecast(
     """Add a forecaster's forecasts to a log (resumable): a live one for candidates with code,
     or a what-if one for candidates with a measured speedup (``gfsim.forecast`` in Python)."""
     from gfsim.api.forecast import forecast as run_forecast
+    from gfsim.api.forecast import make_forecaster
     from gfsim.forecasts.costmodel import is_costmodel
 
+    spec, forecaster = forecaster, make_forecaster(forecaster)  # refused before any output
     kwargs = dict(repeat=repeat, drop_existing=drop_existing, limit=limit)
-    if as_json or is_costmodel(forecaster):
+    if as_json or is_costmodel(spec):
         summary = run_forecast(log, forecaster, out, **kwargs)
         if as_json:
             print_json(summary)
             return
-    if is_costmodel(forecaster):
+    if is_costmodel(spec):
         cm = summary["costmodel"]
         console().print(f"[bold]gfsim forecast[/bold]  {esc(summary['log'], 400)} -> "
                         f"{esc(summary['out'], 400)}  forecaster "
