@@ -124,6 +124,7 @@ def compare(log: ReplayLog | str | Path | None = None, policy: str = "threshold:
         (5.402, 342)
     """
     from gfsim.api.options import (
+        add_provenance,
         learning_spec,
         open_log_arg,
         parse_capacity,
@@ -197,19 +198,9 @@ def compare(log: ReplayLog | str | Path | None = None, policy: str = "threshold:
     out["calibration"] = calibrate
     out["gen_tokens_prior"] = {"input": model.priors.gen_input_tokens,
                                "output": model.priors.gen_output_tokens}
-    _add_provenance(out, the_log, forecaster, model,
+    add_provenance(out, the_log, forecaster, model,
                     the_policy.needs_forecast or the_baseline.needs_forecast)
     return Comparison(out, result, base, pairs, the_log)
-
-
-def _add_provenance(out: dict, log, forecaster, model, read: bool) -> None:
-    """Where the forecasts came from, the log's known caveats and a price for another GPU:
-    as JSON fields and as notes under the report (``gfsim.forecasts.provenance``)."""
-    from gfsim.forecasts.provenance import provenance, provenance_notes
-
-    prov = provenance(log, forecaster, model, read=read)
-    out.update(prov)
-    out["notes"] = [*out.get("notes", []), *provenance_notes(prov, log.name)]
 
 
 def _seed_pairs(log, policy, baseline, model, seed, seeds, jobs, kwargs) -> list:

@@ -9,7 +9,7 @@ from typing import Any
 
 __all__ = ["resolve_children", "puct_children", "learning_spec", "search_config",
            "CAPACITY_KEYS", "parse_capacities", "parse_capacity", "ReplayInputs",
-           "replay_inputs", "open_log_arg"]
+           "replay_inputs", "open_log_arg", "add_provenance"]
 
 
 def resolve_children(driver: str, children: str) -> str:
@@ -153,3 +153,14 @@ def replay_inputs(log, *, forecaster: str | None, cost: str, driver: str, search
     puct_only = puct_children(driver, children, simulate)
     return ReplayInputs(the_log, forecaster, learning, model, config, children, puct_only,
                         parse_budget(budget))
+
+
+def add_provenance(out: dict, log, forecaster, model, read: bool) -> None:
+    """Where the forecasts came from, the log's known caveats and a price for another GPU:
+    as fields of ``out`` and as notes appended to ``out["notes"]``
+    (``gfsim.forecasts.provenance``). ``read``: whether a policy reads the forecasts."""
+    from gfsim.forecasts.provenance import provenance, provenance_notes
+
+    prov = provenance(log, forecaster, model, read=read)
+    out.update(prov)
+    out["notes"] = [*out.get("notes", []), *provenance_notes(prov, log.name)]

@@ -44,7 +44,7 @@ def savings(log: ReplayLog | str | Path | None = None, policy: str = "threshold:
         ['baseline', 'budget', 'cost_model']
     """
     from gfsim.analysis.savings import savings as compute
-    from gfsim.api.options import replay_inputs
+    from gfsim.api.options import add_provenance, replay_inputs
     from gfsim.core.errors import GfsimError
     from gfsim.policies import make_policy
     from gfsim.simulator.replay import (
@@ -83,13 +83,9 @@ def savings(log: ReplayLog | str | Path | None = None, policy: str = "threshold:
                      "forecaster": forecaster,
                      "seeds": [p[0].seed for p in pairs],
                      "search": pairs[0][0].searches[0].extra.get("search")}
-    from gfsim.forecasts.provenance import provenance, provenance_notes
-
     # Where the forecasts came from, the log's known caveats, a price for another GPU.
-    prov = provenance(the_log, forecaster, model, read=make_policy(policy).needs_forecast
-                      or make_policy(baseline).needs_forecast)
-    out.update(prov)
-    out["notes"] = provenance_notes(prov, the_log.name)
+    add_provenance(out, the_log, forecaster, model,
+                   read=make_policy(policy).needs_forecast or make_policy(baseline).needs_forecast)
     if puct_only:
         out["inputs"]["children"] = children
         out["inputs"]["policy_draws"] = draw_shares([p for p, _ in pairs])

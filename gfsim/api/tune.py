@@ -98,7 +98,7 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
         >>> sorted(t.best["params"])
         ['tau']
     """
-    from gfsim.api.options import replay_inputs
+    from gfsim.api.options import add_provenance, replay_inputs
     from gfsim.core.errors import GfsimError
     from gfsim.tuning.identity import (
         RUNS_ATTR,
@@ -162,7 +162,7 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
     # every invocation's effective settings (options, where each came from, gfsim's version,
     # the log's SHA-256), beside the configuration claim_study compares
     runs = the_study.user_attrs.get(RUNS_ATTR) or []
-    the_study.set_user_attr(RUNS_ATTR, [*runs, run_record or _call_record(locals_=dict(
+    the_study.set_user_attr(RUNS_ATTR, [*runs, run_record or _call_record(dict(
         log=the_log.name, policy=policy, param=list(params_given), objective=objective,
         constraint=constraint, cost=cost, budget=budget, driver=driver, seeds=seeds, seed=seed,
         trials=trials), log=the_log)][-50:])
@@ -223,31 +223,27 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
           + (["the log is SYNTHETIC: a tau tuned on it is a demonstration, not a "
               "recommendation"] if the_log.is_synthetic else []),
     }
-    from gfsim.forecasts.provenance import provenance, provenance_notes
     from gfsim.policies import POLICIES
 
     # Where the forecasts the tuned policy reads came from, the log's known caveats, a price
     # for another GPU: a tuned value rests on all three. (The tuned policy is a name; its
     # class says whether it reads forecasts; an unknown one has failed before this.)
     tuned = POLICIES.get(policy.partition(":")[0])
-    prov = provenance(the_log, forecaster, model,
-                      read=tuned is None or tuned.needs_forecast)
-    out.update(prov)
-    out["notes"] = [*out["notes"], *provenance_notes(prov, the_log.name)]
+    add_provenance(out, the_log, forecaster, model, read=tuned is None or tuned.needs_forecast)
     tuning = Tuning(out, the_study, the_log)
     if plot is not None:
         out["plots"] = tuning.plot(plot)
     return tuning
 
 
-def _call_record(locals_: dict, log) -> dict:
+def _call_record(options: dict, log) -> dict:
     """A call's arguments as a study keeps them (what ``gfsim tune`` keeps is its effective
     settings, gfsim's version and the log's SHA-256)."""
     from gfsim import __version__
     from gfsim.tuning.identity import log_sha256
 
     return {"command": "gfsim.tune (Python)", "gfsim_version": __version__,
-            "options": locals_, "log_sha256": log_sha256(log)}
+            "options": options, "log_sha256": log_sha256(log)}
 
 
 def _recommendation(setup, rows: list[dict], base, fresh: list[int], seeded: bool) -> dict | None:

@@ -14,18 +14,11 @@ from typing import Any, Callable
 import typer
 import typer.core
 
-from gfsim.api.options import (  # noqa: F401 - the commands' options, shared with the API
-    CAPACITY_KEYS,
-    learning_spec,
-    parse_capacities,
-    puct_children,
-    resolve_children,
-    search_config,
-)
+from gfsim.api.options import parse_capacities, search_config
 from gfsim.core.errors import GfsimError
 
 __all__ = ["handles_errors", "print_json", "console", "esc", "one_line", "search_config",
-           "puct_children", "resolve_children", "SIMULATE_HELP", "CONTEXT", "GfsimCommand",
+           "SIMULATE_HELP", "CONTEXT", "GfsimCommand",
            "Table", "parse_capacities", "CONFIG_HELP", "load_config", "effective_settings",
            "current_settings"]
 
@@ -92,13 +85,19 @@ def _metavar(p) -> str:
 def Table(*headers, **kwargs):  # noqa: N802 - stands in for rich's class
     """A rich table whose columns fold what does not fit (a log's name, a path) onto the next
     line instead of cutting it with an ellipsis."""
+    return _folding_table()(*headers, **kwargs)
+
+
+@functools.cache
+def _folding_table():
+    """The folding table class, made once (rich is imported only when a table is printed)."""
     from rich.table import Table as RichTable
 
-    class _Folding(RichTable):
+    class FoldingTable(RichTable):
         def add_column(self, *args, overflow="fold", **kw):
             super().add_column(*args, overflow=overflow, **kw)
 
-    return _Folding(*headers, **kwargs)
+    return FoldingTable
 
 EXIT_INPUT_ERROR = 2
 

@@ -40,12 +40,13 @@ def duration_unit(seconds: float) -> tuple[str, float]:
     return _fit(seconds, _DURATIONS, "s")
 
 
+def _in_unit(x: float, unit: tuple[str, float]) -> str:
+    return f"{_num(x / unit[1])} {unit[0]}" if math.isfinite(x) else str(x)
+
+
 def duration(seconds: float, unit: tuple[str, float] | None = None) -> str:
     """``5400`` -> ``1.50 h``; ``42`` -> ``42.0 s``; ``0.004`` -> ``4.00 ms``."""
-    if not math.isfinite(seconds):
-        return str(seconds)
-    name, size = unit or duration_unit(seconds)
-    return f"{_num(seconds / size)} {name}"
+    return _in_unit(seconds, unit or duration_unit(seconds))
 
 
 def usd(x: float) -> str:
@@ -63,10 +64,7 @@ def energy_unit(joules: float) -> tuple[str, float]:
 
 def energy(joules: float, unit: tuple[str, float] | None = None) -> str:
     """``7.2e6`` -> ``2.00 kWh``; ``350`` -> ``350 J``."""
-    if not math.isfinite(joules):
-        return str(joules)
-    name, size = unit or energy_unit(joules)
-    return f"{_num(joules / size)} {name}"
+    return _in_unit(joules, unit or energy_unit(joules))
 
 
 def signed(text: str, value: float) -> str:
