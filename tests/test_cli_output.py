@@ -58,6 +58,11 @@ def test_import_summaries_print_no_python_literals(tmp_path):
     ms = next(ln for ln in res.output.splitlines() if "reference ms:" in ln)
     assert re.fullmatch(r"\s*reference ms: \d+\.\d{1,3}", ms), ms
     assert "e+0" not in res.output
+    res = runner.invoke(app, ["import", "openevolve", str(ROOT / "tests/data/openevolve/run"),
+                              "-o", str(tmp_path / "o.jsonl"), "--runtime-metric",
+                              "runtime_ns"], terminal_width=100)
+    ref = next(ln for ln in res.output.splitlines() if ln.strip().startswith("reference:"))
+    assert "runtime_ns" in ref, ref  # the reference says its unit
 
 
 def test_benchmark_targets_say_what_was_asked_and_what_was_found():

@@ -465,7 +465,7 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
         trace_only=len(from_trace), failed_iterations=len(failed),
         migrant_copies=len(original), log_only=len(log_only),
         iterations_without_a_program=got["logs"]["iteration_errors"],
-        reference=ref, outcomes=counts,
+        reference=ref, runtime_metric=runtime_metric, outcomes=counts,
         not_attempted_share=round(len(log_only) / max(1, len(records)), 4))
     if surrogate is not None:
         summary.update(surrogate_matched=matched, surrogate_candidates=surrogate["candidates"])
