@@ -35,7 +35,8 @@ class AllPolicy(Policy):
 class RandomPolicy(Policy):
     name = "random"
     summary = "measure each candidate with probability p (keyed draw per candidate)"
-    params = (Param("p", float, 0.5, "probability of measuring a candidate", 0.0, 1.0),)
+    params = (Param("p", float, 0.5, "probability of measuring a candidate", 0.0, 1.0,
+                    low_open=True),)
     state_fields = ("seed",)
 
     def decide(self, batch: Batch, state: SearchState) -> Decisions:
@@ -52,7 +53,8 @@ class RandomPolicy(Policy):
 class OraclePolicy(GroupPolicy):
     name = "oracle"
     summary = "per parent batch, measure the top fraction p by TRUE speedup (a reference point)"
-    params = (Param("p", float, 0.25, "fraction of each batch to measure", 0.0, 1.0),)
+    params = (Param("p", float, 0.25, "fraction of each batch to measure", 0.0, 1.0,
+                    low_open=True),)
     needs_truth = True
     state_fields = ()
 

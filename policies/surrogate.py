@@ -36,7 +36,7 @@ def _apply_unusable(batch: Batch, measure: np.ndarray, reason: np.ndarray, rule:
 class TopKPolicy(GroupPolicy):
     name = "topk"
     summary = "per parent batch, measure the top k by expected bin index (the reference's rule)"
-    params = (Param("k", int, 4, "candidates measured per parent batch", 0), _ON_PARSE_FAILURE)
+    params = (Param("k", int, 4, "candidates measured per parent batch", 1), _ON_PARSE_FAILURE)
     needs_forecast = True
     state_fields = ()
 
@@ -69,12 +69,12 @@ class ThresholdPolicy(GroupPolicy):
         Param("score", tuple(SCORES), "maxprob", "confidence score of a forecast"),
         Param("rho", float, 0.5, "promise P(S > best) at or above which it is measured", 0.0, 1.0),
         Param("coverage", float, None, "set tau so that this fraction is measured (calibrated)",
-              0.0, 1.0),
+              0.0, 1.0, low_open=True),
         _ON_PARSE_FAILURE,
         Param("top_span", float, 4.0, "prior: open top bin is log-uniform up to edge*top_span",
               1.0),
         Param("cal_frac", float, 0.5, "share of candidates in the coverage calibration split",
-              0.0, 1.0),
+              0.0, 1.0, low_open=True),
     )
     needs_forecast = True
     state_fields = ()

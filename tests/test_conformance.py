@@ -114,7 +114,7 @@ def test_every_probability_share_or_confidence_parameter_is_bounded_to_0_1():
     for name, p in unit:
         assert (p.low, p.high) == (0.0, 1.0), (name, p.name)
         with pytest.raises(SpecError, match=rf"{p.name}=1.5 is above its maximum 1.0 "
-                                            r"\(range 0 to 1\)"):
+                                            r"\(range 0 to 1(, 0 excluded)?\)"):
             make_policy(f"{name}:{p.name}=1.5")
 
 

@@ -23,6 +23,7 @@ class Param:
     help: str = ""
     low: float | None = None
     high: float | None = None
+    low_open: bool = False  # the minimum itself is excluded (a fraction that must be > 0)
 
     def convert(self, raw: str | Any, owner: str) -> Any:
         kind = self.kind
@@ -46,15 +47,29 @@ class Param:
         if kind in (int, float):
             if value != value:  # NaN
                 raise SpecError(f"{owner}: {self.name} must be a number, got {raw!r}")
-            span = (f" (range {self.low:g} to {self.high:g})"
-                    if self.low is not None and self.high is not None else "")
-            if self.low is not None and value < self.low:
-                raise SpecError(f"{owner}: {self.name}={value} is below its minimum "
-                                f"{self.low}{span}")
-            if self.high is not None and value > self.high:
-                raise SpecError(f"{owner}: {self.name}={value} is above its maximum "
-                                f"{self.high}{span}")
+            self._check_range(value, owner)
         return value
+
+    def _check_range(self, value: float, owner: str) -> None:
+        """Refuse a value outside [low, high] (low excluded with ``low_open``), naming the range."""
+        span = self.valid_range()
+        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
+            word = "not above" if self.low_open else "below"
+            raise SpecError(f"{owner}: {self.name}={value} is {word} its minimum {self.low}{span}")
+        if self.high is not None and value > self.high:
+            raise SpecError(f"{owner}: {self.name}={value} is above its maximum "
+                            f"{self.high}{span}")
+
+    def valid_range(self) -> str:
+        """The valid range in words, e.g. " (range 0 to 1)", " (valid: k >= 1)"."""
+        if self.low is not None and self.high is not None:
+            excluded = f", {self.low:g} excluded" if self.low_open else ""
+            return f" (range {self.low:g} to {self.high:g}{excluded})"
+        if self.low is not None:
+            return f" (valid: {self.name} {'>' if self.low_open else '>='} {self.low:g})"
+        if self.high is not None:
+            return f" (valid: {self.name} <= {self.high:g})"
+        return ""
 
 
 def _to_bool(raw) -> bool:
