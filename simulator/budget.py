@@ -8,16 +8,20 @@ from dataclasses import dataclass, fields
 from gfsim.core.errors import SpecError
 from gfsim.core.specs import parse_kv
 
-__all__ = ["Budget", "parse_budget"]
+__all__ = ["Budget", "parse_budget", "unaffordable", "limits_money_or_time"]
 
 
 @dataclass(frozen=True)
 class Budget:
     """Limits per search; ``inf`` means unbounded.
 
-    Semantics: once a limit is reached no new work starts (no generation, forecast or
-    measurement); work already running finishes and is counted, so a run can overshoot a
-    money, energy or time limit by the work that was in flight, and says which limit stopped it.
+    Semantics: a limit is never exceeded. Before a step starts, the engine prices it as if
+    every candidate of it were generated, forecast and measured, at the prices the trace holds
+    for each candidate (``unaffordable``); a step that does not fit in what is left is not
+    started, and the search stops, saying which limit stopped it. Under reserved billing the
+    step's idle GPU time is bounded by every GPU idling for the sum of the step's seconds, and
+    the step's wall-clock by that sum too (an upper bound: nothing waits on nothing).
+    ``gpu_evals`` is checked before each measurement, ``steps`` before each step.
     """
 
     usd: float = math.inf
@@ -51,3 +55,30 @@ def parse_budget(text: str | None) -> Budget:
             raise SpecError(f"budget: {key} must be a whole number, got {raw!r}")
         values[key] = value
     return Budget(**values)
+
+
+def unaffordable(budget: Budget, spent_usd: float, spent_joules: float, now_s: float,
+                 step_usd: float, step_joules: float, step_s: float, model,
+                 gpus: int) -> str | None:
+    """The limit (``usd``, ``joules`` or ``seconds``) that a step would break, or None.
+
+    ``step_*`` are the step's prices with every candidate run to its logged end; ``spent_*``
+    and ``now_s`` are the search's so far (nothing is in flight between steps). Under reserved
+    billing every GPU may idle for the whole step: ``model.idle(gpus * step_s)`` is added.
+    """
+    if model.billing == "reserved":
+        idle = model.idle(gpus * step_s)
+        step_usd, step_joules = step_usd + idle.usd, step_joules + idle.joules
+    if spent_usd + step_usd > budget.usd:
+        return "usd"
+    if spent_joules + step_joules > budget.joules:
+        return "joules"
+    if now_s + step_s > budget.seconds:
+        return "seconds"
+    return None
+
+
+def limits_money_or_time(budget: Budget) -> bool:
+    """Whether a step must be priced before it starts (a usd, joules or seconds limit)."""
+    return not (math.isinf(budget.usd) and math.isinf(budget.joules)
+                and math.isinf(budget.seconds))

@@ -24,7 +24,7 @@ import simpy
 from gfsim.cost_models.presets import Capacities, PresetCostModel
 from gfsim.cost_models.usage import STAGES, Cost
 from gfsim.policies.base import Batch, Policy, SearchState
-from gfsim.simulator.budget import Budget
+from gfsim.simulator.budget import Budget, limits_money_or_time, unaffordable
 from gfsim.simulator.noise import MeasureNoise, confirm_best
 from gfsim.simulator.pipeline import COST_STAGE, DEFAULT_PIPELINE, Pipeline
 from gfsim.simulator.results import SearchResult
@@ -121,6 +121,41 @@ class SearchSimulation:
                 reason = "joules"
         self._stopped_by = reason
         return reason
+
+    def _step_price(self, rows) -> tuple[float, float, float]:
+        """USD, joules and seconds of candidates ``rows`` if each were generated, forecast and
+        measured to its logged end (cold starts included): an upper bound of a step's cost."""
+        usd = joules = secs = 0.0
+        for i in rows:
+            u = j = s = 0.0
+            for segs in (self._before, self._after):
+                ended = None
+                for res_name, stages in segs:
+                    plan, ended = self._plan(i, stages)
+                    if plan and res_name == "gpu" and self._cold_start[i] > 0:
+                        plan.insert(0, (_K_COLD_START, self._cold_start[i]))
+                    for k, v in plan:
+                        u += self._p_usd[k][i]
+                        j += self._p_j[k][i]
+                        s += v
+                    if ended:
+                        break
+                if ended:
+                    break
+            usd, joules, secs = usd + u, joules + j, secs + s
+        return usd, joules, secs
+
+    def _cannot_afford(self, rows) -> bool:
+        """Whether the step of candidates ``rows`` would break a usd, joules or seconds limit;
+        if so the search stops before it, saying which (``budget.unaffordable``)."""
+        if not self._prices_steps:
+            return False
+        usd, joules = self._spent(self.env.now)
+        reason = unaffordable(self.budget, usd, joules, self.env.now, *self._step_price(rows),
+                              self.model, self.capacities.gpus)
+        if reason is not None and self._stopped_by is None:
+            self._stopped_by = reason
+        return reason is not None
 
     # -- stages ----------------------------------------------------------------------------
     def _plan(self, i: int, stages: tuple[str, ...]) -> tuple[list[tuple[int, float]], str | None]:
@@ -302,7 +337,7 @@ class SearchSimulation:
         for n_done, (step, batches) in enumerate(self.trace.steps):
             if n_done >= self.budget.steps and self._stopped_by is None:
                 self._stopped_by = "steps"
-            if self._exhausted():
+            if self._exhausted() or self._cannot_afford([i for b in batches for i in b]):
                 break
             self._step_state = SearchState(
                 search_id=self.trace.search_id, task_id=self.trace.task_id, step=step,
@@ -337,6 +372,7 @@ class SearchSimulation:
         self._after = segments(self.pipeline.after, self.model.compile_on)
         self._reads_forecasts = self.policy.needs_forecast
         self._money_limited = not (math.isinf(self.budget.usd) and math.isinf(self.budget.joules))
+        self._prices_steps = limits_money_or_time(self.budget)
         self._stage_s = [0.0] * len(STAGES)
         self._stage_usd = [0.0] * len(STAGES)
         self._stage_j = [0.0] * len(STAGES)

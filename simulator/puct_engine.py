@@ -245,6 +245,8 @@ class PuctSimulation(SearchSimulation):
                                         cfg.children_per_parent, self.seed)
                 batches.append([t.append(kid, step, p) for kid in kids])
             self._extend(len(t))
+            if self._cannot_afford([i for b in batches for i in b]):
+                break  # drawn, but not affordable: they stay budget_stopped
             yield env.all_of([env.process(self._parent_batch(step, b)) for b in batches])
             results = []
             for b in batches:

@@ -39,7 +39,7 @@ import numpy as np
 from gfsim.cost_models.presets import Capacities, PresetCostModel
 from gfsim.cost_models.usage import STAGES, Cost
 from gfsim.policies.base import Batch, Decisions, Policy, SearchState
-from gfsim.simulator.budget import Budget
+from gfsim.simulator.budget import Budget, limits_money_or_time, unaffordable
 from gfsim.simulator.children import Child, ChildSource, LogChildren, finish_steps, pool_of
 from gfsim.simulator.engine import segments
 from gfsim.simulator.noise import MeasureNoise, confirm_best
@@ -152,6 +152,7 @@ class _FastPuct:
         self.after = tuple(segments(pipeline.after, model.compile_on))
         self.reads = policy.needs_forecast
         self.money_limited = not (math.isinf(budget.usd) and math.isinf(budget.joules))
+        self.prices_steps = limits_money_or_time(budget)
         self.cap = [caps.generator, caps.forecaster, caps.compile_workers, caps.gpus]
         # Children copied from a logged candidate share its proto, kept with the log's trace
         # (every replay, seed and trial of that log shares them).
@@ -195,6 +196,34 @@ class _FastPuct:
         usd, joules = self._spent()
         return {"usd": b.usd - usd, "seconds": b.seconds - self.now,
                 "joules": b.joules - joules, "gpu_evals": b.gpu_evals - self.evals}
+
+    def affords_step(self) -> bool:
+        """The engine's ``_cannot_afford`` once a step's children are drawn: False, and the
+        search stops (its drawn children stay budget_stopped, not reached), when the step, every
+        child run to its logged end, would break a usd, joules or seconds limit."""
+        if not self.prices_steps:
+            return True
+        usd = joules = secs = 0.0
+        for rows in self.batches:
+            for i in rows:
+                p = self.proto[i]
+                u = j = s = 0.0
+                for part in ((p.pre,) if p.pre_ended is not None else (p.pre, p.post)):
+                    for _, _, bookings, _ in part:
+                        for _, v, bu, bj, _ in bookings:
+                            u += bu
+                            j += bj
+                            s += v
+                usd, joules, secs = usd + u, joules + j, secs + s
+        spent_usd, spent_joules = self._spent()
+        reason = unaffordable(self.budget, spent_usd, spent_joules, self.now, usd, joules, secs,
+                              self.model, self.caps.gpus)
+        if reason is None:
+            return True
+        if self.stopped_by is None:
+            self.stopped_by = reason
+        self.unreached += len(self.cid) - self._lo
+        return False
 
     def _measure_usd(self) -> float:
         n = self.n_musd
@@ -478,6 +507,7 @@ class _FastPuct:
         self.best, self.best_id = self.seed_speedup, None
         self.evals = self.forecasts = self.generated = self.unmeasurable = 0
         self.stopped_by = None
+        self.unreached = 0  # children drawn for a step the budget could not afford
         self.anytime = [(0.0, 0.0, 0.0, 0, self.best)]
         self.expanded: dict[str, int] = {}
         self.true_speedup = {root_id: self.seed_speedup}
@@ -577,7 +607,8 @@ class _FastPuct:
             search_id=self.search_id, task_id=self.task_id, seed_speedup=self.seed_speedup,
             best_speedup=self.best, best_candidate_id=self.best_id, gpu_evals=self.evals,
             candidates=self.generated, forecasts=self.forecasts,
-            unmeasurable=self.unmeasurable, orphans=0, reached=n, steps=self.steps_done,
+            unmeasurable=self.unmeasurable, orphans=0, reached=n - self.unreached,
+            steps=self.steps_done,
             wall_s=wall, stages=stages, stopped_by=self.stopped_by,
             anytime=np.array(self.anytime, dtype=float), table=table, engine="fast",
             extra=puct_extra(self.config, self.best_id, self.cid, self.draw_source,
@@ -662,6 +693,7 @@ def run_lockstep(runs: list[_FastPuct]) -> list[SearchResult]:
         finish_steps([w for w in work if w is not None])  # e.g. forecasts moved in one call
         for run in active:
             run.take_step()
+        active = [run for run in active if run.affords_step()]
         _decide_together(active)
         for run in active:
             run.run_step()

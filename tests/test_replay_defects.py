@@ -29,3 +29,67 @@ def test_a_policy_parameter_outside_its_range_is_one_line_naming_the_range(spec,
 def test_the_smallest_sensible_values_still_build():
     assert make_policy("topk:1").k == 1
     assert make_policy("random:1").p == 1.0
+
+
+# -- a budget is never exceeded: a step the search cannot afford is not started -------------
+from pathlib import Path  # noqa: E402
+
+from gfsim.cost_models import load_cost_model  # noqa: E402
+from gfsim.importers.openevolve import import_openevolve  # noqa: E402
+from gfsim.replay_logs import load_log, resolve_log  # noqa: E402
+from gfsim.simulator import Budget, replay  # noqa: E402
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="module")
+def openevolve_log(tmp_path_factory):
+    out = tmp_path_factory.mktemp("oe") / "oe.jsonl"
+    import_openevolve(DATA / "openevolve" / "run", out, runtime_metric="runtime_ns")
+    return load_log(out)
+
+
+def total(result, key):
+    return [getattr(s.total, key) if key != "seconds" else s.wall_s for s in result.searches]
+
+
+def test_a_usd_budget_below_one_step_spends_nothing(openevolve_log):
+    # The OpenEvolve run's first step costs $0.03 to generate alone: usd=0.01 spent $0.03.
+    r = replay(openevolve_log, make_policy("all"), load_cost_model("serverless-a100"),
+               budget=Budget(usd=0.01))
+    (s,) = r.searches
+    assert s.stopped_by == "usd" and s.total.usd == 0.0 and s.candidates == 0
+
+
+LIMITS = [("usd", Budget(usd=1.5)), ("joules", Budget(joules=3e5)),
+          ("seconds", Budget(seconds=900.0))]
+
+
+@pytest.mark.parametrize("cost", ["serverless-a100", "reserved-h100"])
+@pytest.mark.parametrize("key, budget", LIMITS)
+def test_no_trace_replay_spends_past_its_budget(key, budget, cost):
+    log = load_log(resolve_log("synthetic-mini"))
+    model = load_cost_model(cost)
+    free = replay(log, make_policy("all"), model, orphans_dropped=False)
+    capped = replay(log, make_policy("all"), model, budget=budget, orphans_dropped=False)
+    limit = getattr(budget, key)
+    assert max(total(free, key)) > limit  # the budget binds
+    for s, spent in zip(capped.searches, total(capped, key)):
+        assert spent <= limit and s.stopped_by == key
+
+
+@pytest.mark.parametrize("cost", ["serverless-a100", "reserved-h100"])
+@pytest.mark.parametrize("key, budget", LIMITS)
+def test_no_closed_loop_replay_spends_past_its_budget_in_either_engine(key, budget, cost):
+    log = load_log(resolve_log("synthetic-mini"))
+    model = load_cost_model(cost)
+    runs = {engine: replay(log, make_policy("threshold:0.7"), model, budget=budget,
+                           driver="puct", engine=engine, simulate=True, orphans_dropped=False)
+            for engine in ("des", "fast")}
+    limit = getattr(budget, key)
+    for engine, r in runs.items():
+        assert all(spent <= limit for spent in total(r, key)), engine
+        assert {s.stopped_by for s in r.searches} == {key}
+    for a, b in zip(runs["des"].searches, runs["fast"].searches):
+        assert (a.trace_hash, a.reached, a.stopped_by, a.total.usd) == \
+               (b.trace_hash, b.reached, b.stopped_by, b.total.usd)

@@ -128,14 +128,15 @@ def test_step_budget_stops_after_that_many_steps(tmp_path):
     assert r.steps == 1 and r.stopped_by == "steps" and r.best_speedup == 1.2
 
 
-def test_usd_budget_stops_new_work_and_reports_the_overshoot(tmp_path):
+def test_usd_budget_stops_before_a_step_it_cannot_afford(tmp_path):
+    # It used to stop only once the limit was reached, overshooting by the work in flight.
     log = load_log(resolve_log("synthetic-mini"))
     free = replay(log, make_policy("all"), SERVERLESS, orphans_dropped=False)
     capped = replay(log, make_policy("all"), SERVERLESS, budget=Budget(usd=5.0),
                     orphans_dropped=False)
     for r, f in zip(capped.searches, free.searches):
         assert r.stopped_by == "usd"
-        assert 5.0 <= r.total.usd < f.total.usd
+        assert 0 < r.total.usd <= 5.0 < f.total.usd
         assert r.gpu_evals < f.gpu_evals
 
 
