@@ -98,6 +98,10 @@ class PresetCostModel(CostModel):
     forecaster: LlmSpec
     priors: Priors = Priors()
     capacities: Capacities = Capacities()
+    # The instance policy of serverless billing: seconds a GPU container stays warm after its
+    # last evaluation (0: a fresh container, and its cold start, for every evaluation).
+    # Reserved billing keeps its workers warm: no cold starts. See ``instance_policy``.
+    keep_warm_s: float = 0.0
     sources: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
@@ -105,6 +109,24 @@ class PresetCostModel(CostModel):
             raise GfsimError(f"billing must be serverless or reserved, got {self.billing!r}")
         if self.compile_on not in ("cpu", "gpu_host"):
             raise GfsimError(f"compile_on must be cpu or gpu_host, got {self.compile_on!r}")
+        k = self.keep_warm_s
+        if isinstance(k, bool) or not isinstance(k, (int, float)) or not k >= 0:
+            raise GfsimError(f"keep_warm_s must be a number of seconds >= 0, got {k!r}")
+
+    def instance_policy(self) -> str:
+        """When an evaluation pays a cold start under this model, in one sentence."""
+        if self.billing != "serverless":
+            return ("reserved GPUs stay warm: no cold starts (a cold start the log recorded "
+                    "is not charged either)")
+        if self.keep_warm_s <= 0:
+            return (f"a fresh serverless container for every evaluation (keep_warm_s = 0): "
+                    f"each pays a cold start, the log's where it recorded one, else the "
+                    f"{self.priors.cold_start_s:g} s prior")
+        return (f"a serverless container stays warm {self.keep_warm_s:g} s after its last "
+                f"evaluation: an evaluation pays a cold start only where no container of its "
+                f"search is warm on the log's schedule (up to {self.capacities.gpus} "
+                f"containers; the log's cold start where it recorded one, else the "
+                f"{self.priors.cold_start_s:g} s prior)")
 
     # -- pricing --------------------------------------------------------------------------
     def rates(self, stage: str) -> tuple[float, float, float, float, float, float]:

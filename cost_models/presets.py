@@ -5,9 +5,16 @@ LLM endpoints for generation and forecasting, how many of each resource exist, a
 used for usage a log did not record. ``load_cost_model`` takes
 
 - ``PRESET`` or ``PRESET:key=value,...`` with keys ``provider`` (modal|runpod, serverless
-  presets only), ``forecaster`` and ``generator`` (an LLM endpoint name) and ``gpus`` (int);
+  presets only), ``forecaster`` and ``generator`` (an LLM endpoint name), ``gpus`` (int) and
+  ``keep_warm`` (seconds a serverless container stays warm after an evaluation);
 - or a TOML file with ``base = "PRESET[:key=value,...]"``, optional top-level
-  ``provider``/``forecaster_llm``/``generator_llm``, and tables overriding any value.
+  ``provider``/``forecaster_llm``/``generator_llm``/``keep_warm_s``, and tables overriding
+  any value.
+
+Instance policy: a reserved GPU stays warm (no cold starts); a serverless container stays warm
+``keep_warm_s`` after its last evaluation (the provider's default; 0 for ``serverless-a100``,
+the paper's fresh container per evaluation), and ``simulator.trace`` charges a cold start to
+an evaluation that finds none warm on the log's schedule.
 """
 
 from __future__ import annotations
@@ -79,7 +86,15 @@ SPEC_PARAMS = (
     Param("forecaster", tuple(LLMS), DEFAULT_LLM, "LLM endpoint of the forecaster"),
     Param("generator", tuple(LLMS), DEFAULT_LLM, "LLM endpoint of the mutator"),
     Param("gpus", int, None, "GPUs (serverless: concurrent containers)", low=1),
+    Param("keep_warm", float, None, "seconds a serverless container stays warm after an "
+          "evaluation (0: a fresh container, and a cold start, per evaluation)", low=0.0),
 )
+
+# How long a serverless container stays warm after its last job, by provider (their defaults).
+_KEEP_WARM_S = {"modal": (60.0, "modal.com/docs/guide/cold-start: containers spin down after "
+                                "60 s of inactivity by default"),
+                "runpod": (5.0, "docs.runpod.io/serverless/endpoints/endpoint-configurations: "
+                                "idle timeout 5 s by default")}
 
 _COMMON_SOURCES = {
     "cpu.usd_per_core_hour": SOURCES["cpu.usd_per_core_hour"],
@@ -125,6 +140,7 @@ def _build(billing: str, key: str, **options) -> PresetCostModel:
     g = GPUS[key]
     gpu, sources = _gpu(key)
     sources = {**_COMMON_SOURCES, **sources}
+    keep_warm_s = 0.0
     if billing == "serverless":
         compile_on, priors, n_gpus = "gpu_host", Priors(), 16
         sources["preset"] = (
@@ -135,6 +151,12 @@ def _build(billing: str, key: str, **options) -> PresetCostModel:
         sources["gpu.usd_per_hour"] = (f"{catalog.MODAL_PRICING}: {g.name} "
                                        f"${g.modal_usd_per_hour:.2f}/h, per-second billing")
         sources["capacities.gpus"] = "assumption: at most 16 containers at once"
+        if key == "a100":
+            sources["keep_warm_s"] = ("the paper's setup: a fresh container, and a cold start, "
+                                      "for every evaluation (docs/concepts/paper.md)")
+        else:
+            keep_warm_s, why = _KEEP_WARM_S[options.get("provider") or "modal"]
+            sources["keep_warm_s"] = f"the provider's default: {why}"
     else:
         compile_on, priors, n_gpus = "cpu", Priors(cold_start_s=0.0), 1
         sources["preset"] = (
@@ -144,6 +166,7 @@ def _build(billing: str, key: str, **options) -> PresetCostModel:
             f"assumption: a reservation at Modal's {g.name} list price, "
             f"${g.modal_usd_per_hour:.2f}/h ({catalog.MODAL_PRICING})")
         sources["priors.cold_start_s"] = "assumption: a warm worker is kept, no cold starts"
+        sources["keep_warm_s"] = "assumption: reserved workers stay warm, no cold starts"
         sources["capacities.gpus"] = "assumption: one reserved GPU"
 
     provider = options.get("provider")
@@ -164,12 +187,18 @@ def _build(billing: str, key: str, **options) -> PresetCostModel:
     if options.get("gpus") is not None:
         caps = dataclasses.replace(caps, gpus=options["gpus"])
         sources["capacities.gpus"] = f"set by the cost spec (gpus={options['gpus']})"
+    if options.get("keep_warm") is not None:
+        if billing != "serverless":
+            raise SpecError(f"{preset}: keep_warm applies to serverless presets only "
+                            "(reserved GPUs stay warm)")
+        keep_warm_s = float(options["keep_warm"])
+        sources["keep_warm_s"] = f"set by the cost spec (keep_warm={keep_warm_s:g})"
     given = {p.name: options[p.name] for p in SPEC_PARAMS if options.get(p.name) is not None}
     return PresetCostModel(
         name=format_spec(preset, given), billing=billing, compile_on=compile_on, gpu=gpu,
         cpu=CpuSpec(catalog.CPU_USD_PER_CORE_HOUR, catalog.CPU_W_PER_CORE),
         generator=llm["generator"], forecaster=llm["forecaster"], priors=priors,
-        capacities=caps, sources=sources,
+        capacities=caps, keep_warm_s=keep_warm_s, sources=sources,
     )
 
 
@@ -259,10 +288,16 @@ def _load_toml(spec: str) -> PresetCostModel:
     for key in ("billing", "compile_on"):
         if key in data:
             changes[key] = data.pop(key)
+    if "keep_warm_s" in data:
+        value = data.pop("keep_warm_s")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise GfsimError(f"{spec}: keep_warm_s: expected a number >= 0, got {value!r}")
+        changes["keep_warm_s"] = float(value)
     sources = dict(model.sources)
     for section, value in data.items():
         if section not in _SECTIONS:
-            valid = ", ".join(["base", "name", "billing", "compile_on", *_TOML_OPTIONS,
+            valid = ", ".join(["base", "name", "billing", "compile_on", "keep_warm_s",
+                               *_TOML_OPTIONS,
                                *_SECTIONS])
             raise GfsimError(f"{spec}: unknown key {section!r}; valid: {valid}")
         if not isinstance(value, dict):
@@ -270,5 +305,7 @@ def _load_toml(spec: str) -> PresetCostModel:
         changes[section] = _override(getattr(model, section), value, f"{spec}: [{section}]")
         for key in value:
             sources[f"{section}.{key}"] = f"set in {path} (user-supplied)"
+    if "keep_warm_s" in changes:
+        sources["keep_warm_s"] = f"set in {path} (user-supplied)"
     sources["override"] = f"values overridden by {path}"
     return dataclasses.replace(model, sources=sources, **changes)

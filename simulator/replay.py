@@ -13,6 +13,7 @@ from gfsim.policies.base import Batch, Policy
 from gfsim.policies.registry import make_policy
 from gfsim.replay_logs.log import ReplayLog
 from gfsim.simulator.budget import Budget
+from gfsim.simulator.log_seconds import seconds_note
 from gfsim.simulator.children import INVENTED, INVENTED_HEADROOM
 from gfsim.simulator.engine import SearchSimulation
 from gfsim.simulator.fastpath import FastPathUnsafe, fast_path_blocker, run_fast_many
@@ -360,7 +361,7 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
                                "dropped": None if dropped is searches else dropped},
                               _RESULT_CLASSES, _shared_lists(traces)[0],
                               {"SearchResult": ("table",)})
-    notes = []
+    notes = [seconds_note(traces, model)]  # where evaluation seconds and cold starts come from
     prov = log.header["provenance"]
     if prov.get("kind") != "measured":
         notes.append(f"log {log.name!r} is {prov.get('kind', '?')} (header provenance): "

@@ -16,6 +16,7 @@ import pandas as pd
 from gfsim.core.errors import GfsimError
 from gfsim.cost_models.presets import PresetCostModel
 from gfsim.replay_logs.derived import Lazy
+from gfsim.simulator.log_seconds import place_cold_starts, split_totals
 from gfsim.replay_logs.log import PROB_COLUMNS, ReplayLog, release_arrow_memory
 
 __all__ = ["SearchTrace", "build_traces", "pick_forecaster", "ancestor_speedup",
@@ -30,7 +31,9 @@ _STOPS_BEFORE_TIMING = {"compile_failed", "runtime_error", "incorrect"}
 class SearchTrace(Lazy):
     """One search, candidates sorted by (step, seq). Index i is the same candidate everywhere.
 
-    Durations are service seconds; ``*_imputed`` flags say which came from priors.
+    Durations are service seconds; ``*_imputed`` flags say which came from priors, and
+    ``stage_split`` which were split from the log's whole-evaluation seconds
+    (``simulator.log_seconds``).
     ``steps`` lists, per step, its parent batches as lists of candidate indices.
     """
 
@@ -65,6 +68,10 @@ class SearchTrace(Lazy):
     # Pricing is linear and does not depend on the simulation, so it is done once, vectorised.
     price: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
     code_sha256: list[str | None] | None = None  # the code's identity, where the log has it
+    # Per candidate: whether its stage seconds were split from the log's whole-evaluation
+    # seconds (recorded, not imputed), and those seconds (NaN: none recorded).
+    stage_split: list[bool] | None = None
+    eval_logged_s: list[float] | None = None
 
     def __len__(self) -> int:
         return len(self.candidate_ids)
@@ -148,6 +155,54 @@ def _fill(values, prior: float) -> tuple[list[float], list[bool]]:
     return shared_floats(arr), missing.tolist()
 
 
+def _evaluation_stages(e, outcome, rows, gen_failed, gen_s, bounds, model: PresetCostModel):
+    """Stage seconds and imputed flags of every candidate (``simulator.log_seconds``): the
+    log's stage seconds; else its whole evaluation's, split; else the priors; cold starts by
+    the model's instance policy. Also which were split, and the log's whole seconds."""
+    pri = model.priors
+    n = len(outcome)
+
+    def col(name):
+        return pd.to_numeric(e[name], errors="coerce").to_numpy(float, copy=True) if name in e \
+            else np.full(n, np.nan)
+
+    out = np.array(outcome, dtype=object)
+    raw = {"compilation": col("compile_s"), "check": col("check_s"), "timing": col("timing_s")}
+    cold_logged = col("cold_start_s")
+    total = col("service_s")
+    total = np.where(np.isnan(total), col("wall_s"), total)
+    split = split_totals(out, raw, cold_logged, total, pri)
+    comp, comp_imp = _fill(raw["compilation"], pri.compile_s)
+    check, check_imp = _fill(raw["check"], pri.check_s)
+    timing, timing_imp = _fill(raw["timing"], pri.timing_s)
+    for i, o in enumerate(outcome):
+        # A stage after the failure did not run, so no imputed time for it; a logged time
+        # is kept (a live measurement that failed its re-check after timing did time).
+        if o in _STOPS_BEFORE_CHECK and check_imp[i]:
+            check[i], check_imp[i] = 0.0, False
+        if o in _STOPS_BEFORE_TIMING and timing_imp[i]:
+            timing[i], timing_imp[i] = 0.0, False
+    if model.billing != "serverless":
+        cold = [0.0] * n  # a warm reserved worker starts no container per candidate
+        cold_imp = [False] * n
+    elif model.keep_warm_s <= 0:  # a fresh container for every evaluation
+        cold, cold_imp = _fill(cold_logged, pri.cold_start_s)
+    else:
+        evaluated = np.not_equal(out, None) & ~np.asarray(gen_failed, bool)
+        gpu_s = np.asarray(check) + np.asarray(timing) + (
+            np.asarray(comp) if model.compile_on == "gpu_host" else 0.0)
+        charged = place_cold_starts(cold_logged, evaluated, rows["step"].tolist(), gen_s,
+                                    gpu_s, list(bounds), pri.cold_start_s, model.keep_warm_s,
+                                    model.capacities.gpus)
+        arr = np.where(np.isnan(cold_logged), np.where(charged, pri.cold_start_s, 0.0),
+                       cold_logged)
+        cold, cold_imp = shared_floats(arr), (np.isnan(cold_logged) & charged).tolist()
+    stage_s = {"cold_start": cold, "compilation": comp, "check": check, "timing": timing}
+    stage_imp = {"cold_start": cold_imp, "compilation": comp_imp, "check": check_imp,
+                 "timing": timing_imp}
+    return stage_s, stage_imp, split.tolist(), shared_floats(total)
+
+
 def build_traces(
     log: ReplayLog, model: PresetCostModel, forecaster: str | None = None
 ) -> list[SearchTrace]:
@@ -218,36 +273,22 @@ def build_traces(
     fc_imputed = [a or b or c for a, b, c in zip(fc_s_imp, fci_imp, fco_imp)]
 
     e = ev.reindex(all_ids) if ev is not None else pd.DataFrame(index=all_ids, columns=[
-        "outcome", "speedup", "cold_start_s", "compile_s", "check_s", "timing_s", "energy_j"])
+        "outcome", "speedup", "cold_start_s", "compile_s", "check_s", "timing_s", "wall_s",
+        "service_s", "energy_j"])
     # One object per distinct outcome or status: an Arrow column's .tolist() makes one str per
     # row (60 bytes each, 120 MB per million candidates for these two columns).
     texts: dict[str, str] = {}
     outcome = [texts.setdefault(o, o) if isinstance(o, str) else None
                for o in e["outcome"].tolist()]
     speedup = shared_floats(pd.to_numeric(e["speedup"], errors="coerce").to_numpy(float))
-    cold, cold_imp = _fill(e["cold_start_s"], pri.cold_start_s)
-    if model.billing != "serverless":
-        cold = [0.0] * len(all_ids)  # a warm reserved worker starts no container per candidate
-        cold_imp = [False] * len(all_ids)
-    comp, comp_imp = _fill(e["compile_s"], pri.compile_s)
-    check, check_imp = _fill(e["check_s"], pri.check_s)
-    timing, timing_imp = _fill(e["timing_s"], pri.timing_s)
-    for i, o in enumerate(outcome):
-        # A stage after the failure did not run, so no imputed time for it; a logged time
-        # is kept (a live measurement that failed its re-check after timing did time).
-        if o in _STOPS_BEFORE_CHECK and check_imp[i]:
-            check[i], check_imp[i] = 0.0, False
-        if o in _STOPS_BEFORE_TIMING and timing_imp[i]:
-            timing[i], timing_imp[i] = 0.0, False
+    stage_s, stage_imp, split, logged_s = _evaluation_stages(
+        e, outcome, rows, gen_failed, gen_s, zip(starts, ends), model)
     energy = pd.to_numeric(e["energy_j"], errors="coerce").to_numpy(float)
     energy_j = [None if (not same_gpu or np.isnan(x)) else float(x) for x in energy]
     status = [texts.setdefault(x, x) for x in rows["status"].tolist()]
     code = [c if isinstance(c, str) else None for c in rows["code_sha256"].tolist()]
     step_no: dict[int, int] = {}
     step_all = [step_no.setdefault(s, s) for s in rows["step"].astype(int).tolist()]
-    stage_s = {"cold_start": cold, "compilation": comp, "check": check, "timing": timing}
-    stage_imp = {"cold_start": cold_imp, "compilation": comp_imp, "check": check_imp,
-                 "timing": timing_imp}
     price = _price_columns(gen_s, gen_in, gen_out, gen_imputed, fc_s, fc_in, fc_out,
                            fc_imputed, stage_s, stage_imp, energy_j, model)
     # One int object per index, shared by parents and batches (28 bytes each otherwise).
@@ -289,6 +330,7 @@ def build_traces(
             stage_s={k: v[a:b] for k, v in stage_s.items()},
             stage_imputed={k: v[a:b] for k, v in stage_imp.items()},
             energy_j=energy_j[a:b], logged_status=status[a:b], code_sha256=code[a:b],
+            stage_split=split[a:b], eval_logged_s=logged_s[a:b],
             price={k: tuple(x[a:b].copy() for x in v) for k, v in price.items()},
         ))
     release_arrow_memory()  # the copies of the log's tables made above

@@ -137,8 +137,11 @@ def test_the_fp8_caveat_of_h200_live_v1_shows_in_logs_and_in_its_replay():
 def test_an_h200_log_priced_as_an_a100_gets_a_note_and_as_an_h200_none(tmp_path):
     path = measured_log(tmp_path)
     out = text(invoke("replay", "--log", path, "--policy", "all"))  # default serverless-a100
-    assert ("log measured on NVIDIA H200; priced as serverless-a100 (A100-80GB): timings are "
-            "the log's, prices another GPU's; pass --cost serverless-h200") in out
+    assert ("log measured on NVIDIA H200; priced as serverless-a100 (A100-80GB): the seconds "
+            "the log recorded are NVIDIA H200's, not rescaled, those it did not record come "
+            "from the cost model's priors (see the imputed share), and the prices are another "
+            "GPU's; pass --cost serverless-h200") in out
+    assert "timings are the log's" not in out  # it said so of seconds it took from priors
     same = invoke("replay", "--log", path, "--policy", "all", "--cost", "serverless-h200")
     assert "log measured on" not in text(same)
     js = json.loads(invoke("replay", "--log", path, "--policy", "all", "--cost",

@@ -144,8 +144,9 @@ def hardware_note(log, model) -> str | None:
         return None
     billing = getattr(model, "billing", "serverless")
     return (f"log measured on {measured_on}; priced as {model.name} ({model.gpu.name}): "
-            f"timings are the log's, prices another GPU's; pass --cost {billing}-{log_key} to "
-            "price the log's GPU")
+            f"the seconds the log recorded are {measured_on}'s, not rescaled, those it did "
+            "not record come from the cost model's priors (see the imputed share), and the "
+            f"prices are another GPU's; pass --cost {billing}-{log_key} to price the log's GPU")
 
 
 def provenance(log, forecaster: str | None = None, model=None, *, read: bool = True) -> dict:
