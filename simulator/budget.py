@@ -8,7 +8,8 @@ from dataclasses import dataclass, fields
 from gfsim.core.errors import SpecError
 from gfsim.core.specs import parse_kv
 
-__all__ = ["Budget", "parse_budget", "unaffordable", "limits_money_or_time"]
+__all__ = ["Budget", "parse_budget", "unaffordable", "limits_money_or_time", "stop_reason",
+           "stop_note"]
 
 
 @dataclass(frozen=True)
@@ -82,3 +83,61 @@ def limits_money_or_time(budget: Budget) -> bool:
     """Whether a step must be priced before it starts (a usd, joules or seconds limit)."""
     return not (math.isinf(budget.usd) and math.isinf(budget.joules)
                 and math.isinf(budget.seconds))
+
+
+_LIMIT_WORDS = {
+    "usd": "the USD budget: the next step could not be afforded",
+    "joules": "the energy budget: the next step could not be afforded",
+    "seconds": "the wall-clock budget: the next step could not be afforded",
+    "gpu_evals": "the gpu_evals budget: no GPU evaluation left",
+    "steps": "the steps budget",
+}
+
+
+def stop_reason(result) -> dict:
+    """Why one search (a ``SearchResult``) ended: ``{"code", "text"}``. Codes: ``budget:KEY``
+    (a limit stopped it), ``out_of_children`` (a closed-loop search whose steps drew fewer
+    children than asked: its source held no more), ``steps_done`` (every step it was asked
+    for, or every logged step, ran)."""
+    if result.stopped_by:
+        return {"code": f"budget:{result.stopped_by}",
+                "text": f"stopped after {result.steps} steps by {_LIMIT_WORDS[result.stopped_by]}"}
+    search = result.extra.get("search")
+    if not search:
+        return {"code": "steps_done", "text": f"all {result.steps} logged steps replayed"}
+    per_parent = search["samples_per_parent"] * search["overgen"]
+    drawn = [0] * result.steps
+    parents: list[set] = [set() for _ in range(result.steps)]
+    for step, parent in zip(result.table["step"], result.table.get("parent_node", ())):
+        if 0 <= step < result.steps:
+            drawn[step] += 1
+            parents[step].add(parent)
+    # A step is short where it drew nothing, or fewer than its parents asked for.
+    short = sum(n == 0 or n < per_parent * len(p) for n, p in zip(drawn, parents))
+    if short:
+        empty = sum(n == 0 for n in drawn)
+        return {"code": "out_of_children",
+                "text": f"out of children: {short} of its {result.steps} steps drew fewer "
+                        f"children than asked ({per_parent} per parent; {empty} steps drew "
+                        f"none, {result.gpu_evals} GPU evaluations in all): the log holds no "
+                        "more children of the parents the search chose"}
+    return {"code": "steps_done", "text": f"all {result.steps} steps done"}
+
+
+def stop_note(results) -> str | None:
+    """One line on why the searches of a replay stopped, where any ended other than by running
+    every step with every child it asked for (None otherwise)."""
+    reasons = [stop_reason(r) for r in results]
+    if all(r["code"] == "steps_done" for r in reasons):
+        return None
+    if len(reasons) == 1:
+        return f"why the search stopped: {reasons[0]['text']}"
+    counts: dict[str, int] = {}
+    for r in reasons:
+        counts[r["code"]] = counts.get(r["code"], 0) + 1
+    words = {"out_of_children": "out of children", "steps_done": "every step done",
+             **{f"budget:{k}": _LIMIT_WORDS[k].split(":")[0] for k in _LIMIT_WORDS}}
+    parts = ", ".join(f"{n} by {words[code]}" if code.startswith("budget") else
+                      f"{n} {words[code]}" for code, n in counts.items())
+    return (f"why the {len(reasons)} searches stopped: {parts} (per search: "
+            "searches[].stop_reason in --json)")

@@ -24,7 +24,8 @@ from gfsim.simulator.children import DRAW_SOURCES, INVENTED, Child, ChildSource
 from gfsim.simulator.engine import SearchSimulation
 from gfsim.simulator.noise import MeasureNoise
 from gfsim.simulator.pipeline import DEFAULT_PIPELINE, Pipeline
-from gfsim.simulator.puct import ArchiveNode, ChildResult, PuctArchive
+from gfsim.simulator.evolution import make_archive
+from gfsim.simulator.puct import ArchiveNode, ChildResult
 from gfsim.simulator.results import SearchResult
 
 __all__ = ["SearchConfig", "SEARCH_PRESETS", "PuctSimulation", "EXTRAPOLATED_SHARE",
@@ -94,15 +95,18 @@ def best_lineage(best_id: str | None, candidate_ids, draw_source, parent_node) -
 
 
 def puct_extra(config: SearchConfig, best_id, candidate_ids, draw_source, parent_node,
-               archive_size: int) -> dict:
+               archive_size: int, selection=None) -> dict:
     """``SearchResult.extra`` of a closed-loop search (both engines): its shape, where its
-    children came from, and what its best rests on."""
+    children came from, and what its best rests on; ``driver`` is ``evolution`` (with its
+    ``selection`` settings) where an evolutionary archive chose the parents."""
     draws = {s: 0 for s in DRAW_SOURCES}
     for source in draw_source:
         draws[source] += 1
     n = max(len(draw_source), 1)
     invented = sum(draws[s] for s in INVENTED) / n
-    return {"driver": "puct", "search": config.as_dict(), "draws": draws,
+    chosen = {} if selection is None else {"selection": selection.as_dict()}
+    return {"driver": "puct" if selection is None else "evolution", **chosen,
+            "search": config.as_dict(), "draws": draws,
             "fallback_share": draws["fallback"] / n, "invented_share": invented,
             "extrapolated": invented > EXTRAPOLATED_SHARE, "archive_size": archive_size,
             "best_lineage": best_lineage(best_id, candidate_ids, draw_source, parent_node)}
@@ -188,15 +192,16 @@ class PuctSimulation(SearchSimulation):
                  model: PresetCostModel, capacities: Capacities, budget: Budget, seed: int, *,
                  search_id: str, task_id: str, forecast_frame: str = "reference",
                  bin_edges: tuple = (), pipeline: Pipeline = DEFAULT_PIPELINE,
-                 noise: MeasureNoise | None = None):
+                 noise: MeasureNoise | None = None, selection=None):
         root_id, seed_speedup = source.root()
         trace = _GrowingTrace(search_id, task_id, seed_speedup, forecast_frame, bin_edges)
         super().__init__(trace, policy, model, capacities, budget, seed, False, pipeline, noise)
         self.source = source
         self.config = config
-        self.archive = PuctArchive(ArchiveNode(root_id, seed_speedup, (), is_seed=True),
-                                   k_per_parent=config.k_per_parent, capacity=config.capacity,
-                                   c_puct=config.c_puct)
+        # PUCT's archive, or an evolutionary one (``selection``: simulator.evolution)
+        self.selection = selection
+        self.archive = make_archive(ArchiveNode(root_id, seed_speedup, (), is_seed=True),
+                                    config, selection, seed, search_id)
         self._expanded: dict[str, int] = {}
         self._musd_seen, self._musd_values = 0, []
         # Archive rewards are what the search measured (noisy); children are drawn around a
@@ -256,6 +261,9 @@ class PuctSimulation(SearchSimulation):
                     ok = t.outcome[i] == "success"
                     if ok:
                         self._true_speedup[t.candidate_ids[i]] = t.speedup[i]
+                    else:  # a failed parent (evolution) draws around its parent's speedup
+                        self._true_speedup[t.candidate_ids[i]] = self._true_speedup[
+                            t.parent_node[i]]
                     results.append(ChildResult(t.parent_node[i], t.candidate_ids[i],
                                                self._measured_speedup[i] if ok else None,
                                                t.children[i].code))
@@ -271,7 +279,7 @@ class PuctSimulation(SearchSimulation):
         result.table["parent_node"] = list(t.parent_node)
         result.extra = puct_extra(self.config, result.best_candidate_id, t.candidate_ids,
                                   result.table["draw_source"], t.parent_node,
-                                  len(self.archive.nodes))
+                                  len(self.archive.nodes), self.selection)
         return result
 
 

@@ -45,7 +45,7 @@ from gfsim.simulator.engine import segments
 from gfsim.simulator.noise import MeasureNoise, confirm_best
 from gfsim.simulator.pipeline import COST_STAGE, DEFAULT_PIPELINE, Pipeline
 from gfsim.simulator.puct import ArchiveNode, ChildResult
-from gfsim.simulator.puct_bank import ArchiveBank
+from gfsim.simulator.evolution import make_bank
 from gfsim.simulator.puct_engine import SearchConfig, cap_per_parent, puct_extra
 from gfsim.simulator.results import SearchResult
 
@@ -143,8 +143,9 @@ class _FastPuct:
     def __init__(self, source: ChildSource, config: SearchConfig, policy: Policy,
                  model: PresetCostModel, caps: Capacities, budget: Budget, seed: int,
                  search_id: str, task_id: str, forecast_frame: str, bin_edges: tuple,
-                 pipeline: Pipeline, noise: MeasureNoise | None):
+                 pipeline: Pipeline, noise: MeasureNoise | None, selection=None):
         self.source, self.config, self.policy, self.model = source, config, policy, model
+        self.selection = selection  # an EvolutionConfig, or None: PUCT
         self.caps, self.budget, self.seed, self.noise = caps, budget, seed, noise
         self.search_id, self.task_id = search_id, task_id
         self.forecast_frame, self.bin_edges = forecast_frame, tuple(bin_edges)
@@ -562,6 +563,8 @@ class _FastPuct:
                 ok = self.proto[i].outcome == "success"
                 if ok:
                     self.true_speedup[self.cid[i]] = self.speedup[i]
+                else:  # a failed parent (evolution) draws around its parent's speedup
+                    self.true_speedup[self.cid[i]] = self.true_speedup[self.parent_node[i]]
                 results.append(ChildResult(self.parent_node[i], self.cid[i],
                                            self.measured_speedup[i] if ok else None,
                                            self.code[i]))
@@ -612,7 +615,7 @@ class _FastPuct:
             wall_s=wall, stages=stages, stopped_by=self.stopped_by,
             anytime=np.array(self.anytime, dtype=float), table=table, engine="fast",
             extra=puct_extra(self.config, self.best_id, self.cid, self.draw_source,
-                             self.parent_node, self.bank.size(self.row)))
+                             self.parent_node, self.bank.size(self.row), self.selection))
         confirm_best(result, self.cid, self.speedup, self.noise, self.seed)
         return result
 
@@ -681,7 +684,7 @@ def run_lockstep(runs: list[_FastPuct]) -> list[SearchResult]:
         run.start()
         run.sharing = _Sharing(run.policy, run.bin_edges)
         run.row = k
-    bank = ArchiveBank([run.root for run in runs], [run.config for run in runs])
+    bank = make_bank(runs)
     for run in runs:
         run.bank = bank
     active = runs
@@ -707,10 +710,10 @@ def fast_search(source: ChildSource, config: SearchConfig, policy: Policy,
                 model: PresetCostModel, capacities: Capacities, budget: Budget, seed: int, *,
                 search_id: str, task_id: str, forecast_frame: str = "reference",
                 bin_edges: tuple = (), pipeline: Pipeline = DEFAULT_PIPELINE,
-                noise: MeasureNoise | None = None) -> _FastPuct:
+                noise: MeasureNoise | None = None, selection=None) -> _FastPuct:
     """A closed-loop search for ``run_lockstep`` (arguments as ``PuctSimulation``'s)."""
     return _FastPuct(source, config, policy, model, capacities, budget, seed, search_id,
-                     task_id, forecast_frame, bin_edges, pipeline, noise)
+                     task_id, forecast_frame, bin_edges, pipeline, noise, selection)
 
 
 def run_puct_fast(source: ChildSource, config: SearchConfig, policy: Policy,

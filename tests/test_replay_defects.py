@@ -93,3 +93,26 @@ def test_no_closed_loop_replay_spends_past_its_budget_in_either_engine(key, budg
     for a, b in zip(runs["des"].searches, runs["fast"].searches):
         assert (a.trace_hash, a.reached, a.stopped_by, a.total.usd) == \
                (b.trace_hash, b.reached, b.stopped_by, b.total.usd)
+
+
+# -- every early stop says why ---------------------------------------------------------------
+def test_a_closed_loop_search_out_of_logged_children_says_so(openevolve_log):
+    import gfsim
+
+    out = gfsim.compare(openevolve_log, "all", children="own", driver="puct",
+                        simulate=True).to_dict()
+    (search,) = out["searches"]
+    assert search["stop_reason"]["code"] == "out_of_children"
+    note = next(n for n in out["notes"] if n.startswith("why the search stopped"))
+    assert "drew none" in note and f"{search['gpu_evals']} GPU evaluations" in note
+
+
+def test_a_budget_stop_says_which_limit_and_a_full_run_adds_no_note():
+    import gfsim
+
+    capped = gfsim.compare("synthetic-mini", "all", budget="usd=2").to_dict()
+    assert {s["stop_reason"]["code"] for s in capped["searches"]} == {"budget:usd"}
+    assert any("USD budget" in n for n in capped["notes"])
+    full = gfsim.compare("synthetic-mini", "all").to_dict()
+    assert {s["stop_reason"]["code"] for s in full["searches"]} == {"steps_done"}
+    assert not any(n.startswith("why") for n in full["notes"])

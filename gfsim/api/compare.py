@@ -175,6 +175,7 @@ def compare(log: ReplayLog | str | Path | None = None, policy: str = "threshold:
                                         seed=seed, **kwargs)
     out = comparison_json(result, base, the_budget,
                           anytime=None if detail else ANYTIME_POINTS)
+    _add_stop_reasons(out, result, base)
     pairs = [(result, base)]
     both = [the_policy, the_baseline]
     varies = seed_dependence(both, driver=driver, noise=noise, results=pairs[0])
@@ -211,6 +212,23 @@ def _seed_pairs(log, policy, baseline, model, seed, seeds, jobs, kwargs) -> list
         raise GfsimError(f"--jobs must be >= 1, got {jobs}")
     return replay_seeds(log, policy, model, range(seed, seed + seeds), baseline=baseline,
                         jobs=jobs, **kwargs)
+
+
+def _add_stop_reasons(out: dict, result, base) -> None:
+    """Why each search ended (``searches[].stop_reason``, the baseline's too), and a note where
+    any ended early: a budget, or a closed-loop source out of children."""
+    from gfsim.simulator.budget import stop_note, stop_reason
+
+    for summary, r in zip(out["searches"], result.searches):
+        summary["stop_reason"] = stop_reason(r)
+    out["baseline"]["stop_reasons"] = [stop_reason(r) for r in base.searches]
+    mine, theirs = stop_note(result.searches), stop_note(base.searches)
+    if mine is not None and mine == theirs:
+        out["notes"].append(f"{mine} (the baseline's alike)")
+        return
+    for side, note in (("", mine), ("baseline: ", theirs)):
+        if note is not None:
+            out["notes"].append(side + note)
 
 
 def _intervals(pairs, seed: int) -> dict:
