@@ -15,6 +15,7 @@ from gfsim.replay_logs.log import ReplayLog
 from gfsim.simulator.budget import Budget
 from gfsim.simulator.log_seconds import seconds_note
 from gfsim.simulator.children import INVENTED, INVENTED_HEADROOM
+from gfsim.simulator.drivers import evolution_note, is_closed_loop, selection_for
 from gfsim.simulator.engine import SearchSimulation
 from gfsim.simulator.fastpath import FastPathUnsafe, fast_path_blocker, run_fast_many
 from gfsim.simulator.noise import MeasureNoise
@@ -225,7 +226,7 @@ def simulate_puct(source, config: SearchConfig, policy: Policy, model: PresetCos
     return run_puct_fast(source, config, policy, model, capacities, budget, seed, **kwargs)
 
 
-DRIVERS = ("trace", "puct")
+DRIVERS = ("trace", "puct", "closed", "evolution")  # simulator.drivers: the closed-loop ones
 
 
 def replay(log: ReplayLog, policy: Policy, model: PresetCostModel, *, seed: int = 0,
@@ -281,7 +282,7 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
         raise GfsimError("replay_many: one policy per seed")
     started = time.perf_counter()
     caps = capacities or model.capacities
-    learns = learning is not None and driver == "puct" and any(p.needs_forecast
+    learns = learning is not None and is_closed_loop(driver) and any(p.needs_forecast
                                                                  for p in policies)
     if learns and forecaster != learning.name:
         from gfsim.forecasts.costmodel import attach_costmodel
@@ -294,28 +295,31 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
         policy.fit(calibration, seed)
     del calibration  # every forecast again (90 MB per million candidates): not kept meanwhile
 
-    if driver == "puct":
+    if is_closed_loop(driver):
         if log.shape != "trajectory":
-            raise GfsimError(f"{log.display_name}: the puct driver needs a trajectory log "
+            raise GfsimError(f"{log.display_name}: the {driver} driver needs a trajectory log "
                              f"(parents and children); this one is {log.shape!r}")
-        shapes, repro = _closed_loop_shapes(log, traces, search, model, children, simulate)
+        selections = [selection_for(log, t.search_id, driver) for t in traces]
+        shapes, repro = _closed_loop_shapes(log, traces, search, model, children, simulate,
+                                            selections)
         make_source = child_sources(children, traces)
         if learns:
             from gfsim.simulator.learning import LearningChildren, log_meta_of
 
             meta_of = log_meta_of(log)
 
-        def one(t, config, policy, seed):
+        def one(t, config, policy, seed, selection):
             source = make_source(t)
             if learns and policy.needs_forecast:  # one model per search, learning in it
                 source = LearningChildren(source, learning, meta_of, model)
             return dict(source=source, config=config, policy=policy, model=model,
                         capacities=caps, budget=budget, seed=seed, search_id=t.search_id,
                         task_id=t.task_id, forecast_frame=t.forecast_frame,
-                        bin_edges=t.bin_edges, pipeline=pipeline, noise=noise)
+                        bin_edges=t.bin_edges, pipeline=pipeline, noise=noise,
+                        selection=selection)
 
-        jobs = [one(t, config, policy, seed) for policy, seed in zip(policies, seeds)
-                for t, (config, _) in zip(traces, shapes)]
+        jobs = [one(t, config, policy, seed, sel) for policy, seed in zip(policies, seeds)
+                for t, (config, _), sel in zip(traces, shapes, selections)]
         if engine == "des":
             flat = [simulate_puct(engine="des", **j) for j in jobs]
         else:
@@ -323,7 +327,8 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
         for k, r in enumerate(flat):
             i = k % len(traces)
             r.extra["shape_source"] = shapes[i][1]
-            r.extra["reproduces_log"] = repro[i].reproduced
+            # The evolutionary driver re-runs the log's own algorithm: no PUCT check applies.
+            r.extra["reproduces_log"] = repro[i].reproduced if selections[i] is None else None
         per_seed = [(flat[k * len(traces):(k + 1) * len(traces)], None)
                     for k in range(len(seeds))]
     else:
@@ -383,18 +388,21 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
             for policy, seed, (searches, dropped) in zip(policies, seeds, per_seed)]
 
 
-def _closed_loop_shapes(log, traces, search, model, children: str, simulate: bool):
+def _closed_loop_shapes(log, traces, search, model, children: str, simulate: bool,
+                        selections=None):
     """(shape, its source) per trace, and whether PUCT reproduces each logged search; a
     search that it does not reproduce, and whose evidence is too thin to invent children
-    from, is refused unless ``simulate`` (or nothing is invented: ``children`` own)."""
+    from, is refused unless ``simulate`` (or nothing is invented: ``children`` own). A search
+    re-run by its own evolutionary algorithm (``selections``) is not refused: it is no PUCT
+    simulated on another search's evidence (its invented share is labelled as any)."""
     from gfsim.simulator.shape import MIN_PAIRS, describe, reproductions, shapes_for
 
     shapes = shapes_for(log, traces, search)
     own = shapes if search is None else shapes_for(log, traces, None)
     repro = reproductions(traces, [s for s, _ in own], model)
     if not simulate and children != "own":
-        for r, (shape, _) in zip(repro, own):
-            if r.reproduced or r.pairs >= MIN_PAIRS:
+        for r, (shape, _), sel in zip(repro, own, selections or [None] * len(repro)):
+            if r.reproduced or r.pairs >= MIN_PAIRS or sel is not None:
                 continue
             raise GfsimError(
                 f"{log.display_name}: search {r.search_id!r} cannot be replayed closed loop: "
@@ -482,7 +490,10 @@ def seed_dependence(policies, *, driver: str = "trace", noise: MeasureNoise | No
                for p in dict.fromkeys(policies) if p.reads_seed()]
     if noise is not None:
         reasons.append("measurement noise is keyed by the seed")
-    if driver == "puct":
+    if any((s.extra or {}).get("driver") == "evolution" for res in results
+           for s in res.searches) or driver == "evolution":
+        reasons.append("the evolutionary driver draws its parents by seed")
+    if is_closed_loop(driver):
         drawn: dict = {}
         for res in results:
             for s in res.searches:
@@ -499,7 +510,8 @@ def seed_free_reason(policies, driver: str) -> str:
     """Why ``seed_dependence`` found nothing a seed could change, in words for a note."""
     names = " and ".join(p.spec() for p in dict.fromkeys(policies))
     return (f"policies {names} read no seed, "
-            + ("every child drawn from its node's own logged expansion" if driver == "puct"
+            + ("every child drawn from its node's own logged expansion"
+               if is_closed_loop(driver)
                else "the logged order"))
 
 
@@ -509,7 +521,7 @@ def replay_with_baseline(log: ReplayLog, policy: Policy, model: PresetCostModel,
     the puct driver the baseline search does not overgenerate (paper-standard beside
     paper-filtered)."""
     result = replay(log, policy, model, **kwargs)
-    if kwargs.get("driver") == "puct" and kwargs.get("search") is not None:
+    if is_closed_loop(kwargs.get("driver", "trace")) and kwargs.get("search") is not None:
         kwargs = {**kwargs, "search": replace(kwargs["search"], overgen=1)}
     base = replay(log, make_policy(baseline), model, **kwargs)
     return result, base
@@ -547,8 +559,7 @@ def comparison_json(result: ReplayResult, base: ReplayResult, budget: Budget,
         "seed": result.seed,
         "budget": budget.as_dict(),
         "measure_noise": result.measure_noise,
-        "driver": result.searches[0].extra.get("driver", "trace") if result.searches
-        else "trace",
+        "driver": _driver_words(result),
         "engines": sorted({r.engine for r in result.searches}),
         **mine,
         "baseline": {"policy": base.policy, **theirs},
@@ -572,8 +583,15 @@ def comparison_json(result: ReplayResult, base: ReplayResult, budget: Budget,
     }
     out["best_evidence"] = best_evidence(result)
     out["baseline"]["best_evidence"] = best_evidence(base)
-    puct = [r.extra for r in result.searches if r.extra.get("driver") == "puct"]
+    puct = [r.extra for r in result.searches if r.extra.get("driver") in ("puct", "evolution")]
     if puct:
+        evo = [r for r in result.searches if r.extra.get("driver") == "evolution"]
+        out["drivers"] = {r.search_id: r.extra["driver"] for r in result.searches}
+        if evo:
+            out["selection"] = evo[0].extra["selection"]
+            out["selection_per_search"] = {r.search_id: r.extra["selection"] for r in evo}
+            out["notes"].append(evolution_note(evo[0].extra["selection"], len(evo),
+                                               len(result.searches)))
         draws = {k: sum(e["draws"][k] for e in puct) for k in puct[0]["draws"]}
         total = max(sum(draws.values()), 1)
         out["search"] = puct[0]["search"]
@@ -618,6 +636,21 @@ def comparison_json(result: ReplayResult, base: ReplayResult, budget: Budget,
         out["orphans_dropped"] = {k: dropped[k] for k in (
             "best_speedup", "gpu_evals", "candidates", "wall_s", "usd", "joules")}
     return out
+
+
+def _driver_words(result: ReplayResult) -> str:
+    """The driver a replay ran: ``trace``, ``puct``, ``evolution (openevolve)``, or each with
+    its number of searches where they differ (``simulator.drivers.chosen_driver``)."""
+    from gfsim.simulator.drivers import chosen_driver
+    from gfsim.simulator.evolution import EvolutionConfig
+
+    extras = [s.extra or {} for s in result.searches]
+    if not extras or "driver" not in extras[0]:
+        return "trace"
+    fields = set(EvolutionConfig.__dataclass_fields__)
+    return chosen_driver([None if e.get("driver") != "evolution" else EvolutionConfig(
+        **{k: (tuple(v) if k == "from_config" else v) for k, v in e["selection"].items()
+           if k in fields}) for e in extras])
 
 
 def _seed_job(args):

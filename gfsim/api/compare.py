@@ -107,7 +107,9 @@ def compare(log: ReplayLog | str | Path | None = None, policy: str = "threshold:
         seed: the first seed of every keyed random stream.
         seeds: replay seeds ``seed .. seed + seeds - 1`` and add 95% intervals over them
             (``data["intervals"]``), where a seed can change the outcome.
-        driver: ``"trace"`` (the logged order, open loop) or ``"puct"`` (closed loop).
+        driver: ``"trace"`` (the logged order, open loop), ``"puct"`` (closed loop, the
+            reference search) or ``"closed"`` (closed loop, each search's own algorithm from
+            its run record: evolutionary for OpenEvolve and ShinkaEvolve runs, else PUCT).
         predict: with ``driver="puct"``, predict a new search like the logged one from this
             many searches simulated on the world model (``data["new_search"]``).
 
@@ -139,6 +141,7 @@ def compare(log: ReplayLog | str | Path | None = None, policy: str = "threshold:
     from gfsim.simulator import comparison_json, parse_budget, replay_with_baseline
     from gfsim.simulator.noise import parse_noise
     from gfsim.simulator.pipeline import parse_pipeline
+    from gfsim.simulator.drivers import is_closed_loop
     from gfsim.simulator.replay import ANYTIME_POINTS, seed_dependence, seed_free_reason
 
     if seeds < 1:
@@ -154,9 +157,9 @@ def compare(log: ReplayLog | str | Path | None = None, policy: str = "threshold:
     noise = parse_noise(measure_noise)
     children = resolve_children(driver, children)
     puct_only = puct_children(driver, children, simulate)
-    if predict and driver != "puct":
+    if predict and not is_closed_loop(driver):
         raise GfsimError("--predict: a new search is simulated closed loop on the log's world "
-                         "model; it needs --driver puct")
+                         "model; it needs a closed-loop --driver (puct, closed)")
     learning = learning_spec(forecaster)
     the_log, forecaster = resolve(open_log_arg(log), forecaster)
     config = search_config(driver, search, the_log, steps=steps,
@@ -176,6 +179,8 @@ def compare(log: ReplayLog | str | Path | None = None, policy: str = "threshold:
     out = comparison_json(result, base, the_budget,
                           anytime=None if detail else ANYTIME_POINTS)
     _add_stop_reasons(out, result, base)
+    if is_closed_loop(driver):
+        out["driver_requested"] = driver
     pairs = [(result, base)]
     both = [the_policy, the_baseline]
     varies = seed_dependence(both, driver=driver, noise=noise, results=pairs[0])

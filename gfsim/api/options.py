@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gfsim.simulator.drivers import is_closed_loop
+
 __all__ = ["resolve_children", "puct_children", "learning_spec", "search_config",
            "CAPACITY_KEYS", "parse_capacities", "parse_capacity", "ReplayInputs",
            "replay_inputs", "open_log_arg", "add_provenance"]
@@ -16,7 +18,7 @@ def resolve_children(driver: str, children: str) -> str:
     """--children's value with ``auto`` resolved: the world model under the puct driver,
     else ``fallback`` (the trace driver draws no children)."""
     if children == "auto":
-        return "model" if driver == "puct" else "fallback"
+        return "model" if is_closed_loop(driver) else "fallback"
     return children
 
 
@@ -28,10 +30,10 @@ def puct_children(driver: str, children: str, simulate: bool = False) -> dict:
 
     children = resolve_children(driver, children)
     check_children(children)
-    if driver != "puct":
+    if not is_closed_loop(driver):
         if children != "fallback" or simulate:
             flag = "--children" if children != "fallback" else "--simulate"
-            raise GfsimError(f"{flag}: only the puct driver draws children; the trace "
+            raise GfsimError(f"{flag}: only a closed-loop driver draws children; the trace "
                              "driver replays the logged order")
         return {}
     return {"children": children, "simulate": simulate}
@@ -55,11 +57,11 @@ def search_config(driver: str, preset: str | None, log=None, **knobs):
     from gfsim.simulator.shape import OwnShape
 
     given = {k: v for k, v in knobs.items() if v is not None}
-    if driver != "puct":
+    if not is_closed_loop(driver):
         if preset is not None or given:
             flags = ", ".join(["--search"] * (preset is not None)
                               + [f"--{k.replace('_', '-')}" for k in given])
-            raise GfsimError(f"{flags}: only with --driver puct")
+            raise GfsimError(f"{flags}: only with a closed-loop --driver (puct, closed)")
         return None
     if preset is None and log is not None:
         return OwnShape(**given)

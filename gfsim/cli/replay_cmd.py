@@ -56,8 +56,11 @@ def replay(
                                                 "check, time. Putting compile before forecast "
                                                 "compiles on CPU before forecasting."),
     driver: str = typer.Option("trace", "--driver",
-                               help="trace (the logged order, open loop) or puct (re-run the "
-                                    "reference search, closed loop)."),
+                               help="trace (the logged order, open loop), puct (re-run the "
+                                    "reference search, closed loop) or closed (re-run each "
+                                    "search's own algorithm, chosen from the log: "
+                                    "evolutionary for OpenEvolve and ShinkaEvolve runs, "
+                                    "PUCT otherwise)."),
     search: Optional[str] = typer.Option(None, "--search",
                                          help="puct presets: paper-standard (spp 4, F 1, k 4) "
                                               "or paper-filtered (spp 4, F 4, k 4)."),
@@ -241,7 +244,9 @@ def _print_report(out: dict) -> None:
     base = out["baseline"]
     con.print(f"[bold]gfsim replay[/bold]  log={esc(out['log'], 400)}  "
               f"policy={esc(out['policy'])}  cost={esc(out['cost_model'])}  seed={out['seed']}")
-    con.print(f"[dim]driver {out['driver']}; pipeline {out['pipeline']}; engine "
+    chosen = (f"{out['driver_requested']}, chose {out['driver']} from the log"
+              if out.get("driver_requested") == "closed" else out["driver"])
+    con.print(f"[dim]driver {esc(chosen)}; pipeline {out['pipeline']}; engine "
               f"{', '.join(out['engines'])}; simulated in {out['simulation_s']:.2f} s[/dim]")
     if "search" in out:
         _print_search(con, out)

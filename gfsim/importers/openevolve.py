@@ -71,6 +71,8 @@ import re
 from pathlib import Path
 
 from gfsim.core.errors import GfsimError
+from gfsim.importers.evolution_settings import openevolve_selection
+from gfsim.importers.evolution_settings import recorded_selection as _selection
 from gfsim.importers.common import (BadField, check_version, is_number, json_loads, load_json,
                                     read_surrogate_log)
 from gfsim.replay_logs.io import read_input
@@ -453,7 +455,8 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
         run_configuration={"openevolve": {
             "islands": len(islands), "island_programs": [len(i) for i in islands],
             "last_iteration": got["metadata"].get("last_iteration"),
-            "evaluation": "one program at a time (no parent batches)"}},
+            "evaluation": "one program at a time (no parent batches)",
+            **_selection(openevolve_selection(run, len(islands)))}},
         driver="openevolve",
         # what a live forecaster (gfsim forecast) compares each program with: the seed program,
         # when it is the reference

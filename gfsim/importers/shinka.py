@@ -60,6 +60,8 @@ import tempfile
 from pathlib import Path
 
 from gfsim.core.errors import GfsimError
+from gfsim.importers.evolution_settings import recorded_selection as _selection
+from gfsim.importers.evolution_settings import shinka_selection
 from gfsim.importers.common import (BadField, check_version, is_number, json_loads,
                                     read_surrogate_log)
 from gfsim.replay_logs.io import read_input
@@ -441,7 +443,8 @@ def import_shinka(run_dir, out, *, metric: str = "combined_score",
                           if surrogate is not None and surrogate["selection"] else {})},
         run_configuration={"shinka": {
             "islands": len(islands), "database": path.name,
-            "evaluation": "one program at a time (no parent batches)"}},
+            "evaluation": "one program at a time (no parent batches)",
+            **_selection(shinka_selection(run, len(islands)))}},
         driver="shinka",
         task_fields={task: {"reference_code": seed["code"]}}
         if seed is not None and seed.get("code") else None)
