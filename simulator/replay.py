@@ -303,6 +303,7 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
         shapes, repro = _closed_loop_shapes(log, traces, search, model, children, simulate,
                                             selections)
         make_source = child_sources(children, traces)
+        make_source = _whatif_children(make_source, log, forecaster, policies)
         if learns:
             from gfsim.simulator.learning import LearningChildren, log_meta_of
 
@@ -386,6 +387,21 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
                          notes=list(notes),
                          measure_noise=noise.as_dict() if noise is not None else None)
             for policy, seed, (searches, dropped) in zip(policies, seeds, per_seed)]
+
+
+def _whatif_children(make_source, log, forecaster, policies):
+    """``make_source``, its invented children forecast by the what-if forecaster the log's
+    forecasts were drawn with (``simulator.whatif_children``), where a policy reads them."""
+    from gfsim.forecasts.whatif import whatif_model
+    from gfsim.simulator.world_model import OwnChildren
+
+    whatif = whatif_model(log, forecaster)
+    if whatif is None or make_source is OwnChildren or not any(p.needs_forecast
+                                                               for p in policies):
+        return make_source  # nothing invented, or no forecast read
+    from gfsim.simulator.whatif_children import WhatIfChildren
+
+    return lambda t: WhatIfChildren(make_source(t), whatif, t)
 
 
 def _closed_loop_shapes(log, traces, search, model, children: str, simulate: bool,

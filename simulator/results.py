@@ -156,6 +156,7 @@ class ReplayResult:
             "candidates": self._sum("candidates"),
             "forecasts": self._sum("forecasts"),
             "unmeasurable": self._sum("unmeasurable"),
+            "unforecast": self.unforecast,
             "wall_s": self._sum("wall_s"),
             "usd": tot.usd,
             "joules": tot.joules,
@@ -163,6 +164,13 @@ class ReplayResult:
             "orphan_share": self._sum("orphans") / reached if reached else 0.0,
             "stages": {s: c.as_dict() for s, c in self.stages.items()},
         }
+
+    @property
+    def unforecast(self) -> int:
+        """Candidates a forecast-reading policy decided with no forecast at all (reason
+        ``unforecast``: no forecaster could run on them); 0 for a policy that reads none."""
+        return sum(sum(1 for r in s.table["reason"] if r == "unforecast")
+                   for s in self.searches)
 
     def candidate_table(self) -> pd.DataFrame:
         return pd.concat([pd.DataFrame(r.table) for r in self.searches], ignore_index=True)

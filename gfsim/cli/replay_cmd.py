@@ -266,6 +266,8 @@ def _print_report(out: dict) -> None:
         ("GPU evaluations", "gpu_evals", "{:,.0f}"),
         ("candidates generated", "candidates", "{:,.0f}"),
         ("forecasts", "forecasts", "{:,.0f}"),
+        # counted, not hidden: candidates a forecast-reading policy decided with no forecast
+        ("  decided with no forecast", "unforecast", "{:,.0f}"),
         ("wall-clock", "wall_s", lambda x, u=units.duration_unit(out["wall_s"]):
          units.duration(x, u)),
         ("USD", "usd", units.usd),

@@ -70,7 +70,7 @@ def _text(kind: str, name: str, modes: list[str], log) -> str:
                   f"it is not {preset}'s answers" if preset else "")
         return (f"SYNTHETIC what-if forecasts ({name}): invented by a model from the log's own "
                 f"measured speedups (gfsim.forecasts.whatif, every parameter an assumption); "
-                f"no LLM forecast these candidates{fitted}")
+                f"no LLM forecast these candidates{fitted}{_assumed_text(name, log)}")
     if kind == "costmodel":
         text = (f"the learned cost model ({name}): gradient-boosted trees trained on the log's "
                 "measurements, each forecast from earlier measurements only; no LLM")
@@ -89,6 +89,29 @@ def _text(kind: str, name: str, modes: list[str], log) -> str:
         return (f"imported forecasts ({name}): they came with the log from outside gfsim, "
                 "which cannot say who made them")
     return f"logged forecasts ({name}, mode {'/'.join(modes) or 'none'}): origin not recorded"
+
+
+def _assumed_text(name: str, log) -> str:
+    """What a what-if forecaster's forecasts of candidates without a measured speedup (failed
+    or never evaluated) rest on, and how many there are; children a closed-loop replay
+    invents are forecast by the same model."""
+    from gfsim.forecasts.whatif import assumed_forecasts, parse_whatif, whatif_model
+
+    n = assumed_forecasts(log, name)
+    if not n:
+        return ""
+    total = int((log.forecasts["forecaster"] == name).sum())
+    model = whatif_model(log, name)
+    if model is None:
+        try:
+            model = parse_whatif(name)
+        except Exception:  # noqa: BLE001 - a name written by another version: say less
+            model = None
+    said = model.assumption() if model is not None else "see gfsim.forecasts.whatif"
+    return (f"; {n} of its {total} forecasts are of candidates without a measured speedup "
+            f"(failed or never evaluated), drawn by an ASSUMPTION ({said}; the paper's data "
+            "holds no forecast of a failed kernel); invented children are forecast by the "
+            "same model")
 
 
 def forecast_source(log, forecaster: str | None = None, *, read: bool = True) -> dict:

@@ -14,6 +14,22 @@ bins and tempered (p ** (1 / temp), renormalised: temp < 1 is overconfident, tem
 With probability ``parse_fail`` the answer does not parse. Accuracy, ECE and speedup recovered are
 outputs of (sigma, beta, temp), not inputs.
 
+A forecaster reads a candidate before it is measured, so it forecasts the kernels that will fail
+too. The paper's data holds no forecast of a failed kernel (its evaluation set is 424 *correct*
+pairs; its filtered searches' forecasts of failed kernels are not published), so how a
+forecaster sees one is an ASSUMPTION, chosen by ``failed`` (``FAILURE_DISTRIBUTIONS``) and put
+through the same model as a latent log2 speedup x (in the forecast frame):
+
+- ``parent`` (default): a forecaster reads code, not outcomes, so a kernel that will fail is
+  forecast as if it ran at its parent's speedup (its nearest measured ancestor's, else the seed
+  kernel's), as gfsim's worlds forecast failed nodes (``gfsim.worlds.kit``);
+- ``low``: it is forecast as a kernel of the paper's two lowest bins, x uniform on
+  [``FAILURE_LOG2_LO``, ``FAILURE_LOG2_HI``] = [-3, -1] (0.125x to 0.5x), keyed per (seed,
+  candidate, forecaster, repeat): a forecaster that mostly sees failures coming.
+
+A candidate the log never evaluated is forecast by the same assumption (it was generated, so a
+forecaster would have read it); only one that was never generated (no code) stays unforecast.
+
 Presets ``paper:NAME`` are this model with (sigma, temp) fitted so that, on a synthetic replica of
 the paper's evaluation set (424 pairs x 3 repeats, bin-balanced, correct kernels only, six tasks:
 ``gfsim.worlds.replica``), gfsim's speedup-recovered and ECE land on the published figures
@@ -34,11 +50,22 @@ from gfsim.core.rng import keyed_uniforms
 from gfsim.forecasts.bins import PAPER_EDGES, gaussian_bins
 
 __all__ = ["WhatIfForecaster", "PRESETS", "PAPER_TARGETS", "parse_whatif", "is_whatif",
-           "attach", "resolve", "whatif_records"]
+           "attach", "resolve", "whatif_records", "whatif_model", "FAILURE_DISTRIBUTIONS",
+           "FAILURE_LOG2_LO", "FAILURE_LOG2_HI", "assumed_forecasts"]
 
 ANCHOR = math.log2(1.19)  # ASSUMPTION: where a biased forecaster's estimates are pulled to
 WIDTH = 0.5  # ASSUMPTION: log2 width of the forecaster's stated distribution
 _LOG2_PAPER_EDGES = np.log2(np.asarray(PAPER_EDGES, dtype=float))  # gaussian_bins' edges
+# ASSUMPTION (the paper's data has no forecast of a failed kernel): how a forecaster sees a
+# kernel that will fail, by the ``failed`` parameter; ``low``: log2 speedup uniform on [lo, hi].
+FAILURE_LOG2_LO, FAILURE_LOG2_HI = -3.0, -1.0
+FAILURE_DISTRIBUTIONS = {
+    "parent": "a failed kernel is forecast as if it ran at its parent's speedup (the forecaster "
+              "reads code, not outcomes)",
+    "low": "a failed kernel is forecast as if its speedup were log-uniform on [0.125x, 0.5x] "
+           "(the paper's bins 1-2)",
+}
+DEFAULT_FAILED = "parent"
 
 
 @dataclass(frozen=True)
@@ -51,8 +78,12 @@ class WhatIfForecaster:
     temp: float = 1.0
     parse_fail: float = 0.0
     seed: int = 0
+    failed: str = DEFAULT_FAILED  # how a failed kernel is seen (FAILURE_DISTRIBUTIONS)
 
     def __post_init__(self):
+        if self.failed not in FAILURE_DISTRIBUTIONS:
+            raise SpecError(f"what-if forecaster {self.name}: failed={self.failed!r}; valid: "
+                            f"{', '.join(FAILURE_DISTRIBUTIONS)}")
         for key, lo, hi in (("sigma", 1e-3, 10.0), ("beta", -2.0, 2.0), ("temp", 1e-3, 10.0),
                             ("parse_fail", 0.0, 1.0)):
             v = getattr(self, key)
@@ -76,6 +107,21 @@ class WhatIfForecaster:
         p /= p.sum(axis=1, keepdims=True)
         p[failed] = 0.0
         return p, failed
+
+    def failure_log2(self, ids, parent_log2, repeat: int = 0) -> np.ndarray:
+        """The latent log2 speedups (forecast frame) that failed candidates ``ids``, whose
+        parents stood at ``parent_log2`` in that frame, are forecast from (``failed``; keyed
+        per seed, candidate, forecaster and repeat): what ``distribution`` then reads as their
+        truth."""
+        if self.failed == "parent":
+            return np.asarray(parent_log2, dtype=float)
+        keys = [f"{self.name}\x1f{c}\x1f{repeat}" for c in ids]
+        u = keyed_uniforms(self.seed, keys, "whatif:failure")
+        return FAILURE_LOG2_LO + (FAILURE_LOG2_HI - FAILURE_LOG2_LO) * u
+
+    def assumption(self) -> str:
+        """The failure assumption in words, for notes."""
+        return f"failed={self.failed}: {FAILURE_DISTRIBUTIONS[self.failed]}"
 
     def distribution_one(self, true_log2: float, cid, repeat: int = 0) -> tuple[list | None,
                                                                               bool]:
@@ -136,8 +182,9 @@ def is_whatif(spec: str | None) -> bool:
 
 
 def parse_whatif(spec: str) -> WhatIfForecaster:
-    """``paper:gemini3-flash[,seed=N]`` or ``synthetic:sigma=..,beta=..,temp=..,parse_fail=..
-    [,seed=N]``."""
+    """``paper:gemini3-flash[,seed=N][,failed=parent|low]`` or
+    ``synthetic:sigma=..,beta=..,temp=..,parse_fail=..[,seed=N][,failed=parent|low]``; a
+    ``failed`` other than the default shows in the name."""
     from gfsim.core.specs import parse_kv
 
     kind, _, rest = spec.partition(":")
@@ -148,41 +195,123 @@ def parse_whatif(spec: str) -> WhatIfForecaster:
                             f"{', '.join(PRESETS)}")
         preset = items[0][1]
         extra = dict(items[1:])
-        if set(extra) - {"seed"}:
-            raise SpecError(f"--forecaster {spec!r}: a paper: preset takes only seed=N")
-        return WhatIfForecaster(f"paper:{preset}", beta=PRESET_BETA,
-                                parse_fail=PRESET_PARSE_FAIL, seed=int(extra.get("seed", 0)),
-                                **PRESETS[preset])
+        if set(extra) - {"seed", "failed"}:
+            raise SpecError(f"--forecaster {spec!r}: a paper: preset takes only seed=N and "
+                            f"failed={'|'.join(FAILURE_DISTRIBUTIONS)}")
+        failed = _failed_of(spec, extra.get("failed", DEFAULT_FAILED))
+        return WhatIfForecaster(f"paper:{preset}" + _failed_suffix(failed), beta=PRESET_BETA,
+                                parse_fail=PRESET_PARSE_FAIL, seed=_seed_of(spec, extra),
+                                failed=failed, **PRESETS[preset])
     if kind != "synthetic":
         raise SpecError(f"--forecaster {spec!r}: expected paper:NAME or synthetic:k=v,...")
     kw: dict = {}
     for key, raw in items:
+        if key == "failed":
+            kw[key] = _failed_of(spec, raw)
+            continue
         if key not in ("sigma", "beta", "temp", "parse_fail", "seed"):
             raise SpecError(f"--forecaster {spec!r}: unknown key {key!r}; valid: sigma, beta, "
-                            "temp, parse_fail, seed")
+                            "temp, parse_fail, seed, failed")
         try:
             kw[key] = int(raw) if key == "seed" else float(raw)
         except ValueError:
             raise SpecError(f"--forecaster {spec!r}: {key}={raw!r} is not a number") from None
     name = "synthetic:" + ",".join(f"{k}={kw[k]:g}" for k in ("sigma", "beta", "temp",
                                                              "parse_fail") if k in kw)
-    return WhatIfForecaster(name, **kw)
+    return WhatIfForecaster(name + _failed_suffix(kw.get("failed", DEFAULT_FAILED)), **kw)
+
+
+def _failed_of(spec: str, raw) -> str:
+    if raw not in FAILURE_DISTRIBUTIONS:
+        raise SpecError(f"--forecaster {spec!r}: failed={raw!r}; valid: "
+                        f"{', '.join(FAILURE_DISTRIBUTIONS)}")
+    return raw
+
+
+def _failed_suffix(failed: str) -> str:
+    return "" if failed == DEFAULT_FAILED else f",failed={failed}"
+
+
+def _seed_of(spec: str, extra: dict) -> int:
+    try:
+        return int(extra.get("seed", 0))
+    except ValueError:
+        raise SpecError(f"--forecaster {spec!r}: seed={extra['seed']!r} is not a whole "
+                        "number") from None
 
 
 def _truth(log):
-    """(candidate ids, their true log2 speedups in the log's forecast frame)."""
+    """(candidate ids, their log2 speedups in the log's forecast frame, assumed?, parents' log2
+    speedups in that frame): every candidate a forecaster would read (all that were
+    generated), in log order. A successful one has its measured speedup; one whose evaluation
+    failed, or that the log never evaluated, has NaN, which the failure assumption fills."""
     from gfsim.forecasts.scoring import true_speedups
 
     truth = true_speedups(log)
-    ids = [c for c in log.candidates["candidate_id"] if c in truth]
-    return ids, np.log2(np.array([truth[c] for c in ids], dtype=float))
+    cands = log.candidates
+    made = cands[cands["gen_failed_reason"].isna()] if "gen_failed_reason" in cands else cands
+    ids = made["candidate_id"].tolist()
+    ev = log.evaluations
+    ok = ev[ev["outcome"] == "success"] if len(ev) else ev
+    measured = dict(zip(ok["candidate_id"], ok["speedup"].astype(float))) if len(ok) else {}
+    # A parent-relative success whose parent was not measured: over its nearest measured
+    # ancestor, the base a replay converts its forecast with (simulator.trace).
+    orphan = [c for c in ids if c not in truth and c in measured]
+    base = dict(zip(orphan, _ancestor_log2(log, orphan, measured, "reference")))
+    x = np.array([math.log2(truth[c]) if c in truth else
+                  math.log2(measured[c]) - base[c] if c in base else np.nan for c in ids])
+    assumed = np.isnan(x)
+    assumed_ids = [c for c, a in zip(ids, assumed) if a]
+    return ids, x, assumed, _ancestor_log2(log, assumed_ids, measured)
+
+
+def _ancestor_log2(log, ids, measured: dict, frame: str | None = None) -> np.ndarray:
+    """log2 of the speedup of each candidate's nearest successfully measured ancestor (the
+    search's seed kernel if none), in ``frame`` (default: the log's forecast frame; 0 in the
+    parent frame, whose base is that ancestor)."""
+    frame = frame or log.header.get("forecast_relative_to") or "reference"
+    if frame == "parent" or not ids:
+        return np.zeros(len(ids))
+    cands = log.candidates.set_index("candidate_id")
+    parent_of = cands["parent_id"].to_dict()
+    run_seed = {r["search_id"]: r.get("seed_speedup") for r in log.runs}
+    out = []
+    for c in ids:
+        seed = float(run_seed.get(cands.at[c, "search_id"])
+                     or log.tasks[cands.at[c, "task_id"]].get("seed_speedup") or 1.0)
+        p, s = parent_of.get(c), None
+        while isinstance(p, str) and s is None:
+            s = measured.get(p)
+            p = parent_of.get(p)
+        s = seed if s is None or not s > 0 else s
+        out.append(math.log2(s / seed) if frame == "seed" else math.log2(s))
+    return np.array(out, dtype=float)
+
+
+def assumed_forecasts(log, name: str) -> int:
+    """How many of forecaster ``name``'s forecasts in ``log`` are of candidates the log holds
+    no speedup for (a failed evaluation, or none): for a what-if forecaster, the ones that
+    rest on its failure assumption (``failed``)."""
+    fc = log.forecasts
+    if not len(fc):
+        return 0
+    ids = set(fc.loc[fc["forecaster"] == name, "candidate_id"])
+    ev = log.evaluations
+    ok = set(ev.loc[ev["outcome"] == "success", "candidate_id"]) if len(ev) else set()
+    return len(ids - ok)
 
 
 def whatif_records(log, forecaster: WhatIfForecaster, repeats: int = 1) -> list[dict]:
-    """Forecast records for every candidate of ``log`` with a measured speedup."""
-    ids, x = _truth(log)
+    """Forecast records for every candidate of ``log`` that was generated: from its measured
+    speedup, or by the forecaster's failure assumption (``failed``) where its evaluation
+    failed or the log holds none."""
+    ids, x, failed_eval, parent_x = _truth(log)
+    fail_ids = [c for c, f in zip(ids, failed_eval) if f]
     out = []
     for r in range(repeats):
+        if fail_ids:
+            x = x.copy()
+            x[failed_eval] = forecaster.failure_log2(fail_ids, parent_x, r)
         probs, failed = forecaster.distribution(x, ids, r)
         for cid, p, f in zip(ids, probs, failed):
             out.append({"kind": "forecast", "candidate_id": cid, "forecaster": forecaster.name,
@@ -194,13 +323,23 @@ def whatif_records(log, forecaster: WhatIfForecaster, repeats: int = 1) -> list[
 
 
 def attach(log, forecaster: WhatIfForecaster, repeats: int = 1):
-    """A copy of ``log`` whose forecasts also hold ``forecaster``'s (in memory): candidates
-    without a measured speedup stay unforecast; tokens and latency come from the cost model's
-    priors (imputed)."""
+    """A copy of ``log`` whose forecasts also hold ``forecaster``'s (in memory): every
+    generated candidate, those without a measured speedup (failed, or never evaluated) by its
+    failure assumption; tokens and latency come from the cost model's priors
+    (imputed). The copy keeps the forecaster (``whatif_model``), so that a closed-loop replay
+    forecasts the children it invents with the same model."""
     from gfsim.forecasts.attach import attach_records
 
-    return attach_records(log, whatif_records(log, forecaster, repeats), forecaster.name,
-                          "whatif")
+    out = attach_records(log, whatif_records(log, forecaster, repeats), forecaster.name,
+                         "whatif")
+    out.__dict__["whatif_models"] = {**log.__dict__.get("whatif_models", {}),
+                                     forecaster.name: forecaster}
+    return out
+
+
+def whatif_model(log, name: str | None) -> WhatIfForecaster | None:
+    """The what-if forecaster ``attach`` drew forecasts ``name`` of ``log`` with, if any."""
+    return log.__dict__.get("whatif_models", {}).get(name) if name else None
 
 
 def resolve(log, forecaster: str | None):
