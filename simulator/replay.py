@@ -474,6 +474,18 @@ def best_evidence(result: ReplayResult) -> dict:
             "lineage_invented_share": share}
 
 
+def best_basis_words(*results: ReplayResult) -> str:
+    """What the bests of these replays rest on, in words for a note: the weakest basis of any
+    (``best_evidence``): MEASURED, partly INVENTED, or SIMULATED."""
+    bases = {best_evidence(r)["basis"] for r in results}
+    if "simulated" in bases:
+        return ("SIMULATED (a search run on the log's evidence, not a replay of the logged "
+                "search)")
+    if "invented" in bases:
+        return "found on a lineage partly INVENTED (children the log never held)"
+    return "MEASURED"
+
+
 def draw_shares(results: list[ReplayResult]) -> dict:
     """Where the children of these replays came from: share per draw source, and the share
     the log never held (fallback or model draws), over every search of every result."""
@@ -592,8 +604,9 @@ def comparison_json(result: ReplayResult, base: ReplayResult, budget: Budget,
         "anytime_points": anytime,
         "simulation_s": result.simulation_s + base.simulation_s,
         "notes": result.notes + [
-            "best_speedup is the geometric mean over searches of each search's best MEASURED "
-            "speedup; wall_s, usd and joules add over searches run one after another",
+            "best_speedup is the geometric mean over searches of each search's best "
+            f"{best_basis_words(result, base)} speedup; wall_s, usd and joules add over "
+            "searches run one after another",
             "deltas are policy minus baseline; negative usd_delta means the policy spent less",
         ],
     }

@@ -116,3 +116,26 @@ def test_a_budget_stop_says_which_limit_and_a_full_run_adds_no_note():
     full = gfsim.compare("synthetic-mini", "all").to_dict()
     assert {s["stop_reason"]["code"] for s in full["searches"]} == {"steps_done"}
     assert not any(n.startswith("why") for n in full["notes"])
+
+
+# -- nothing SIMULATED is labelled measured --------------------------------------------------
+def test_a_simulated_replay_calls_its_best_simulated_in_notes_and_plots(openevolve_log):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    import gfsim
+    from gfsim.analysis.plots import anytime_panels
+
+    sim = gfsim.compare(openevolve_log, "all", children="own", driver="puct", simulate=True)
+    assert sim.data["best_evidence"]["basis"] == "simulated"
+    note = next(n for n in sim.data["notes"] if n.startswith("best_speedup is"))
+    assert "SIMULATED" in note and "MEASURED" not in note
+    fig, axes = plt.subplots(1, 2)
+    anytime_panels({"policy": [p[0] for p in sim.pairs]}, axes)
+    assert all("SIMULATED" in ax.get_ylabel() and "measured" not in ax.get_ylabel()
+               for ax in axes)
+    plt.close(fig)
+    trace = gfsim.compare(openevolve_log, "all")  # the logged order: its bests were measured
+    assert any("best MEASURED speedup" in n for n in trace.data["notes"])

@@ -31,7 +31,8 @@ class Comparison:
 
     @property
     def best_speedup(self) -> float:
-        """The policy's best measured speedup (geometric mean over the log's searches)."""
+        """The policy's best speedup (geometric mean over the log's searches): measured, or
+        simulated in a closed loop; ``data["best_evidence"]`` says which."""
         return self.data["best_speedup"]
 
     @property

@@ -106,8 +106,9 @@ def replay(
              "--seed .. --seed+N-1) give a new search's spread, the replays (--seeds) the "
              "centre; 90% predictive intervals, and whether the gain is detectable."),
     plot: Optional[Path] = typer.Option(None, "--plot",
-                                        help="Write anytime curves (best measured speedup "
-                                             "against USD and wall-clock, bands over --seeds) "
+                                        help="Write anytime curves (best speedup against "
+                                             "USD and wall-clock, bands over --seeds; "
+                                             "labelled measured or SIMULATED) "
                                              "of the policy and its baseline to a PNG."),
     candidates_out: Optional[Path] = typer.Option(None, "--candidates-out",
                                                   help="Write the per-candidate table "
