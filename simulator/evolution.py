@@ -19,7 +19,7 @@ islands and an elite archive, and draws each iteration's parent at random from t
   the best again; ``hill_climbing`` always takes the best.
 
 The elite archive keeps the ``archive_size`` best programs (a newcomer replaces the worst when
-better); past ``population_size`` the worst programs leave (the best and the seed stay).
+better); past ``population_size`` the worst programs leave (the best and the newcomer stay).
 OpenEvolve's MAP-Elites feature cells (a program displacing a worse one in its cell) and its
 novelty checks are not modelled: they need the programs' code features, which drawn children
 lack. The same interface as ``simulator.puct.PuctArchive`` (``select_parents``,
@@ -158,7 +158,7 @@ class EvolutionArchive:
             members = [i for i in members if self.correct[i]]
         if not members:  # an empty island draws from the whole population
             members = [m.node_id for m in self.nodes if self.correct[m.node_id]] or [
-                self.root.node_id]
+                self.nodes[0].node_id]
         elite_here = [i for i in self.elite if i in members]
         s = cfg.strategy
         if s == "openevolve":
@@ -277,11 +277,11 @@ class EvolutionArchive:
             self._shrink(keep=nid)
 
     def _shrink(self, keep: str) -> None:
-        """Past ``population_size``: the worst programs leave (the best, the seed and the
-        newcomer stay)."""
+        """Past ``population_size``: the worst programs leave (the best and the newcomer
+        stay, as in OpenEvolve)."""
         order = {m.node_id: i for i, m in enumerate(self.nodes)}
         best = self._ranked([m.node_id for m in self.nodes])[0]
-        spare = {best, keep, self.root.node_id}
+        spare = {best, keep}
         worst = sorted((m.node_id for m in self.nodes if m.node_id not in spare),
                        key=lambda i: (self.fitness[i], order[i]))
         gone = set(worst[: len(self.nodes) - self.config.population_size])
