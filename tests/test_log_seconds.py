@@ -184,3 +184,42 @@ def test_the_replay_json_carries_the_seconds_note(openevolve_log, tmp_path):
     note = next(n for n in notes if n.startswith("evaluation seconds"))
     assert "a fresh serverless container for every evaluation" in note
     assert "8 charged (0 the log's, 8 at the prior, 240 s)" in note
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("page,args", [
+    ("replay-openevolve.md", ["openevolve", "tests/data/openevolve/run", "--runtime-metric",
+                              "runtime_ns", "--task", "softmax"]),
+    ("replay-shinka.md", ["shinka", "tests/data/shinka/run", "--task", "softmax"]),
+])
+def test_the_replay_pages_show_the_fixtures_logged_and_replayed_seconds(page, args, tmp_path,
+                                                                        monkeypatch):
+    """The docs' table of logged versus replayed seconds is what the fixture gives now."""
+    from typer.testing import CliRunner
+
+    from gfsim.cli.main import app
+
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "log.jsonl"
+    res = CliRunner().invoke(app, ["import", *args, "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    text = (ROOT / "docs" / "how-to" / page).read_text()
+
+    def row(label):
+        line = next(x for x in text.splitlines() if x.startswith(f"| {label} |"))
+        return [c.strip() for c in line.strip("|").split("|")][1:]
+
+    log = load_log(out)
+    logged = float(log.evaluations["wall_s"].astype(float).sum())
+    stages = row("compile + check + timing")
+    assert float(stages[0].split()[0]) == pytest.approx(logged, abs=0.05)
+    colds = row("cold starts")
+    for cell, cold, spec in zip(stages[1:], colds[1:], ("serverless-a100", "serverless-h100",
+                                                        "reserved-h100")):
+        r = replay(log, make_policy("all"), load_cost_model(spec), orphans_dropped=False)
+        s = r.searches[0].stages
+        now = sum(s[k].seconds for k in EVAL_STAGES)
+        assert float(cell.split("/")[1]) == pytest.approx(now, abs=0.05), (spec, cell)
+        assert float(cold.split("/")[1].split()[0]) == pytest.approx(s["cold_start"].seconds)

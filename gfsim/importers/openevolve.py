@@ -35,8 +35,8 @@ log's order for the log-only ones):
   being ``reference_runtime`` or the seed program's value of that metric; a program without one
   is ``incorrect`` (it ran and gave no time).
 - seconds: ``evaluation_s`` from the evaluation line, ``generation_s`` = iteration seconds minus
-  evaluation seconds; tokens from ``metadata.token_usage``. Stage times are not split by
-  OpenEvolve and are imputed by replays.
+  evaluation seconds; tokens from ``metadata.token_usage``. OpenEvolve does not split an
+  evaluation's seconds into stages; replays split them (``simulator.log_seconds``).
 - kept on each candidate under ``openevolve``: island, generation, iteration, timestamp,
   metrics, the model that wrote it, and the program file it came from. The seed program's code
   is the task's ``reference_code`` when it is the reference (what ``gfsim forecast`` shows a

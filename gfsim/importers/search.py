@@ -27,8 +27,8 @@ field                     meaning
                           default, the runtime of the task's first root that has one
 ``error``                 a failure's message (kept as the evaluation's ``reason``)
 ``evaluation_s``          seconds the whole measurement took, where the tool does not split it
-                          into stages (kept as the evaluation's ``wall_s``; replays impute the
-                          stages)
+                          into stages (kept as the evaluation's ``wall_s``; replays split it
+                          across the stages, ``simulator.log_seconds``)
 ``generation_s``,         seconds: the LLM call that made it, and the three measurement stages
 ``compile_s``,
 ``check_s``, ``timing_s``

@@ -41,7 +41,8 @@ failed proposals at their generation):
   runs), ``generation_s`` from ``metadata.sampling_seconds`` (which in the async runner also
   holds the wait for an evaluation slot; ``shinka.queue_wait_s`` keeps the wait after
   evaluation); tokens from ``metadata.llm_result`` (thinking tokens count as output tokens, the
-  split is kept). Stage times are not split by ShinkaEvolve and are imputed by replays.
+  split is kept). ShinkaEvolve does not split an evaluation's seconds into stages; replays
+  split them (``simulator.log_seconds``).
 - kept on each candidate under ``shinka``: generation, island, timestamp, correct,
   combined_score, the metrics, the model, patch type and name, the API dollars (LLM, embedding,
   novelty) and the pipeline seconds; the table and row it came from.
