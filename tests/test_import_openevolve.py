@@ -228,8 +228,9 @@ def test_an_unsupported_version_and_a_missing_metric_are_refused(tmp_path):
         import_openevolve(RUN, out, runtime_metric="runtime_ns", openevolve_version="0.3.2")
     with pytest.raises(GfsimError, match="--runtime-metric.*runtime_ns"):
         import_openevolve(RUN, out)
+    (tmp_path / "empty").mkdir()  # (a folder beside the output: one around it is refused)
     with pytest.raises(GfsimError, match="no checkpoints"):
-        import_openevolve(tmp_path, out, runtime_metric="runtime_ns")
+        import_openevolve(tmp_path / "empty", out, runtime_metric="runtime_ns")
     assert not out.exists()
 
 

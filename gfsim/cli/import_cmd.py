@@ -206,6 +206,11 @@ def kernelbench(
                                    help="measured, synthetic or mixed: where the numbers came "
                                         "from, said in the log's header."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
+    force: bool = typer.Option(False, "--force",
+                               help="Import even where --level contradicts the run's "
+                                    "generation_config.yaml, or the baseline was timed on "
+                                    "another GPU than the results (said in the log's "
+                                    "header).", metavar=""),
 ) -> None:
     """KernelBench results as a trajectory log: every sample of every problem, a child of
     the reference, with KernelBench's speedup and its failures by kind
@@ -213,7 +218,7 @@ def kernelbench(
     from gfsim.importers.kernelbench import import_kernelbench
 
     _done(import_kernelbench(run_dir, out, baseline=baseline, level=level, device=device,
-                             provenance=provenance), as_json)
+                             provenance=provenance, force=force), as_json)
 
 def _capacities(text: str | None) -> dict | None:
     """The run's concurrency in the event importer's terms (``eval``: the GPU slots)."""

@@ -128,6 +128,7 @@ def replay(
         _check_table_path(candidates_out)  # before any work, not after the replay
     if plot is not None:
         _check_plot_path(plot)
+    _check_outputs({"--plot": plot, "--candidates-out": candidates_out}, [log, cost, config])
     cmp = compare(log, policy, baseline, cost=cost, budget=budget, seed=seed, seeds=seeds,
                   jobs=jobs, capacity=capacity, gen_tokens=gen_tokens, pipeline=pipeline,
                   driver=driver, search=search, steps=steps, parents_per_step=parents_per_step,
@@ -144,6 +145,15 @@ def replay(
         print_json(out)
     else:
         _print_report(out)
+
+
+def _check_outputs(outputs: dict, reads: list) -> None:
+    """No output over, or into, a file the command reads (``gfsim.core.inputs``)."""
+    from gfsim.core.inputs import check_output
+
+    for option, path in outputs.items():
+        if path is not None:
+            check_output(path, reads, option)
 
 
 def _check_plot_path(path: Path) -> None:

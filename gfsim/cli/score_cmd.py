@@ -42,6 +42,10 @@ def score(
     from gfsim.api.options import open_log_arg
     from gfsim.api.score import score as run_score
 
+    if plot is not None:
+        from gfsim.core.inputs import check_output
+
+        check_output(plot, [log], "--plot")
     the_log = open_log_arg(log)
     clean = run_score(the_log, forecaster=forecaster, task=task, by_task=by_task,
                       selective=selective, calibrate=calibrate, plot=plot)

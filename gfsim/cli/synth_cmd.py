@@ -48,6 +48,11 @@ def synth(
         raise GfsimError(f"--shape: unknown shape {shape!r}; valid: {', '.join(SHAPES)}")
     if not out.parent.exists():  # as --plot: a typo in a folder name is not a new folder
         raise GfsimError(f"{out}: folder {out.parent} does not exist")
+    if world:  # the file a world is read from (kernel-tuner:CACHE, PATH.py:NAME)
+        from gfsim.core.inputs import check_output
+
+        name = world.removeprefix("kernel-tuner:")
+        check_output(out, [name if name != world else world.rpartition(":")[0] or None])
     if candidates is not None and candidates >= _PROGRESS_FROM and not as_json:
         from rich.console import Console
         from rich.progress import (

@@ -103,7 +103,10 @@ def tune(
     """Tune a policy (and the puct search's overgeneration) over replayed searches
     (``gfsim.tune`` in Python)."""
     from gfsim.api.tune import tune as run_tuning
+    from gfsim.core.inputs import check_output
 
+    if plot is not None:
+        check_output(plot, [log, cost, config], "--plot")
     kwargs = dict(objective=objective, constraint=constraint, target=target,
                   forecaster=forecaster, cost=cost, budget=budget, driver=driver,
                   search=search, children=children, simulate=simulate, seeds=seeds, seed=seed,

@@ -1,7 +1,8 @@
 """Reading a user's file within limits: a regular file (a FIFO would block for ever, a device
 never end), at most ``max_input_bytes`` (4 GiB unless ``GFSIM_MAX_INPUT_BYTES`` says
 otherwise). Logs (``replay_logs.io``), importers and cost-model files read through here; an
-``InputError`` is one line naming the file."""
+``InputError`` is one line naming the file. ``check_output`` keeps a command from writing over,
+or into, what it reads."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 
 from gfsim.core.errors import GfsimError
 
-__all__ = ["InputError", "read_file", "max_input_bytes", "size_text", "MAX_INPUT_BYTES"]
+__all__ = ["InputError", "OutputError", "check_output", "read_file", "max_input_bytes",
+           "size_text", "MAX_INPUT_BYTES"]
 
 MAX_INPUT_BYTES = 4 << 30
 
@@ -22,6 +24,38 @@ class InputError(GfsimError):
     def __init__(self, path, reason: str):
         self.path, self.reason = str(path), reason
         super().__init__(f"{path}: {reason}")
+
+
+class OutputError(GfsimError):
+    """An output path that is, or lies inside, a path the same command reads."""
+
+
+def _same(a: Path, b: Path) -> bool:
+    if a.resolve() == b.resolve():  # symlinks followed, even where ``a`` does not exist yet
+        return True
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)  # hard links
+    except OSError:
+        return False
+
+
+def check_output(out, reads, option: str = "--out") -> None:
+    """Refuse, in one line naming both paths, an output ``out`` (what ``option`` writes) that
+    is the same file as one of ``reads`` (the files and folders the command reads; ``None``
+    entries are skipped), or lies inside one of them that is a folder: an import would
+    otherwise replace the database it imports, or leave its log in the user's run folder.
+    Checked before any work."""
+    out = Path(out)
+    reads = [Path(r) for r in reads if r is not None]
+    for src in reads:  # the file itself first: the plainer of the two messages
+        if _same(out, src):
+            what = "" if str(src) == str(out) else f" {src},"
+            raise OutputError(f"{out}: {option} would write over{what} a file this command "
+                              "reads; write somewhere else (nothing was written)")
+    for src in reads:
+        if src.is_dir() and out.resolve().is_relative_to(src.resolve()):
+            raise OutputError(f"{out}: {option} lies inside {src}, a folder this command "
+                              "reads; write somewhere else (nothing was written)")
 
 
 def max_input_bytes() -> int:

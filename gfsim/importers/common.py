@@ -9,7 +9,7 @@ from gfsim.core.durable import replace
 from gfsim.core.errors import GfsimError
 
 __all__ = ["BadField", "check_version", "is_number", "json_loads", "load_json",
-           "read_surrogate_log", "write_validated"]
+           "read_surrogate_log", "source_name", "write_validated"]
 
 
 class BadField(GfsimError):
@@ -18,6 +18,14 @@ class BadField(GfsimError):
 
     def __init__(self, where, field: str | None, message: str):
         super().__init__(f"{where}" + (f": field '{field}'" if field else "") + f": {message}")
+
+
+def source_name(path, parts: int = 1) -> str:
+    """What a log's header keeps of a user's file or folder: its last ``parts`` names (a run
+    folder's name; ``runs/list/eval_results.json`` with ``parts=2`` gives
+    ``list/eval_results.json``), never the absolute path of the user's disk."""
+    names = Path(path).resolve().parts[1:]  # (``.`` becomes the folder's own name)
+    return "/".join(names[-parts:]) if names else str(path)
 
 
 def is_number(v) -> bool:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from gfsim.core.errors import GfsimError
 from gfsim.forecasts.bins import PAPER_EDGES
-from gfsim.importers.common import write_validated
+from gfsim.importers.common import source_name, write_validated
 from gfsim.replay_logs.io import loads_record
 
 __all__ = ["import_events", "import_eval_set", "fetch_hf", "recover_service"]
@@ -129,11 +129,13 @@ def _need(ev: dict, key: str, kind, path: Path, line: int):
 def import_events(path, out, *, task: str | None = None, device: str | None = None,
                   capacities: dict | None = None, log_id: str | None = None) -> dict:
     """Write a trajectory log for one reference ``events.jsonl``; returns a summary."""
+    from gfsim.core.inputs import check_output
     from gfsim.replay_logs.io import iter_records
 
     path, out = Path(path), Path(out)
     if not path.exists():
         raise GfsimError(f"{path}: no such file")
+    check_output(out, [path])
     try:
         events, source = [], None
         for line, rec in iter_records(path):
@@ -319,7 +321,8 @@ def _write(path, out, init, cands, steps, filtered, t0, task, device, capacities
                                f"{path.name}: the reference's {'filtered' if filtered else 'standard'}"
                                " PUCT search; mutation tokens are never logged there, and stage "
                                "times (compile/check/timing) are not split",
-                       "source": str(path), "dialect": "filtered" if filtered else "standard"},
+                       "source": source_name(path),
+                       "dialect": "filtered" if filtered else "standard"},
         "log_shape": "trajectory",
         "label_bin_convention": "reference-code",
         "forecast_bin_edges": list(PAPER_EDGES),
@@ -486,7 +489,10 @@ def import_eval_set(rows_path, predictions_path, out, *, log_id: str | None = No
     surrogate label, one forecast per repeat."""
     from gfsim.replay_logs import SCHEMA_VERSION
 
+    from gfsim.core.inputs import check_output
+
     rows_path, predictions_path, out = Path(rows_path), Path(predictions_path), Path(out)
+    check_output(out, [rows_path, predictions_path])
     for p in (rows_path, predictions_path):
         if not p.exists():
             raise GfsimError(f"{p}: no such file")
@@ -560,7 +566,8 @@ def import_eval_set(rows_path, predictions_path, out, *, log_id: str | None = No
                        "note": "imported by gfsim import gpu-forecasters-eval-set: the paper's "
                                "evaluation pairs (each candidate against its own anchor) and "
                                "the forecasters' predictions",
-                       "rows": str(rows_path), "predictions": str(predictions_path)},
+                       "rows": source_name(rows_path),
+                       "predictions": source_name(predictions_path)},
         "log_shape": "pairs", "label_bin_convention": "reference-code",
         "forecast_bin_edges": list(PAPER_EDGES), "forecast_relative_to": "reference",
         "hardware": {"device_name": "as in each row's hardware field"},

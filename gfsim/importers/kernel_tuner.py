@@ -24,7 +24,7 @@ import math
 from pathlib import Path
 
 from gfsim.core.errors import GfsimError
-from gfsim.importers.common import write_validated
+from gfsim.importers.common import source_name, write_validated
 
 __all__ = ["import_kernel_tuner", "read_configs", "read_json_document"]
 
@@ -185,9 +185,12 @@ def _pick_reference(configs, reference: str | None, path: Path):
 def import_kernel_tuner(path, out, *, reference: str | None = None,
                         log_id: str | None = None) -> dict:
     """Write a ``config_space`` log for a Kernel Tuner cache or T4 file; returns a summary."""
+    from gfsim.core.inputs import check_output
+
     path, out = Path(path), Path(out)
     if not path.exists():
         raise GfsimError(f"{path}: no such file")
+    check_output(out, [path])
     try:
         return _import(path, out, reference, log_id)
     except GfsimError:
@@ -242,7 +245,7 @@ def _import(path: Path, out: Path, reference, log_id) -> dict:
             "note": f"imported by gfsim import kernel-tuner from {path.name} ({meta['format']}); "
                     "every time is Kernel Tuner's measurement; generation and cold starts are "
                     "zero by construction",
-            "source": str(path), "sha256": digest, **{k: v for k, v in meta.items()
+            "source": source_name(path), "sha256": digest, **{k: v for k, v in meta.items()
                                                      if k != "tune_params_keys"}},
         "log_shape": "config_space",
         "label_bin_convention": "reference-code",

@@ -15,7 +15,12 @@ What is read:
   (``42_Conv_...py``) the reference's timing stats in ms. Problems are matched by the number
   that starts the file name (file names changed between KernelBench versions; numbers did not).
 - the level: ``level`` (``--level``), the nesting of a level-keyed file, or
-  ``RUN_DIR/generation_config.yaml``'s ``level``.
+  ``RUN_DIR/generation_config.yaml``'s ``level``. A ``--level`` that contradicts the run's
+  ``generation_config.yaml`` is refused in one line naming both, unless ``force``
+  (``--force``); one that contradicts a level-keyed file's nesting always is.
+- the GPU: each sample's ``metadata.hardware`` (``torch.cuda.get_device_name``) and each
+  baseline entry's ``hardware``. A baseline timed on another GPU than the results is refused
+  in one line naming both (its speedups would compare two GPUs), unless ``force``.
 
 Mapping: each problem is a task (``level{L}/{file name}``, or ``level{L}/problem_{P}`` where
 the baseline does not name it) and a search of its own; each sample a candidate, a child of
@@ -30,7 +35,11 @@ the reference (KernelBench keeps no lineage), in sample order. Outcomes:
 - ``compiled`` false: ``timeout`` for ``"Evaluation timed out"``, ``runtime_error`` for a CUDA
   or other error caught in the worker, else ``compile_failed`` (its ``compilation_error``).
 
-KernelBench logs no times, tokens or costs of generation, so replays impute them (and say so).
+KernelBench logs no times, tokens or costs of generation, and ``eval_results.json`` no
+per-sample elapsed seconds (its evaluator prints only a batch's), so replays impute them (and
+say so). What it does record is kept on each candidate under ``kernelbench``: the kernel's timed
+runs (``timed_runs_s`` = ``num_trials`` x the mean, measured: a lower bound of the timing stage,
+without warm-up, compilation or checks).
 A problem (a sample that lacks a field, a problem the baseline lacks, a file of another shape) is
 one line naming the file, problem, sample and field; nothing is written unless the whole import
 validates.
@@ -43,7 +52,7 @@ import re
 from pathlib import Path
 
 from gfsim.core.errors import GfsimError
-from gfsim.importers.common import BadField, is_number, load_json
+from gfsim.importers.common import BadField, is_number, load_json, source_name
 from gfsim.replay_logs.io import read_input
 
 __all__ = ["import_kernelbench", "read_results", "SHAPES"]
@@ -125,8 +134,8 @@ def read_results(path: Path, level: int | None, root: Path | None = None) -> dic
 
 
 def read_baseline(path: Path) -> dict:
-    """``{(level, problem number): (file name, mean ms)}`` of a KernelBench baseline timing
-    file."""
+    """``{(level, problem number): (file name, mean ms, hardware or None)}`` of a KernelBench
+    baseline timing file."""
     data = load_json(path)
     if not isinstance(data, dict):
         raise BadField(path, None, "expected an object of levels (level1, level2, ...)")
@@ -143,7 +152,9 @@ def read_baseline(path: Path) -> dict:
             mean = stats.get("mean") if isinstance(stats, dict) else None
             if not (is_number(mean) and mean > 0):
                 raise BadField(where, "mean", "expected the reference's mean runtime in ms (> 0)")
-            out[(int(m.group(1)), int(n.group(1)))] = (str(name), float(mean))
+            hw = stats.get("hardware")
+            out[(int(m.group(1)), int(n.group(1)))] = (
+                str(name), float(mean), hw if isinstance(hw, str) and hw.strip() else None)
     return out
 
 
@@ -154,6 +165,53 @@ def _config_level(run: Path) -> int | None:
     m = re.search(r"^level:\s*(\d+)\s*$", read_input(cfg, root=run).decode("utf-8", "replace"),
                   re.M)
     return int(m.group(1)) if m else None
+
+
+def _hardware(sample: dict) -> str | None:
+    """The GPU a sample was evaluated on, as KernelBench records it (``metadata.hardware``,
+    else ``runtime_stats.hardware``: ``torch.cuda.get_device_name``)."""
+    for part in ("metadata", "runtime_stats"):
+        got = sample.get(part) if isinstance(sample.get(part), dict) else {}
+        if isinstance(got.get("hardware"), str) and got["hardware"].strip():
+            return got["hardware"]
+    return None
+
+
+def check_level(level: int | None, run: Path, got: dict, force: bool) -> int | None:
+    """The level to import at: ``level`` (``--level``), else the run's own. A ``level`` that
+    contradicts the run's ``generation_config.yaml`` is refused in one line naming both,
+    unless ``force``; one that contradicts a level-keyed file's nesting is always refused (that
+    file's levels are its own)."""
+    recorded = _config_level(run)
+    if got["shape"] == "by_level":
+        nested = sorted({s[0] for s in got["samples"]})
+        if level is not None and nested != [level]:
+            raise GfsimError(f"--level {level} contradicts the levels the results are keyed by "
+                             f"({', '.join(map(str, nested))}); leave --level out")
+        return level
+    if level is None:
+        return recorded
+    if recorded is not None and recorded != level and not force:
+        raise GfsimError(f"--level {level} contradicts the run's level {recorded} "
+                         f"({run / 'generation_config.yaml'}); give --level {recorded}, or "
+                         "--force to import it as level " + str(level))
+    return level
+
+
+def check_hardware(samples: list, base: dict, results: Path, base_path: Path,
+                   force: bool) -> dict:
+    """The GPUs the results and the baseline were timed on (``{"results": [...],
+    "baseline": [...]}``, as each records them); a baseline timed on another GPU than the
+    results is refused in one line naming both (its speedups would compare two GPUs), unless
+    ``force``."""
+    ran = sorted({hw for s in samples if (hw := _hardware(s[3]))})
+    timed = sorted({base[(s[0], s[1])][2] for s in samples
+                    if (s[0], s[1]) in base and base[(s[0], s[1])][2]})
+    if ran and timed and ran != timed and not force:
+        raise GfsimError(f"{base_path}: --baseline was timed on {', '.join(timed)}, the "
+                         f"results ({results}) on {', '.join(ran)}; give the baseline of the "
+                         "results' GPU (KernelBench's results/timing/GPU/), or --force")
+    return {"results": ran, "baseline": timed}
 
 
 def _outcome(sample: dict, where: str) -> tuple[str, str | None]:
@@ -187,24 +245,27 @@ def _outcome(sample: dict, where: str) -> tuple[str, str | None]:
 
 def import_kernelbench(run_dir, out, *, baseline, level: int | None = None,
                        device: str = "unknown", provenance: str = "measured",
-                       log_id: str | None = None) -> dict:
+                       log_id: str | None = None, force: bool = False) -> dict:
     """Write a trajectory log for KernelBench results; returns a summary (see the module doc
     for the mapping). ``baseline`` is KernelBench's baseline timing file for the GPU the
-    results were measured on."""
+    results were measured on: one timed on another GPU, or a ``level`` that contradicts the
+    run's ``generation_config.yaml``, is refused unless ``force``."""
+    from gfsim.core.inputs import check_output
     from gfsim.importers.search import import_records
 
     src = Path(run_dir)
     path, run = (src / "eval_results.json", src) if src.is_dir() else (src, src.parent)
+    base_path = Path(baseline)
+    check_output(out, [src, base_path, run / "generation_config.yaml"])
     if not path.is_file():
         raise GfsimError(f"{path}: no such file (give a KernelBench run folder or its "
                          "eval_results.json)")
-    if level is None:
-        level = _config_level(run)
-    got = read_results(path, level)
-    base_path = Path(baseline)
+    got = read_results(path, level if level is not None else _config_level(run))
+    check_level(level, run, got, force)
     if not base_path.is_file():
         raise GfsimError(f"{base_path}: --baseline: no such file")
     base = read_baseline(base_path)
+    hardware = check_hardware(got["samples"], base, path, base_path, force)
     records = []
     counts: dict[str, int] = {}
     flagged = 0
@@ -213,7 +274,7 @@ def import_kernelbench(run_dir, out, *, baseline, level: int | None = None,
         if lvl is None:
             raise GfsimError(f"{path}: the level is not known: give --level (or a "
                              "generation_config.yaml with level beside the results)")
-        name, ref = base.get((lvl, pid), (None, None))
+        name, ref, _ = base.get((lvl, pid), (None, None, None))
         task = f"level{lvl}/{name[:-3] if name and name.endswith('.py') else name}" if name \
             else f"level{lvl}/problem_{pid}"
         outcome, error = _outcome(sample, where)
@@ -237,8 +298,9 @@ def import_kernelbench(run_dir, out, *, baseline, level: int | None = None,
             "level": lvl, "problem": pid, "sample": sid, "problem_file": name,
             "runtime_ms": runtime if is_number(runtime) else None,
             "reference_ms": ref, "runtime_stats": stats or None,
-            "hardware": meta.get("hardware") or stats.get("hardware"),
+            "hardware": _hardware(sample),
             "correctness_trials": meta.get("correctness_trials"),
+            "timed_runs_s": _timed_runs_s(stats),
             "excessive_speedup": meta.get("excessive_speedup") is True or None}
         counts[outcome] = counts.get(outcome, 0) + 1
         records.append((where, rec))
@@ -246,10 +308,13 @@ def import_kernelbench(run_dir, out, *, baseline, level: int | None = None,
         raise BadField(path, None, "no samples")
     digest = hashlib.sha256(read_input(path)).hexdigest()
     prov = {"kind": provenance,
-            "note": f"imported by gfsim import kernelbench from {path}",
-            "source": str(path), "sha256": digest,
+            "note": f"imported by gfsim import kernelbench from {source_name(path, 2)}",
+            "source": source_name(path, 2), "sha256": digest,
             "kernelbench": {"shape": got["shape"], "format": SHAPES[got["shape"]],
-                            "baseline": str(base_path),
+                            "hardware": hardware,
+                            **({"forced": "--force: a contradicting level or baseline GPU "
+                                          "was let through"} if force else {}),
+                            "baseline": source_name(base_path, 2),
                             "baseline_sha256": hashlib.sha256(read_input(base_path))
                             .hexdigest()},
             "speedup": "the baseline's mean runtime / the sample's runtime (ms), as "
@@ -265,6 +330,14 @@ def import_kernelbench(run_dir, out, *, baseline, level: int | None = None,
         "level"], r["kernelbench"]["problem"]) for _, r in records}), outcomes=counts,
         excessive_speedup_flags=flagged)
     return summary
+
+
+def _timed_runs_s(stats: dict) -> float | None:
+    """Seconds of a sample's timed kernel runs (``num_trials`` x the mean ms), where recorded."""
+    n, mean = stats.get("num_trials"), stats.get("mean")
+    if is_number(n) and n > 0 and is_number(mean) and mean > 0:
+        return round(n * mean / 1000.0, 9)
+    return None
 
 
 def _sid_key(sid):

@@ -74,7 +74,7 @@ from gfsim.core.errors import GfsimError
 from gfsim.importers.evolution_settings import openevolve_selection
 from gfsim.importers.evolution_settings import recorded_selection as _selection
 from gfsim.importers.common import (BadField, check_version, is_number, json_loads, load_json,
-                                    read_surrogate_log)
+                                    read_surrogate_log, source_name)
 from gfsim.replay_logs.io import read_input
 
 __all__ = ["import_openevolve", "read_run", "outcome_of", "SUPPORTED", "TESTED"]
@@ -225,6 +225,29 @@ def read_trace(run: Path, trace=None) -> dict | None:
             "files": [trace.name] + ([failures_path.name] if failures_path else [])}
 
 
+def _shown(where, run: Path) -> str:
+    """A file (or ``file:line``) as a log keeps it: inside the run folder, its path there;
+    elsewhere, its name; never the user's absolute path."""
+    text, base = str(where), str(run)
+    if text.startswith(base + "/") or text.startswith(base + "\\"):
+        return text[len(base) + 1:]
+    return Path(text).name
+
+
+def _models(records: list) -> dict:
+    """The models that wrote the run's programs (``metadata.llm_model``; programs each) and
+    where prices stand: OpenEvolve records tokens per program, but no price."""
+    models: dict[str, int] = {}
+    for _, rec in records:
+        name = (rec.get("openevolve") or {}).get("llm_model")
+        if isinstance(name, str) and name:
+            models[name] = models.get(name, 0) + 1
+    return {"models": dict(sorted(models.items())),
+            "prices": {"source": "not recorded: an OpenEvolve run folder keeps each "
+                                 "program's model and tokens (metadata.llm_model, "
+                                 "token_usage), but no price"}}
+
+
 def _tokens(usage) -> dict:
     """The generating call's tokens from OpenEvolve's ``token_usage`` (OpenAI's names)."""
     if not isinstance(usage, dict):
@@ -281,9 +304,11 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
     unit. ``trace``: the run's evolution trace (default: ``evolution_trace.jsonl`` in the run
     folder, if there is one), whose children the checkpoints dropped are imported with their
     metrics, and whose failures file's iterations become ``generation_failed`` candidates."""
+    from gfsim.core.inputs import check_output
     from gfsim.importers.search import import_records
 
     run, out = Path(run_dir), Path(out)
+    check_output(out, [run, surrogate_log, trace])
     version = check_version(openevolve_version, "--openevolve-version", "OpenEvolve",
                             SUPPORTED, TESTED)
     if reference_runtime is not None and not (is_number(reference_runtime)
@@ -369,7 +394,7 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
                        error=str(p.get("error") or "the iteration made no program")[:4000],
                        openevolve={"iteration": p["iteration"], "island": p.get("island_id"),
                                    "evolution_mode": p.get("evolution_mode"),
-                                   "file": str(f)})
+                                   "file": _shown(f, run)})
             rec.update(_tokens(p.get("token_usage")))
             records.append((str(f), rec))
             continue
@@ -394,7 +419,8 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
                 "island": t.get("island_id"), "generation": t.get("generation"),
                 "iteration": t["iteration"], "timestamp": t.get("timestamp"),
                 "metrics": t["child_metrics"], "llm_model": meta.get("llm_model"),
-                "file": str(f), "note": "from the evolution trace; no checkpoint holds it",
+                "file": _shown(f, run),
+                "note": "from the evolution trace; no checkpoint holds it",
                 **({"iteration_s": meta["iteration_time"]}
                    if is_number(meta.get("iteration_time")) else {})}
             records.append((str(f), rec))
@@ -402,7 +428,11 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
         if p is None:
             rec.update(outcome="not_attempted",
                        openevolve={"iteration": s["iteration"], "log": s["log"],
-                                   "note": "named by the log, held by no checkpoint"})
+                                   "note": "named by the log, held by no checkpoint",
+                                   **{k: s[k] for k in ("iteration_s", "evaluation_s")
+                                      if k in s}})
+            if s.get("evaluation_s") is not None and s.get("iteration_s") is not None:
+                rec["generation_s"] = max(0.0, s["iteration_s"] - s["evaluation_s"])
             records.append((f"{f}: program {pid}", rec))
             continue
         outcome, value, error = _outcome(p, runtime_metric)
@@ -438,7 +468,7 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
         digest.update(read_input(programs[pid][1], root=run))
     prov = {"kind": provenance,
             "note": f"imported by gfsim import openevolve from the OpenEvolve run {run.name}",
-            "source": str(run), "programs_sha256": digest.hexdigest(),
+            "source": source_name(run), "programs_sha256": digest.hexdigest(),
             "openevolve": {"version": version or "not stated (the run does not record it)",
                            "format": "OpenEvolve 0.4 program database",
                            "checkpoints": got["checkpoints"], "logs": got["logs"]["files"],
@@ -449,7 +479,8 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
     summary = import_records(
         records, out, source=run, provenance=prov, device=device, log_id=log_id or run.name,
         header_fields={"generator": {"model": "OpenEvolve's LLM ensemble (see each "
-                                              "candidate's openevolve.llm_model)"},
+                                              "candidate's openevolve.llm_model)",
+                                     **_models(records)},
                        **({"selection": surrogate["selection"]}
                           if surrogate is not None and surrogate["selection"] else {})},
         run_configuration={"openevolve": {

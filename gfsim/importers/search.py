@@ -55,7 +55,7 @@ import hashlib
 from pathlib import Path
 
 from gfsim.core.errors import GfsimError
-from gfsim.importers.common import is_number
+from gfsim.importers.common import is_number, source_name
 
 __all__ = ["import_search", "import_records", "FIELDS", "MEASURED", "OUTCOMES"]
 
@@ -155,7 +155,10 @@ def import_search(path, out, *, reference_runtime_ns: float | None = None,
                   device: str = "unknown", provenance: str = "measured",
                   log_id: str | None = None) -> dict:
     """Write a trajectory log for a bring-your-own-search file; returns a summary."""
+    from gfsim.core.inputs import check_output
+
     path = Path(path)
+    check_output(out, [path])
     rows = _read(path)
     if not rows:
         raise GfsimError(f"{path}: no candidates (one JSON object per line)")
@@ -290,7 +293,7 @@ def import_records(rows: list[tuple], out, *, source, reference_runtime_ns: floa
     if not isinstance(provenance, dict):
         provenance = {"kind": provenance,
                       "note": f"imported by gfsim import search from {path.name}",
-                      "source": str(path),
+                      "source": source_name(path),
                       "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
     header = {
         "kind": "header", "schema_version": SCHEMA_VERSION,

@@ -64,7 +64,8 @@ from gfsim.core.errors import GfsimError
 from gfsim.importers.evolution_settings import recorded_selection as _selection
 from gfsim.importers.evolution_settings import shinka_selection
 from gfsim.importers.common import (BadField, check_version, is_number, json_loads,
-                                    read_surrogate_log)
+                                    read_surrogate_log, source_name)
+from gfsim.importers.shinka_prices import run_prices
 from gfsim.replay_logs.io import read_input
 
 __all__ = ["import_shinka", "read_run", "SUPPORTED", "TESTED", "DB_NAMES"]
@@ -292,9 +293,12 @@ def import_shinka(run_dir, out, *, metric: str = "combined_score",
     run; each program gets the gate's forecast of the same code (the k-th program with a code,
     in evaluation order, the k-th gate candidate with it) and the header's ``selection`` names
     the gate's policy."""
+    from gfsim.core.inputs import check_output
     from gfsim.importers.search import import_records
 
     run, out = Path(run_dir), Path(out)
+    check_output(out, [*(run / name for name in DB_NAMES), Path(db) if db is not None
+                       else None, run, surrogate_log])
     version = check_version(shinka_version, "--shinka-version", "ShinkaEvolve", SUPPORTED,
                             TESTED)
     if reference is not None and not (is_number(reference) and reference > 0):
@@ -428,7 +432,8 @@ def import_shinka(run_dir, out, *, metric: str = "combined_score",
     usd = sum(sum(r["shinka"]["usd"].values()) for _, r in records)
     prov = {"kind": provenance,
             "note": f"imported by gfsim import shinka from the ShinkaEvolve run {run.name}",
-            "source": str(run), "database": path.name, "database_sha256": got["sha256"],
+            "source": source_name(run), "database": path.name,
+            "database_sha256": got["sha256"],
             "shinka": {"version": version or "not stated (the run does not record it)",
                        "format": "ShinkaEvolve 0.0.x programs database",
                        "tables": got["tables"]},
@@ -439,7 +444,8 @@ def import_shinka(run_dir, out, *, metric: str = "combined_score",
         records, out, source=path, provenance=prov, device=device,
         log_id=log_id or run.name,
         header_fields={"generator": {"model": "ShinkaEvolve's LLM ensemble (see each "
-                                              "candidate's shinka.model)"},
+                                              "candidate's shinka.model)",
+                                     **run_prices(run, records)},
                        **({"selection": surrogate["selection"]}
                           if surrogate is not None and surrogate["selection"] else {})},
         run_configuration={"shinka": {

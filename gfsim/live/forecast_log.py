@@ -22,6 +22,7 @@ from pathlib import Path
 
 from gfsim.core.durable import replace
 from gfsim.core.errors import GfsimError
+from gfsim.core.inputs import check_output
 from gfsim.forecasts.bins import PAPER_EDGES
 
 __all__ = ["forecast_log", "requests_from_log"]
@@ -118,8 +119,7 @@ def forecast_log(src, forecaster, out, *, repeat: int = 0, drop_existing: bool =
 
     src = resolve_log(str(src))
     out = Path(out)
-    if out.resolve() == src.resolve():
-        raise GfsimError(f"{out}: --out must differ from --log (logs are append-only copies)")
+    check_output(out, [src])  # (logs are append-only copies: never one over its input)
     log = load_log(src)
     if isinstance(forecaster, WhatIfForecaster):
         return _whatif(src, log, forecaster, out, repeat, drop_existing)
