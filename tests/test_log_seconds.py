@@ -223,3 +223,17 @@ def test_the_replay_pages_show_the_fixtures_logged_and_replayed_seconds(page, ar
         now = sum(s[k].seconds for k in EVAL_STAGES)
         assert float(cell.split("/")[1]) == pytest.approx(now, abs=0.05), (spec, cell)
         assert float(cold.split("/")[1].split()[0]) == pytest.approx(s["cold_start"].seconds)
+
+
+def test_a_step_of_several_evaluations_starts_one_container_per_gpu_it_uses(tmp_path):
+    b = LogBuilder(device_name="NVIDIA H100")
+    root = b.candidate("t", 0, outcome="success", speedup=1.2, gen_s=1.0)
+    for step in (1, 2):  # three children of the root a step, two GPUs
+        for _ in range(3):
+            b.candidate("t", step, parent=root, outcome="success", gen_s=1.0)
+            b.records[-1].pop("cold_start_s")
+    b.records[2].pop("cold_start_s")  # the root's evaluation: no recorded cold start either
+    path = b.write(tmp_path / "log.jsonl")
+    cold = _cold_starts(path, "serverless-h100:gpus=2")
+    assert cold == [30.0, 30.0, 0, 0, 0, 0, 0]  # the root's container, then a second one
+    assert _cold_starts(path, "serverless-h100:gpus=4") == [30.0, 30.0, 30.0, 0, 0, 0, 0]
