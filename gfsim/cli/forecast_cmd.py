@@ -26,7 +26,9 @@ def forecast(
                                         "regex), api_key_env. Or a what-if forecaster: "
                                         "paper:gemini3-flash (or gpt-oss-120b, gpt-oss-20b, "
                                         "deepseek-v4, gpt-oss-20b-brier), or synthetic: with "
-                                        "keys sigma, beta, temp, parse_fail. Or a learned cost "
+                                        "keys sigma, beta, temp, parse_fail (both take "
+                                        "failed=parent|low, how a failed kernel is seen). Or "
+                                        "a learned cost "
                                         "model, costmodel (keys min_train, prior_sigma, ...), "
                                         "trained prequentially on the log's measurements."),
     out: Path = typer.Option(..., "--out", "-o", help="Output log; an existing one is resumed."),

@@ -88,7 +88,9 @@ def replay(
                                                   "(default: the first in the log), or a "
                                                   "what-if one drawn from the log's measured "
                                                   "speedups: paper:gemini3-flash, or "
-                                                  "synthetic: with keys sigma, beta, temp."),
+                                                  "synthetic: with keys sigma, beta, temp; "
+                                                  "failed=parent|low: how it sees a failed "
+                                                  "kernel (an assumption)."),
     measure_noise: Optional[str] = typer.Option(None, "--measure-noise",
                                                 help="cv=0.02: keyed log-normal noise on "
                                                      "every measured runtime (an assumption); "
