@@ -139,3 +139,38 @@ def test_a_simulated_replay_calls_its_best_simulated_in_notes_and_plots(openevol
     plt.close(fig)
     trace = gfsim.compare(openevolve_log, "all")  # the logged order: its bests were measured
     assert any("best MEASURED speedup" in n for n in trace.data["notes"])
+
+
+# -- no interval is shown where the replays cannot differ ------------------------------------
+from typer.testing import CliRunner  # noqa: E402
+
+from gfsim.analysis.stats import POINT_WORDS  # noqa: E402
+from gfsim.cli.main import app  # noqa: E402
+
+WIDE = {"COLUMNS": "200"}
+
+
+def test_savings_on_one_search_no_seed_can_change_says_point_not_x_to_x(openevolve_log):
+    # One task, a policy that reads no seed: every replay alike; it said "-$0.29 to -$0.29".
+    import gfsim
+
+    out = gfsim.savings(openevolve_log, "topk:1", forecaster="paper:gemini3-flash")
+    assert out["usd_saved_per_search"]["point"]
+    assert POINT_WORDS in out["verdict"] and " to " not in out["verdict"]
+    res = CliRunner().invoke(app, ["savings", "--log", openevolve_log.path, "--policy", "topk:1",
+                                   "--forecaster", "paper:gemini3-flash"], env=WIDE)
+    assert res.exit_code == 0, res.output
+    usd_row = next(line for line in res.output.splitlines() if line.lstrip().startswith("USD"))
+    assert "(point)" in usd_row and "[" not in usd_row
+    assert POINT_WORDS in " ".join(res.output.split())
+
+
+def test_recommend_says_point_where_every_task_gains_alike():
+    # On tiny.jsonl every task's gain is 1.000x: it printed "1.000x 1.00-1.00".
+    res = CliRunner().invoke(app, ["recommend", "--log", str(DATA / "tiny.jsonl"), "--driver",
+                                   "trace", "--seeds", "1", "--candidate", "topk:1"], env=WIDE)
+    assert res.exit_code == 0, res.output
+    row = next(line for line in res.output.splitlines() if line.lstrip().startswith("topk:1"))
+    assert "(point)" in row and "1.00-1.00" not in row
+    text = " ".join(res.output.split())
+    assert "in every replay" in text and "lower bound 1.000x" not in text

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gfsim.analysis.stats import NOTE, interval
+from gfsim.analysis.stats import NOTE, POINT_WORDS, interval, no_spread
 from gfsim.simulator.results import best_at, first_reaching
 
 __all__ = ["savings", "usd_text", "QUANTILES"]
@@ -124,14 +124,18 @@ def usd_text(x: float) -> str:
 
 def _verdict(usd: dict, gain: dict) -> str:
     m, lo, hi = usd["mean"], usd["lo"], usd["hi"]
-    band = f"(saving, 95% interval: {usd_text(lo)} to {usd_text(hi)})"
+    band = (f"(the same in every replay; {POINT_WORDS})" if no_spread(usd) else
+            f"(saving, 95% interval: {usd_text(lo)} to {usd_text(hi)})")
     money = (f"the policy saves {usd_text(m)} per search {band}" if m >= 0
              else f"the policy costs {usd_text(-m)} MORE per search {band}")
-    if usd["includes_zero"]:
+    if usd["includes_zero"] and not no_spread(usd):
         money += " (the interval includes zero: no detectable difference in cost)"
     g = gain
-    speed = (f"at equal spend its best speedup is {g['mean']:.3f}x the baseline's "
-             f"[{g['lo']:.3f}, {g['hi']:.3f}]")
-    if g["includes_one"]:
-        speed += " (includes 1: no detectable difference)"
+    speed = f"at equal spend its best speedup is {g['mean']:.3f}x the baseline's"
+    if no_spread(g):
+        speed += " in every replay"
+    else:
+        speed += f" [{g['lo']:.3f}, {g['hi']:.3f}]"
+        if g["includes_one"]:
+            speed += " (includes 1: no detectable difference)"
     return f"{money}; {speed}"

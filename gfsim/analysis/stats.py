@@ -10,16 +10,19 @@ replacement, then seeds with replacement); a comparison with the baseline resamp
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from gfsim.core.rng import stream
 
-__all__ = ["SeedTable", "summarize_seeds", "interval", "NOTE"]
+__all__ = ["SeedTable", "summarize_seeds", "interval", "NOTE", "no_spread", "POINT_WORDS"]
 
 NOTE = ("seeds resample one log: intervals are bootstrap 95% intervals over tasks, then seeds, "
         "of this log's replay variability, not of a new search's spread")
+# What a zero-width interval is said as: the replays gave one figure, so there is no interval.
+POINT_WORDS = "the replays cannot differ: a point value, no interval"
 METRICS = ("best_speedup", "usd", "wall_s", "joules", "gpu_evals")
 # Under measurement noise: the raw best re-measured, and its noise-free speedup.
 NOISE_METRICS = ("confirmed_speedup", "true_best_speedup")
@@ -95,6 +98,7 @@ def summarize_seeds(policy: SeedTable, baseline: SeedTable, *, n_boot: int = 200
                 per_seed = per_seed - _per_seed(m, y)
             entry[label] = {"mean": point, "median": float(np.median(per_seed)),
                             "lo": float(lo), "hi": float(hi)}
+            entry[label]["point"] = no_spread(entry[label])  # no interval: replays alike
         entry["delta"]["includes_zero"] = entry["delta"]["lo"] <= 0 <= entry["delta"]["hi"]
         out["overall"][m] = entry
     for j, task in enumerate(policy.tasks):
@@ -125,4 +129,12 @@ def interval(values: np.ndarray, *, key: str, seed: int = 0, n_boot: int = 2000,
         point, lo, hi = float(np.exp(point)), float(np.exp(lo)), float(np.exp(hi))
     zero = 1.0 if log else 0.0
     return {"mean": point, "lo": float(lo), "hi": float(hi),
-            "includes_zero" if not log else "includes_one": bool(lo <= zero <= hi)}
+            "includes_zero" if not log else "includes_one": bool(lo <= zero <= hi),
+            "point": no_spread({"lo": lo, "hi": hi})}  # no interval: the replays alike
+
+
+def no_spread(d: dict) -> bool:
+    """Whether an interval ``{"lo", "hi", ...}`` has no width: every replay (or task) gave the
+    same figure, so it is a point value, printed as one (``POINT_WORDS``), not as [x, x]."""
+    lo, hi = float(d["lo"]), float(d["hi"])
+    return lo == hi or math.isclose(lo, hi, rel_tol=1e-9, abs_tol=1e-12)

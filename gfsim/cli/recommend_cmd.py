@@ -98,6 +98,7 @@ def _x(v: float | None) -> str:
 
 def print_recommendation(con, rec: dict) -> None:
     """The configurations against the incumbent, then the verdict and its prices."""
+    from gfsim.analysis.stats import POINT_WORDS, no_spread
     from gfsim.cli.common import Table
 
     level = f"{rec['level']:.0%}"
@@ -110,7 +111,8 @@ def print_recommendation(con, rec: dict) -> None:
         b, g = r["best_speedup"], r.get("gain")
         mark = " (now)" if r["incumbent"] else " <-" if r["recommended"] else ""
         table.add_row(esc(r["config"]) + mark,
-                      "-" if g is None else f"{g['mean']:.3f}x {g['lo']:.2f}-{g['hi']:.2f}",
+                      "-" if g is None else f"{g['mean']:.3f}x (point)" if no_spread(g)
+                      else f"{g['mean']:.3f}x {g['lo']:.2f}-{g['hi']:.2f}",
                       "-" if g is None else ("yes" if g["detectable"] else "no"),
                       f"{b['mean']:.2f}x", f"${r['usd_per_search']:.2f}",
                       f"{r['invented_share']:.0%}")
@@ -119,6 +121,8 @@ def print_recommendation(con, rec: dict) -> None:
               f"(one-sided {level} lower bound above 1x); new: the share of children the log "
               "never held (invented by the world model); best: the mean best speedup (--json: its "
               "interval, evals and what each best rests on)[/dim]")
+    if any(r.get("gain") and no_spread(r["gain"]) for r in rec["configs"]):
+        con.print(f"[dim](point): {POINT_WORDS}[/dim]")
     if any(r.get("simulated_searches") for r in rec["configs"]):
         con.print("[yellow]SIMULATED: PUCT does not reproduce the log's search; these are PUCT "
                   "searches simulated on its evidence[/yellow]")

@@ -179,6 +179,7 @@ _HUMAN = {
 
 
 def _print_intervals(con, iv: dict) -> None:
+    from gfsim.analysis.stats import POINT_WORDS, no_spread
     from gfsim.cli.common import Table
 
     table = Table(title=f"{iv['seeds']} seeds: mean [95% interval]", show_edge=False)
@@ -189,11 +190,17 @@ def _print_intervals(con, iv: dict) -> None:
         fmt = make(e["policy"]["mean"] if "policy" in e else e["delta"]["mean"])
 
         def cell(d, fmt=fmt):
+            if no_spread(d):
+                return f"{fmt(d['mean'])} (point)"
             return f"{fmt(d['mean'])} [{fmt(d['lo'])}, {fmt(d['hi'])}]"
 
-        delta = cell(e["delta"]) + (" (includes 0)" if e["delta"]["includes_zero"] else "")
+        delta = cell(e["delta"]) + (" (includes 0)" if e["delta"]["includes_zero"]
+                                    and not no_spread(e["delta"]) else "")
         table.add_row(label, cell(e["policy"]), cell(e["baseline"]), delta)
     con.print(table)
+    if any(no_spread(d) for e in iv["overall"].values() for d in e.values()
+           if isinstance(d, dict) and "lo" in d):
+        con.print(f"[dim](point): {POINT_WORDS}[/dim]")
     con.print(f"[dim]note: {iv['note']}[/dim]")
 
 
@@ -233,12 +240,16 @@ def _print_search(con, out: dict) -> None:
 
 
 def _print_new_search(con, p: dict) -> None:
+    from gfsim.analysis.stats import POINT_WORDS, no_spread
+
     b, g = p["best_speedup"], p["gain_over_baseline"]
+    point = f"({esc(POINT_WORDS)})"
     con.print(f"[bold]a new search[/bold] ({p['level']:.0%} predictive intervals; every child "
               f"of the {p['fresh_searches']} simulated searches per side invented): best "
-              f"{b['mean']:.3f}x " + esc(f"[{b['lo']:.3f}x, {b['hi']:.3f}x]") + "; against "
-              f"{esc(g['baseline'])}: x{g['mean']:.3f} "
-              + esc(f"[x{g['lo']:.3f}, x{g['hi']:.3f}]") + ", "
+              f"{b['mean']:.3f}x "
+              + (point if no_spread(b) else esc(f"[{b['lo']:.3f}x, {b['hi']:.3f}x]"))
+              + f"; against {esc(g['baseline'])}: x{g['mean']:.3f} "
+              + (point if no_spread(g) else esc(f"[x{g['lo']:.3f}, x{g['hi']:.3f}]")) + ", "
               + ("a detectable gain" if g["detectable"] and g["mean"] > 1 else
                  "no detectable gain: keep the baseline"))
     surprise = p.get("log_surprise") or {}

@@ -67,7 +67,7 @@ def savings(
 
 def _targets(per_task: dict) -> str:
     v = list(per_task.values())
-    return f"{min(v):.2f}x-{max(v):.2f}x"
+    return f"{min(v):.2f}x" if min(v) == max(v) else f"{min(v):.2f}x-{max(v):.2f}x"
 
 
 def _distinct_targets(targets: dict) -> list[list[str]]:
@@ -86,6 +86,7 @@ def _report(out: dict) -> None:
     from gfsim.cli.common import Table
 
     from gfsim.analysis.savings import usd_text
+    from gfsim.analysis.stats import POINT_WORDS, no_spread
 
     con = console()
     i = out["inputs"]
@@ -116,6 +117,7 @@ def _report(out: dict) -> None:
                 if key == "seconds" else units.energy(x, unit)
 
         t.add_row(label, fmt(per["policy"]), fmt(per["baseline"]),
+                  f"{fmt(sv['mean'])} (point)" if no_spread(sv) else
                   esc(f"{fmt(sv['mean'])} [{fmt(sv['lo'])}, {fmt(sv['hi'])}]")
                   + (" (includes 0)" if sv["includes_zero"] else ""))
     con.print(t)
@@ -132,8 +134,13 @@ def _report(out: dict) -> None:
                   f"{p['policy']:.0%}",
                   f"{p['baseline']:.0%}", usd_text(c["policy_usd"]),
                   usd_text(c["baseline_usd"]),
+                  f"{usd_text(s['mean'])} (point)" if no_spread(s) else
                   esc(f"{usd_text(s['mean'])} [{usd_text(s['lo'])}, {usd_text(s['hi'])}]"))
     con.print(r)
+    cells = [out[f"{k}_saved_per_search"] for k in ("usd", "seconds", "joules")] + [
+        c["saved_usd"] for c in out["cost_to_target"].values()]
+    if any(no_spread(c) for c in cells):
+        con.print(f"[dim](point): {POINT_WORDS}[/dim]")
     be = out["break_even"]
     con.print(f"break-even: the policy {be['summary']}; "
               f"{be['extra_mutations_per_search']:+.1f} mutations per search")

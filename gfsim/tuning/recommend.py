@@ -188,7 +188,13 @@ def recommendation(setup, candidates: list[Config], incumbent: Config, seeds, *,
 
 
 def _verdict(rows: list[dict], pick: int, best_other: int | None, level: float) -> str:
+    from gfsim.analysis.stats import POINT_WORDS, no_spread
+
     inc = rows[0]["config"]
+    if pick and no_spread(rows[pick]["gain"]):
+        r = rows[pick]
+        return (f"use {r['config']}: its best speedup is {r['gain']['mean']:.3f}x the "
+                f"incumbent's ({inc}) in every replay ({POINT_WORDS})")
     if pick:
         r = rows[pick]
         g = r["gain"]
@@ -199,6 +205,10 @@ def _verdict(rows: list[dict], pick: int, best_other: int | None, level: float) 
     if best_other is None:
         return f"keep the incumbent ({inc}): no other configuration was given"
     g = rows[best_other]["gain"]
+    if no_spread(g):
+        return (f"keep the incumbent ({inc}): no configuration beats it (the best, "
+                f"{rows[best_other]['config']}, {g['mean']:.3f}x in every replay; "
+                f"{POINT_WORDS})")
     bound = "none: too few samples" if g["lower_bound"] is None \
         else f"{g['lower_bound']:.3f}x"
     return (f"keep the incumbent ({inc}): no configuration's gain over it is detectable at "
