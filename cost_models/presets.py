@@ -25,6 +25,7 @@ import math
 import tomllib
 from pathlib import Path
 
+from gfsim.core.docs import docs_url
 from gfsim.core.errors import GfsimError, SpecError
 from gfsim.core.inputs import read_file
 from gfsim.core.specs import Param, bind_params, format_spec, parse_spec
@@ -145,15 +146,16 @@ def _build(billing: str, key: str, **options) -> PresetCostModel:
         compile_on, priors, n_gpus = "gpu_host", Priors(), 16
         sources["preset"] = (
             "the paper's setup: a fresh serverless A100-80GB container per candidate, Triton JIT "
-            "inside it (docs/concepts/paper.md, the reference search)" if key == "a100" else
+            f"inside it ({docs_url('concepts/paper.md')}, the reference search)"
+            if key == "a100" else
             f"a fresh serverless {g.name} container per candidate, Triton JIT inside it (the "
-            "paper's setup, docs/concepts/paper.md, on another GPU)")
+            f"paper's setup, {docs_url('concepts/paper.md')}, on another GPU)")
         sources["gpu.usd_per_hour"] = (f"{catalog.MODAL_PRICING}: {g.name} "
                                        f"${g.modal_usd_per_hour:.2f}/h, per-second billing")
         sources["capacities.gpus"] = "assumption: at most 16 containers at once"
         if key == "a100":
             sources["keep_warm_s"] = ("the paper's setup: a fresh container, and a cold start, "
-                                      "for every evaluation (docs/concepts/paper.md)")
+                                      f"for every evaluation ({docs_url('concepts/paper.md')})")
         else:
             keep_warm_s, why = _KEEP_WARM_S[options.get("provider") or "modal"]
             sources["keep_warm_s"] = f"the provider's default: {why}"

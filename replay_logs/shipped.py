@@ -5,6 +5,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
+from gfsim.core.docs import cite_docs
 from gfsim.core.errors import GfsimError
 
 __all__ = ["SHIPPED_LOGS", "SHIPPED_CAVEATS", "DEFAULT_LOG", "resolve_log", "shipped_path",
@@ -97,6 +98,9 @@ SHIPPED_CAVEATS: dict[str, tuple[str, ...]] = {
         "(docs/experiments/live-threshold.md)",
     ),
 }
+# the pages they quote, as the documentation site's URLs (a pip install has no docs/)
+SHIPPED_CAVEATS = {name: tuple(cite_docs(c) for c in caveats)
+                   for name, caveats in SHIPPED_CAVEATS.items()}
 
 
 def shipped_path(name: str) -> Path:

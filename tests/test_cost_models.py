@@ -187,7 +187,7 @@ def test_toml_can_choose_llms_and_start_from_a_spec(tmp_path):
 
 
 SOURCE_WORDS = ("assumption", "estimate", "modal.com", "docs.runpod.io", "vendor spec", "probe",
-                "provider page", "eval-set-predictions", "docs/concepts/paper.md",
+                "provider page", "eval-set-predictions", "gfsim.github.io/gfsim/concepts/paper/",
                 "set by the cost spec")
 
 

@@ -43,7 +43,8 @@ def _default(param) -> str:
 def render(path: str) -> str:
     cmd = _command(path)
     ctx = cmd.make_context(f"gfsim {path}", [], resilient_parsing=True)
-    lines = [" ".join((cmd.help or "").split()), "", "```text",
+    # ("\b" is click's mark for a paragraph it must not rewrap: a help's URL line)
+    lines = [" ".join((cmd.help or "").replace("\b", "").split()), "", "```text",
              " ".join(["gfsim", path, *(p.name.upper() for p in cmd.params
                                          if p.param_type_name == "argument"), "[OPTIONS]"]),
              "```", ""]

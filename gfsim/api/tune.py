@@ -99,6 +99,7 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
         ['tau']
     """
     from gfsim.api.options import add_provenance, replay_inputs
+    from gfsim.core.docs import docs_url
     from gfsim.core.errors import GfsimError
     from gfsim.tuning.identity import (
         RUNS_ATTR,
@@ -218,7 +219,7 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
             "chooses the best trial on the other tasks and scores it on the held-out one",
         ]) + ([f"overgen is tuned with --children {children}: most children at F >= 2 were "
               "never logged, and how far such replays are off is measured by gfsim "
-              "counterfactual (docs/experiments/counterfactual-benchmark.md)"]
+              f"counterfactual ({docs_url('experiments/counterfactual-benchmark.md')})"]
              if any(p.name == "overgen" for p in params) else [])
           + (["the log is SYNTHETIC: a tau tuned on it is a demonstration, not a "
               "recommendation"] if the_log.is_synthetic else []),

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from gfsim.cli.common import CONTEXT, GfsimCommand, console, esc, handles_errors, print_json
+from gfsim.core.docs import docs_url
 
 __all__ = ["app"]
 
@@ -77,7 +79,8 @@ def kernel_tuner(
 def search(
     source: Path = typer.Argument(..., help="A bring-your-own-search file: one JSON object per "
                                             "candidate (id, parent, outcome, speedup or "
-                                            "runtime_ns, ...; docs/how-to/import-your-search.md)."),
+                                            "runtime_ns, ...; the guide below gives every "
+                                            "field)."),
     out: Path = typer.Option(..., "--out", "-o", help="The trajectory log to write."),
     reference_runtime_ns: Optional[float] = typer.Option(
         None, "--reference-runtime-ns",
@@ -131,8 +134,7 @@ def openevolve(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
 ) -> None:
     """An OpenEvolve run as a trajectory log: every checkpoint's programs, parents, the
-    log's iteration order and seconds, failures with their error text (docs/how-to/
-    replay-openevolve.md)."""
+    log's iteration order and seconds, failures with their error text."""
     from gfsim.importers.openevolve import import_openevolve
 
     _done(import_openevolve(run_dir, out, runtime_metric=runtime_metric,
@@ -177,8 +179,7 @@ def shinka(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
 ) -> None:
     """A ShinkaEvolve run as a trajectory log: its programs with parents and islands, the
-    proposals that failed before evaluation, seconds, tokens and API dollars
-    (docs/how-to/replay-shinka.md)."""
+    proposals that failed before evaluation, seconds, tokens and API dollars."""
     from gfsim.importers.shinka import import_shinka
 
     _done(import_shinka(run_dir, out, metric=metric, lower_is_better=lower_is_better,
@@ -205,16 +206,15 @@ def kernelbench(
     provenance: str = typer.Option("measured", "--provenance",
                                    help="measured, synthetic or mixed: where the numbers came "
                                         "from, said in the log's header."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
     force: bool = typer.Option(False, "--force",
                                help="Import even where --level contradicts the run's "
                                     "generation_config.yaml, or the baseline was timed on "
                                     "another GPU than the results (said in the log's "
                                     "header).", metavar=""),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
 ) -> None:
     """KernelBench results as a trajectory log: every sample of every problem, a child of
-    the reference, with KernelBench's speedup and its failures by kind
-    (docs/how-to/replay-kernelbench.md)."""
+    the reference, with KernelBench's speedup and its failures by kind."""
     from gfsim.importers.kernelbench import import_kernelbench
 
     _done(import_kernelbench(run_dir, out, baseline=baseline, level=level, device=device,
@@ -292,6 +292,19 @@ _SHORT = {
     "gpu-forecasters-events": "The reference's search events.",
     "gpu-forecasters-eval-set": "The paper's evaluation pairs and predictions.",
 }
+# Each command's page on the documentation site (a pip install has no docs/), shown under its
+# description on a line of its own ("\b": click leaves it unwrapped, so the URL stays whole).
+_GUIDE = {
+    "kernel-tuner": "how-to/import-kernel-tuner.md",
+    "search": "how-to/import-your-search.md",
+    "openevolve": "how-to/replay-openevolve.md",
+    "shinka": "how-to/replay-shinka.md",
+    "kernelbench": "how-to/replay-kernelbench.md",
+    "gpu-forecasters-events": "how-to/import-event-log.md",
+}
 for _info in app.registered_commands:  # readable metavars (gfsim.cli.common.GfsimCommand)
     _info.cls = GfsimCommand
     _info.short_help = _SHORT[_info.name]
+    if _info.name in _GUIDE:
+        _info.help = (inspect.getdoc(_info.callback) or "") + \
+            f"\n\n\b\nGuide: {docs_url(_GUIDE[_info.name])}"

@@ -11,12 +11,12 @@ from gfsim.cli import costs_cmd, counterfactual_cmd, forecast_cmd, import_cmd
 from gfsim.cli import inspect_cmds, live_cmd, replay_cmd
 from gfsim.cli import recommend_cmd, savings_cmd, score_cmd, synth_cmd, tune_cmd
 from gfsim.cli.common import CONTEXT, GfsimCommand
+from gfsim.core.docs import DOCS_URL
 
 app = typer.Typer(
     name="gfsim",
     help="Cost-aware budget simulator and policy optimizer for LLM-driven GPU-kernel searches. "
-         "Run `gfsim COMMAND -h` for a command's options; the guide is the documentation "
-         "site (docs/ in the source repository).",
+         f"Run `gfsim COMMAND -h` for a command's options; the guide is {DOCS_URL}",
     no_args_is_help=True,
     # click's own help layout: it rewraps prose to the terminal and never cuts an option's
     # text, where rich's panels cut long values with an ellipsis at 80 columns
@@ -63,7 +63,7 @@ def _root(version: Optional[bool] = typer.Option(
         help="Print gfsim's version and exit.")) -> None:
     """Cost-aware budget simulator and policy optimizer for LLM-driven GPU-kernel searches.
     Run `gfsim COMMAND -h` for a command's options; the guide is the documentation site
-    (docs/ in the source repository)."""
+    (``gfsim.core.docs.DOCS_URL``)."""
 
 
 def main() -> None:
