@@ -268,3 +268,61 @@ def test_the_configuration_that_ran_reproduces_the_logged_best(which, request):
     assert abs(replayed / logged - 1.0) <= 0.10, (logged, replayed)
     assert lo <= logged <= hi, (logged, lo, hi)
     assert math.isfinite(lo) and math.isfinite(hi)
+
+
+# -- selection pressure from the log's own parent choices --------------------------------------------
+def _logged_search(config: EvolutionConfig, steps: int, seed: int = 3):
+    """A search run by ``config``'s archive, written down as a trace's columns (what
+    ``selection_fit`` reads): each child's speedup its parent's times a log-normal step."""
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(seed)
+    archive = EvolutionArchive(ArchiveNode("seed", 1.0, (), is_seed=True), config,
+                               stream(seed, "logged"))
+    t = SimpleNamespace(step=[], parent=[], candidate_ids=[], outcome=[], speedup=[],
+                        seed_speedup=1.0)
+    where = {}
+    for step in range(steps):
+        parent = archive.select_parents(1)[0]
+        speedup = 1.0 if step == 0 else parent.reward * float(np.exp(rng.normal(0, 0.2)))
+        cid = f"c{step}"
+        where[cid] = len(t.candidate_ids)
+        t.step.append(step)
+        t.parent.append(where.get(parent.node_id, -1))
+        t.candidate_ids.append(cid)
+        t.outcome.append("success")
+        t.speedup.append(speedup)
+        archive.complete_step([parent], [ChildResult(parent.node_id, cid, speedup)])
+    return t
+
+
+@pytest.mark.parametrize("truth", [0.1, 0.7])
+def test_exploitation_share_is_recovered_from_the_parents_a_search_chose(truth):
+    from gfsim.simulator.selection_fit import fit_selection
+
+    run_with = EvolutionConfig.for_tool("openevolve", {
+        "islands": 2, "archive_size": 5, "exploitation_ratio": truth, "migration_interval": 20})
+    fit = fit_selection(_logged_search(run_with, 300), replace(run_with,
+                                                               exploitation_ratio=0.4))
+    lo, hi = fit["interval_90"]
+    assert lo <= truth <= hi and abs(fit["estimate"] - truth) <= 0.15, fit
+    assert not fit["configured_consistent"]  # a setting of 0.4 is told apart
+    assert fit["outside_model"] == 0 and fit["choices"] == 300
+
+
+def test_power_law_exponent_is_recovered():
+    from gfsim.simulator.selection_fit import fit_selection
+
+    run_with = EvolutionConfig.for_tool("shinka", {"strategy": "power_law", "islands": 1,
+                                                   "exploitation_alpha": 2.0})
+    fit = fit_selection(_logged_search(run_with, 200), run_with)
+    assert fit["interval_90"][0] <= 2.0 <= fit["interval_90"][1], fit
+    assert fit["configured_consistent"]
+
+
+def test_the_fixtures_parent_choices_fit_their_settings_and_not_puct(oe_log):
+    out = _replay_json("-l", str(oe_log), "--driver", "closed")
+    fit = out["selection_fit"]["run"]
+    assert fit["parameter"] == "exploitation_ratio" and fit["configured"] == 0.7
+    assert fit["choices"] == 14 and fit["configured_consistent"]
+    assert fit["puct_agrees"] < fit["choices"] - fit["outside_model"]

@@ -182,6 +182,7 @@ def compare(log: ReplayLog | str | Path | None = None, policy: str = "threshold:
     _add_stop_reasons(out, result, base)
     if is_closed_loop(driver):
         out["driver_requested"] = driver
+        _add_selection_fit(out, result, the_log, model, forecaster)
     pairs = [(result, base)]
     both = [the_policy, the_baseline]
     varies = seed_dependence(both, driver=driver, noise=noise, results=pairs[0])
@@ -208,6 +209,21 @@ def compare(log: ReplayLog | str | Path | None = None, policy: str = "threshold:
     add_provenance(out, the_log, forecaster, model,
                     the_policy.needs_forecast or the_baseline.needs_forecast)
     return Comparison(out, result, base, pairs, the_log)
+
+
+def _add_selection_fit(out: dict, result, log, model, forecaster) -> None:
+    """``selection_fit``: for each search the evolutionary driver re-ran, how its settings'
+    selection pressure fits the parents the log chose (``simulator.selection_fit``)."""
+    from gfsim.simulator.drivers import selection_for
+    from gfsim.simulator.replay import cached_traces
+    from gfsim.simulator.selection_fit import fit_selection
+
+    evo = {s.search_id for s in result.searches if s.extra.get("driver") == "evolution"}
+    if not evo:
+        return
+    out["selection_fit"] = {
+        t.search_id: fit_selection(t, selection_for(log, t.search_id, "closed"))
+        for t in cached_traces(log, model, forecaster) if t.search_id in evo}
 
 
 def _seed_pairs(log, policy, baseline, model, seed, seeds, jobs, kwargs) -> list:

@@ -274,6 +274,10 @@ def _print_report(out: dict) -> None:
               f"{', '.join(out['engines'])}; simulated in {out['simulation_s']:.2f} s[/dim]")
     if "search" in out:
         _print_search(con, out)
+    for sid, fit in (out.get("selection_fit") or {}).items():
+        from gfsim.simulator.selection_fit import describe_fit
+
+        con.print(describe_fit(sid, fit), markup=False, highlight=False)
     table = Table(show_edge=False)
     for col in ("", "policy", f"baseline ({esc(base['policy'])})", "delta"):
         table.add_column(col, justify="right" if col else "left")
