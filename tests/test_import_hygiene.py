@@ -260,3 +260,16 @@ def test_help_and_the_package_point_at_the_documentation_site():
         res = runner.invoke(app, args, terminal_width=200)
         assert res.exit_code == 0 and DOCS_URL in res.output, res.output
         assert ".md" not in res.output, res.output
+
+
+@pytest.mark.parametrize("name, args", [
+    ("openevolve", ["import", "openevolve", ".", "--runtime-metric", "runtime_ns"]),
+    ("shinka", ["import", "shinka", "."]),
+])
+def test_a_run_given_as_dot_is_named_by_its_folder(runs, tmp_path, monkeypatch, name, args):
+    monkeypatch.chdir(runs / name / "run")  # `gfsim import ... .` from inside the run folder
+    out = tmp_path / "log.jsonl"
+    res = runner.invoke(app, args + ["-o", str(out)])
+    assert res.exit_code == 0, res.output  # (an empty log_id failed validation before)
+    header = load_log(out).header
+    assert header["log_id"] == "run" and header["provenance"]["source"] == "run"

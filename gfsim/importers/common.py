@@ -24,7 +24,9 @@ def source_name(path, parts: int = 1) -> str:
     """What a log's header keeps of a user's file or folder: its last ``parts`` names (a run
     folder's name; ``runs/list/eval_results.json`` with ``parts=2`` gives
     ``list/eval_results.json``), never the absolute path of the user's disk."""
-    names = Path(path).resolve().parts[1:]  # (``.`` becomes the folder's own name)
+    import os
+
+    names = Path(os.path.abspath(path)).parts[1:]  # (``.`` becomes the folder's own name)
     return "/".join(names[-parts:]) if names else str(path)
 
 

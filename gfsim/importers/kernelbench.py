@@ -321,7 +321,7 @@ def import_kernelbench(run_dir, out, *, baseline, level: int | None = None,
                        "KernelBench computes it"}
     summary = import_records(
         records, out, source=path, provenance=prov, device=device,
-        log_id=log_id or run.name,
+        log_id=log_id or source_name(run),
         header_fields={"generator": {"model": "unknown (KernelBench records no generation)"}},
         run_configuration={"kernelbench": {
             "evaluation": "independent samples per problem, each a child of the reference"}},

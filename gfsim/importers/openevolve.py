@@ -387,7 +387,7 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
     for order, (key, f, p, parent) in enumerate(rows):
         pid = key[3]
         rec = {"id": pid, "parent": parent, "order": order, "task": task,
-               "search": log_id or run.name or "openevolve"}
+               "search": log_id or source_name(run) or "openevolve"}
         s = said.get(pid, {})
         if key[1] == 2:  # an iteration that made no program (the trace's failures file)
             rec.update(outcome="generation_failed",
@@ -467,7 +467,7 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
     for pid in sorted(programs):
         digest.update(read_input(programs[pid][1], root=run))
     prov = {"kind": provenance,
-            "note": f"imported by gfsim import openevolve from the OpenEvolve run {run.name}",
+            "note": f"imported by gfsim import openevolve from the OpenEvolve run {source_name(run)}",
             "source": source_name(run), "programs_sha256": digest.hexdigest(),
             "openevolve": {"version": version or "not stated (the run does not record it)",
                            "format": "OpenEvolve 0.4 program database",
@@ -477,7 +477,7 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
             "reference": ({"given": reference_runtime} if reference_runtime is not None
                           else {"seed_program_value": ref})}
     summary = import_records(
-        records, out, source=run, provenance=prov, device=device, log_id=log_id or run.name,
+        records, out, source=run, provenance=prov, device=device, log_id=log_id or source_name(run),
         header_fields={"generator": {"model": "OpenEvolve's LLM ensemble (see each "
                                               "candidate's openevolve.llm_model)",
                                      **_models(records)},

@@ -370,7 +370,7 @@ def import_shinka(run_dir, out, *, metric: str = "combined_score",
     for order, (key, rec, parent) in enumerate(rows):
         cid = key[3]
         out_rec = {"id": cid, "parent": parent, "order": order, "task": task,
-                   "search": log_id or run.name or "shinka"}
+                   "search": log_id or source_name(run) or "shinka"}
         if key[1] == 1:  # a failed proposal
             d = rec["details"]
             reason = " ".join(str(x) for x in (rec["stage"], d.get("failure_class"),
@@ -431,7 +431,7 @@ def import_shinka(run_dir, out, *, metric: str = "combined_score",
     islands = sorted({p.get("island_idx") for p in programs if p.get("island_idx") is not None})
     usd = sum(sum(r["shinka"]["usd"].values()) for _, r in records)
     prov = {"kind": provenance,
-            "note": f"imported by gfsim import shinka from the ShinkaEvolve run {run.name}",
+            "note": f"imported by gfsim import shinka from the ShinkaEvolve run {source_name(run)}",
             "source": source_name(run), "database": path.name,
             "database_sha256": got["sha256"],
             "shinka": {"version": version or "not stated (the run does not record it)",
@@ -442,7 +442,7 @@ def import_shinka(run_dir, out, *, metric: str = "combined_score",
                           else {"seed_program_value": ref, "seed_program": seed["id"]})}
     summary = import_records(
         records, out, source=path, provenance=prov, device=device,
-        log_id=log_id or run.name,
+        log_id=log_id or source_name(run),
         header_fields={"generator": {"model": "ShinkaEvolve's LLM ensemble (see each "
                                               "candidate's shinka.model)",
                                      **run_prices(run, records)},
