@@ -174,3 +174,34 @@ def test_recommend_says_point_where_every_task_gains_alike():
     assert "(point)" in row and "1.00-1.00" not in row
     text = " ".join(res.output.split())
     assert "in every replay" in text and "lower bound 1.000x" not in text
+
+
+# -- recommend's defaults work on any imported log ------------------------------------------
+def test_recommend_defaults_on_a_log_without_forecasts_leave_the_forecast_readers_out():
+    import gfsim
+
+    # It refused: "policy 'topk' reads forecasts and the log has none" (its own default grid).
+    out = gfsim.recommend(str(DATA / "tiny-no-forecasts.jsonl"), driver="trace", prices=False)
+    assert [c["config"] for c in out["recommendation"]["configs"]] == ["all"]
+    (note,) = out["notes"]
+    assert "topk:4" in note and "ev:10" in note and "--forecaster" in note
+    res = CliRunner().invoke(app, ["recommend", "--log", str(DATA / "tiny-no-forecasts.jsonl"),
+                                   "--driver", "trace", "--no-prices"], env=WIDE)
+    assert res.exit_code == 0, res.output
+    assert "are left out" in " ".join(res.output.split())
+
+
+def test_recommend_with_a_whatif_forecaster_keeps_the_whole_grid(openevolve_log):
+    from gfsim.api.options import replay_inputs
+    from gfsim.api.recommend import default_candidates, grid_for
+
+    got = replay_inputs(openevolve_log, forecaster="paper:gemini3-flash",
+                        cost="serverless-a100", driver="trace", search=None, children="auto",
+                        simulate=False, budget=None)
+    assert grid_for(got.log, "trace", got.forecaster, got.learning) == \
+        (default_candidates("trace"), [])
+    bare = replay_inputs(openevolve_log, forecaster=None, cost="serverless-a100",
+                         driver="trace", search=None, children="auto", simulate=False,
+                         budget=None)
+    kept, left = grid_for(bare.log, "trace", bare.forecaster, bare.learning)
+    assert kept == ["all"] and "topk:4" in left

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Sequence
 if TYPE_CHECKING:
     from gfsim.replay_logs import ReplayLog
 
-__all__ = ["recommend", "default_candidates"]
+__all__ = ["recommend", "default_candidates", "grid_for"]
 
 
 def recommend(log: ReplayLog | str | Path | None = None,
@@ -55,9 +55,14 @@ def recommend(log: ReplayLog | str | Path | None = None,
     the_log, forecaster, learning, model = got.log, got.forecaster, got.learning, got.model
     config, children, puct_only, the_budget = got.search, got.children, got.puct_only, got.budget
     base = parse_config(incumbent or ("all@1" if driver == "puct" else "all"), driver, config)
-    configs = [parse_config(c, driver, config, what="--candidate")
-               for c in ([candidates] if isinstance(candidates, str) else
-                        (candidates or default_candidates(driver)))]
+    notes: list[str] = []
+    if isinstance(candidates, str):
+        candidates = [candidates]
+    if not candidates:
+        candidates, left_out = grid_for(the_log, driver, forecaster, learning)
+        if left_out:
+            notes.append(left_out_note(left_out))
+    configs = [parse_config(c, driver, config, what="--candidate") for c in candidates]
     if not configs:
         raise GfsimError("--candidate: name at least one configuration")
     setup = TrialSetup(the_log, model, base.spec, driver, the_budget, [seed], config,
@@ -73,6 +78,8 @@ def recommend(log: ReplayLog | str | Path | None = None,
            "driver": driver, "budget": the_budget.as_dict(),
            **({"children": children} if driver == "puct" else {}),
            "recommendation": rec}
+    if notes:
+        out["notes"] = notes
     if varies is None:
         out["seeds_note"] = "no seed can change these replays: each configuration replayed once"
     return out
@@ -86,3 +93,24 @@ def default_candidates(driver: str) -> list[str]:
     if driver != "puct":
         return list(DEFAULT_POLICIES)
     return [f"{p}@{f}" for p in DEFAULT_POLICIES for f in DEFAULT_OVERGENS]
+
+
+def grid_for(log, driver: str, forecaster, learning) -> tuple[list[str], list[str]]:
+    """The default grid this log can replay: every configuration of ``default_candidates``,
+    less those whose policy reads forecasts where the log has none and no forecaster makes
+    them (a what-if or learned ``--forecaster``); returns (kept, left out)."""
+    from gfsim.policies import make_policy
+
+    grid = default_candidates(driver)
+    if forecaster is not None or learning is not None or not log.forecasts.empty:
+        return grid, []
+    reads = [c for c in grid if make_policy(c.partition("@")[0]).needs_forecast]
+    return [c for c in grid if c not in reads], reads
+
+
+def left_out_note(left_out: list[str]) -> str:
+    """What the default grid left out, and how to put it back."""
+    names = list(dict.fromkeys(c.partition("@")[0] for c in left_out))
+    return (f"the log has no forecasts: the default grid's policies that read them "
+            f"({', '.join(names)}) are left out; --forecaster paper:gemini3-flash adds them "
+            "with what-if forecasts (invented by a model from the log's measured speedups)")

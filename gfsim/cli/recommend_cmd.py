@@ -90,6 +90,8 @@ def recommend(
         con.print("[yellow]SYNTHETIC log: a demonstration, not a recommendation for a real "
                   "search[/yellow]")
     print_recommendation(con, rec)
+    for note in out.get("notes", []):
+        con.print(f"[dim]note: {esc(note, 1000)}[/dim]")
 
 
 def _x(v: float | None) -> str:
