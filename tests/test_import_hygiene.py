@@ -108,16 +108,20 @@ def test_other_commands_refuse_an_output_over_their_log(tmp_path):
     (tmp_path / "c.csv").symlink_to(log)
     (tmp_path / "p.png").symlink_to(log)
     os.link(log, tmp_path / "hard.jsonl")
+    settings = tmp_path / "settings.toml"
+    settings.write_text("")
     for args in (["replay", "--log", str(log), "--policy", "all", "--candidates-out",
                   str(tmp_path / "c.csv")],
                  ["replay", "--log", str(log), "--policy", "all", "--plot",
                   str(tmp_path / "p.png")],
                  ["score", "--log", str(log), "--plot", str(tmp_path / "p.png")],
                  ["forecast", "--log", str(log), "-f", "paper:gemini3-flash", "-o",
-                  str(tmp_path / "hard.jsonl")]):
+                  str(tmp_path / "hard.jsonl")],
+                 ["live", "-o", str(settings), "--config", str(settings), "--measurer",
+                  "interpret"]):
         line = _one_line_error(runner.invoke(app, args))
         assert "this command reads" in line, line
-    assert _digest(log) == digest
+    assert _digest(log) == digest and settings.read_text() == ""
 
 
 def test_kernelbench_refuses_a_baseline_timed_on_another_gpu_unless_forced(tmp_path):

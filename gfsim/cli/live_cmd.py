@@ -175,6 +175,9 @@ def live(
                          "puct is live (replay a log with --driver trace)")
     if measurer not in ("triton", "interpret"):
         raise GfsimError(f"--measurer {measurer!r}: valid: triton, interpret")
+    from gfsim.core.inputs import check_output
+
+    check_output(out, [config])  # (the settings file it was given)
     names = [t.strip() for t in tasks.split(",") if t.strip()]
     for name in names:
         get_task(name)  # unknown names: an error listing the valid ones
