@@ -58,8 +58,9 @@ def test_the_low_bins_assumption_is_named_keyed_and_in_range():
         parse_whatif("synthetic:sigma=1,failed=maybe")
 
 
-def test_a_trace_replay_reads_and_charges_the_forecasts_of_failed_candidates():
-    c = gfsim.compare(TINY, "threshold:0.7", forecaster="paper:gemini3-flash")
+@pytest.mark.parametrize("engine", ["fast", "des"])
+def test_a_trace_replay_reads_and_charges_the_forecasts_of_failed_candidates(engine):
+    c = gfsim.compare(TINY, "threshold:0.7", forecaster="paper:gemini3-flash", engine=engine)
     table = c.result.candidate_table()
     failed = table[table["outcome"].isin(["compile_failed", "runtime_error", "incorrect",
                                           "timeout"])]
@@ -89,9 +90,6 @@ def test_candidates_decided_without_a_forecast_are_counted_in_json_and_table(tmp
     assert [w for w in row.split() if w not in "│┃|"][-3:] == ["1", "0", "+1"]
 
 
-def _closed_loop(spec: str, seed: int = 0):
-    return gfsim.compare(TINY, "threshold:0.7", forecaster=spec, driver="puct",
-                         children="fallback", simulate=True, overgen=4, seed=seed)
 
 
 def test_invented_children_are_forecast_from_their_invented_speedup():
@@ -119,8 +117,10 @@ def test_invented_children_are_forecast_from_their_invented_speedup():
         np.testing.assert_allclose(k.probs, np.zeros(8) if failed else probs, atol=1e-12)
 
 
-def test_a_closed_loop_replay_forecasts_and_charges_every_generated_child():
-    c = _closed_loop("paper:gemini3-flash")
+@pytest.mark.parametrize("engine", ["fast", "des"])
+def test_a_closed_loop_replay_forecasts_and_charges_every_generated_child(engine):
+    c = gfsim.compare(TINY, "threshold:0.7", forecaster="paper:gemini3-flash", driver="puct",
+                      children="fallback", simulate=True, overgen=4, engine=engine)
     table = c.result.candidate_table()
     invented = table[table["draw_source"] == "fallback"]
     assert len(invented) > 20
