@@ -326,3 +326,13 @@ def test_the_fixtures_parent_choices_fit_their_settings_and_not_puct(oe_log):
     assert fit["parameter"] == "exploitation_ratio" and fit["configured"] == 0.7
     assert fit["choices"] == 14 and fit["configured_consistent"]
     assert fit["puct_agrees"] < fit["choices"] - fit["outside_model"]
+
+
+def test_recommend_takes_driver_closed_and_its_incumbent_interval_holds_the_log(oe_log):
+    res = CliRunner().invoke(app, ["recommend", "-l", str(oe_log), "--driver", "closed",
+                                   "--seeds", "6", "--json"])
+    assert res.exit_code == 0, res.output
+    rec = json.loads(res.output)["recommendation"]
+    now = rec["configs"][0]["best_speedup"]
+    assert rec["configs"][0]["config"] == "all F=1" and rec["fresh_seeds"]
+    assert now["lo"] <= 1.6390505262610449 <= now["hi"]

@@ -3,6 +3,8 @@ runs and prints."""
 
 from __future__ import annotations
 
+from gfsim.simulator.drivers import is_closed_loop
+
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
@@ -54,7 +56,8 @@ def recommend(log: ReplayLog | str | Path | None = None,
                         children=children, simulate=simulate, budget=budget)
     the_log, forecaster, learning, model = got.log, got.forecaster, got.learning, got.model
     config, children, puct_only, the_budget = got.search, got.children, got.puct_only, got.budget
-    base = parse_config(incumbent or ("all@1" if driver == "puct" else "all"), driver, config)
+    base = parse_config(incumbent or ("all@1" if is_closed_loop(driver) else "all"), driver,
+                        config)
     notes: list[str] = []
     if isinstance(candidates, str):
         candidates = [candidates]
@@ -76,7 +79,7 @@ def recommend(log: ReplayLog | str | Path | None = None,
                          prices=prices)
     out = {"log": the_log.name, "synthetic_log": the_log.is_synthetic, "cost_model": cost,
            "driver": driver, "budget": the_budget.as_dict(),
-           **({"children": children} if driver == "puct" else {}),
+           **({"children": children} if is_closed_loop(driver) else {}),
            "recommendation": rec}
     if notes:
         out["notes"] = notes
@@ -90,7 +93,7 @@ def default_candidates(driver: str) -> list[str]:
     policies, at each of its overgeneration factors under the puct driver)."""
     from gfsim.worlds.benchmark import DEFAULT_OVERGENS, DEFAULT_POLICIES
 
-    if driver != "puct":
+    if not is_closed_loop(driver):
         return list(DEFAULT_POLICIES)
     return [f"{p}@{f}" for p in DEFAULT_POLICIES for f in DEFAULT_OVERGENS]
 

@@ -3,6 +3,8 @@ what ``gfsim tune`` runs and prints."""
 
 from __future__ import annotations
 
+from gfsim.simulator.drivers import is_closed_loop
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -142,7 +144,8 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
     config, children, puct_only, the_budget = got.search, got.children, got.puct_only, got.budget
     from gfsim.tuning.recommend import parse_config
 
-    base = parse_config(incumbent or ("all@1" if driver == "puct" else "all"), driver, config)
+    base = parse_config(incumbent or ("all@1" if is_closed_loop(driver) else "all"), driver,
+                        config)
     setup = TrialSetup(the_log, model, policy, driver, the_budget,
                        list(range(seed, seed + seeds)), config, target, forecaster,
                        learning=learning, **puct_only)
@@ -189,7 +192,7 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
         rec = _recommendation(setup, rows[:top], base, fresh, seeded is not None)
     lead = rows[0]
     draws = {}
-    if driver == "puct":
+    if is_closed_loop(driver):
         from gfsim.simulator.shape import shape_from_dict
 
         draws = trial_draws(setup, lead["spec"], shape_from_dict(lead["search"]))
@@ -197,7 +200,7 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
         "study": study, "storage": url,
         "log": the_log.name, "synthetic_log": the_log.is_synthetic, "cost_model": cost,
         "policy": policy, "driver": driver, **({"children": children, "draws_of_first": draws}
-                                               if driver == "puct" else {}),
+                                               if is_closed_loop(driver) else {}),
         "objectives": [list(o) for o in objectives],
         "constraint": constraint, "params": [p.spec() for p in params],
         "seeds": len(setup.seeds), "seeds_requested": seeds,
@@ -261,7 +264,7 @@ def _recommendation(setup, rows: list[dict], base, fresh: list[int], seeded: boo
         return None
     seeds = fresh or list(setup.seeds)
     start = max([*seeds, *setup.seeds]) + 1
-    new = range(start, start + len(seeds)) if setup.driver == "puct" and seeded else ()
+    new = range(start, start + len(seeds)) if is_closed_loop(setup.driver) and seeded else ()
     return recommendation(setup, candidates, base, seeds, fresh_seeds=new)
 
 

@@ -41,8 +41,12 @@ def recommend(
                                               "under, KEY=VALUE pairs joined by commas "
                                               "(usd=40,steps=10); keys: usd, seconds, "
                                               "gpu_evals, steps."),
-    driver: str = typer.Option("puct", "--driver", help="puct (closed loop: F matters) or "
-                                                        "trace (the logged order)."),
+    driver: str = typer.Option("puct", "--driver", help="puct (closed loop: F matters), "
+                                                        "closed (closed loop, each search's "
+                                                        "own algorithm chosen from the log: "
+                                                        "evolutionary for OpenEvolve and "
+                                                        "ShinkaEvolve runs) or trace (the "
+                                                        "logged order)."),
     search: Optional[str] = typer.Option(None, "--search",
                                          help="puct: paper-standard or paper-filtered (default: "
                                               "each search in its own shape)."),
@@ -85,7 +89,7 @@ def recommend(
     con = console()
     con.print(f"[bold]gfsim recommend[/bold]  log={esc(out['log'], 400)}  driver={driver}  "
               f"cost={esc(cost)}  budget={esc(budget)}"
-              + (f"  children={out['children']}" if driver == "puct" else ""))
+              + (f"  children={out['children']}" if driver != "trace" else ""))
     if out["synthetic_log"]:
         con.print("[yellow]SYNTHETIC log: a demonstration, not a recommendation for a real "
                   "search[/yellow]")

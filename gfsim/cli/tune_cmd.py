@@ -52,7 +52,9 @@ def tune(
                                               "search, KEY=VALUE pairs joined by commas "
                                               "(usd=2,steps=10); keys: usd, seconds, "
                                               "gpu_evals, steps."),
-    driver: str = typer.Option("trace", "--driver", help="trace or puct."),
+    driver: str = typer.Option("trace", "--driver",
+                               help="trace, puct or closed (each search's own algorithm, "
+                                    "chosen from the log)."),
     search: Optional[str] = typer.Option(None, "--search",
                                          help="puct: paper-standard (default) or "
                                               "paper-filtered, the shape tuned around."),

@@ -19,6 +19,8 @@ new search will do better than measuring every child at F = 1. ``recommendation`
 
 from __future__ import annotations
 
+from gfsim.simulator.drivers import is_closed_loop
+
 import math
 from dataclasses import dataclass, replace
 
@@ -61,7 +63,7 @@ def parse_config(text: str, driver: str, base, *, what: str = "--incumbent") -> 
     if not spec:
         raise GfsimError(f"{what}: {text!r} names no policy (POLICY[@F], or log)")
     make_policy(spec)  # an unknown policy or a bad parameter fails here, by name
-    if driver != "puct":
+    if not is_closed_loop(driver):
         if at:
             raise GfsimError(f"{what}: {text!r}: @F (the overgeneration factor) only with "
                              "--driver puct")
@@ -113,7 +115,7 @@ def recommendation(setup, candidates: list[Config], incumbent: Config, seeds, *,
     configs = [incumbent] + [c for c in dict.fromkeys(candidates)
                              if (c.spec, c.search) != (incumbent.spec, incumbent.search)]
     per_task = len(seeds) == 1
-    fresh_on = setup.driver == "puct" and len(fresh_seeds) >= 2
+    fresh_on = is_closed_loop(setup.driver) and len(fresh_seeds) >= 2
     runs = [setup.replay(c.spec, c.search, seeds) for c in configs]
     rq = np.array([_values(r, per_task) for r in runs])  # configuration x sample
     fz = None

@@ -24,6 +24,8 @@ on Optuna 4 (both in the pinned range).
 
 from __future__ import annotations
 
+from gfsim.simulator.drivers import is_closed_loop
+
 import math
 from dataclasses import dataclass, replace
 
@@ -85,7 +87,7 @@ def parse_param(text: str, policy: str, driver: str) -> TunedParam:
         raise SpecError(f"--policy: unknown policy {policy!r}; valid: {', '.join(POLICIES)}")
     known = {p.name: p for p in POLICIES[policy].params}
     if name in SEARCH_PARAMS:
-        if driver != "puct":
+        if not is_closed_loop(driver):
             raise SpecError(f"--param {name}: a search parameter, only with --driver puct")
         target = "search"
     elif name in known:
@@ -93,12 +95,12 @@ def parse_param(text: str, policy: str, driver: str) -> TunedParam:
     elif not known:
         raise SpecError(f"--param {name}: policy {policy!r} has no tunable parameters"
                         + (f"; the puct search's: {', '.join(SEARCH_PARAMS)}"
-                           if driver == "puct" else
+                           if is_closed_loop(driver) else
                            " (tune another policy, or a search parameter with --driver puct)"))
     else:
-        valid = list(known) + (list(SEARCH_PARAMS) if driver == "puct" else [])
+        valid = list(known) + (list(SEARCH_PARAMS) if is_closed_loop(driver) else [])
         raise SpecError(f"--param {name}: not a parameter of {policy!r}"
-                        + (" or of the puct search" if driver == "puct" else "")
+                        + (" or of the puct search" if is_closed_loop(driver) else "")
                         + f"; valid: {', '.join(valid)}")
     if "|" in rng:
         choices = tuple(c.strip() for c in rng.split("|"))
@@ -221,7 +223,7 @@ class TrialSetup:
 
         seeds = list(seeds)
         puct = ({"children": children or self.children, "simulate": self.simulate}
-                if self.driver == "puct" else {})
+                if is_closed_loop(self.driver) else {})
         return replay_many(self.log, [make_policy(spec) for _ in seeds], model or self.model,
                            seeds, budget=self.budget, driver=self.driver, search=search,
                            orphans_dropped=False, forecaster=self.forecaster,
@@ -329,7 +331,7 @@ def trial_draws(setup: TrialSetup, spec: str, search) -> dict:
     """Where one trial's children came from (``draw_shares``) and what its best rests on
     (``best_evidence`` over every seed's searches: measured, invented or simulated), replayed
     on the setup's seeds; empty under the trace driver, which draws none."""
-    if setup.driver != "puct":
+    if not is_closed_loop(setup.driver):
         return {}
     from gfsim.simulator.replay import best_evidence, draw_shares
 
