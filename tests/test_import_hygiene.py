@@ -223,6 +223,10 @@ def test_every_second_the_run_folders_record_reaches_the_log(tmp_path):
     assert measured["wall_s"].notna().all()  # metadata.evaluation_seconds, every program
     programs = log.candidates[log.candidates["candidate_id"].isin(measured["candidate_id"])]
     assert programs["gen_service_s"].notna().all()  # metadata.sampling_seconds
+    # a failed proposal's LLM call: its attempt_log details' sampling timestamps (4 in the run)
+    failed = log.candidates[log.candidates["candidate_id"].str.startswith("attempt-")]
+    assert len(failed) == 4 and (failed["gen_service_s"] > 1.0).all()
+    assert failed["gen_service_s"].sum() == pytest.approx(26.8, abs=0.05)
     import_openevolve(DATA / "openevolve" / "run", tmp_path / "o.jsonl",
                       runtime_metric="runtime_ns")
     log = load_log(tmp_path / "o.jsonl")

@@ -467,7 +467,8 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
     for pid in sorted(programs):
         digest.update(read_input(programs[pid][1], root=run))
     prov = {"kind": provenance,
-            "note": f"imported by gfsim import openevolve from the OpenEvolve run {source_name(run)}",
+            "note": "imported by gfsim import openevolve from the OpenEvolve run "
+                    f"{source_name(run)}",
             "source": source_name(run), "programs_sha256": digest.hexdigest(),
             "openevolve": {"version": version or "not stated (the run does not record it)",
                            "format": "OpenEvolve 0.4 program database",

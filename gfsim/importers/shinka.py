@@ -40,12 +40,17 @@ failed proposals at their generation):
 - seconds: ``evaluation_s`` from ``metadata.evaluation_seconds`` (``compute_time`` in older
   runs), ``generation_s`` from ``metadata.sampling_seconds`` (which in the async runner also
   holds the wait for an evaluation slot; ``shinka.queue_wait_s`` keeps the wait after
-  evaluation); tokens from ``metadata.llm_result`` (thinking tokens count as output tokens, the
-  split is kept). ShinkaEvolve does not split an evaluation's seconds into stages; replays
-  split them (``simulator.log_seconds``).
+  evaluation), else its ``sampling_started_at``/``sampling_finished_at`` (what a failed
+  proposal's ``attempt_log`` details record: its LLM call's seconds); tokens from
+  ``metadata.llm_result`` (thinking tokens count as output tokens, the split is kept).
+  ShinkaEvolve does not split an evaluation's seconds into stages; replays split them
+  (``simulator.log_seconds``).
 - kept on each candidate under ``shinka``: generation, island, timestamp, correct,
   combined_score, the metrics, the model, patch type and name, the API dollars (LLM, embedding,
   novelty) and the pipeline seconds; the table and row it came from.
+- the header's ``generator``: the models that wrote the programs, the API dollars the run's
+  own accounting charged, and the prices of the run's ``pricing_snapshot.json``, where it has
+  one (``gfsim.importers.shinka_prices``).
 
 A problem (a missing table or column, a row whose JSON does not parse, a parent no row holds,
 a file that is not a SQLite database, an unsupported version) is one line naming the file,
@@ -272,6 +277,17 @@ def _seconds(meta: dict, *keys: str) -> float | None:
     return None
 
 
+def _sampling_s(meta: dict) -> float | None:
+    """Seconds of the LLM sampling: ``sampling_seconds``, else its two timestamps
+    (``sampling_finished_at`` - ``sampling_started_at``: all a failed proposal's
+    ``attempt_log`` details record)."""
+    got = _seconds(meta, "sampling_seconds")
+    start, end = meta.get("sampling_started_at"), meta.get("sampling_finished_at")
+    if got is None and is_number(start) and is_number(end) and end >= start:
+        got = float(end - start)
+    return got
+
+
 def _usd(meta: dict) -> dict:
     out = {}
     for k in ("api_costs", "embed_cost", "novelty_cost"):
@@ -381,6 +397,9 @@ def import_shinka(run_dir, out, *, metric: str = "combined_score",
                 "status": rec["status"], "created_at": rec["created_at"],
                 "model": d.get("model_name"), "patch_type": d.get("patch_type"),
                 "usd": _usd(d), "table": "attempt_log", "row": rec["id"]})
+            gen = _sampling_s(d)  # the LLM call the proposal spent before it failed
+            if gen is not None:
+                out_rec["generation_s"] = gen
         else:
             outcome, value, error = _outcome(rec, metric)
             out_rec.update(outcome=outcome, code=rec.get("code") or None, error=error)
@@ -398,7 +417,7 @@ def import_shinka(run_dir, out, *, metric: str = "combined_score",
             ev = _seconds(meta, "evaluation_seconds", "compute_time")
             if ev is not None:
                 out_rec["evaluation_s"] = ev
-            gen = _seconds(meta, "sampling_seconds")
+            gen = _sampling_s(meta)
             if gen is not None:
                 out_rec["generation_s"] = gen
             llm = meta.get("llm_result") if isinstance(meta.get("llm_result"), dict) else {}
