@@ -252,6 +252,9 @@ def test_kernelbench_keeps_the_seconds_it_timed(tmp_path):
                                   else json.loads(c["extra"]))
               for c in load_log(tmp_path / "k.jsonl").candidates.to_dict("records")}
     assert extras["L1-P1-S0"]["kernelbench"]["timed_runs_s"] == pytest.approx(100 * 2.9 / 1e3)
+    # the GPU the results record names the log's hardware where --device is not given
+    header = load_log(tmp_path / "k.jsonl").header
+    assert header["hardware"]["device_name"] == "NVIDIA H100 80GB HBM3"
 
 
 def test_help_and_the_package_point_at_the_documentation_site():

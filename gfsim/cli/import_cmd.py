@@ -202,7 +202,9 @@ def kernelbench(
     level: Optional[int] = typer.Option(None, "--level",
                                         help="The KernelBench level (default: the run's "
                                              "generation_config.yaml, or the file's nesting)."),
-    device: str = typer.Option("unknown", "--device", help="The GPU it was measured on."),
+    device: str = typer.Option("unknown", "--device", help="The GPU it was measured on "
+                                                            "(default: the one the results "
+                                                            "record)."),
     provenance: str = typer.Option("measured", "--provenance",
                                    help="measured, synthetic or mixed: where the numbers came "
                                         "from, said in the log's header."),

@@ -20,7 +20,9 @@ What is read:
   (``--force``); one that contradicts a level-keyed file's nesting always is.
 - the GPU: each sample's ``metadata.hardware`` (``torch.cuda.get_device_name``) and each
   baseline entry's ``hardware``. A baseline timed on another GPU than the results is refused
-  in one line naming both (its speedups would compare two GPUs), unless ``force``.
+  in one line naming both (its speedups would compare two GPUs), unless ``force``. The
+  results' GPU is the header's ``hardware.device_name`` unless ``device`` (``--device``) names
+  one.
 
 Mapping: each problem is a task (``level{L}/{file name}``, or ``level{L}/problem_{P}`` where
 the baseline does not name it) and a search of its own; each sample a candidate, a child of
@@ -266,6 +268,8 @@ def import_kernelbench(run_dir, out, *, baseline, level: int | None = None,
         raise GfsimError(f"{base_path}: --baseline: no such file")
     base = read_baseline(base_path)
     hardware = check_hardware(got["samples"], base, path, base_path, force)
+    if device == "unknown" and len(hardware["results"]) == 1:
+        device = hardware["results"][0]  # what the results record, where --device is not given
     records = []
     counts: dict[str, int] = {}
     flagged = 0
