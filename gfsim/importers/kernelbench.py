@@ -258,7 +258,9 @@ def import_kernelbench(run_dir, out, *, baseline, level: int | None = None,
     src = Path(run_dir)
     path, run = (src / "eval_results.json", src) if src.is_dir() else (src, src.parent)
     base_path = Path(baseline)
-    check_output(out, [src, base_path, run / "generation_config.yaml"])
+    # the run folder is read where it is given, or holds the generation_config.yaml read
+    check_output(out, [src, base_path, run if (run / "generation_config.yaml").is_file()
+                       else None])
     if not path.is_file():
         raise GfsimError(f"{path}: no such file (give a KernelBench run folder or its "
                          "eval_results.json)")
