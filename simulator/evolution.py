@@ -243,7 +243,8 @@ class EvolutionArchive:
     def _seed_measured(self, children: list[ChildResult]) -> None:
         """After the first step: its best measured child (the initial program) takes the
         root's place on the root's islands and in the elite; the island generations restart,
-        as the tool's count from its first mutation. Without one, the root stays."""
+        as the tool's count from its first mutation, and so do the islands' turns. Without one,
+        the root stays."""
         ok = [c for c in children if c.reward is not None and c.parent_id == self.root.node_id]
         if not ok:
             return
@@ -257,6 +258,7 @@ class EvolutionArchive:
         del self._by_id[rid]
         self.root = seed
         self.generations = [0] * self.config.islands
+        self._turn = 0  # the first mutation goes to island 0, as the tool's first iteration
 
     def _admit(self, node: ArchiveNode, island: int, correct: bool) -> None:
         nid = node.node_id

@@ -13,7 +13,7 @@ strategy's pressure parameter is then estimated by maximum likelihood on a grid:
   beam search and hill climbing have none (their likelihood alone is reported).
 
 Its 90% interval is the grid's values within 2.706 / 2 log-likelihood units of the best (the
-likelihood-ratio test with one degree of freedom). Beside it: how many logged parents the
+likelihood-ratio test with one degree of freedom), the grid refined five times around it. Beside it: how many logged parents the
 archive could not have drawn (``outside_model``: programs its rules had dropped, e.g. by
 OpenEvolve's MAP-Elites cells, which it does not model) and how many PUCT would have chosen.
 """
@@ -98,6 +98,25 @@ def _puct_agrees(steps, root: ArchiveNode) -> int:
     return agree
 
 
+def _profile(steps, root, config, name: str, grid: np.ndarray):
+    """The log-likelihood over ``grid``, then over a grid five times finer between the coarse
+    points around the interval (a coarse grid alone puts an interval's ends, and so whether
+    it holds a value between two points, off by a whole step)."""
+    def ll(v):
+        return _walk(steps, root, replace(config, **{name: round(float(v), 6)}))[0]
+
+    lls = np.array([ll(v) for v in grid])
+    near = np.flatnonzero(2 * (lls.max() - lls) <= 2 * _CHI2_90)
+    lo, hi = grid[max(near.min() - 1, 0)], grid[min(near.max() + 1, len(grid) - 1)]
+    fine = np.setdiff1d(np.round(np.linspace(lo, hi, 5 * (min(near.max() + 1, len(grid) - 1)
+                                                         - max(near.min() - 1, 0)) + 1), 6),
+                        np.round(grid, 6))
+    both = np.concatenate([grid, fine])
+    all_lls = np.concatenate([lls, [ll(v) for v in fine]])
+    order = np.argsort(both, kind="stable")
+    return both[order], all_lls[order]
+
+
 def fit_selection(trace, config: EvolutionConfig) -> dict:
     """The log's parent choices under ``config``'s strategy: the pressure parameter's maximum
     likelihood estimate and 90% interval beside its setting, the log-likelihood of both and of
@@ -116,7 +135,7 @@ def fit_selection(trace, config: EvolutionConfig) -> dict:
     out["loglik_uniform_on_island"] = _walk(steps, root, uniform)[0]
     if name is None:
         return out
-    lls = np.array([_walk(steps, root, replace(config, **{name: float(v)}))[0] for v in grid])
+    grid, lls = _profile(steps, root, config, name, np.asarray(grid, dtype=float))
     best = int(np.argmax(lls))
     inside = [float(v) for v, ll in zip(grid, lls) if 2 * (lls[best] - ll) <= _CHI2_90]
     configured = float(getattr(config, name))

@@ -302,12 +302,13 @@ def test_exploitation_share_is_recovered_from_the_parents_a_search_chose(truth):
 
     run_with = EvolutionConfig.for_tool("openevolve", {
         "islands": 2, "archive_size": 5, "exploitation_ratio": truth, "migration_interval": 20})
-    fit = fit_selection(_logged_search(run_with, 300), replace(run_with,
-                                                               exploitation_ratio=0.4))
-    lo, hi = fit["interval_90"]
-    assert lo <= truth <= hi and abs(fit["estimate"] - truth) <= 0.15, fit
-    assert not fit["configured_consistent"]  # a setting of 0.4 is told apart
-    assert fit["outside_model"] == 0 and fit["choices"] == 300
+    fits = [fit_selection(_logged_search(run_with, 300, seed), replace(
+        run_with, exploitation_ratio=0.4)) for seed in range(5)]
+    # a 90% interval: it holds the truth in most of five searches, and the estimates centre
+    covered = sum(f["interval_90"][0] <= truth <= f["interval_90"][1] for f in fits)
+    assert covered >= 4 and abs(np.mean([f["estimate"] for f in fits]) - truth) <= 0.1, fits
+    assert sum(not f["configured_consistent"] for f in fits) >= 4  # 0.4 is told apart
+    assert all(f["outside_model"] == 0 and f["choices"] == 300 for f in fits)
 
 
 def test_power_law_exponent_is_recovered():
