@@ -27,6 +27,7 @@ from gfsim.policies.base import Batch, Policy, SearchState
 from gfsim.simulator.budget import Budget, limits_money_or_time, unaffordable
 from gfsim.simulator.noise import MeasureNoise, confirm_best
 from gfsim.simulator.pipeline import COST_STAGE, DEFAULT_PIPELINE, Pipeline
+from gfsim.simulator.progress import tick
 from gfsim.simulator.results import SearchResult
 from gfsim.simulator.slots import Countdown, Slots
 from gfsim.simulator.trace import SearchTrace, ancestor_speedup
@@ -346,6 +347,7 @@ class SearchSimulation:
             )
             yield env.all_of([env.process(self._parent_batch(step, b)) for b in batches])
             self._steps_done += 1
+            tick()
 
     # -- run -------------------------------------------------------------------------------
     def run(self) -> SearchResult:

@@ -24,6 +24,7 @@ from gfsim.simulator.children import DRAW_SOURCES, INVENTED, Child, ChildSource
 from gfsim.simulator.engine import SearchSimulation
 from gfsim.simulator.noise import MeasureNoise
 from gfsim.simulator.pipeline import DEFAULT_PIPELINE, Pipeline
+from gfsim.simulator.progress import tick
 from gfsim.simulator.evolution import make_archive
 from gfsim.simulator.puct import ArchiveNode, ChildResult
 from gfsim.simulator.results import SearchResult
@@ -270,6 +271,7 @@ class PuctSimulation(SearchSimulation):
             self.archive.complete_step(parents, results)
             self.source.observe_step(results)
             self._steps_done += 1
+            tick()
 
     def run(self) -> SearchResult:
         result = super().run()

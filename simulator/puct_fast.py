@@ -44,6 +44,7 @@ from gfsim.simulator.children import Child, ChildSource, LogChildren, finish_ste
 from gfsim.simulator.engine import segments
 from gfsim.simulator.noise import MeasureNoise, confirm_best
 from gfsim.simulator.pipeline import COST_STAGE, DEFAULT_PIPELINE, Pipeline
+from gfsim.simulator.progress import tick
 from gfsim.simulator.puct import ArchiveNode, ChildResult
 from gfsim.simulator.evolution import make_bank
 from gfsim.simulator.puct_engine import SearchConfig, cap_per_parent, puct_extra
@@ -703,6 +704,7 @@ def run_lockstep(runs: list[_FastPuct]) -> list[SearchResult]:
         bank.complete([(run.row, run.parents, run.results) for run in active])
         for run in active:
             run.finish_step()
+        tick(len(active))
     return [run.result() for run in runs]
 
 

@@ -205,3 +205,38 @@ def test_recommend_with_a_whatif_forecaster_keeps_the_whole_grid(openevolve_log)
                          budget=None)
     kept, left = grid_for(bare.log, "trace", bare.forecaster, bare.learning)
     assert kept == ["all"] and "topk:4" in left
+
+
+# -- long replays show progress --------------------------------------------------------------
+REPLAY = ["replay", "--log", "synthetic-mini", "--driver", "puct", "--steps", "6", "-p", "all"]
+
+
+def test_a_closed_loop_replay_shows_its_steps_on_a_terminals_stderr():
+    res = CliRunner().invoke(app, REPLAY, env={**WIDE, "TTY_COMPATIBLE": "1"})
+    assert res.exit_code == 0, res.output
+    assert "search steps" in res.stderr and "search steps" not in res.stdout
+
+
+@pytest.mark.parametrize("extra, env", [(["--json"], {"TTY_COMPATIBLE": "1"}),
+                                        ([], {"TTY_COMPATIBLE": "0"})])
+def test_no_progress_with_json_or_off_a_terminal(extra, env):
+    res = CliRunner().invoke(app, REPLAY + extra, env={**WIDE, **env})
+    assert res.exit_code == 0, res.output
+    assert "search steps" not in res.stderr
+
+
+def test_the_engines_tick_every_step_alike_in_either_engine():
+    from gfsim.simulator.progress import listening
+
+    log = load_log(resolve_log("synthetic-mini"))
+    model = load_cost_model("serverless-a100")
+    counted = {}
+    for engine in ("des", "fast"):
+        ticks = []
+        with listening(ticks.append):
+            r = replay(log, make_policy("all"), model, driver="puct", engine=engine,
+                       simulate=True, orphans_dropped=False)
+        # the replay's steps, and those of the check that PUCT reproduces each logged search
+        assert sum(ticks) >= sum(s.steps for s in r.searches) > 0, engine
+        counted[engine] = sum(ticks)
+    assert counted["des"] == counted["fast"]

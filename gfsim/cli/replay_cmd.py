@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -131,13 +132,15 @@ def replay(
     if plot is not None:
         _check_plot_path(plot)
     _check_outputs({"--plot": plot, "--candidates-out": candidates_out}, [log, cost, config])
-    cmp = compare(log, policy, baseline, cost=cost, budget=budget, seed=seed, seeds=seeds,
-                  jobs=jobs, capacity=capacity, gen_tokens=gen_tokens, pipeline=pipeline,
-                  driver=driver, search=search, steps=steps, parents_per_step=parents_per_step,
-                  samples_per_parent=samples_per_parent, overgen=overgen,
-                  k_per_parent=k_per_parent, engine=engine, children=children,
-                  simulate=simulate, calibrate=calibrate, forecaster=forecaster,
-                  measure_noise=measure_noise, predict=predict, detail=detail)
+    with _step_progress(off=as_json):
+        cmp = compare(log, policy, baseline, cost=cost, budget=budget, seed=seed, seeds=seeds,
+                      jobs=jobs, capacity=capacity, gen_tokens=gen_tokens, pipeline=pipeline,
+                      driver=driver, search=search, steps=steps,
+                      parents_per_step=parents_per_step, samples_per_parent=samples_per_parent,
+                      overgen=overgen, k_per_parent=k_per_parent, engine=engine,
+                      children=children, simulate=simulate, calibrate=calibrate,
+                      forecaster=forecaster, measure_noise=measure_noise, predict=predict,
+                      detail=detail)
     out = cmp.to_dict()
     if plot is not None:
         out["plot"] = str(cmp.plot(plot))
@@ -156,6 +159,24 @@ def _check_outputs(outputs: dict, reads: list) -> None:
     for option, path in outputs.items():
         if path is not None:
             check_output(path, reads, option)
+
+
+@contextmanager
+def _step_progress(off: bool):
+    """A bar on stderr counting the search steps replayed (every search, policy and baseline,
+    every seed), with the time elapsed; off with --json and where stderr is not a terminal."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from gfsim.simulator.progress import listening
+
+    err = Console(stderr=True)
+    with Progress(TextColumn("replay"), BarColumn(),
+                  TextColumn("{task.completed:,.0f} search steps"), TimeElapsedColumn(),
+                  console=err, transient=True, disable=off or not err.is_terminal) as bar:
+        job = bar.add_task("replay", total=None)
+        with listening(lambda n: bar.advance(job, n)):
+            yield
 
 
 def _check_plot_path(path: Path) -> None:
