@@ -3,8 +3,6 @@ runs and prints."""
 
 from __future__ import annotations
 
-from gfsim.simulator.drivers import is_closed_loop
-
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
@@ -48,6 +46,7 @@ def recommend(log: ReplayLog | str | Path | None = None,
     """
     from gfsim.api.options import replay_inputs
     from gfsim.core.errors import GfsimError
+    from gfsim.simulator.drivers import is_closed_loop
     from gfsim.simulator.replay import seed_dependence
     from gfsim.tuning.recommend import parse_config, recommendation
     from gfsim.tuning.trials import TrialSetup
@@ -91,6 +90,7 @@ def recommend(log: ReplayLog | str | Path | None = None,
 def default_candidates(driver: str) -> list[str]:
     """The configurations the counterfactual benchmark judges recommendations on (its
     policies, at each of its overgeneration factors under the puct driver)."""
+    from gfsim.simulator.drivers import is_closed_loop  # not at import: gfsim -h stays light
     from gfsim.worlds.benchmark import DEFAULT_OVERGENS, DEFAULT_POLICIES
 
     if not is_closed_loop(driver):
