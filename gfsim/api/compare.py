@@ -160,7 +160,7 @@ def compare(log: ReplayLog | str | Path | None = None, policy: str = "threshold:
     puct_only = puct_children(driver, children, simulate)
     if predict and not is_closed_loop(driver):
         raise GfsimError("--predict: a new search is simulated closed loop on the log's world "
-                         "model; it needs a closed-loop --driver (puct, closed)")
+                         "model; it needs --driver puct (or closed)")
     learning = learning_spec(forecaster)
     the_log, forecaster = resolve(open_log_arg(log), forecaster)
     config = search_config(driver, search, the_log, steps=steps,

@@ -33,7 +33,8 @@ def puct_children(driver: str, children: str, simulate: bool = False) -> dict:
     if not is_closed_loop(driver):
         if children != "fallback" or simulate:
             flag = "--children" if children != "fallback" else "--simulate"
-            raise GfsimError(f"{flag}: only a closed-loop driver draws children; the trace "
+            raise GfsimError(f"{flag}: only a closed-loop driver (the puct driver, or closed) "
+                             "draws children; the trace "
                              "driver replays the logged order")
         return {}
     return {"children": children, "simulate": simulate}
@@ -61,7 +62,7 @@ def search_config(driver: str, preset: str | None, log=None, **knobs):
         if preset is not None or given:
             flags = ", ".join(["--search"] * (preset is not None)
                               + [f"--{k.replace('_', '-')}" for k in given])
-            raise GfsimError(f"{flags}: only with a closed-loop --driver (puct, closed)")
+            raise GfsimError(f"{flags}: only with --driver puct (or closed)")
         return None
     if preset is None and log is not None:
         return OwnShape(**given)
