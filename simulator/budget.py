@@ -101,7 +101,8 @@ def stop_reason(result) -> dict:
     for, or every logged step, ran)."""
     if result.stopped_by:
         return {"code": f"budget:{result.stopped_by}",
-                "text": f"stopped after {result.steps} steps by {_LIMIT_WORDS[result.stopped_by]}"}
+                "text": f"stopped after {result.steps} step{'' if result.steps == 1 else 's'} "
+                        f"by {_LIMIT_WORDS[result.stopped_by]}"}
     search = result.extra.get("search")
     if not search:
         return {"code": "steps_done", "text": f"all {result.steps} logged steps replayed"}

@@ -246,7 +246,7 @@ def _add_stop_reasons(out: dict, result, base) -> None:
     out["baseline"]["stop_reasons"] = [stop_reason(r) for r in base.searches]
     mine, theirs = stop_note(result.searches), stop_note(base.searches)
     if mine is not None and mine == theirs:
-        out["notes"].append(f"{mine} (the baseline's alike)")
+        out["notes"].append(f"{mine}; the baseline's alike")
         return
     for side, note in (("", mine), ("baseline: ", theirs)):
         if note is not None:
