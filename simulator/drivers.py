@@ -13,19 +13,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gfsim.core.drivers import CLOSED_LOOP, is_closed_loop
 from gfsim.simulator.evolution import TOOL_DEFAULTS, EvolutionConfig
 
 __all__ = ["CLOSED_LOOP", "is_closed_loop", "run_record", "selection_for", "chosen_driver",
            "evolution_note"]
-
-CLOSED_LOOP = ("puct", "closed", "evolution")  # drivers that re-run the search
-
-
-def is_closed_loop(driver: str) -> bool:
-    """Whether ``driver`` re-runs the search (draws children) rather than replaying the log's
-    order (``trace``)."""
-    return driver in CLOSED_LOOP
-
 
 def run_record(log, search_id: str) -> dict:
     """The run record of ``search_id`` ({} when the log has none)."""

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gfsim.simulator.drivers import is_closed_loop
+from gfsim.core.drivers import is_closed_loop
 
 __all__ = ["resolve_children", "puct_children", "learning_spec", "search_config",
            "CAPACITY_KEYS", "parse_capacities", "parse_capacity", "ReplayInputs",

@@ -3,7 +3,7 @@ what ``gfsim tune`` runs and prints."""
 
 from __future__ import annotations
 
-from gfsim.simulator.drivers import is_closed_loop
+from gfsim.core.drivers import is_closed_loop
 
 from dataclasses import dataclass, field
 from pathlib import Path

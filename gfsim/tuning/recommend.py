@@ -19,7 +19,7 @@ new search will do better than measuring every child at F = 1. ``recommendation`
 
 from __future__ import annotations
 
-from gfsim.simulator.drivers import is_closed_loop
+from gfsim.core.drivers import is_closed_loop
 
 import math
 from dataclasses import dataclass, replace

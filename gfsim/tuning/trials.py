@@ -24,7 +24,7 @@ on Optuna 4 (both in the pinned range).
 
 from __future__ import annotations
 
-from gfsim.simulator.drivers import is_closed_loop
+from gfsim.core.drivers import is_closed_loop
 
 import math
 from dataclasses import dataclass, replace
