@@ -211,8 +211,14 @@ def test_recommend_with_a_whatif_forecaster_keeps_the_whole_grid(openevolve_log)
 REPLAY = ["replay", "--log", "synthetic-mini", "--driver", "puct", "--steps", "6", "-p", "all"]
 
 
-def test_a_closed_loop_replay_shows_its_steps_on_a_terminals_stderr():
-    res = CliRunner().invoke(app, REPLAY, env={**WIDE, "TTY_COMPATIBLE": "1"})
+@pytest.mark.parametrize("args", [
+    REPLAY,
+    ["recommend", "--log", "synthetic-mini", "--driver", "trace", "--seeds", "1",
+     "--candidate", "topk:2", "--no-prices"],
+    ["savings", "--log", "synthetic-mini", "--policy", "topk:2", "--seeds", "1"],
+], ids=["replay", "recommend", "savings"])
+def test_a_replaying_command_shows_its_steps_on_a_terminals_stderr(args):
+    res = CliRunner().invoke(app, args, env={**WIDE, "TTY_COMPATIBLE": "1"})
     assert res.exit_code == 0, res.output
     assert "search steps" in res.stderr and "search steps" not in res.stdout
 

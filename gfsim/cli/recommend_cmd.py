@@ -77,11 +77,13 @@ def recommend(
     search, with its interval, and the prices over which it holds; the incumbent when no
     configuration beats it detectably."""
     from gfsim.api.recommend import recommend as run_recommend
+    from gfsim.cli.replay_cmd import step_progress
 
-    out = run_recommend(log, candidate or None, incumbent, cost=cost, budget=budget,
-                        driver=driver, search=search, forecaster=forecaster, children=children,
-                        simulate=simulate, seeds=seeds, fresh_seeds=fresh_seeds, seed=seed,
-                        level=level, prices=prices)
+    with step_progress("recommend", off=as_json):
+        out = run_recommend(log, candidate or None, incumbent, cost=cost, budget=budget,
+                            driver=driver, search=search, forecaster=forecaster,
+                            children=children, simulate=simulate, seeds=seeds,
+                            fresh_seeds=fresh_seeds, seed=seed, level=level, prices=prices)
     rec = out["recommendation"]
     if as_json:
         print_json(out)

@@ -21,7 +21,7 @@ from gfsim.cli.common import (
     print_json,
 )
 
-__all__ = ["replay", "parse_capacity"]
+__all__ = ["replay", "parse_capacity", "step_progress"]
 
 
 @handles_errors
@@ -132,7 +132,7 @@ def replay(
     if plot is not None:
         _check_plot_path(plot)
     _check_outputs({"--plot": plot, "--candidates-out": candidates_out}, [log, cost, config])
-    with _step_progress(off=as_json):
+    with step_progress("replay", off=as_json):
         cmp = compare(log, policy, baseline, cost=cost, budget=budget, seed=seed, seeds=seeds,
                       jobs=jobs, capacity=capacity, gen_tokens=gen_tokens, pipeline=pipeline,
                       driver=driver, search=search, steps=steps,
@@ -162,19 +162,20 @@ def _check_outputs(outputs: dict, reads: list) -> None:
 
 
 @contextmanager
-def _step_progress(off: bool):
+def step_progress(command: str, off: bool):
     """A bar on stderr counting the search steps replayed (every search, policy and baseline,
-    every seed), with the time elapsed; off with --json and where stderr is not a terminal."""
+    every seed), with the time elapsed; off with --json and where stderr is not a terminal.
+    ``gfsim recommend`` and ``gfsim savings`` show it too."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from gfsim.simulator.progress import listening
 
     err = Console(stderr=True)
-    with Progress(TextColumn("replay"), BarColumn(),
+    with Progress(TextColumn(command), BarColumn(),
                   TextColumn("{task.completed:,.0f} search steps"), TimeElapsedColumn(),
                   console=err, transient=True, disable=off or not err.is_terminal) as bar:
-        job = bar.add_task("replay", total=None)
+        job = bar.add_task(command, total=None)
         with listening(lambda n: bar.advance(job, n)):
             yield
 

@@ -54,11 +54,13 @@ def savings(
     intervals; cost to reach targets; the speedup at equal cost; break-even prices
     (``gfsim.savings`` in Python)."""
     from gfsim.api.savings import savings as compute_savings
+    from gfsim.cli.replay_cmd import step_progress
 
-    out = compute_savings(log, policy, baseline, cost=cost, budget=budget, driver=driver,
-                          search=search, overgen=overgen, forecaster=forecaster,
-                          children=children, simulate=simulate, seeds=seeds, seed=seed,
-                          jobs=jobs)
+    with step_progress("savings", off=as_json):
+        out = compute_savings(log, policy, baseline, cost=cost, budget=budget, driver=driver,
+                              search=search, overgen=overgen, forecaster=forecaster,
+                              children=children, simulate=simulate, seeds=seeds, seed=seed,
+                              jobs=jobs)
     if as_json:
         print_json(out)
         return
