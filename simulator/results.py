@@ -169,7 +169,8 @@ class ReplayResult:
     def unforecast(self) -> int:
         """Candidates a forecast-reading policy decided with no forecast at all (reason
         ``unforecast``: no forecaster could run on them); 0 for a policy that reads none."""
-        return sum(sum(1 for r in s.table["reason"] if r == "unforecast")
+        # (a lean result keeps no per-candidate table: nothing to count there)
+        return sum(sum(1 for r in s.table.get("reason", ()) if r == "unforecast")
                    for s in self.searches)
 
     def candidate_table(self) -> pd.DataFrame:
