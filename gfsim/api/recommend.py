@@ -15,7 +15,7 @@ __all__ = ["recommend", "default_candidates", "grid_for"]
 def recommend(log: ReplayLog | str | Path | None = None,
               candidates: str | Sequence[str] | None = None, incumbent: str | None = None, *,
               cost: str = "serverless-a100", budget: str | None = "usd=40",
-              driver: str = "puct", search: str | None = None, forecaster: str | None = None,
+              driver: str = "closed", search: str | None = None, forecaster: str | None = None,
               children: str = "auto", simulate: bool = False, seeds: int = 8,
               fresh_seeds: int = 8, seed: int = 0, level: float = 0.9,
               prices: bool = True) -> dict:
@@ -77,7 +77,7 @@ def recommend(log: ReplayLog | str | Path | None = None,
                          fresh_seeds=range(seed + n, seed + n + fresh_seeds), level=level,
                          prices=prices)
     out = {"log": the_log.name, "synthetic_log": the_log.is_synthetic, "cost_model": cost,
-           "driver": driver, "budget": the_budget.as_dict(),
+           "driver": driver, **_chosen(the_log, driver), "budget": the_budget.as_dict(),
            **({"children": children} if is_closed_loop(driver) else {}),
            "recommendation": rec}
     if notes:
@@ -85,6 +85,17 @@ def recommend(log: ReplayLog | str | Path | None = None,
     if varies is None:
         out["seeds_note"] = "no seed can change these replays: each configuration replayed once"
     return out
+
+
+def _chosen(log, driver: str) -> dict:
+    """``driver_chosen``: what ``--driver closed`` re-runs for the log's searches (PUCT, or the
+    evolutionary driver of an OpenEvolve or ShinkaEvolve run), in the words replay prints."""
+    if driver != "closed":
+        return {}
+    from gfsim.simulator.drivers import chosen_driver, selection_for
+
+    searches = list(dict.fromkeys(log.candidates["search_id"].tolist()))
+    return {"driver_chosen": chosen_driver([selection_for(log, s, driver) for s in searches])}
 
 
 def default_candidates(driver: str) -> list[str]:

@@ -23,7 +23,7 @@ __all__ = ["recommend", "print_recommendation", "INCUMBENT_HELP"]
 INCUMBENT_HELP = ("What you do now, which a recommendation must beat detectably: POLICY[@F] "
                   "(F the overgeneration factor, or own: each search's own), or log (measure "
                   "every child, each search in its own shape). Default: all@1 (measure every "
-                  "child at F 1) under --driver puct, all under trace.")
+                  "child at F 1) in a closed loop, all under trace.")
 
 
 @handles_errors
@@ -32,7 +32,7 @@ def recommend(
         None, "--candidate",
         help="A configuration to consider: POLICY[@F]. Repeat for several. Default: the "
              "counterfactual benchmark's grid (all, topk:4, threshold:0.7, "
-             "threshold:coverage=0.5, ev:10, at F 1, 2, 4 and 8 under --driver puct)."),
+             "threshold:coverage=0.5, ev:10, at F 1, 2, 4 and 8 in a closed loop)."),
     incumbent: Optional[str] = typer.Option(None, "--incumbent", help=INCUMBENT_HELP),
     log: Optional[str] = typer.Option(None, "--log", "-l", help="Log path or shipped name."),
     cost: str = typer.Option("serverless-a100", "--cost", "-c", help="Cost preset or TOML."),
@@ -41,12 +41,13 @@ def recommend(
                                               "under, KEY=VALUE pairs joined by commas "
                                               "(usd=40,steps=10); keys: usd, seconds, "
                                               "gpu_evals, steps."),
-    driver: str = typer.Option("puct", "--driver", help="puct (closed loop: F matters), "
-                                                        "closed (closed loop, each search's "
-                                                        "own algorithm chosen from the log: "
-                                                        "evolutionary for OpenEvolve and "
-                                                        "ShinkaEvolve runs) or trace (the "
-                                                        "logged order)."),
+    driver: str = typer.Option("closed", "--driver", help="closed (closed loop, F matters: "
+                                                          "each search's own algorithm, "
+                                                          "chosen from the log: evolutionary "
+                                                          "for OpenEvolve and ShinkaEvolve "
+                                                          "runs, PUCT for PUCT logs), puct "
+                                                          "(closed loop, PUCT forced) or "
+                                                          "trace (the logged order)."),
     search: Optional[str] = typer.Option(None, "--search",
                                          help="puct: paper-standard or paper-filtered (default: "
                                               "each search in its own shape)."),
@@ -89,7 +90,9 @@ def recommend(
         print_json(out)
         return
     con = console()
-    con.print(f"[bold]gfsim recommend[/bold]  log={esc(out['log'], 400)}  driver={driver}  "
+    con.print(f"[bold]gfsim recommend[/bold]  log={esc(out['log'], 400)}  driver={driver}"
+              + (f" (chose {out['driver_chosen']} from the log)" if "driver_chosen" in out
+                 else "") + "  "
               f"cost={esc(cost)}  budget={esc(budget)}"
               + (f"  children={out['children']}" if driver != "trace" else ""))
     if out["synthetic_log"]:
