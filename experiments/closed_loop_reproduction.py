@@ -25,27 +25,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def reproduction(path: Path, driver: str, seeds: list[int]) -> dict:
     from gfsim.cost_models import load_cost_model
-    from gfsim.policies import make_policy
     from gfsim.replay_logs.log import load_log
-    from gfsim.simulator.predictive import log2_best, predictive_interval, surprise_of_log
-    from gfsim.simulator.replay import replay_many
+    from gfsim.simulator.predictive import reproduce_log
 
-    log, model = load_log(path), load_cost_model("serverless-a100")
-    kw = dict(driver=driver, orphans_dropped=False, simulate=True)
-    runs = replay_many(log, [make_policy("all") for _ in seeds], model, seeds,
-                       children="model", **kw)
-    rq = np.array([log2_best(r) for r in runs])
-    fz = np.array([log2_best(r) for r in replay_many(
-        log, [make_policy("all") for _ in seeds], model, seeds, children="fresh", **kw)])
-    surprise = surprise_of_log(log, model, seeds, seeds, children="model", **kw)
-    lo, hi = predictive_interval(rq, fz, 0.9, surprise=surprise["factor"])
-    ev = log.evaluations["speedup"].to_numpy(dtype=float)
-    logged = float(max([1.0, *ev[np.isfinite(ev) & (ev > 0)]]))
-    mean = 2 ** float(rq.mean())
-    return {"logged": logged, "mean": mean, "lo": 2 ** float(lo), "hi": 2 ** float(hi),
-            "driver": runs[0].searches[0].extra["driver"],
-            "within_10": abs(mean / logged - 1) <= 0.10,
-            "inside": 2 ** float(lo) <= logged <= 2 ** float(hi)}
+    return reproduce_log(load_log(path), load_cost_model("serverless-a100"), seeds,
+                         driver=driver, simulate=True)
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ import math
 import numpy as np
 
 __all__ = ["replay_interval", "predictive_interval", "detectable_gain", "recommend",
-           "predict_new_search", "log2_best", "log_surprise", "surprise_of_log", "LEVEL",
+           "predict_new_search", "reproduce_log", "log2_best", "log_surprise", "surprise_of_log", "LEVEL",
            "ERROR_DF", "ERROR_SCALE"]
 
 LEVEL = 0.9  # the predictive intervals' default level
@@ -219,3 +219,34 @@ def predict_new_search(log, policy: str, baseline: str, model, pairs, seeds, *,
         "log_surprise": surprise,
         "invented_share_of_fresh": 1.0,
     }
+
+
+def reproduce_log(log, model, seeds, *, driver: str = "closed", children: str = "model",
+                  level: float = LEVEL, **kwargs) -> dict:
+    """Does the configuration the log ran (measure every child, F = 1, each search in its own
+    shape) reproduce it under ``driver``? Its replays on ``seeds`` (geometric mean of their
+    bests), their ``level`` predictive interval for a new search (replays, searches simulated
+    wholly on the world model, the log's surprise: as ``gfsim recommend`` gives it), the best
+    the log measured, and whether that best lies within 10% of the mean and inside the
+    interval. ``kwargs``: ``replay_many``'s."""
+    from gfsim.policies import make_policy
+    from gfsim.simulator.replay import replay_many
+
+    seeds = list(seeds)
+    kwargs = {"driver": driver, "orphans_dropped": False, **kwargs}
+    runs = replay_many(log, [make_policy("all") for _ in seeds], model, seeds,
+                       children=children, **kwargs)
+    fresh = replay_many(log, [make_policy("all") for _ in seeds], model, seeds,
+                        children=fresh_children(children), **kwargs)
+    rq = np.array([log2_best(r) for r in runs])
+    fz = np.array([log2_best(r) for r in fresh])
+    surprise = surprise_of_log(log, model, seeds, seeds, children=children, **kwargs)
+    lo, hi = predictive_interval(rq, fz, level, surprise=surprise["factor"])
+    speedups = log.evaluations["speedup"].to_numpy(dtype=float) if len(log.evaluations) \
+        else np.zeros(0)
+    logged = float(max([1.0, *speedups[np.isfinite(speedups) & (speedups > 0)]]))
+    mean = 2.0 ** float(rq.mean())
+    lo, hi = 2.0 ** float(lo), 2.0 ** float(hi)
+    return {"logged": logged, "mean": mean, "lo": lo, "hi": hi, "level": level,
+            "replays": len(seeds), "driver": runs[0].searches[0].extra.get("driver", driver),
+            "within_10": abs(mean / logged - 1.0) <= 0.10, "inside": lo <= logged <= hi}

@@ -25,7 +25,7 @@ from gfsim.importers.shinka import import_shinka
 from gfsim.policies import make_policy
 from gfsim.replay_logs.log import load_log
 from gfsim.simulator.evolution import EvolutionArchive, EvolutionConfig
-from gfsim.simulator.predictive import log2_best, predictive_interval, surprise_of_log
+from gfsim.simulator.predictive import reproduce_log
 from gfsim.simulator.puct import ArchiveNode, ChildResult
 from gfsim.simulator.replay import replay_many
 
@@ -239,35 +239,17 @@ def test_driver_closed_keeps_puct_for_a_puct_log():
 
 
 # -- the configuration that was run reproduces the log -------------------------------------------------
-def _reproduction(path: Path, seeds: int = 20) -> tuple[float, float, float, float, str]:
-    """(logged best, replayed best (geometric mean over seeds), 90% interval lo, hi, driver)
-    of the configuration the log ran (measure everything, F = 1, its own shape), under
-    --driver closed."""
-    log = load_log(path)
-    model = load_cost_model(MODEL)
-    seeds = list(range(seeds))
-    kw = dict(driver="closed", orphans_dropped=False)
-    runs = replay_many(log, [make_policy("all") for _ in seeds], model, seeds,
-                       children="model", **kw)
-    rq = np.array([log2_best(r) for r in runs])
-    fz = np.array([log2_best(r) for r in replay_many(
-        log, [make_policy("all") for _ in seeds], model, seeds, children="fresh", **kw)])
-    surprise = surprise_of_log(log, model, seeds, seeds, children="model", **kw)
-    lo, hi = predictive_interval(rq, fz, 0.9, surprise=surprise["factor"])
-    c = log.candidates
-    logged = max([1.0] + [float(s) for s in log.evaluations["speedup"] if s == s and s > 0])
-    del c
-    return logged, 2 ** float(rq.mean()), 2 ** float(lo), 2 ** float(hi), \
-        runs[0].searches[0].extra["driver"]
-
-
 @pytest.mark.parametrize("which", ["oe_log", "oe_trace_log", "shinka_log"])
 def test_the_configuration_that_ran_reproduces_the_logged_best(which, request):
-    logged, replayed, lo, hi, driver = _reproduction(request.getfixturevalue(which))
-    assert driver == "evolution"
-    assert abs(replayed / logged - 1.0) <= 0.10, (logged, replayed)
-    assert lo <= logged <= hi, (logged, lo, hi)
-    assert math.isfinite(lo) and math.isfinite(hi)
+    """The configuration the log ran (all, F = 1, its own shape), re-run by the run's own
+    algorithm on 20 seeds: its best within 10% of the logged best, which lies inside its own
+    90% predictive interval."""
+    r = reproduce_log(load_log(request.getfixturevalue(which)), load_cost_model(MODEL),
+                      range(20), driver="closed")
+    assert r["driver"] == "evolution"
+    assert abs(r["mean"] / r["logged"] - 1.0) <= 0.10, r
+    assert r["lo"] <= r["logged"] <= r["hi"], r
+    assert math.isfinite(r["lo"]) and math.isfinite(r["hi"]) and r["within_10"] and r["inside"]
 
 
 # -- selection pressure from the log's own parent choices --------------------------------------------
