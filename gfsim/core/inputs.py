@@ -6,13 +6,14 @@ or into, what it reads."""
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 from pathlib import Path
 
 from gfsim.core.errors import GfsimError
 
-__all__ = ["InputError", "OutputError", "check_output", "read_file", "max_input_bytes",
+__all__ = ["InputError", "OutputError", "check_output", "read_file", "open_file", "max_input_bytes",
            "size_text", "MAX_INPUT_BYTES"]
 
 MAX_INPUT_BYTES = 4 << 30
@@ -76,9 +77,11 @@ def size_text(n: int) -> str:
     return f"{n:,} bytes"
 
 
-def read_file(path, what: str = "file") -> bytes:
-    """The bytes of the regular file at ``path`` (``what`` it should be, for messages: "log
-    file"), at most ``max_input_bytes``; ``InputError`` otherwise."""
+def open_file(path, what: str = "file"):
+    """The regular file at ``path`` opened for binary reading, and its ``os.stat_result``;
+    ``InputError`` for a folder, a FIFO, socket or device, a kernel pseudo-file (``/proc``,
+    ``/sys``: its size is not what it holds), or one larger than ``max_input_bytes`` by its
+    size. Opened without blocking, so a FIFO is refused rather than waited on."""
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -90,25 +93,55 @@ def read_file(path, what: str = "file") -> bytes:
         raise InputError(path, "permission denied") from None
     except OSError as exc:
         raise InputError(path, f"cannot be opened ({exc.strerror})") from None
-    info = os.fstat(fd)
-    if stat.S_ISDIR(info.st_mode):  # (open() of a folder's descriptor raises)
+    try:
+        info = os.fstat(fd)
+        _check_kind(path, info, what)  # (before open(): a folder's descriptor makes it raise)
+    except BaseException:
         os.close(fd)
+        raise
+    return open(fd, "rb", closefd=True), info
+
+
+def _check_kind(path: Path, info: os.stat_result, what: str) -> None:
+    if stat.S_ISDIR(info.st_mode):
         raise InputError(path, f"is a directory, not a {what}")
-    with open(fd, "rb", closefd=True) as fh:
-        if not stat.S_ISREG(info.st_mode):
-            raise InputError(path, f"is not a regular file (a FIFO, socket or device); a {what} "
-                             "must be a file")
-        limit = max_input_bytes()
-        if info.st_size > limit:
-            raise InputError(path, f"is {size_text(info.st_size)}, above the "
-                             f"{size_text(limit)} gfsim reads (GFSIM_MAX_INPUT_BYTES raises it)")
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(path, f"is not a regular file (a FIFO, socket or device); a {what} "
+                         "must be a file")
+    if info.st_dev in _pseudo_devices():
+        raise InputError(path, f"is a kernel pseudo-file (/proc, /sys), not a {what}: what "
+                         "it holds is not its size")
+    limit = max_input_bytes()
+    if info.st_size > limit:
+        raise InputError(path, f"is {size_text(info.st_size)}, above the "
+                         f"{size_text(limit)} gfsim reads (GFSIM_MAX_INPUT_BYTES raises it)")
+
+
+def _pseudo_devices() -> set[int]:
+    """The devices of the kernel's pseudo file systems (/proc, /sys), whose regular-looking
+    files say they hold 0 or 4096 bytes and hold what they please."""
+    found = set()
+    for root in ("/proc", "/sys"):
         try:
-            raw = fh.read(info.st_size + 1)  # (a larger request would be allocated whole)
+            found.add(os.stat(root).st_dev)
+        except OSError:
+            pass
+    return found
+
+
+def read_file(path, what: str = "file") -> bytes:
+    """The bytes of the regular file at ``path`` (``what`` it should be, for messages: "log
+    file"), at most ``max_input_bytes``; ``InputError`` otherwise (``open_file``). What counts
+    is what was read, not what the file's status says: a file that grows while read is read
+    into one buffer, never past the limit, and refused past it."""
+    path = Path(path)
+    fh, info = open_file(path, what)
+    limit = max_input_bytes()
+    with fh:
+        try:
+            raw = fh.read(min(info.st_size, limit) + 1)  # one buffer of the stated size
             if len(raw) > info.st_size:  # it grows while read (a log being written)
-                more = [raw]
-                while sum(map(len, more)) <= limit and (piece := fh.read(1 << 24)):
-                    more.append(piece)
-                raw = b"".join(more)
+                raw = _read_rest(fh, raw, limit)
         except MemoryError:
             raise InputError(path, f"not enough memory to read its "
                              f"{size_text(info.st_size)}") from None
@@ -118,3 +151,18 @@ def read_file(path, what: str = "file") -> bytes:
         raise InputError(path, f"is above the {size_text(limit)} gfsim reads "
                          "(GFSIM_MAX_INPUT_BYTES raises it)")
     return raw
+
+
+def _read_rest(fh, head: bytes, limit: int) -> bytes:
+    """``head`` and what follows it in ``fh``, up to ``limit + 1`` bytes in all, gathered in
+    one growing buffer (a ``BytesIO``, whose value is handed over without a copy): never a list
+    of pieces joined at the end, which held the text twice."""
+    buf = io.BytesIO()
+    buf.write(head)
+    del head
+    while buf.tell() <= limit:
+        piece = fh.read(min(1 << 24, limit + 1 - buf.tell()))
+        if not piece:
+            break
+        buf.write(piece)
+    return buf.getvalue()
