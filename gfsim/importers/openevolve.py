@@ -65,7 +65,6 @@ field, and nothing is written unless the whole import validates.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import re
 from pathlib import Path
@@ -75,7 +74,7 @@ from gfsim.importers.evolution_settings import openevolve_selection
 from gfsim.importers.evolution_settings import recorded_selection as _selection
 from gfsim.importers.common import (BadField, check_version, is_number, json_loads, load_json,
                                     read_surrogate_log, source_name)
-from gfsim.replay_logs.io import read_input
+from gfsim.replay_logs.io import MAX_LINE_BYTES, iter_input_lines, read_input
 
 __all__ = ["import_openevolve", "read_run", "outcome_of", "SUPPORTED", "TESTED"]
 
@@ -128,16 +127,18 @@ def _logs(run: Path) -> dict:
     errors = 0
     files = sorted((run / "logs").glob("*.log")) if (run / "logs").is_dir() else []
     for f in files:
-        with io.StringIO(read_input(f, root=run).decode("utf-8", errors="replace")) as lines:
-            for text in lines:
-                if (m := _ITERATION.search(text)):
-                    said.setdefault(m.group(2), {}).update(
-                        iteration=int(m.group(1)), parent=m.group(3),
-                        iteration_s=float(m.group(4)), log=f.name)
-                elif (m := _EVALUATED.search(text)):
-                    said.setdefault(m.group(1), {}).setdefault("evaluation_s", float(m.group(2)))
-                elif _ITER_ERROR.search(text):
-                    errors += 1
+        # Streamed line by line, each cut at a megabyte: the iteration lines are short, and
+        # a log read whole (a sparse 1 GiB one) cost five times its size.
+        for _, line in iter_input_lines(f, root=run, cut_long=True):
+            text = line.decode("utf-8", errors="replace")
+            if (m := _ITERATION.search(text)):
+                said.setdefault(m.group(2), {}).update(
+                    iteration=int(m.group(1)), parent=m.group(3),
+                    iteration_s=float(m.group(4)), log=f.name)
+            elif (m := _EVALUATED.search(text)):
+                said.setdefault(m.group(1), {}).setdefault("evaluation_s", float(m.group(2)))
+            elif _ITER_ERROR.search(text):
+                errors += 1
     return {"programs": said, "files": [f.name for f in files], "iteration_errors": errors}
 
 
@@ -186,8 +187,8 @@ def read_trace(run: Path, trace=None) -> dict | None:
     root = run if trace.resolve().is_relative_to(run.resolve()) else None
 
     def lines(path: Path):
-        text = read_input(path, root=root).decode("utf-8", errors="replace")
-        for n, line in enumerate(text.splitlines(), 1):
+        for n, raw in iter_input_lines(path, root=root, max_line_bytes=MAX_LINE_BYTES):
+            line = raw.decode("utf-8", errors="replace")
             if not line.strip():
                 continue
             where = f"{path}:{n}"
