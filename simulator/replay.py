@@ -605,7 +605,7 @@ def comparison_json(result: ReplayResult, base: ReplayResult, budget: Budget,
         "simulation_s": result.simulation_s + base.simulation_s,
         "notes": result.notes + [
             "best_speedup is the geometric mean over searches of each search's best "
-            f"{best_basis_words(result, base)} speedup; wall_s, usd and joules add over "
+            f"speedup, {best_basis_words(result, base)}; wall_s, usd and joules add over "
             "searches run one after another",
             "deltas are policy minus baseline; negative usd_delta means the policy spent less",
         ],
@@ -634,14 +634,16 @@ def comparison_json(result: ReplayResult, base: ReplayResult, budget: Budget,
         out["extrapolated"] = out["invented_share"] > EXTRAPOLATED_SHARE
         fresh = draws.get("model") and not draws.get("own") and not draws.get(
             "other_expansion")
+        driver = "evolution driver" if len(evo) == len(result.searches) else (
+            "puct and evolution drivers" if evo else "puct driver")
         out["notes"].append(
-            "puct driver (--children fresh): every child, the logged ones too, is invented by "
+            f"{driver} (--children fresh): every child, the logged ones too, is invented by "
             "a world model fitted to the log (outcome, step, sibling repeats and forecasts "
             "learned from the log's pairs; the seed picks a bootstrap member of its ensemble "
             "and the draws), so each seed is a new search like the logged one; an invented "
             f"child is held to at most {INVENTED_HEADROOM:g}x the best speedup its log "
             "measured" if fresh else
-            "puct driver: children are drawn without replacement from the node's own logged "
+            f"{driver}: children are drawn without replacement from the node's own logged "
             "children, then its other logged expansions, then, for children the log never "
             + ("held, a world model fitted to the log (--children model: outcome, step, "
                "sibling repeats and forecasts learned from the log's pairs; the seed picks a "

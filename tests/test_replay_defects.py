@@ -138,7 +138,7 @@ def test_a_simulated_replay_calls_its_best_simulated_in_notes_and_plots(openevol
                for ax in axes)
     plt.close(fig)
     trace = gfsim.compare(openevolve_log, "all")  # the logged order: its bests were measured
-    assert any("best MEASURED speedup" in n for n in trace.data["notes"])
+    assert any("best speedup, MEASURED" in n for n in trace.data["notes"])
 
 
 # -- no interval is shown where the replays cannot differ ------------------------------------
