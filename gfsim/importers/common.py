@@ -8,8 +8,10 @@ from pathlib import Path
 from gfsim.core.durable import replace
 from gfsim.core.errors import GfsimError
 
-__all__ = ["BadField", "check_version", "is_number", "json_loads", "load_json",
-           "read_surrogate_log", "source_name", "write_validated"]
+__all__ = ["BadField", "KEY_DIGITS_MAX", "check_version", "is_number", "json_loads",
+           "load_json", "parse_key", "read_surrogate_log", "source_name", "write_validated"]
+
+KEY_DIGITS_MAX = 18  # an id of more digits names nothing a run made (and 5,000 fail int())
 
 
 class BadField(GfsimError):
@@ -35,6 +37,28 @@ def is_number(v) -> bool:
     import math
 
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def parse_key(value, where, what: str) -> int:
+    """A non-negative id or key of another tool's file (a level, a problem or sample number, an
+    iteration) as an int: a JSON integer, or text that is a plain ASCII decimal of 1 to
+    ``KEY_DIGITS_MAX`` digits. Anything else (``'²'`` and ``'١'``, whose ``isdigit()`` is true,
+    a sign, a float, 5,000 digits) is one line naming ``where`` and ``what`` (the field)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if 0 <= value < 10 ** KEY_DIGITS_MAX:
+            return value
+        shown = "a negative number" if value < 0 else f"a number of over {KEY_DIGITS_MAX} digits"
+    elif isinstance(value, str) and 0 < len(value) <= KEY_DIGITS_MAX and value.isascii() \
+            and value.isdigit():
+        return int(value)
+    elif isinstance(value, str) and len(value) > 24:
+        shown = f"{value[:16]!r}... ({len(value)} characters)"
+    elif isinstance(value, (str, float)):
+        shown = repr(value)
+    else:  # (a list or an object: never its repr, which may be huge)
+        shown = f"a JSON {type(value).__name__}"
+    raise BadField(where, None, f"{what} {shown} is not a plain decimal number (ASCII digits, "
+                                f"at most {KEY_DIGITS_MAX})")
 
 
 def check_version(text: str | None, option: str, tool: str, supported: tuple, tested: str):

@@ -35,11 +35,15 @@ SHINKA_KEYS = {"num_islands": "islands", "parent_selection_strategy": "strategy"
                "migration_rate": "migration_rate"}
 
 
-def _yaml(path: Path) -> dict | None:
+def _yaml(path: Path, root: Path) -> dict | None:
+    """A run's YAML settings, read as an input (bounded, a regular file inside ``root``: a
+    link out of it is not followed); None where there is none fit to read."""
+    from gfsim.replay_logs.io import read_input
+
     try:
         import yaml
 
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.safe_load(read_input(path, root=root).decode("utf-8"))
     except Exception:  # noqa: BLE001 - an unreadable config is one the run did not leave
         return None
     return data if isinstance(data, dict) else None
@@ -60,7 +64,8 @@ def openevolve_selection(run: Path, islands_in_checkpoints: int | None) -> dict:
     run = Path(run)
     for path in (run / "config.yaml", run.parent / "config.yaml",
                  run.parent / "inputs" / "config.yaml"):
-        data = _yaml(path) if path.is_file() else None
+        data = _yaml(path, path.parent if path.parent == run else run.parent) \
+            if path.is_file() else None
         if data and isinstance(data.get("database"), dict):
             where = path.relative_to(run.parent).as_posix()
             return {"from": f"{where} (database section)",
@@ -76,7 +81,7 @@ def shinka_selection(run: Path, islands_seen: int) -> dict:
     run = Path(run)
     for path in (run / ".hydra" / "config.yaml", run / "experiment_config.yaml",
                  run / "config.yaml"):
-        data = _yaml(path) if path.is_file() else None
+        data = _yaml(path, run) if path.is_file() else None
         section = (data or {}).get("database") or (data or {}).get("db_config")
         if isinstance(section, dict):
             return {"from": f"{path.relative_to(run).as_posix()} (database settings)",

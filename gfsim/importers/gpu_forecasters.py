@@ -32,7 +32,7 @@ from pathlib import Path
 
 from gfsim.core.errors import GfsimError
 from gfsim.forecasts.bins import PAPER_EDGES
-from gfsim.importers.common import source_name, write_validated
+from gfsim.importers.common import parse_key, source_name, write_validated
 from gfsim.replay_logs.io import loads_record
 
 __all__ = ["import_events", "import_eval_set", "fetch_hf", "recover_service"]
@@ -470,11 +470,9 @@ def _probs(value, where: str) -> list[float]:
         raise GfsimError(f"{where}: field 'bin_probabilities': expected [{{bin, p}}] or an "
                          "object keyed '1'..'8'")
     for b, p in items:
-        try:
-            b = int(b)
-        except (TypeError, ValueError):
-            raise GfsimError(f"{where}: field 'bin_probabilities': bin {b!r:.20} is not 1..8") \
-                from None
+        if isinstance(b, float) and b.is_integer():
+            b = int(b)  # (a table's column of whole numbers may read as floats)
+        b = parse_key(b, where, "field 'bin_probabilities': bin")
         if not 1 <= b <= 8 or isinstance(p, bool) or not isinstance(p, (int, float)) or \
                 not (0 <= p <= 1e6):
             raise GfsimError(f"{where}: field 'bin_probabilities': bad entry ({b!r:.10}, "

@@ -54,7 +54,7 @@ import re
 from pathlib import Path
 
 from gfsim.core.errors import GfsimError
-from gfsim.importers.common import BadField, is_number, load_json, source_name
+from gfsim.importers.common import BadField, is_number, load_json, parse_key, source_name
 from gfsim.replay_logs.io import read_input
 
 __all__ = ["import_kernelbench", "read_results", "SHAPES"]
@@ -68,12 +68,6 @@ _SAMPLE_KEYS = ("compiled", "correctness")
 
 def _is_sample(v) -> bool:
     return isinstance(v, dict) and any(k in v for k in _SAMPLE_KEYS)
-
-
-def _problem_id(key: str, where) -> int:
-    if not re.fullmatch(r"\d+", str(key)):
-        raise BadField(where, None, f"problem key {str(key)[:40]!r} is not a problem number")
-    return int(key)
 
 
 def read_results(path: Path, level: int | None, root: Path | None = None) -> dict:
@@ -98,40 +92,44 @@ def read_results(path: Path, level: int | None, root: Path | None = None) -> dic
                                + "; ".join(SHAPES.values()) + ")")
     samples = []
 
-    def add(lvl, pid_key, sid, sample, where):
+    def add(lvl, pid, sid, sample, where):
+        sid = parse_key(sid, where, "sample id")
+        where = f"{where}, sample {sid}"
         if not _is_sample(sample):
             raise BadField(where, None, "expected a sample object with compiled and correctness "
                                     f"(the file's shape: {SHAPES[shape]})")
-        samples.append((lvl, _problem_id(pid_key, where), sid, sample, where))
+        samples.append((lvl, pid, sid, sample, where))
 
     if shape == "by_level":
         for lkey, problems in data.items():
-            if not re.fullmatch(r"\d+", str(lkey)) or not isinstance(problems, dict):
-                raise BadField(path, None, f"level key {str(lkey)[:40]!r}: expected a level number "
-                                       "holding problems")
+            lvl = parse_key(lkey, path, "level key")
+            if not isinstance(problems, dict):
+                raise BadField(path, None, f"level key {lvl}: expected an object of problems")
             for pkey, by_sid in problems.items():
-                where = f"{path}: level {lkey}, problem {pkey}"
+                pid = parse_key(pkey, f"{path}: level {lvl}", "problem key")
+                where = f"{path}: level {lvl}, problem {pid}"
                 if not isinstance(by_sid, dict):
                     raise BadField(where, None, "expected an object of samples by sample id")
                 for sid, sample in by_sid.items():
-                    add(int(lkey), pkey, sid, sample, f"{where}, sample {sid}")
+                    add(lvl, pid, sid, sample, where)
         return {"shape": shape, "samples": samples}
     for pkey, value in data.items():
-        where = f"{path}: problem {pkey}"
+        pid = parse_key(pkey, path, "problem key")
+        where = f"{path}: problem {pid}"
         if shape == "sample":
-            add(level, pkey, (value or {}).get("sample_id", 0) if isinstance(value, dict)
+            add(level, pid, (value or {}).get("sample_id", 0) if isinstance(value, dict)
                 else 0, value, where)
         elif shape == "list":
             if not isinstance(value, list):
                 raise BadField(where, None, "expected a list of samples")
             for k, sample in enumerate(value):
                 sid = sample.get("sample_id", k) if isinstance(sample, dict) else k
-                add(level, pkey, sid, sample, f"{where}, sample {sid}")
+                add(level, pid, sid, sample, where)
         else:
             if not isinstance(value, dict):
                 raise BadField(where, None, "expected an object of samples by sample id")
             for sid, sample in value.items():
-                add(level, pkey, sid, sample, f"{where}, sample {sid}")
+                add(level, pid, sid, sample, where)
     return {"shape": shape, "samples": samples}
 
 
@@ -143,19 +141,23 @@ def read_baseline(path: Path) -> dict:
         raise BadField(path, None, "expected an object of levels (level1, level2, ...)")
     out = {}
     for lkey, problems in data.items():
-        m = re.fullmatch(r"level(\d+)", str(lkey))
+        m = re.fullmatch(r"level(\w+)", str(lkey))
         if m is None or not isinstance(problems, dict):
             raise BadField(path, None, f"key {str(lkey)[:40]!r}: expected levelN holding problems")
+        lvl = parse_key(m.group(1), path, f"level of key {str(lkey)[:30]!r}")
         for name, stats in problems.items():
-            where = f"{path}: {lkey}, {name}"
-            n = re.match(r"(\d+)_", str(name))
+            n = re.match(r"(\w+?)_", str(name))
             if n is None:
-                raise BadField(where, None, "a problem file name starts with its number")
+                raise BadField(f"{path}: level{lvl}, {str(name)[:60]!r}", None,
+                               "a problem file name starts with its number")
+            pid = parse_key(n.group(1), f"{path}: level{lvl}", "number of the problem file "
+                            f"{str(name)[:30]!r}")
+            where = f"{path}: level{lvl}, {name}"
             mean = stats.get("mean") if isinstance(stats, dict) else None
             if not (is_number(mean) and mean > 0):
                 raise BadField(where, "mean", "expected the reference's mean runtime in ms (> 0)")
             hw = stats.get("hardware")
-            out[(int(m.group(1)), int(n.group(1)))] = (
+            out[(lvl, pid)] = (
                 str(name), float(mean), hw if isinstance(hw, str) and hw.strip() else None)
     return out
 
@@ -164,9 +166,9 @@ def _config_level(run: Path) -> int | None:
     cfg = run / "generation_config.yaml"
     if not cfg.is_file():
         return None
-    m = re.search(r"^level:\s*(\d+)\s*$", read_input(cfg, root=run).decode("utf-8", "replace"),
-                  re.M)
-    return int(m.group(1)) if m else None
+    m = re.search(r"^level:[ \t]*(\S+)[ \t]*$",
+                  read_input(cfg, root=run).decode("utf-8", "replace"), re.M)
+    return parse_key(m.group(1), cfg, "level") if m else None
 
 
 def _hardware(sample: dict) -> str | None:
@@ -257,6 +259,7 @@ def import_kernelbench(run_dir, out, *, baseline, level: int | None = None,
 
     src = Path(run_dir)
     path, run = (src / "eval_results.json", src) if src.is_dir() else (src, src.parent)
+    root = run if src.is_dir() else None  # a run folder's files are read inside it
     base_path = Path(baseline)
     # the run folder is read where it is given, or holds the generation_config.yaml read
     check_output(out, [src, base_path, run if (run / "generation_config.yaml").is_file()
@@ -264,7 +267,7 @@ def import_kernelbench(run_dir, out, *, baseline, level: int | None = None,
     if not path.is_file():
         raise GfsimError(f"{path}: no such file (give a KernelBench run folder or its "
                          "eval_results.json)")
-    got = read_results(path, level if level is not None else _config_level(run))
+    got = read_results(path, level if level is not None else _config_level(run), root)
     check_level(level, run, got, force)
     if not base_path.is_file():
         raise GfsimError(f"{base_path}: --baseline: no such file")
@@ -275,7 +278,7 @@ def import_kernelbench(run_dir, out, *, baseline, level: int | None = None,
     records = []
     counts: dict[str, int] = {}
     flagged = 0
-    rows = sorted(got["samples"], key=lambda s: (s[0] or 0, s[1], _sid_key(s[2])))
+    rows = sorted(got["samples"], key=lambda s: (s[0] or 0, s[1], s[2]))
     for order, (lvl, pid, sid, sample, where) in enumerate(rows):
         if lvl is None:
             raise GfsimError(f"{path}: the level is not known: give --level (or a "
@@ -312,7 +315,7 @@ def import_kernelbench(run_dir, out, *, baseline, level: int | None = None,
         records.append((where, rec))
     if not records:
         raise BadField(path, None, "no samples")
-    digest = hashlib.sha256(read_input(path)).hexdigest()
+    digest = hashlib.sha256(read_input(path, root=root)).hexdigest()
     prov = {"kind": provenance,
             "note": f"imported by gfsim import kernelbench from {source_name(path, 2)}",
             "source": source_name(path, 2), "sha256": digest,
@@ -344,7 +347,3 @@ def _timed_runs_s(stats: dict) -> float | None:
     if is_number(n) and n > 0 and is_number(mean) and mean > 0:
         return round(n * mean / 1000.0, 9)
     return None
-
-
-def _sid_key(sid):
-    return (0, int(sid)) if isinstance(sid, int) or str(sid).isdigit() else (1, str(sid))

@@ -73,7 +73,7 @@ from gfsim.core.errors import GfsimError
 from gfsim.importers.evolution_settings import openevolve_selection
 from gfsim.importers.evolution_settings import recorded_selection as _selection
 from gfsim.importers.common import (BadField, check_version, is_number, json_loads, load_json,
-                                    read_surrogate_log, source_name)
+                                    parse_key, read_surrogate_log, source_name)
 from gfsim.replay_logs.io import MAX_LINE_BYTES, iter_input_lines, read_input
 
 __all__ = ["import_openevolve", "read_run", "outcome_of", "SUPPORTED", "TESTED"]
@@ -113,7 +113,7 @@ def _checkpoints(run: Path) -> list[Path]:
         raise GfsimError(f"{run}: no checkpoints/ folder (is it an OpenEvolve output folder?)")
     found = []
     for d in root.iterdir():
-        m = re.fullmatch(r"checkpoint_(\d+)", d.name)
+        m = re.fullmatch(r"checkpoint_([0-9]{1,18})", d.name)  # (not '²', nor 5,000 digits)
         if m and d.is_dir():
             found.append((int(m.group(1)), d))
     if not found:
@@ -125,7 +125,7 @@ def _logs(run: Path) -> dict:
     """What the run's logs say: per program id, its iteration, parent and seconds."""
     said: dict[str, dict] = {}
     errors = 0
-    files = sorted((run / "logs").glob("*.log")) if (run / "logs").is_dir() else []
+    files, note = _log_files(run)
     for f in files:
         # Streamed line by line, each cut at a megabyte: the iteration lines are short, and
         # a log read whole (a sparse 1 GiB one) cost five times its size.
@@ -133,13 +133,34 @@ def _logs(run: Path) -> dict:
             text = line.decode("utf-8", errors="replace")
             if (m := _ITERATION.search(text)):
                 said.setdefault(m.group(2), {}).update(
-                    iteration=int(m.group(1)), parent=m.group(3),
+                    iteration=parse_key(m.group(1), f, "iteration"), parent=m.group(3),
                     iteration_s=float(m.group(4)), log=f.name)
             elif (m := _EVALUATED.search(text)):
                 said.setdefault(m.group(1), {}).setdefault("evaluation_s", float(m.group(2)))
             elif _ITER_ERROR.search(text):
                 errors += 1
-    return {"programs": said, "files": [f.name for f in files], "iteration_errors": errors}
+    return {"programs": said, "files": [f.name for f in files], "iteration_errors": errors,
+            "note": note}
+
+
+def _log_files(run: Path) -> tuple[list[Path], str | None]:
+    """The run's ``logs/*.log`` and, where there are none, a note saying what that loses (the
+    programs only the logs name). A ``logs/`` that leads out of the run folder (a symlink) is
+    refused in one line, as its files would be."""
+    folder = run / "logs"
+    try:
+        inside = folder.resolve().is_relative_to(run.resolve())
+    except (OSError, RuntimeError):  # a symlink loop
+        inside = False
+    if not inside:
+        raise GfsimError(f"{folder}: leads outside {run} (a symlink?); only the run's own files "
+                         "are read: copy the logs into the run folder")
+    files = sorted(folder.glob("*.log")) if folder.is_dir() else []
+    if files:
+        return files, None
+    where = "holds no .log files" if folder.is_dir() else "is missing"
+    return [], (f"logs/ {where}: programs that only the logs name (iterations no checkpoint "
+                "kept) are not imported, and no iteration seconds were read")
 
 
 def read_run(run_dir) -> dict:
@@ -500,6 +521,7 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
                  + ")") if traced else "checkpoints and logs (no evolution trace)",
         trace_only=len(from_trace), failed_iterations=len(failed),
         migrant_copies=len(original), log_only=len(log_only),
+        **({"logs_note": got["logs"]["note"]} if got["logs"].get("note") else {}),
         iterations_without_a_program=got["logs"]["iteration_errors"],
         reference=ref, runtime_metric=runtime_metric, outcomes=counts,
         not_attempted_share=round(len(log_only) / max(1, len(records)), 4))

@@ -1,0 +1,138 @@
+"""Issue 52, deliver 5 (the importers' half) and 6: no key of another tool's file gives a
+traceback (one helper, ``parse_key``, parses them all), a run folder's reads stay inside it,
+every table and JSON output escapes C0, C1 and bidi characters, and a CPU-clock figure carries
+its UNTRUSTED caveat once."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gfsim.cli.main import app
+from gfsim.core.errors import GfsimError
+from gfsim.importers.common import parse_key
+
+DATA = Path(__file__).parent / "data"
+KB = DATA / "kernelbench"
+KB_BASE = KB / "baseline_time_torch.json"
+OE_RUN = DATA / "openevolve" / "run"
+runner = CliRunner()
+HUGE = "9" * 5000  # int() refuses more than 4,300 digits (ValueError)
+
+
+# -- one helper for every importer's ids and keys ---------------------------------------------
+
+@pytest.mark.parametrize("value", ["²", "١", "-1", "+1", " 1", "1.0", "", HUGE, "1" * 19, 1.5,
+                                   float("inf"), True, None, [1], -3, 10 ** 18])
+def test_parse_key_refuses_what_is_not_a_plain_ascii_decimal_in_one_line(value):
+    with pytest.raises(GfsimError) as got:
+        parse_key(value, "f.json", "problem key")
+    text = str(got.value)
+    assert text.startswith("f.json: problem key ") and "\n" not in text and len(text) < 200
+
+
+@pytest.mark.parametrize("value, number", [("0", 0), ("0042", 42), (7, 7),
+                                           ("9" * 18, 10 ** 18 - 1)])
+def test_parse_key_takes_plain_decimals(value, number):
+    assert parse_key(value, "f.json", "problem key") == number
+
+
+def _kernelbench(tmp_path, shape, data=None, raw=None) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(KB / "runs" / shape, run)
+    if data is not None:
+        (run / "eval_results.json").write_text(json.dumps(data(json.loads(
+            (run / "eval_results.json").read_text()))))
+    if raw is not None:
+        (run / "eval_results.json").write_text(raw)
+    return run
+
+
+def _import_kb(run: Path, tmp_path: Path):
+    return runner.invoke(app, ["import", "kernelbench", str(run), "--baseline", str(KB_BASE),
+                               "-o", str(tmp_path / "log.jsonl")])
+
+
+@pytest.mark.parametrize("shape, data, raw, words", [
+    ("by_level", lambda d: {HUGE: d["1"]}, None, "level key"),
+    ("by_level", lambda d: {"1": {HUGE: d["1"]["1"]}}, None, "problem key"),
+    ("by_level", lambda d: {"1": {"1": {HUGE: d["1"]["1"]["0"]}}}, None, "sample id"),
+    ("by_level", lambda d: {"1": {"1": {"²": d["1"]["1"]["0"]}}}, None, "sample id '²'"),
+    ("by_level", lambda d: {"1": {"١": d["1"]["1"]}}, None, "problem key '١'"),
+    ("list", lambda d: {"1": [dict(d["1"][0], sample_id="²")]}, None, "sample id '²'"),
+    ("list", None, '{"1": [{"sample_id": ' + HUGE + ', "compiled": true, "correctness": false}]}',
+     "sample id"),
+])
+def test_kernelbench_keys_are_one_line_naming_file_and_field(tmp_path, shape, data, raw, words):
+    res = _import_kb(_kernelbench(tmp_path, shape, data, raw), tmp_path)
+    assert res.exit_code == 2, res.output
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+    line = res.output.strip()
+    assert "\n" not in line and "eval_results.json" in line and words in line, line
+    assert not (tmp_path / "log.jsonl").exists()
+
+
+def test_kernelbench_does_not_follow_eval_results_out_of_the_run_folder(tmp_path):
+    run = _kernelbench(tmp_path, "list")
+    outside = tmp_path / "elsewhere.json"
+    (run / "eval_results.json").rename(outside)
+    (run / "eval_results.json").symlink_to(outside)
+    res = _import_kb(run, tmp_path)
+    assert res.exit_code == 2 and "leads outside" in res.output, res.output
+    assert not (tmp_path / "log.jsonl").exists()
+
+
+def _openevolve(tmp_path) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(OE_RUN, run)
+    return run
+
+
+def _import_oe(run: Path, tmp_path: Path):
+    return runner.invoke(app, ["import", "openevolve", str(run), "-o", str(tmp_path / "l.jsonl"),
+                               "--runtime-metric", "runtime_ns", "--json"])
+
+
+def test_openevolve_iteration_of_5000_digits_is_one_line(tmp_path):
+    run = _openevolve(tmp_path)
+    log = next((run / "logs").glob("*.log"))
+    log.write_text(log.read_text().replace("Iteration 2:", f"Iteration {HUGE}:", 1))
+    res = _import_oe(run, tmp_path)
+    assert res.exit_code == 2 and "iteration" in res.output and log.name in res.output, \
+        res.output
+
+
+def test_openevolve_logs_link_out_of_the_run_folder_is_refused(tmp_path):
+    run = _openevolve(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()  # no .log files: the programs only the logs held would vanish silently
+    shutil.rmtree(run / "logs")
+    (run / "logs").symlink_to(elsewhere)
+    res = _import_oe(run, tmp_path)
+    assert res.exit_code == 2 and "logs: leads outside" in res.output, res.output
+
+
+def test_openevolve_logs_without_log_files_say_what_is_lost(tmp_path):
+    whole = _import_oe(OE_RUN, tmp_path)
+    assert whole.exit_code == 0, whole.output
+    assert "logs_note" not in json.loads(whole.output)
+    run = _openevolve(tmp_path)
+    for f in (run / "logs").glob("*.log"):
+        f.unlink()
+    res = _import_oe(run, tmp_path)
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.output)
+    assert got["candidates"] < json.loads(whole.output)["candidates"]
+    assert "only the logs name" in got["logs_note"]
+
+
+def test_gpu_forecasters_bin_of_infinity_is_one_line():
+    from gfsim.importers.gpu_forecasters import _probs
+
+    with pytest.raises(GfsimError, match="bin inf"):
+        _probs([{"bin": float("inf"), "p": 1.0}], "f.jsonl:1")
+    with pytest.raises(GfsimError, match="bin 1.5"):  # was read as bin 1
+        _probs([{"bin": 1.5, "p": 1.0}], "f.jsonl:1")
+    assert _probs([{"bin": 2.0, "p": 1.0}], "f.jsonl:1")[1] == 1.0
