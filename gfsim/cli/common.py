@@ -234,20 +234,16 @@ def load_config(ctx, param, value):
     kind, is one line naming the file and the key."""
     if value is None:
         return None
-    import tomllib
     from pathlib import Path
 
+    from gfsim.core.inputs import InputError
+    from gfsim.core.settings_file import read_settings
+
     path = Path(value)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise typer.BadParameter(f"{path}: no such file", ctx=ctx, param=param) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise typer.BadParameter(f"{path}: cannot read it ({exc})", ctx=ctx, param=param) \
-            from None
-    except tomllib.TOMLDecodeError as exc:
-        raise typer.BadParameter(f"{path}: not valid TOML ({exc})", ctx=ctx, param=param) \
-            from None
+    try:  # within a log's limits: a regular file, bounded size, nesting and keys
+        data = read_settings(path)
+    except InputError as exc:
+        raise typer.BadParameter(one_line(str(exc)), ctx=ctx, param=param) from None
     name = ctx.info_name
     options = {}  # the file's names: the command line's long names without the dashes
     for p in ctx.command.params:
@@ -263,7 +259,7 @@ def load_config(ctx, param, value):
     for where, table in ((None, settings), (name, section)):
         for key, v in table.items():
             field = key.replace("-", "_")
-            at = f"{path}: " + (f"[{where}] " if where else "") + f"key '{key}'"
+            at = f"{path}: " + (f"[{where}] " if where else "") + f"key '{_printable(key)}'"
             if field not in options:
                 if where is None and field in _shared_names(ctx):
                     continue  # another command's option, in a file several commands read

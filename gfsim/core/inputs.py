@@ -13,8 +13,8 @@ from pathlib import Path
 
 from gfsim.core.errors import GfsimError
 
-__all__ = ["InputError", "OutputError", "check_output", "read_file", "open_file", "max_input_bytes",
-           "size_text", "MAX_INPUT_BYTES"]
+__all__ = ["InputError", "OutputError", "check_output", "read_file", "open_file",
+           "max_input_bytes", "size_text", "MAX_INPUT_BYTES"]
 
 MAX_INPUT_BYTES = 4 << 30
 
@@ -77,11 +77,12 @@ def size_text(n: int) -> str:
     return f"{n:,} bytes"
 
 
-def open_file(path, what: str = "file"):
+def open_file(path, what: str = "file", limit: int | None = None):
     """The regular file at ``path`` opened for binary reading, and its ``os.stat_result``;
     ``InputError`` for a folder, a FIFO, socket or device, a kernel pseudo-file (``/proc``,
-    ``/sys``: its size is not what it holds), or one larger than ``max_input_bytes`` by its
-    size. Opened without blocking, so a FIFO is refused rather than waited on."""
+    ``/sys``: its size is not what it holds), or one larger than ``limit`` (default
+    ``max_input_bytes``) by its size. Opened without blocking, so a FIFO is refused rather
+    than waited on."""
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -95,14 +96,14 @@ def open_file(path, what: str = "file"):
         raise InputError(path, f"cannot be opened ({exc.strerror})") from None
     try:
         info = os.fstat(fd)
-        _check_kind(path, info, what)  # (before open(): a folder's descriptor makes it raise)
+        _check_kind(path, info, what, limit)  # (before open(), which a folder makes raise)
     except BaseException:
         os.close(fd)
         raise
     return open(fd, "rb", closefd=True), info
 
 
-def _check_kind(path: Path, info: os.stat_result, what: str) -> None:
+def _check_kind(path: Path, info: os.stat_result, what: str, limit: int | None) -> None:
     if stat.S_ISDIR(info.st_mode):
         raise InputError(path, f"is a directory, not a {what}")
     if not stat.S_ISREG(info.st_mode):
@@ -111,10 +112,8 @@ def _check_kind(path: Path, info: os.stat_result, what: str) -> None:
     if info.st_dev in _pseudo_devices():
         raise InputError(path, f"is a kernel pseudo-file (/proc, /sys), not a {what}: what "
                          "it holds is not its size")
-    limit = max_input_bytes()
-    if info.st_size > limit:
-        raise InputError(path, f"is {size_text(info.st_size)}, above the "
-                         f"{size_text(limit)} gfsim reads (GFSIM_MAX_INPUT_BYTES raises it)")
+    if info.st_size > (limit if limit is not None else max_input_bytes()):
+        raise InputError(path, f"is {size_text(info.st_size)}, {_above(limit)}")
 
 
 def _pseudo_devices() -> set[int]:
@@ -129,28 +128,35 @@ def _pseudo_devices() -> set[int]:
     return found
 
 
-def read_file(path, what: str = "file") -> bytes:
+def read_file(path, what: str = "file", limit: int | None = None) -> bytes:
     """The bytes of the regular file at ``path`` (``what`` it should be, for messages: "log
-    file"), at most ``max_input_bytes``; ``InputError`` otherwise (``open_file``). What counts
-    is what was read, not what the file's status says: a file that grows while read is read
-    into one buffer, never past the limit, and refused past it."""
+    file"), at most ``limit`` (default ``max_input_bytes``); ``InputError`` otherwise
+    (``open_file``). What counts is what was read, not what the file's status says: a file
+    that grows while read is read into one buffer, never past the limit, and refused past
+    it."""
     path = Path(path)
-    fh, info = open_file(path, what)
-    limit = max_input_bytes()
+    fh, info = open_file(path, what, limit)
+    bound = limit if limit is not None else max_input_bytes()
     with fh:
         try:
-            raw = fh.read(min(info.st_size, limit) + 1)  # one buffer of the stated size
+            raw = fh.read(min(info.st_size, bound) + 1)  # one buffer of the stated size
             if len(raw) > info.st_size:  # it grows while read (a log being written)
-                raw = _read_rest(fh, raw, limit)
+                raw = _read_rest(fh, raw, bound)
         except MemoryError:
             raise InputError(path, f"not enough memory to read its "
                              f"{size_text(info.st_size)}") from None
         except OSError as exc:
             raise InputError(path, f"cannot be read ({exc.strerror})") from None
-    if len(raw) > limit:  # it grew while read
-        raise InputError(path, f"is above the {size_text(limit)} gfsim reads "
-                         "(GFSIM_MAX_INPUT_BYTES raises it)")
+    if len(raw) > bound:  # it grew while read
+        raise InputError(path, f"is {_above(limit)}")
     return raw
+
+
+def _above(limit: int | None) -> str:
+    if limit is not None:
+        return f"above the {size_text(limit)} such a file may hold"
+    return (f"above the {size_text(max_input_bytes())} gfsim reads (GFSIM_MAX_INPUT_BYTES "
+            "raises it)")
 
 
 def _read_rest(fh, head: bytes, limit: int) -> bytes:
