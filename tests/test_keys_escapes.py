@@ -3,6 +3,7 @@ traceback (one helper, ``parse_key``, parses them all), a run folder's reads sta
 every table and JSON output escapes C0, C1 and bidi characters, and a CPU-clock figure carries
 its UNTRUSTED caveat once."""
 
+import io
 import json
 import shutil
 from pathlib import Path
@@ -136,3 +137,59 @@ def test_gpu_forecasters_bin_of_infinity_is_one_line():
     with pytest.raises(GfsimError, match="bin 1.5"):  # was read as bin 1
         _probs([{"bin": 1.5, "p": 1.0}], "f.jsonl:1")
     assert _probs([{"bin": 2.0, "p": 1.0}], "f.jsonl:1")[1] == 1.0
+
+
+# -- every table and every JSON output escapes C0, C1 and bidi characters ---------------------
+
+EVIL = "\x1b[31mRED\x1b]0;pwned\x07\x85\u202eevil\u2066\x00\u200f\u061c"
+ACTS = "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]"
+
+
+def _evil_log(tmp_path) -> Path:
+    """The tiny fixture with a task, a search and a forecaster named with terminal escapes,
+    C1 and bidi characters and a NUL."""
+    text = (DATA / "tiny.jsonl").read_text()
+    for name in ("alpha-s0", "alpha", "fixture-fc"):
+        text = text.replace(f'"{name}"', json.dumps(name + EVIL))
+    path = tmp_path / "evil.jsonl"
+    path.write_text(text)
+    return path
+
+
+def test_tune_tables_show_a_logs_controls_escaped(tmp_path, monkeypatch):
+    import re
+
+    monkeypatch.chdir(tmp_path)
+    res = runner.invoke(app, ["tune", "-l", str(_evil_log(tmp_path)), "--param",
+                              "tau=0.1:0.9", "--trials", "2"])
+    assert res.exit_code == 0, res.output
+    assert "leave one task out" in res.output and "alpha\\x1b[31m" in res.output
+    assert re.findall(ACTS, res.output) == []
+
+
+def test_replay_json_escapes_c1_and_bidi_and_reads_back_the_same(tmp_path):
+    import re
+
+    res = runner.invoke(app, ["replay", "-l", str(_evil_log(tmp_path)), "--json"])
+    assert res.exit_code == 0, res.output
+    assert re.findall(ACTS, res.output) == []
+    assert "\\u0085\\u202eevil\\u2066" in res.output
+    assert any(t.get("task_id") == "alpha" + EVIL
+               for t in json.loads(res.output)["searches"])
+
+
+def test_every_table_cell_title_and_printed_text_is_escaped():
+    import re
+
+    from gfsim.cli.common import Table, console, json_bytes
+
+    out = io.StringIO()
+    con = console(width=200, file=out)
+    table = Table("task" + EVIL, title="t" + EVIL)
+    table.add_row("a" + EVIL)
+    con.print(table)
+    con.print("plain " + EVIL, markup=False)
+    shown = out.getvalue()
+    assert re.findall(ACTS, shown) == [] and shown.count("\\x1b[31m") == 4
+    assert re.findall(ACTS, json_bytes({"k" + EVIL: EVIL}).decode()) == []
+    assert json.loads(json_bytes({"k" + EVIL: EVIL})) == {"k" + EVIL: EVIL}

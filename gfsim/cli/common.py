@@ -94,24 +94,63 @@ def _folding_table():
     from rich.table import Table as RichTable
 
     class FoldingTable(RichTable):
-        def add_column(self, *args, overflow="fold", **kw):
-            super().add_column(*args, overflow=overflow, **kw)
+        """Every cell, header and title is shown with control characters escaped (a task id
+        of a log is the log's, not gfsim's: ESC, OSC, C1, NUL or a bidi override in it would
+        act on the terminal); markup in a log's strings is escaped where they are put in
+        (``esc``)."""
+
+        def __init__(self, *headers, **kw):
+            for key in ("title", "caption"):
+                if isinstance(kw.get(key), str):
+                    kw[key] = _printable(kw[key])
+            super().__init__(*(_printable(h) if isinstance(h, str) else h for h in headers),
+                             **kw)
+
+        def add_column(self, header="", *args, overflow="fold", **kw):
+            super().add_column(_printable(header) if isinstance(header, str) else header,
+                               *args, overflow=overflow, **kw)
+
+        def add_row(self, *cells, **kw):
+            super().add_row(*(_printable(c) if isinstance(c, str) else c for c in cells), **kw)
 
     return FoldingTable
 
 EXIT_INPUT_ERROR = 2
 
 
-def console():
+def console(**kwargs):
+    """The console commands print to (rich's, ``kwargs`` its settings): every character a
+    terminal acts on that reaches it in text, not in rich's own styling, is shown escaped,
+    whichever string of a log's it came in (see ``_CONTROLS``)."""
+    return _safe_console()(**kwargs)
+
+
+@functools.cache
+def _safe_console():
     from rich.console import Console
 
-    return Console()
+    class SafeConsole(Console):
+        def _render_buffer(self, buffer):
+            # the text of each segment (line breaks are rich's own), never its styles or
+            # cursor controls
+            return super()._render_buffer(
+                seg if seg.control or not _CONTROLS.search(seg.text)
+                else seg._replace(text="\n".join(_printable(part)
+                                                  for part in seg.text.split("\n")))
+                for seg in buffer)
+
+    return SafeConsole
 
 
 # Characters a terminal acts on rather than shows: C0 and C1 controls and DEL (an escape
 # sequence can set the window title, clear the screen or rewrite what was printed) and the
 # bidirectional overrides and isolates (which reorder what is shown).
-_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e"
+                       "\u2066-\u2069]")
+# Those that JSON text may carry raw (msgspec escapes C0, not DEL, C1, the bidi marks or the
+# line separators): only ever inside a string, where ``\\uXXXX`` reads back the same
+_JSON_CONTROLS = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e"
+                            "\u2066-\u2069]")
 
 
 def _escape_control(match: re.Match) -> str:
@@ -183,10 +222,16 @@ def _default(o: Any):
 
 def json_bytes(obj: Any) -> bytes:
     """Indented JSON by msgspec's encoder (a 10 MB document in tens of milliseconds; the
-    standard library takes seconds). NaN and infinities, which JSON has not, come out null."""
+    standard library takes seconds). NaN and infinities, which JSON has not, come out null;
+    control and bidi characters come out as ``\\uXXXX`` escapes (a log's strings reach a
+    terminal through ``--json`` too)."""
     import msgspec
 
-    return msgspec.json.format(msgspec.json.encode(obj, enc_hook=_default), indent=2)
+    data = msgspec.json.format(msgspec.json.encode(obj, enc_hook=_default), indent=2)
+    if data.isascii():
+        return data
+    text = _JSON_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", data.decode("utf-8"))
+    return text.encode("utf-8")
 
 
 def print_json(obj: Any) -> None:

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from gfsim.cli.common import console, handles_errors, print_json
+from gfsim.cli.common import console, esc, handles_errors, print_json
 from gfsim.cli.common import CONFIG_HELP, load_config
 
 __all__ = ["counterfactual"]
@@ -168,12 +168,11 @@ def _target(name: str, t: dict) -> str:
 
 
 def _print(out: dict) -> None:
-    from rich.console import Console
     from gfsim.cli.common import Table
 
     con = console()
     if con.width < 132:  # a pipe or a narrow terminal: the table needs about 130 columns
-        con = Console(width=132)
+        con = console(width=132)
     spec = out["spec"]
     con.print(f"{out['note']} {len(out['world_seeds'])} world seeds ({out['split']}: "
               f"{out['world_seeds'][0]}..{out['world_seeds'][-1]}), {spec['steps']} steps, "
@@ -184,9 +183,10 @@ def _print(out: dict) -> None:
         con.print(f"skipped {name}: {why}", markup=False, highlight=False, soft_wrap=True)
     for w in out["worlds"]:
         m = w["measures"]
+        tasks = esc(", ".join(w["tasks"]), 400)
         tab = Table(title=f"{w['world']}, children {w['children']} ({w['kind'].upper()}; tasks "
-                          f"{', '.join(w['tasks'])}; budget ${w['usd_budget_mean']:.2f} per "
-                          "search)", title_justify="left")
+                          f"{tasks}; budget ${w['usd_budget_mean']:.2f} per search)",
+                    title_justify="left")
         for col in ("policy", "F", "invented", "replay best (95%)", "direct best (95%)",
                     "bias log2 (95%)", "SE"):
             tab.add_column(col, justify="left" if col == "policy" else "right")
