@@ -64,6 +64,9 @@ class Context:
     # What the files the reading rows try lie hold: it must never reach a record.
     read_secret: str = field(default_factory=lambda: "GFSIMREAD" + uuid.uuid4().hex[:12])
     measurer_root: Path | None = None  # set by run_row: the measurer's own folder
+    # Set by run_row from the measurer's settings: what the hoarding rows must not pass.
+    memory_limit_mb: float = 16_000.0
+    max_tasks: int = 512
     root_device: str | None = None  # the block device of "/", where there is one
     unix_path: str | None = None
     connections: list = field(default_factory=list)
@@ -619,6 +622,90 @@ def _timed_out(rec, ctx, host):
     return rec["outcome"] == "timeout", f"{rec['outcome']}: {rec.get('reason', '')[:80]}"
 
 
+def _hoard_bytes(ctx) -> int:
+    """What a hoarding row holds: half a GiB past the measurer's memory limit."""
+    return int(ctx.memory_limit_mb * 2**20) + (512 << 20)
+
+
+def _memfd_hoard(ctx):
+    """Writes past the limit into a memfd through its descriptor: no process maps a page."""
+    return textwrap.dedent(f'''
+        import os
+        _chunk = b"x" * (64 << 20)
+        try:
+            _fd = os.memfd_create("{ctx.marker}")
+        except OSError:
+            _fd = None  # refused: an honest kernel
+        if _fd is not None:
+            _held = 0
+            while _held < {_hoard_bytes(ctx)}:
+                _held += os.write(_fd, _chunk)
+            raise RuntimeError(f"hoarded {{_held}} bytes")
+    ''') + _run()
+
+
+def _sysv_hoard(ctx):
+    """Fills SysV segments past the limit, each attached, written and detached in turn."""
+    return textwrap.dedent(f'''
+        import ctypes
+        _c = ctypes.CDLL(None, use_errno=True)
+        _c.shmat.restype = ctypes.c_void_p
+        _seg, _held = 128 << 20, 0
+        while _held < {_hoard_bytes(ctx)}:
+            _id = _c.shmget(0, ctypes.c_size_t(_seg), 0o1600)
+            if _id < 0:
+                break  # refused: an honest kernel
+            _p = _c.shmat(_id, None, 0)
+            _c.memset(ctypes.c_void_p(_p), 1, ctypes.c_size_t(_seg))
+            _c.shmdt(ctypes.c_void_p(_p))
+            _held += _seg
+        if _held >= {_hoard_bytes(ctx)}:
+            raise RuntimeError(f"hoarded {{_held}} bytes")
+    ''') + _run()
+
+
+def _many_threads(ctx):
+    """Starts 3,000 threads (each a host task), named after the marker, and says how many
+    ran."""
+    return textwrap.dedent(f'''
+        import ctypes, threading
+        _go = threading.Event()
+        def _idle():
+            ctypes.CDLL(None).prctl(15, b"{ctx.marker[:15]}", 0, 0, 0)
+            _go.wait()
+        _n = 0
+        for _ in range(3000):
+            try:
+                threading.Thread(target=_idle, daemon=True).start()
+            except RuntimeError:
+                break
+            _n += 1
+        raise RuntimeError(f"threads started: {{_n}}")
+    ''') + _run()
+
+
+def _not_hoarded(rec, ctx, host):
+    """The candidate never held what it tried (it says so when it did), nothing left."""
+    reason = str(rec.get("reason"))
+    if "hoarded" in reason:
+        return False, f"held past the limit: {reason[:80]}"
+    ok, left = _leftovers(rec, ctx, host)
+    return ok, f"{rec['outcome']}: {reason[:60]}" if ok else left
+
+
+def _threads_capped(rec, ctx, host):
+    """No more than the task limit of threads ran, and none is left."""
+    import re
+
+    reason = str(rec.get("reason"))
+    said = re.search(r"threads started: (\d+)", reason)
+    if said and int(said.group(1)) > ctx.max_tasks:
+        return False, f"{said.group(1)} threads ran (limit {ctx.max_tasks})"
+    ok, left = _leftovers(rec, ctx, host)
+    return ok, (f"{said.group(1)} threads ran (limit {ctx.max_tasks})" if said else
+                reason[:80]) if ok else left
+
+
 ROWS: list[Row] = [
     Row("forge-1.5x", "divides its reported times by 1.5", "(untested)", _forge(1.5),
         _timing_held),
@@ -686,6 +773,14 @@ ROWS: list[Row] = [
         "(untested)", _clock_attack("skip-go"), _failed_or_honest, gpu_only=True),
     Row("early-done", "GPU clock: signals DONE as soon as GO arrives, before its call",
         "(untested)", _clock_attack("early-done"), _failed_or_honest, gpu_only=True),
+    Row("memfd-hoard", "writes 0.5 GB past the memory limit into a memfd through its "
+        "descriptor, never mapped", "held 2.5 GB against a 1.5 GB limit (issue 52)",
+        _memfd_hoard, _not_hoarded),
+    Row("sysv-shm-hoard", "fills SysV segments to 0.5 GB past the memory limit, each "
+        "detached", "held 2.5 GB against a 1.5 GB limit (issue 52)", _sysv_hoard,
+        _not_hoarded),
+    Row("3000-threads", "starts 3,000 threads", "all 3,000 ran past the 512-process limit "
+        "(issue 52)", _many_threads, _threads_capped),
 ]
 
 
@@ -695,6 +790,9 @@ def run_row(row: Row, measurer, ctx: Context) -> dict:
 
     root = getattr(measurer, "_root", None)
     ctx.measurer_root = Path(root) if root is not None else None
+    config = getattr(measurer, "config", None)
+    ctx.memory_limit_mb = getattr(config, "memory_limit_mb", ctx.memory_limit_mb)
+    ctx.max_tasks = getattr(config, "max_tasks", ctx.max_tasks)
     code = ctx.honest + "\n" + row.body(ctx)
     rec = measurer.measure(CodeCandidate(measurer.task_name, code))
     zygote = getattr(measurer, "_zygote", None)

@@ -121,6 +121,12 @@ class MeasurerConfig:
     check_timeout_s: float = 120.0
     timing_timeout_s: float = 300.0
     memory_limit_mb: float = 16_000.0
+    # Tasks (processes and threads) a sandbox may hold at once.
+    max_tasks: int = 512
+    # Limit each sandbox's memory and tasks with a cgroup where this machine allows one
+    # (gfsim.live.cgroup); False: the fallback's limits (sandbox._fallback_rlimits, seccomp
+    # refusing memfd and SysV shm, the watchdog), as on a machine without cgroups.
+    cgroups: bool = True
     # A separate window of back-to-back calls this long gives joules per call from NVML's
     # energy counter, which is coarse over shorter windows; 0 turns it off.
     energy_window_s: float = 1.0
@@ -272,8 +278,14 @@ class _Sandbox:
         st_r, st_w = os.pipe()
         spec = {"dir": str(self.dir), "env": env, "task": task,
                 "facilities": facilities.as_dict(), "shm_mb": int(config.memory_limit_mb)}
+        self.max_tasks = int(config.max_tasks)
+        self.group = _task_group(config, facilities, self.dir.name)
+        spec.update(_limits_spec(config, self.group))
         try:
             zygote.spawn(spec, [req_r, ans_theirs.fileno(), st_w])
+        except BaseException:
+            self._remove_group()
+            raise
         finally:
             os.close(req_r)
             os.close(st_w)
@@ -323,11 +335,18 @@ class _Sandbox:
             return {"error": line[:200].decode(errors="replace")}
 
     def _watch_memory(self) -> None:
+        """Kill the sandbox once its group's limits refused it something (the kernel holds
+        them), or once the sum of its resident memory and /dev/shm or its thread count passes
+        the limits (where no group holds: what the fallback leaves to watch)."""
         while not self._stop.wait(0.05):
             with _QUIET:
                 kb, n = _namespace_usage(self.pid, self.ns)
-            if kb > self.limit_kb or n > 512:
-                self.killed_for = "memory" if kb > self.limit_kb else "processes"
+            group = self.group
+            over = ("memory" if kb > self.limit_kb or (group and group.oom_kills()) else
+                    "processes" if n > self.max_tasks or (group and group.tasks_refused())
+                    else None)
+            if over:
+                self.killed_for = over
                 self.kill()
                 return
 
@@ -379,11 +398,13 @@ class _Sandbox:
     def _failure(self) -> WorkerFailure:
         self.kill()
         self._reap()
+        if self.killed_for is None and self.group is not None and self.group.oom_kills():
+            self.killed_for = "memory"  # the kernel's OOM killer, before the watchdog saw it
         if self.killed_for == "memory":
             return WorkerFailure("memory", "worker exceeded the memory limit and was killed")
         if self.killed_for == "processes":
-            return WorkerFailure("crash", "worker started more than 512 processes and was "
-                                 "killed")
+            return WorkerFailure("crash", f"worker started more than {self.max_tasks} "
+                                 "processes and threads and was killed")
         tail = _tail(self.dir / "stderr.log", STDERR_TAIL_BYTES)
         return WorkerFailure("crash", f"worker died (exit {self.exit_code}): {tail}")
 
@@ -422,6 +443,7 @@ class _Sandbox:
             self._reap(2.0)
             self.kill()
             self._reap()
+        self._remove_group()
         for close in (lambda: os.close(self.req), self.ans.close, self.status.close,
                       lambda: self.pidfd is not None and os.close(self.pidfd)):
             try:
@@ -430,9 +452,52 @@ class _Sandbox:
                 pass
         shutil.rmtree(self.dir, ignore_errors=True)
 
+    def _remove_group(self, wait_s: float = 2.0) -> None:
+        """Remove the sandbox's cgroup once its last task (the outer process, which reported
+        the namespace's end) has gone; one still busy is left for a later measurer's sweep."""
+        group = getattr(self, "group", None)
+        deadline = time.monotonic() + wait_s
+        while group is not None and not group.remove() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.group = None
+
+
+def _task_group(config: MeasurerConfig, facilities, name: str):
+    """The cgroup that limits a new sandbox (``gfsim.live.cgroup.TaskGroup``), or None where
+    none is made: ``config.cgroups`` off, or the machine allows none (``facilities.cgroup``)."""
+    if not (config.cgroups and facilities.cgroup):
+        return None
+    from gfsim.live.cgroup import TaskGroup
+
+    try:
+        return TaskGroup.create(f"{os.getpid()}-{name}", int(config.memory_limit_mb * 2**20),
+                                config.max_tasks)
+    except OSError as exc:
+        raise GfsimError(f"the sandbox's cgroup could not be made ({exc}); pass "
+                         f"cgroups=False for the fallback's limits") from None
+
+
+def _limits_spec(config: MeasurerConfig, group) -> dict:
+    """What the sandbox's processes apply of the limits: the group they join, or the
+    fallback's (``sandbox._fallback_rlimits``): a task count, and on the CPU (the interpreter,
+    or a machine without a GPU) a data limit; not beside a GPU, where the CUDA driver's
+    private mappings would count against it and this was never tried there."""
+    out = {"max_tasks": int(config.max_tasks), "cgroup": group.version if group else 0,
+           "cgroup_procs": group.procs if group else []}
+    if group is None and (config.interpret or not _gpu_nodes()):
+        out["rlimit_data_bytes"] = int(config.memory_limit_mb * 2**20)
+    return out
+
+
+def _gpu_nodes() -> bool:
+    """Whether this machine has a GPU's device nodes (NVIDIA's or AMD's)."""
+    import glob
+
+    return bool(glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/kfd"))
+
 
 def _namespace_usage(pid: int | None, ns: int | None) -> tuple[float, int]:
-    """(resident kB, processes) of a sandbox: every process in its PID namespace, plus what
+    """(resident kB, threads) of a sandbox: every process in its PID namespace, plus what
     its private /dev/shm holds; without a namespace, the process group of ``pid``."""
     if pid is None:
         return 0.0, 0
@@ -448,10 +513,11 @@ def _namespace_usage(pid: int | None, ns: int | None) -> tuple[float, int]:
                 stat = Path(entry.path, "stat").read_text()
                 if int(stat[stat.rindex(")") + 2:].split()[2]) != pid:
                     continue
-            count += 1
             for line in Path(entry.path, "status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
                     total += float(line.split()[1])
+                elif line.startswith("Threads:"):
+                    count += int(line.split()[1])
                     break
         except (OSError, ValueError, IndexError):
             continue
@@ -1395,6 +1461,8 @@ def _sandbox_summary(applied: dict) -> str:
             parts.append("reads")
     if applied.get("seccomp"):
         parts.append("seccomp")
+    if applied.get("limits"):  # "cgroup1"/"cgroup2": the kernel's limits; "rlimits": fallback
+        parts.append(applied["limits"])
     return "+".join(parts) or "none"
 
 

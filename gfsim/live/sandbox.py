@@ -91,20 +91,20 @@ _SYS = {"x86_64": {"socket": 41, "ptrace": 101, "mount": 165, "umount2": 166,
                    "perf_event_open": 298, "open_by_handle_at": 304, "keyctl": 250,
                    "add_key": 248, "request_key": 249, "userfaultfd": 323, "clone": 56,
                    "chroot": 161, "connect": 42, "sendto": 44, "sendmsg": 46,
-                   "sendmmsg": 307},
+                   "sendmmsg": 307, "memfd_create": 319, "shmget": 29},
         "aarch64": {"socket": 198, "ptrace": 117, "mount": 40, "umount2": 39,
                     "pivot_root": 41, "unshare": 97, "setns": 268, "process_vm_readv": 270,
                     "process_vm_writev": 271, "kexec_load": 104, "bpf": 280,
                     "perf_event_open": 241, "open_by_handle_at": 265, "keyctl": 219,
                     "add_key": 217, "request_key": 218, "userfaultfd": 282, "clone": 220,
                     "chroot": 51, "connect": 203, "sendto": 206, "sendmsg": 211,
-                    "sendmmsg": 269}}
+                    "sendmmsg": 269, "memfd_create": 279, "shmget": 194}}
 # The same numbers on every architecture (the unified table of Linux 5.1+).
 _COMMON = {"io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
            "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
            "fsmount": 432, "fspick": 433, "clone3": 435, "mount_setattr": 442,
            "landlock_create_ruleset": 444, "landlock_add_rule": 445,
-           "landlock_restrict_self": 446}
+           "landlock_restrict_self": 446, "memfd_secret": 447}
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 
 _FS_EXECUTE, _FS_WRITE_FILE, _FS_READ_FILE, _FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
@@ -213,6 +213,9 @@ _DENIED = ("ptrace", "mount", "umount2", "pivot_root", "chroot", "unshare", "set
            "io_uring_setup", "io_uring_enter", "io_uring_register", "open_tree", "move_mount",
            "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "sendmsg", "sendmmsg")
 _AF_UNIX = 1
+# Memory no process maps, which a watchdog summing resident memory cannot see: refused where no
+# cgroup charges it (``seccomp_filter(unmapped_memory=False)``).
+_UNMAPPED_MEMORY = ("memfd_create", "memfd_secret", "shmget")
 
 
 class _SockFilter(ctypes.Structure):
@@ -229,8 +232,9 @@ def _arg(i: int, high: bool = False) -> int:
     return 16 + 8 * i + (4 if high else 0)
 
 
-def seccomp_filter() -> dict:
-    """Install the filter. The ``_DENIED`` calls fail with EPERM. ``socket`` is allowed for
+def seccomp_filter(unmapped_memory: bool = True) -> dict:
+    """Install the filter. The ``_DENIED`` calls fail with EPERM, and so do
+    ``_UNMAPPED_MEMORY``'s unless ``unmapped_memory`` (a cgroup counts that memory). ``socket`` is allowed for
     AF_UNIX only (the CUDA driver opens one at initialisation), but ``connect`` always fails
     (ECONNREFUSED: CUDA then takes it that no MPS daemon runs), ``sendto`` with an address
     fails and ``sendmsg`` is refused, so no Unix socket outside can be reached by path.
@@ -247,7 +251,8 @@ def seccomp_filter() -> dict:
     prog = [(ld, 0, 0, 4), (jeq, 1, 0, _AUDIT_ARCH[arch]), (ret, 0, 0, kill), (ld, 0, 0, 0)]
     if arch == "x86_64":  # the x32 ABI shares the architecture number: refuse it
         prog += [(0x35, 0, 1, 0x40000000), (ret, 0, 0, err(_errno.EPERM))]
-    for name in _DENIED:
+    denied = _DENIED if unmapped_memory else _DENIED + _UNMAPPED_MEMORY
+    for name in denied:
         prog += [(jeq, 0, 1, _sys(name)), (ret, 0, 0, err(_errno.EPERM))]
     prog += [(jeq, 0, 1, _sys("clone3")), (ret, 0, 0, err(_errno.ENOSYS)),
              (jeq, 0, 1, _sys("connect")), (ret, 0, 0, err(_errno.ECONNREFUSED)),
@@ -266,7 +271,7 @@ def seccomp_filter() -> dict:
     prctl(PR_SET_NO_NEW_PRIVS, 1)
     _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0),
            "seccomp")
-    return {"seccomp": len(_DENIED) + 4}
+    return {"seccomp": len(denied) + 4}
 
 
 # -- what a sandbox may read ---------------------------------------------------------------------
@@ -538,6 +543,11 @@ class Facilities:
     # outside it and was refused, and read one inside it).
     reads_confined: bool = False
     readable: dict = field(default_factory=dict)
+    # The cgroup version whose groups limit each sandbox's memory and tasks (0: none may be
+    # made here, and ``limits_fallback`` holds instead), and what holds, in words.
+    cgroup: int = 0
+    memory_limit: str = ""
+    task_limit: str = ""
 
     def missing(self) -> list[str]:
         """What full isolation needs and this machine lacks (empty: all of it is there)."""
@@ -632,11 +642,22 @@ def private_proc_shm(shm_mb: int) -> None:
           f"size={max(1, int(shm_mb))}m,mode=1777")
 
 
-def enter_inner(fac: Facilities, folder: str, shm_mb: int) -> dict:
-    """In the inner process (PID 1 of the new namespace): private /proc and /dev/shm, then
-    Landlock and seccomp. Returns what was applied."""
+def _limits(spec: dict) -> dict:
+    return {k: spec[k] for k in ("cgroup", "max_tasks", "rlimit_data_bytes") if k in spec}
+
+
+def enter_inner(fac: Facilities, folder: str, shm_mb: int, limits: dict | None = None) -> dict:
+    """In the inner process (PID 1 of the new namespace): private /proc and /dev/shm, the
+    fallback's resource limits where no cgroup holds (``limits``: ``cgroup``, the version its
+    outer process joined, 0 for none; ``max_tasks``; ``rlimit_data_bytes``), then Landlock and
+    seccomp. Returns what was applied."""
     applied: dict = {}
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    limits = limits or {}
+    in_cgroup = bool(limits.get("cgroup"))
+    applied["limits"] = f"cgroup{limits['cgroup']}" if in_cgroup else "rlimits"
+    if not in_cgroup:
+        _fallback_rlimits(limits)
     if fac.mount_ns and fac.pid_ns:
         private_proc_shm(shm_mb)
         applied["private_proc_shm"] = True
@@ -647,8 +668,22 @@ def enter_inner(fac: Facilities, folder: str, shm_mb: int) -> dict:
                                          _with_proc(fac.readable, private)
                                          if fac.reads_confined else None))
     if fac.seccomp:
-        applied.update(seccomp_filter())
+        applied.update(seccomp_filter(unmapped_memory=in_cgroup))
     return applied
+
+
+def _fallback_rlimits(limits: dict) -> None:
+    """Without a cgroup: at most ``max_tasks`` tasks of this uid in the user namespace
+    (threads count; the kernel exempts a root measurer's uid), and private writable memory
+    (``rlimit_data_bytes``, where given) per process."""
+    import resource
+
+    if limits.get("max_tasks"):
+        n = int(limits["max_tasks"])
+        resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
+    if limits.get("rlimit_data_bytes"):
+        n = int(limits["rlimit_data_bytes"])
+        resource.setrlimit(resource.RLIMIT_DATA, (n, n))
 
 
 def _with_proc(readable: dict, private_proc: bool) -> dict:
@@ -695,7 +730,24 @@ def probe(readable: dict | None = None) -> Facilities:
         return Facilities(errors=("the probe died",))
     if found.get("reads_confined"):
         found["readable"] = readable
+    found.update(kernel_limits())
     return Facilities.from_dict(found)
+
+
+def kernel_limits() -> dict:
+    """Which limits hold a sandbox's memory and tasks here, as ``Facilities`` fields: a cgroup
+    where this process may make one (``gfsim.live.cgroup``), else the fallback's."""
+    from gfsim.live import cgroup
+
+    version, why = cgroup.support()
+    if version:
+        return {"cgroup": version, "memory_limit": f"cgroup v{version}: the kernel caps all "
+                "of the sandbox's memory (memfd and SysV shm included; no swap)",
+                "task_limit": f"cgroup v{version} pids.max: processes and threads"}
+    return {"cgroup": 0, "memory_limit": f"watchdog over resident memory and /dev/shm, "
+            f"RLIMIT_DATA on the CPU; memfd_create, memfd_secret and shmget refused "
+            f"(no cgroup: {why})", "task_limit": "RLIMIT_NPROC in the user namespace (the "
+            "kernel exempts a root measurer's uid) and the watchdog's count of threads"}
 
 
 def _reads_refused(outside: str) -> str | None:
@@ -895,6 +947,10 @@ def _outer(spec: dict, fds: list[int], sock_fd: int) -> None:  # pragma: no cove
     os.dup2(devnull, 0)
     os.close(devnull)
     fac = Facilities.from_dict(spec["facilities"])
+    if spec.get("cgroup_procs"):  # before the namespaces: everything started later is inside
+        from gfsim.live import cgroup
+
+        cgroup.join(spec["cgroup_procs"])
     enter_outer(fac)
     pid = os.fork()
     if pid == 0:
@@ -929,7 +985,7 @@ def _inner(spec: dict, fac: Facilities, req: int, ans: int) -> None:  # pragma: 
     tempfile.tempdir = folder  # the zygote's cached answer would be /tmp, not writable here
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    applied = enter_inner(fac, folder, spec.get("shm_mb", 1024))
+    applied = enter_inner(fac, folder, spec.get("shm_mb", 1024), _limits(spec))
     from gfsim.live import worker
 
     answers = socket.socket(fileno=ans)
