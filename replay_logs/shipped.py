@@ -9,7 +9,7 @@ from gfsim.core.docs import cite_docs
 from gfsim.core.errors import GfsimError
 
 __all__ = ["SHIPPED_LOGS", "SHIPPED_CAVEATS", "DEFAULT_LOG", "resolve_log", "shipped_path",
-           "log_caveats"]
+           "log_caveats", "untrusted_timings"]
 
 # name -> (file under gfsim/replay_logs/data/, one-line description)
 SHIPPED_LOGS: dict[str, tuple[str, str]] = {
@@ -131,8 +131,42 @@ def log_caveats(log) -> list[str]:
         if name in SHIPPED_CAVEATS:
             out = list(SHIPPED_CAVEATS[name])
             break
-    # A live run timed on the CPU clock (gfsim live --trust-cpu-clock) says so in its header.
-    trust = (log.header.get("provenance") or {}).get("timing_trust")
-    if isinstance(trust, str) and trust:
-        out.append(f"UNTRUSTED timings: {trust}")
+    untrusted = untrusted_timings(log)
+    if untrusted:
+        out.append(untrusted)
     return out
+
+
+UNTRUSTED = "UNTRUSTED timings"
+
+
+def untrusted_timings(log) -> str | None:
+    """The one caveat a log timed on the CPU clock carries (``UNTRUSTED timings: ...``), or
+    None: what its header says (``gfsim live --trust-cpu-clock`` writes
+    ``provenance.timing_trust``), else what its evaluations say of themselves
+    (``timing_trusted`` false, or ``timing_clock`` ``wall``) where the header is silent (a
+    copy, or a log edited to hide it): their speedups are a candidate's own word."""
+    trust = (log.header.get("provenance") or {}).get("timing_trust")
+    if isinstance(trust, str) and trust.strip():
+        trust = trust.strip()
+        return trust if trust.startswith(UNTRUSTED) else f"{UNTRUSTED}: {trust}"
+    n = _cpu_clock_evaluations(log)
+    if not n:
+        return None
+    return (f"{UNTRUSTED}: {n:,} evaluation{'s' * (n != 1)} of this log say{'s' * (n == 1)} "
+            "they were timed on the CPU clock (timing_trusted false or timing_clock 'wall'), "
+            "where a candidate's own process reports its times and can forge them. Speedups "
+            "here are not evidence.")
+
+
+def _cpu_clock_evaluations(log) -> int:
+    """How many of the log's evaluations mark themselves timed on the CPU clock."""
+    ev = getattr(log, "evaluations", None)
+    if ev is None or "extra" not in getattr(ev, "columns", ()):
+        return 0
+    n = 0
+    for extra in ev["extra"].dropna():
+        if isinstance(extra, dict) and (extra.get("timing_trusted") is False
+                                        or extra.get("timing_clock") == "wall"):
+            n += 1
+    return n

@@ -76,7 +76,10 @@ def recommend(log: ReplayLog | str | Path | None = None,
     rec = recommendation(setup, configs, base, range(seed, seed + n),
                          fresh_seeds=range(seed + n, seed + n + fresh_seeds), level=level,
                          prices=prices)
-    out = {"log": the_log.name, "synthetic_log": the_log.is_synthetic, "cost_model": cost,
+    from gfsim.replay_logs.shipped import log_caveats
+
+    out = {"log": the_log.name, "synthetic_log": the_log.is_synthetic,
+           "log_caveats": log_caveats(the_log), "cost_model": cost,
            "driver": driver, **_chosen(the_log, driver), "budget": the_budget.as_dict(),
            **({"children": children} if is_closed_loop(driver) else {}),
            "recommendation": rec}

@@ -98,6 +98,9 @@ def recommend(
     if out["synthetic_log"]:
         con.print("[yellow]SYNTHETIC log: a demonstration, not a recommendation for a real "
                   "search[/yellow]")
+    for caveat in out.get("log_caveats", []):  # (a CPU-clock best is a candidate's own word)
+        style = "bold red" if caveat.startswith("UNTRUSTED") else "yellow"
+        con.print(f"[{style}]{esc(caveat, 1000)}[/{style}]")
     print_recommendation(con, rec)
     for note in out.get("notes", []):
         con.print(f"[dim]note: {esc(note, 1000)}[/dim]")

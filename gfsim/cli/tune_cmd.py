@@ -223,8 +223,9 @@ def _report(out: dict) -> None:
                     "chosen on all", "its value there"):
             lo.add_column(col, justify="right")
         for r in out["leave_one_task_out"]:
-            lo.add_row(esc(r["task"]), f"#{r['chosen_on_others']}", _metric(names[0], r["held_out"]),
-                       f"#{r['chosen_on_all']}", _metric(names[0], r["in_sample"]))
+            lo.add_row(esc(r["task"]), f"#{r['chosen_on_others']}",
+                       _metric(names[0], r["held_out"]), f"#{r['chosen_on_all']}",
+                       _metric(names[0], r["in_sample"]))
         con.print(lo)
     if out["recommendation"]:
         from gfsim.cli.recommend_cmd import print_recommendation
