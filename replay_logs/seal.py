@@ -46,15 +46,30 @@ def _key_at(path: Path) -> bytes | None:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return _make(path)
-    except OSError:
-        return None
-    with open(fd, "rb") as fh:
-        info = os.fstat(fh.fileno())
-        if (not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid()
-                or info.st_mode & 0o077 or info.st_size != _KEY_BYTES):
-            return None
-        key = fh.read(_KEY_BYTES + 1)
-    return key if len(key) == _KEY_BYTES else None
+    except OSError as exc:
+        return _unusable(path, exc.strerror or type(exc).__name__)
+    try:  # (fstat before open(): open() of a folder's descriptor raises IsADirectoryError)
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return _unusable(path, "not a regular file (a folder?)")
+        if info.st_uid != os.getuid() or info.st_mode & 0o077 or info.st_size != _KEY_BYTES:
+            return _unusable(path, f"not this user's private (0600) file of {_KEY_BYTES} bytes")
+        key = os.read(fd, _KEY_BYTES + 1)
+    except OSError as exc:
+        return _unusable(path, exc.strerror or type(exc).__name__)
+    finally:
+        os.close(fd)
+    return key if len(key) == _KEY_BYTES else _unusable(path, "changed while read")
+
+
+def _unusable(path: Path, why: str) -> None:
+    """No key, said once per process in one line (never a traceback): without one nothing is
+    cached, and every replay of a log parses it afresh."""
+    import warnings
+
+    warnings.warn(f"{path}: the cache's key is {why}; nothing is cached (remove it, and gfsim "
+                  "makes a new key)", stacklevel=3)
+    return None
 
 
 def _make(path: Path) -> bytes | None:

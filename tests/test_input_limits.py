@@ -260,7 +260,8 @@ def test_the_seal_key_is_private_and_made_once(tmp_path, monkeypatch):
     assert not seal.verify(mac, b"table", b"s")  # parts are length-prefixed
     key.chmod(0o644)  # a key others can read protects nothing: no cache at all
     seal._key_at.cache_clear()
-    assert seal.seal(b"tables") is None and not seal.available()
+    with pytest.warns(UserWarning, match="not this user's private"):  # said, in one line
+        assert seal.seal(b"tables") is None and not seal.available()
     seal._key_at.cache_clear()
 
 
