@@ -193,3 +193,64 @@ def test_every_table_cell_title_and_printed_text_is_escaped():
     assert re.findall(ACTS, shown) == [] and shown.count("\\x1b[31m") == 4
     assert re.findall(ACTS, json_bytes({"k" + EVIL: EVIL}).decode()) == []
     assert json.loads(json_bytes({"k" + EVIL: EVIL})) == {"k" + EVIL: EVIL}
+
+
+# -- a CPU-clock figure carries its UNTRUSTED caveat, once -------------------------------------
+
+def _forged(tmp_path, header: bool) -> Path:
+    """The tiny fixture whose successes say they were timed on the CPU clock, one of them a
+    forged 133,253x; ``header``: with the header's ``timing_trust`` that ``gfsim live
+    --trust-cpu-clock`` writes (else a log edited to drop it)."""
+    from gfsim.live.driver import CPU_CLOCK_NOTE
+
+    recs = [json.loads(line) for line in (DATA / "tiny.jsonl").read_text().splitlines()]
+    for r in recs:
+        if r["kind"] == "evaluation" and r["outcome"] == "success":
+            r.update(timing_clock="wall", timing_trusted=False)
+            if r["candidate_id"] == "a0":
+                r.update(speedup=133253.0, runtime_ns=r["ref_runtime_ns"] / 133253.0)
+    if header:
+        recs[0]["provenance"]["timing_trust"] = CPU_CLOCK_NOTE
+    path = tmp_path / f"forged-{header}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return path
+
+
+@pytest.mark.parametrize("header", [True, False])
+@pytest.mark.parametrize("command", [["recommend", "--candidate", "topk:2", "--seeds", "1",
+                                      "--fresh-seeds", "0", "--driver", "trace"],
+                                     ["replay"], ["savings", "--seeds", "1"]])
+def test_every_command_shows_the_untrusted_caveat_once(tmp_path, command, header):
+    res = runner.invoke(app, [*command, "-l", str(_forged(tmp_path, header))])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())  # (rich folds long lines)
+    assert text.count("UNTRUSTED") == 1, text
+    assert "can forge" in text
+
+
+def test_a_log_without_cpu_clock_marks_has_no_untrusted_caveat():
+    from gfsim.replay_logs import load_log
+    from gfsim.replay_logs.shipped import untrusted_timings
+
+    assert untrusted_timings(load_log(DATA / "tiny.jsonl")) is None
+
+
+# -- a seal.key that is a folder ----------------------------------------------------------------
+
+def test_a_seal_key_that_is_a_folder_is_one_line_and_replay_runs(tmp_path, monkeypatch):
+    from gfsim.replay_logs import seal
+
+    monkeypatch.setenv("GFSIM_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "cache" / "seal.key").mkdir(parents=True)  # IsADirectoryError on every replay
+    seal._key_at.cache_clear()
+    try:
+        for _ in range(2):
+            res = runner.invoke(app, ["replay", "-l", str(DATA / "tiny.jsonl")])
+            assert res.exit_code == 0, res.output
+            assert res.exception is None
+        assert not seal.available()
+    finally:
+        seal._key_at.cache_clear()
+    with pytest.warns(UserWarning, match=r"seal.key: the cache's key is not a regular file"):
+        assert seal.seal(b"tables") is None
+    seal._key_at.cache_clear()
