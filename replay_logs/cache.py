@@ -31,12 +31,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from pathlib import Path
 
 import msgspec
 
 from gfsim.core.durable import fsync_dir, owned_tempdir
+from gfsim.core.folders import remove_tree
 from gfsim.replay_logs import seal
 import numpy as np
 import pandas as pd
@@ -204,10 +204,10 @@ def store(path: str, raw: bytes | None, log, digest: str | None = None) -> Path 
                 os.rename(tmp, folder)
                 fsync_dir(folder.parent)
             except OSError:  # another process wrote the same bytes' cache first
-                shutil.rmtree(tmp, ignore_errors=True)
+                remove_tree(tmp)
             return folder
         except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove_tree(tmp)
             continue
     return None
 
@@ -218,8 +218,9 @@ def _replace_stale(folder: Path) -> None:
         return
     stem = folder.name.rsplit(".", 1)[0]
     for other in folder.parent.glob(f"{stem}.*"):
-        if other.is_dir() and other != folder and len(other.name) == len(folder.name):
-            shutil.rmtree(other, ignore_errors=True)
+        if other.is_dir() and not other.is_symlink() and other != folder and \
+                len(other.name) == len(folder.name):
+            remove_tree(other)
 
 
 # -- tables <-> Arrow --------------------------------------------------------------------------

@@ -113,14 +113,15 @@ def _file(folder: Path, kind: str, key: dict) -> tuple[Path, bytes]:
 def _prune(code_folder: Path) -> None:
     """Remove the folders other code (or another format) left beside ``code_folder``: their
     keys can never match again, and each holds traces and replays as large as the log."""
-    import shutil
+    from gfsim.core.folders import remove_tree
 
     try:
         others = [p for p in code_folder.parent.iterdir() if p.is_dir() and p != code_folder]
     except OSError:
         return
     for other in others:
-        shutil.rmtree(other, ignore_errors=True)
+        if not other.is_symlink():
+            remove_tree(other)
 
 
 def full_key(log_digest: str, key: dict) -> dict:

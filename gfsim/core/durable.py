@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
+
+from gfsim.core.folders import MAX_REMOVE_S, remove_tree
 
 __all__ = ["fsync_dir", "replace", "owned_tempdir", "remove_orphans", "temporary"]
 
@@ -61,7 +63,10 @@ def owned_tempdir(prefix: str, dir: str | os.PathLike | None = None) -> Path:
 
 def remove_orphans(prefix: str, dir: str | os.PathLike | None = None) -> list[Path]:
     """Delete the folders ``PREFIX<pid>-*`` in ``dir`` (default: the temporary directory)
-    whose process no longer exists; returns those removed."""
+    whose process no longer exists; returns those removed. A folder that cannot be removed
+    completely (``remove_tree``: immutable entries, or a cap reached) is left with one warning
+    line, and the sweep goes on: it never stops a start, nor holds it longer than
+    ``MAX_REMOVE_S`` in all (what is left goes at the next sweep)."""
     base = Path(dir) if dir is not None else Path(tempfile.gettempdir())
     pattern = re.compile(re.escape(prefix) + r"(\d+)-")
     removed = []
@@ -69,13 +74,17 @@ def remove_orphans(prefix: str, dir: str | os.PathLike | None = None) -> list[Pa
         entries = list(base.iterdir())
     except OSError:
         return removed
+    deadline = time.monotonic() + MAX_REMOVE_S
     for entry in entries:
         m = pattern.match(entry.name)
         if m is None or int(m.group(1)) == os.getpid() or _alive(int(m.group(1))):
             continue
+        left_s = deadline - time.monotonic()
+        if left_s <= 0:
+            break
         try:
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry, ignore_errors=True)
+            if entry.is_dir() and not entry.is_symlink() and \
+                    remove_tree(entry, max_s=left_s).complete:
                 removed.append(entry)
         except OSError:
             continue
@@ -90,4 +99,4 @@ def temporary(prefix: str, dir: str | os.PathLike | None = None):
     try:
         yield path
     finally:
-        shutil.rmtree(path, ignore_errors=True)
+        remove_tree(path)

@@ -129,9 +129,9 @@ class Context:
         server, self._server = self._server, None
         if server is not None:
             server.close()
-        import shutil
+        from gfsim.core.folders import remove_tree
 
-        shutil.rmtree(self.outside, ignore_errors=True)
+        remove_tree(self.outside)
 
 
 def _root_device() -> str | None:
@@ -432,6 +432,69 @@ def _nothing_outside(rec, ctx, host):
     for p in found:
         p.unlink()
     return not found, "no file written outside its folder" if not found else f"wrote {found}"
+
+
+# The folder rows: each fills its own folder (the one place it may write) with what a cleanup
+# of it must survive, under a folder named after the marker. Contained: the candidate's folder
+# is gone once it is measured, nothing a link points to is touched, and the measurer goes on.
+def _folder_attack(body: str):
+    def code(ctx):
+        return textwrap.dedent(f'''
+            import os
+            _home = os.getcwd()
+            try:
+                os.mkdir("{ctx.marker}")
+                os.chdir("{ctx.marker}")
+        ''') + textwrap.indent(textwrap.dedent(body.format(ctx=ctx)), " " * 4) + \
+            textwrap.dedent('''
+            except OSError:
+                pass
+            os.chdir(_home)
+        ''') + _run()
+    return code
+
+
+_DEEP = '''
+for _ in range(3000):  # deeper than rmtree's recursion, longer than PATH_MAX
+    os.mkdir("d" * 200)
+    os.chdir("d" * 200)
+'''
+_MANY = '''
+for _i in range(200_000):
+    os.close(os.open(str(_i), os.O_WRONLY | os.O_CREAT, 0o600))
+'''
+_LINKS = '''
+for _name, _to in (("self", "."), ("up", ".."), ("a", "b"), ("b", "a"), ("root", "/"),
+                   ("outside", "{ctx.outside}"), ("measurer", "{ctx.measurer_root}")):
+    os.symlink(_to, _name)
+os.mkdir("x")
+os.symlink("../x", "x/loop")
+'''
+_LOCKED = '''
+os.makedirs("locked/inner")
+os.makedirs("readonly")
+for _d in ("locked/inner", "readonly"):
+    for _i in range(10):
+        open(f"{{_d}}/{{_i}}", "w").close()
+    os.mkfifo(f"{{_d}}/fifo")
+os.chmod("locked/inner", 0)
+os.chmod("locked", 0)
+os.chmod("readonly", 0o500)
+'''
+
+
+def _folder_removed(rec, ctx, host):
+    """Nothing of the candidate's folder is left in the measurer's, the files a link pointed
+    to are intact, and the measurer's zygote lives."""
+    root = ctx.measurer_root
+    left = [p.name for p in root.glob("gfsim-worker-*") if os.path.lexists(p / ctx.marker)] \
+        if root is not None else ["(no measurer folder)"]
+    intact = (ctx.outside / "own-secret.txt").exists() and root is not None and \
+        (root / "zygote.log").exists()
+    ok = not left and intact and host["zygote_alive"]
+    how = f"{rec['outcome']}: {str(rec.get('reason') or '')[:60]}; "
+    return ok, how + ("its folder removed, nothing a link points to touched" if ok else
+                      f"left {left[:2]}" if left else "a linked file or the measurer is gone")
 
 
 # The reading rows: each tries to read or list paths outside its folder, then raises with
@@ -741,6 +804,17 @@ ROWS: list[Row] = [
         _no_connection),
     Row("write-outside", "writes files outside its folder", "succeeds", _write_outside,
         _nothing_outside),
+    Row("deep-folders", "makes 3,000 nested folders in its own folder",
+        "the cleanup raised RecursionError: the live run died, and so did every later "
+        "measurer start on that machine (issue 52)", _folder_attack(_DEEP), _folder_removed),
+    Row("many-entries", "makes 200,000 files in its own folder", "(untested)",
+        _folder_attack(_MANY), _folder_removed),
+    Row("symlink-loop", "fills its folder with link loops and links to /, to a folder "
+        "outside and to the measurer's", "(untested)", _folder_attack(_LINKS),
+        _folder_removed),
+    Row("unreadable-folder", "leaves chmod 000 and read-only folders holding files and FIFOs",
+        "a measurer not run as root left them in place, silently (ignore_errors)",
+        _folder_attack(_LOCKED), _folder_removed),
     Row("read-outside-file", "reads a 0600 file of the measurer's user and one of another "
         "user in a folder outside its own, lists that folder",
         "(Landlock on writes only) reads its user's file: the text reaches the log; the other "

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gfsim.core.errors import GfsimError
+from gfsim.core.folders import remove_tree, tree_usage
 from gfsim.live.sandbox import ENV_ALLOWLIST, plain_env
 
 __all__ = ["Measurer", "LogMeasurer", "TritonMeasurer", "MeasurerConfig", "ENV_ALLOWLIST",
@@ -180,6 +181,14 @@ class MeasurerConfig:
     # The baseline's timing is cached per (task, shape) and re-timed after this many timed
     # candidates (clocks and thermals drift over a long run); 0 never re-times.
     ref_retime_every: int = 50
+    # A candidate's folder (its HOME, TMPDIR and Triton cache, the only place it may write):
+    # the sandbox is killed once the folder holds folders nested deeper, more entries or more
+    # bytes on disk than these (``_Sandbox._watch_folder``, every ``FOLDER_CHECK_S``). An
+    # honest candidate's holds a Triton cache of some hundred files two folders deep and its
+    # outputs.
+    folder_max_depth: int = 32
+    folder_max_entries: int = 20_000
+    folder_max_mb: float = 4096.0
 
 
 class WorkerFailure(Exception):
@@ -197,6 +206,8 @@ _SO_TIMESTAMPNS = 35  # Linux: the kernel stamps each message with the time it w
 # the request, so that a scan (Python holding the GIL) cannot slip in between and lengthen a
 # timed batch as this process sees it.
 _QUIET = threading.Lock()
+# How often a sandbox's folder is measured against its quota (MeasurerConfig.folder_max_*).
+FOLDER_CHECK_S = 0.5
 
 
 class _Zygote:
@@ -312,6 +323,8 @@ class _Sandbox:
         self._stop = threading.Event()
         self._watch = threading.Thread(target=self._watch_memory, daemon=True)
         self._watch.start()
+        self.folder_over = None
+        threading.Thread(target=self._watch_folder, args=(config,), daemon=True).start()
         ready = self.call(None, timeout=300.0)
         if not ready["ok"]:
             self.close()
@@ -347,6 +360,21 @@ class _Sandbox:
                     else None)
             if over:
                 self.killed_for = over
+                self.kill()
+                return
+
+    def _watch_folder(self, config: MeasurerConfig) -> None:
+        """Kill the sandbox once its folder passes its quota (``MeasurerConfig.folder_max_*``).
+        A check, not the kernel: between two checks a candidate may overshoot by what it
+        makes in ``FOLDER_CHECK_S``; ``remove_tree`` removes any overshoot."""
+        while not self._stop.wait(FOLDER_CHECK_S):
+            with _QUIET:
+                use = tree_usage(self.dir, max_depth=config.folder_max_depth,
+                                 max_entries=config.folder_max_entries,
+                                 max_bytes=int(config.folder_max_mb * 2**20))
+            if use.over and not self._stop.is_set():
+                self.folder_over = use.over
+                self.killed_for = "folder"
                 self.kill()
                 return
 
@@ -402,6 +430,9 @@ class _Sandbox:
             self.killed_for = "memory"  # the kernel's OOM killer, before the watchdog saw it
         if self.killed_for == "memory":
             return WorkerFailure("memory", "worker exceeded the memory limit and was killed")
+        if self.killed_for == "folder":
+            return WorkerFailure("crash", f"worker's folder passed its quota "
+                                 f"({self.folder_over}) and was killed")
         if self.killed_for == "processes":
             return WorkerFailure("crash", f"worker started more than {self.max_tasks} "
                                  "processes and threads and was killed")
@@ -450,7 +481,7 @@ class _Sandbox:
                 close()
             except OSError:
                 pass
-        shutil.rmtree(self.dir, ignore_errors=True)
+        remove_tree(self.dir)  # whatever the candidate made there (gfsim.core.folders)
 
     def _remove_group(self, wait_s: float = 2.0) -> None:
         """Remove the sandbox's cgroup once its last task (the outer process, which reported
@@ -808,7 +839,7 @@ class TritonMeasurer(Measurer):
             self._zygote.close()
             self._zygote = None
         if self._root is not None:
-            shutil.rmtree(self._root, ignore_errors=True)
+            remove_tree(self._root)
             self._root = None
 
     def __enter__(self):

@@ -696,8 +696,9 @@ def probe(readable: dict | None = None) -> Facilities:
     """Try every step of the confinement in a throw-away child and report what held, reads
     confined to ``readable`` (``read_allowlist()`` when not given) included. Call it only from
     a single-threaded process (it forks)."""
-    import shutil
     import tempfile
+
+    from gfsim.core.folders import remove_tree
 
     if readable is None:
         readable = read_allowlist()
@@ -722,8 +723,8 @@ def probe(readable: dict | None = None) -> Facilities:
         data += chunk
     os.close(r)
     os.waitpid(pid, 0)
-    shutil.rmtree(folder, ignore_errors=True)
-    shutil.rmtree(outside, ignore_errors=True)
+    remove_tree(folder)
+    remove_tree(outside)
     try:
         found = json.loads(data)
     except ValueError:
