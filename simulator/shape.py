@@ -27,7 +27,8 @@ from gfsim.simulator.puct_engine import SearchConfig
 from gfsim.simulator.trace import SearchTrace
 
 __all__ = ["OwnShape", "infer_shape", "recorded_shape", "shapes_for", "evidence_pairs",
-           "MIN_PAIRS", "Reproduction", "reproductions", "describe", "shape_from_dict"]
+           "check_memory", "drawn_candidates", "BYTES_PER_CANDIDATE", "MIN_PAIRS",
+           "Reproduction", "reproductions", "describe", "shape_from_dict"]
 
 # A simulated child copies one of the K nearest logged (parent, child) pairs (the world model's
 # K_NEAREST, 16); with fewer pairs than that there is nothing to choose between.
@@ -118,6 +119,7 @@ def shapes_for(log, traces: list[SearchTrace], search) -> list[tuple[SearchConfi
     search), ``recorded`` or ``inferred`` (``search`` None or an ``OwnShape``; the latter's
     fields override, and the source then says so)."""
     if isinstance(search, SearchConfig):
+        check_memory(log, [t.search_id for t in traces], [search] * len(traces))
         return [(search, "given")] * len(traces)
     own = search if isinstance(search, OwnShape) else OwnShape()
     changed = sorted(own.overrides())
@@ -127,12 +129,67 @@ def shapes_for(log, traces: list[SearchTrace], search) -> list[tuple[SearchConfi
         source = "recorded" if base is not None else "inferred"
         if base is None:
             base = infer_shape(t)
-        elif len(set(t.step)) < base.steps:  # a run stopped (or not yet resumed) early
-            base = replace(base, steps=len(set(t.step)))
-            source = "recorded, steps as logged"
+        else:
+            _check_supported(log, t, base, set(changed))
+            if len(set(t.step)) < base.steps:  # a run stopped (or not yet resumed) early
+                base = replace(base, steps=len(set(t.step)))
+                source = "recorded, steps as logged"
         out.append((own.on(base), source + (f", {', '.join(changed)} given" if changed
                                             else "")))
+    check_memory(log, [t.search_id for t in traces], [s for s, _ in out])
     return out
+
+
+# What a closed-loop replay holds per candidate it draws, all searches of a log in lockstep:
+# measured at 1.0-1.2 KB (36,000 to 360,000 candidates over 6 searches, one seed or four),
+# doubled for what the estimate leaves out.
+BYTES_PER_CANDIDATE = 2048
+
+
+def drawn_candidates(shape: SearchConfig) -> int:
+    """The most candidates a search of this shape draws: steps x parents x samples x F."""
+    return shape.steps * shape.parents_per_step * shape.children_per_parent
+
+
+def check_memory(log, search_ids: list[str], shapes: list[SearchConfig]) -> None:
+    """Refuse, in one line and before any work, shapes whose candidates (``drawn_candidates``
+    of every search, ``BYTES_PER_CANDIDATE`` each) would not fit the memory budget
+    (``gfsim.core.memory``): 10^7 children per parent ran for a minute into a MemoryError."""
+    from gfsim.core.inputs import size_text
+    from gfsim.core.memory import budget_text, memory_budget_bytes
+
+    if not shapes:
+        return
+    counts = [drawn_candidates(s) for s in shapes]
+    need = sum(counts) * BYTES_PER_CANDIDATE
+    if need <= memory_budget_bytes():
+        return
+    k = max(range(len(counts)), key=counts.__getitem__)
+    raise GfsimError(
+        f"{getattr(log, 'display_name', log)}: a closed-loop replay of {len(shapes)} "
+        f"search{'es' if len(shapes) != 1 else ''} would draw {sum(counts):,} candidates "
+        f"(about {size_text(need)}; the largest, search {search_ids[k]!r}, "
+        f"{describe(shapes[k].as_dict())}), above the {budget_text()}; a smaller "
+        "--steps, --samples-per-parent or --overgen fits it")
+
+
+def _check_supported(log, trace: SearchTrace, shape: SearchConfig, given: set[str]) -> None:
+    """Refuse a run record's shape that the search's own candidates contradict: a run logs
+    every child it drew, so some expansion holds its samples x F children; a record claiming
+    far more (10^4 samples x F 10^3 on a log of 4 per parent) is not believed. (Parents per
+    step are left to the memory budget: a short run's one step may expand only the seed.)
+    Fields the caller gives are not the record's, and are not checked."""
+    if not len(trace):
+        return
+    groups = Counter(zip(trace.step, trace.parent))
+    held = max(groups.values())
+    where = f"{getattr(log, 'display_name', log)}: search {trace.search_id!r}: its run record's"
+    if not given & {"samples_per_parent", "overgen"} and shape.children_per_parent > held:
+        raise GfsimError(
+            f"{where} shape draws {shape.samples_per_parent:,} samples x F {shape.overgen:,} "
+            f"= {shape.children_per_parent:,} children per parent, but no expansion in the log "
+            f"holds more than {held:,}: a shape the log does not support (give "
+            "--samples-per-parent and --overgen to replay another)")
 
 
 def evidence_pairs(trace: SearchTrace) -> int:
