@@ -7,7 +7,9 @@ interpreter's CPU mode, timed by wall clock; with a GPU every row runs, side str
 
 ``--honest N`` instead measures every hand-written candidate of every task N times and counts
 how often an honest kernel's timing was capped or refused (false flags), with the seconds a
-fresh sandboxed process took and the GPU-seconds per candidate.
+fresh sandboxed process took and the GPU-seconds per candidate. ``--no-cgroups`` runs either
+with the fallback's memory and task limits (seccomp refuses memfd and SysV shm, rlimits apply),
+as on a machine where no cgroup may be made, so that both kinds of limits are tried.
 
     python experiments/hostile_suite.py --reads-check --json OUT
 
@@ -42,6 +44,9 @@ def main() -> int:
                     "repetition (MeasurerConfig.pad_cycles; a diagnostic)")
     ap.add_argument("--seed", type=int, default=0, help="the measurer's seed (inputs, hidden "
                     "shapes, checked repetitions)")
+    ap.add_argument("--no-cgroups", action="store_true", help="the fallback's memory and task "
+                    "limits (seccomp refuses memfd and SysV shm; rlimits), as on a machine "
+                    "without cgroups (MeasurerConfig.cgroups)")
     ap.add_argument("--reads-check", action="store_true", help="run one kernel with reads "
                     "confined, and say what else it needed where it failed")
     args = ap.parse_args()
@@ -55,12 +60,13 @@ def main() -> int:
     task = get_task(args.task)
     if device == "cuda":
         cfg = MeasurerConfig(timing_timeout_s=20, check_timeout_s=30, compile_timeout_s=120,
-                             memory_limit_mb=8000, pad_cycles=args.pad_cycles, seed=args.seed)
+                             memory_limit_mb=8000, pad_cycles=args.pad_cycles, seed=args.seed,
+                             cgroups=not args.no_cgroups)
     else:
         cfg = MeasurerConfig(cpu_timing=True, rse_target=0.05, max_reps=40,
                              cpu_shapes=({"M": 64, "N": 4096},), timing_timeout_s=20,
                              check_timeout_s=30, memory_limit_mb=3000, energy_window_s=0,
-                             timing_tolerance=0.1)
+                             timing_tolerance=0.1, cgroups=not args.no_cgroups)
     rows = [r for r in ROWS if not args.rows or r.name in args.rows.split(",")]
     ctx = Context(honest_code(task, device), device)
     t0 = time.perf_counter()
@@ -94,10 +100,11 @@ def honest(args) -> int:
     from gfsim.live.tasks import TASKS
 
     names = args.tasks.split(",") if args.tasks else list(TASKS)
-    cfg = MeasurerConfig(energy_window_s=0, pad_cycles=args.pad_cycles, seed=args.seed) \
+    cfg = MeasurerConfig(energy_window_s=0, pad_cycles=args.pad_cycles, seed=args.seed,
+                         cgroups=not args.no_cgroups) \
         if torch.cuda.is_available() else MeasurerConfig(
             cpu_timing=True, rse_target=0.05, max_reps=20, energy_window_s=0, interpret=True,
-            seed=args.seed)
+            seed=args.seed, cgroups=not args.no_cgroups)
     rows, spawn, primes = [], [], {}
     for name in names:
         task = get_task(name)

@@ -189,19 +189,26 @@ def _counter(path: str, key: str) -> int:
     return 0
 
 
-def _sweep(parent: str) -> None:
-    """Remove the empty groups of measurers that are gone (killed before they removed them)."""
+def _sweep(parent: str, min_age_s: float = 60.0) -> None:
+    """Remove the empty groups of measurers that are gone (killed before they removed them),
+    made over ``min_age_s`` ago (a measurer in another PID namespace looks gone from here: its
+    newest group may be empty for a moment before its sandbox joins)."""
+    import time
+
     try:
         names = os.listdir(parent)
     except OSError:
         return
     for name in names:
         pid = name[len(_PREFIX):].split("-", 1)[0] if name.startswith(_PREFIX) else ""
-        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
-            try:
-                os.rmdir(os.path.join(parent, name))
-            except OSError:
-                pass
+        if not pid.isdigit() or os.path.exists(f"/proc/{pid}"):
+            continue
+        path = os.path.join(parent, name)
+        try:
+            if time.time() - os.stat(path).st_mtime > min_age_s:
+                os.rmdir(path)
+        except OSError:
+            pass
 
 
 def support() -> tuple[int, str | None]:

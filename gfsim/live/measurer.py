@@ -4,8 +4,10 @@
 Isolation (``gfsim.live.sandbox``, threat model in docs/concepts/live-measurement.md): every
 candidate runs in a fresh process forked from a prepared zygote and never reused, in its own
 user, PID, network and mount namespaces, with writes confined by Landlock to its own folder, no
-sockets (seccomp), an allow-listed environment, a memory watchdog over its whole namespace and
-wall-clock limits per stage. The reference implementation runs only in this process, and the
+sockets (seccomp), an allow-listed environment, memory and task limits the kernel holds (a
+cgroup per candidate: ``gfsim.live.cgroup``; where none may be made, seccomp refuses memory no
+process maps and rlimits apply), a memory watchdog over its whole namespace and wall-clock
+limits per stage. The reference implementation runs only in this process, and the
 baseline only in a process of its own that never loads candidate code.
 
 Nothing the candidate's process says is believed. Its outputs are checked here against the
@@ -495,7 +497,9 @@ class _Sandbox:
 
 def _task_group(config: MeasurerConfig, facilities, name: str):
     """The cgroup that limits a new sandbox (``gfsim.live.cgroup.TaskGroup``), or None where
-    none is made: ``config.cgroups`` off, or the machine allows none (``facilities.cgroup``)."""
+    none is made: ``config.cgroups`` off, the machine allows none (``facilities.cgroup``), or
+    this one could not be made. Without one the fallback's limits hold, and the record's
+    ``sandbox`` word says so ("rlimits")."""
     if not (config.cgroups and facilities.cgroup):
         return None
     from gfsim.live.cgroup import TaskGroup
@@ -503,9 +507,8 @@ def _task_group(config: MeasurerConfig, facilities, name: str):
     try:
         return TaskGroup.create(f"{os.getpid()}-{name}", int(config.memory_limit_mb * 2**20),
                                 config.max_tasks)
-    except OSError as exc:
-        raise GfsimError(f"the sandbox's cgroup could not be made ({exc}); pass "
-                         f"cgroups=False for the fallback's limits") from None
+    except OSError:
+        return None
 
 
 def _limits_spec(config: MeasurerConfig, group) -> dict:

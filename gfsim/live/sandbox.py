@@ -14,7 +14,10 @@ never initialises CUDA and never runs candidate code. For every candidate it for
   creatable; no TCP, no signals or abstract Unix sockets beyond its own domain) and with a
   seccomp filter (no ``socket()`` at all, so no Unix socket by path
   either; no ``ptrace``, ``mount``, ``unshare``, ``setns``, ``bpf``, ``io_uring``...), and only
-  then loads the candidate (``gfsim.live.worker``). When it exits or is killed the kernel kills
+  then loads the candidate (``gfsim.live.worker``). Its outer process joined the candidate's
+  cgroup first (``gfsim.live.cgroup``: the kernel caps its memory and tasks) where the
+  measurer made one; where none, the inner applies the fallback's rlimits, and its seccomp
+  filter refuses ``memfd_create`` and SysV shm too. When it exits or is killed the kernel kills
   every process left in its namespace, and the mount namespace (its ``/dev/shm`` with it) goes.
 
 The environment is allow-listed (no secrets), and the zygote is non-dumpable, so where
@@ -234,8 +237,9 @@ def _arg(i: int, high: bool = False) -> int:
 
 def seccomp_filter(unmapped_memory: bool = True) -> dict:
     """Install the filter. The ``_DENIED`` calls fail with EPERM, and so do
-    ``_UNMAPPED_MEMORY``'s unless ``unmapped_memory`` (a cgroup counts that memory). ``socket`` is allowed for
-    AF_UNIX only (the CUDA driver opens one at initialisation), but ``connect`` always fails
+    ``_UNMAPPED_MEMORY``'s unless ``unmapped_memory`` (a cgroup counts that memory).
+    ``socket`` is allowed for AF_UNIX only (the CUDA driver opens one at initialisation), but
+    ``connect`` always fails
     (ECONNREFUSED: CUDA then takes it that no MPS daemon runs), ``sendto`` with an address
     fails and ``sendmsg`` is refused, so no Unix socket outside can be reached by path.
     ``clone`` with a namespace flag fails; ``clone3`` (whose flags a filter cannot read) fails
@@ -656,8 +660,8 @@ def enter_inner(fac: Facilities, folder: str, shm_mb: int, limits: dict | None =
     limits = limits or {}
     in_cgroup = bool(limits.get("cgroup"))
     applied["limits"] = f"cgroup{limits['cgroup']}" if in_cgroup else "rlimits"
-    if not in_cgroup:
-        _fallback_rlimits(limits)
+    if not in_cgroup:  # RLIMIT_NPROC counts a uid's tasks: only the namespace's own
+        _fallback_rlimits(limits if fac.user_ns else {**limits, "max_tasks": 0})
     if fac.mount_ns and fac.pid_ns:
         private_proc_shm(shm_mb)
         applied["private_proc_shm"] = True
