@@ -254,3 +254,96 @@ def test_a_seal_key_that_is_a_folder_is_one_line_and_replay_runs(tmp_path, monke
     with pytest.warns(UserWarning, match=r"seal.key: the cache's key is not a regular file"):
         assert seal.seal(b"tables") is None
     seal._key_at.cache_clear()
+
+
+# -- --trust-candidates without a PID namespace: a setsid grandchild dies with close() ----------
+
+def _processes_named(name: str) -> list[int]:
+    import os
+
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/comm") as fh:
+                comm = fh.read().strip()
+            with open(f"/proc/{pid}/stat") as fh:
+                state = fh.read().rpartition(")")[2].split()[0]
+        except OSError:
+            continue
+        if comm == name and state != "Z":
+            found.append(int(pid))
+    return found
+
+
+def test_a_detached_grandchild_does_not_outlive_a_degraded_sandbox(tmp_path):
+    """On a machine without namespaces (the measurer run with --trust-candidates), killing a
+    sandbox's process group missed a grandchild that called setsid(): it held its memory
+    (2.2 GB in the issue) after close(). The zygote adopts it as subreaper and kills it."""
+    import hashlib
+    import os
+    import signal
+    import time
+    from dataclasses import dataclass
+
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    import gfsim.live.measurer as mod
+    from gfsim.live.measurer import MeasurerConfig, TritonMeasurer
+    from gfsim.live.sandbox import Facilities
+
+    @dataclass(frozen=True)
+    class Code:
+        code: str
+
+        @property
+        def candidate_id(self) -> str:
+            return "t-" + hashlib.sha256(self.code.encode()).hexdigest()[:8]
+
+    class NoNamespaces(TritonMeasurer):
+        def _start_zygote(self):
+            real = mod._Zygote
+
+            class Degraded(real):
+                def __init__(self, *a, **k):
+                    super().__init__(*a, **k)
+                    self.facilities = Facilities(landlock_abi=self.facilities.landlock_abi,
+                                                 seccomp=self.facilities.seccomp)
+
+            mod._Zygote = Degraded
+            try:
+                return super()._start_zygote()
+            finally:
+                mod._Zygote = real
+
+    name = f"gfleak{os.getpid() % 10 ** 6}"
+    code = f"""
+import os, time, ctypes
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        ctypes.CDLL(None).prctl(15, b"{name}", 0, 0, 0)
+        hold = bytearray(50 * 2**20)
+        time.sleep(120)
+    os._exit(0)
+os.wait()
+import torch
+def run(x):
+    e = torch.exp(x - x.max(dim=-1, keepdim=True).values)
+    return e / e.sum(dim=-1, keepdim=True)
+"""
+    m = NoNamespaces("softmax", MeasurerConfig(compile_timeout_s=60, check_timeout_s=20,
+                                               trust_candidates=True), workdir=tmp_path)
+    try:
+        r = m.measure(Code(code))
+        assert r["outcome"] != "compile_failed", r
+        assert not m.facilities.pid_ns
+    finally:
+        m.close()
+    for _ in range(100):  # (SIGKILL is delivered, not instant: a hang guard)
+        left = _processes_named(name)
+        if not left:
+            break
+        time.sleep(0.05)
+    for pid in left:  # what the old code left behind, not left to the machine
+        os.kill(pid, signal.SIGKILL)
+    assert left == []

@@ -253,9 +253,20 @@ class _Zygote:
             raise GfsimError(f"the sandbox's zygote did not fork: {ans}")
         return int(ans["spawned"])
 
+    def sweep(self) -> None:
+        """Have the zygote kill what candidates detached from their sandboxes (``setsid``)
+        and it adopted as their subreaper (``gfsim.live.orphans``): where no PID namespace
+        holds a sandbox, killing its process group does not reach them."""
+        with self.lock:
+            try:
+                self.sock.send(b'{"op": "sweep"}')
+                self.sock.recv(1 << 16)
+            except OSError:  # (a zygote gone: what it adopted went to init; see close)
+                pass
+
     def close(self) -> None:
         try:
-            self.sock.send(b'{"op": "exit"}')
+            self.sock.send(b'{"op": "exit"}')  # it kills every process left below it
         except OSError:
             pass
         try:
@@ -292,6 +303,7 @@ class _Sandbox:
         spec = {"dir": str(self.dir), "env": env, "task": task,
                 "facilities": facilities.as_dict(), "shm_mb": int(config.memory_limit_mb)}
         self.max_tasks = int(config.max_tasks)
+        self.zygote = zygote  # (its sweep, in close)
         self.group = _task_group(config, facilities, self.dir.name)
         spec.update(_limits_spec(config, self.group))
         try:
@@ -476,6 +488,8 @@ class _Sandbox:
             self._reap(2.0)
             self.kill()
             self._reap()
+        if self.ns is None:  # no PID namespace: what left its process group (setsid) too
+            self.zygote.sweep()
         self._remove_group()
         for close in (lambda: os.close(self.req), self.ans.close, self.status.close,
                       lambda: self.pidfd is not None and os.close(self.pidfd)):

@@ -912,10 +912,21 @@ def zygote(task_name: str, sock_fd: int) -> None:  # pragma: no cover - its own 
     sock.send(json.dumps({"ready": True, "pid": os.getpid(), "facilities": fac.as_dict(),
                           "cuda_initialised": bool(torch.cuda.is_initialized())}).encode())
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the outer children reap themselves
+    # What a candidate detaches (setsid) where no PID namespace holds it comes here, and is
+    # killed: gfsim.live.orphans
+    from gfsim.live import orphans
+
+    prctl(orphans.PR_SET_CHILD_SUBREAPER, 1)
+    outers: set[int] = set()
     while True:
         spec, fds = _recv(sock)
         if spec is None or spec.get("op") == "exit":
+            orphans.kill_all(os.getpid())
             return
+        if spec.get("op") == "sweep":
+            swept = orphans.kill_adopted(os.getpid(), outers)
+            sock.send(json.dumps({"swept": swept}).encode())
+            continue
         pid = os.fork()
         if pid == 0:
             status = fds[2]
@@ -931,6 +942,7 @@ def zygote(task_name: str, sock_fd: int) -> None:  # pragma: no cover - its own 
             os._exit(0)
         for fd in fds:
             os.close(fd)
+        outers.add(pid)
         sock.send(json.dumps({"spawned": pid}).encode())
 
 
