@@ -347,3 +347,13 @@ def run(x):
     for pid in left:  # what the old code left behind, not left to the machine
         os.kill(pid, signal.SIGKILL)
     assert left == []
+
+
+def test_a_warning_naming_a_logs_path_is_escaped(tmp_path):
+    import re
+
+    log = tmp_path / f"cut{EVIL.replace(chr(0), '')}.jsonl"
+    log.write_text((DATA / "tiny.jsonl").read_text() + '{"kind": "candidate", "cand')
+    res = runner.invoke(app, ["validate", str(log), "--allow-truncated"])
+    assert "gfsim: warning:" in res.output and "cut\\x1b[31m" in res.output, res.output
+    assert re.findall(ACTS, res.output) == []

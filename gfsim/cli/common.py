@@ -190,7 +190,7 @@ def esc(value: Any, limit: int = 200) -> str:
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):
-    print(f"gfsim: warning: {message}", file=sys.stderr)
+    print(f"gfsim: warning: {one_line(str(message))}", file=sys.stderr)  # (a log's words)
 
 
 def handles_errors(fn: Callable) -> Callable:
