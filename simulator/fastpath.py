@@ -26,6 +26,8 @@ event order would matter.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import itertools
 import math
 from dataclasses import dataclass
@@ -40,7 +42,8 @@ from gfsim.simulator.engine import segments
 from gfsim.simulator.pipeline import COST_STAGE, DEFAULT_PIPELINE, Pipeline
 from gfsim.simulator.results import SearchResult
 from gfsim.simulator.noise import MeasureNoise, confirm_best
-from gfsim.simulator.trace import SearchTrace, ancestor_speedup, shared_floats
+from gfsim.simulator.trace import (SearchTrace, ancestor_speedup, columns_of, peek,
+                                   shared_floats)
 
 __all__ = ["fast_path_blocker", "run_fast", "run_fast_many", "FastPathUnsafe"]
 
@@ -98,7 +101,16 @@ class _World:
         chain = itertools.chain.from_iterable
         n = sum(map(len, traces))
         self.n = n
-        if len(traces) == 1:  # one search: the trace's own arrays, converted once per trace
+        self.span = span = columns_of(traces)
+        if span is not None:  # consecutive searches of one log: its columns, sliced once
+            cols, a, b = span
+            whole = cols.whole()
+            self.gen_failed, outcome = whole["gen_failed"][a:b], whole["outcome"][a:b]
+            stage_s = {k: whole[k][a:b] for k in cols.stage_s}
+            gen_s, fc_s = whole["generation"][a:b], whole["forecasting"][a:b]
+            self.speedup = whole["speedup"][a:b]
+            self.parent = np.where(cols.parent_row[a:b] >= 0, cols.parent_row[a:b] - a, -1)
+        elif len(traces) == 1:  # one search: the trace's own arrays, converted once per trace
             a = traces[0].arrays
             self.gen_failed, outcome = a["gen_failed"], a["outcome"]
             stage_s = {k: a[k] for k in traces[0].stage_s}
@@ -116,7 +128,8 @@ class _World:
             gen_s, fc_s = floats(lambda t: t.gen_s), floats(lambda t: t.fc_s)
             self.speedup = floats(lambda t: t.speedup)
             self.parent = None  # trace-local parents, made global by the caller
-        has_forecast = np.concatenate([t.has_forecast for t in traces])
+        has_forecast = span[0].arrays["has_forecast"][span[1]:span[2]] if span else \
+            np.concatenate([t.has_forecast for t in traces])
         self.has_forecast = has_forecast
         self.forecast_runs = has_forecast & policy.needs_forecast
         self.outcome = outcome
@@ -126,7 +139,9 @@ class _World:
                            "check": ((outcome == "runtime_error") | (outcome == "incorrect"))
                            & ~(stage_s["timing"] > 0)}  # failed after timing: timing ran
         self.secs = {"generation": gen_s, "forecasting": fc_s, **stage_s}
-        self.price = traces[0].price if len(traces) == 1 else {
+        self.price = {s: tuple(x[span[1]:span[2]] for x in v)
+                      for s, v in span[0].price.items()} if span else \
+            traces[0].price if len(traces) == 1 else {
             s: tuple(np.concatenate([t.price[s][j] for t in traces]) for j in range(3))
             for s in traces[0].price}
 
@@ -199,12 +214,49 @@ def _local_layout(steps) -> tuple:
     return rows, sizes, per_step, np.array([s for s, _ in steps], dtype=np.int64)
 
 
+def _columns_layout(cols, a: int, b: int, sizes: np.ndarray, cut: int | None) -> tuple:
+    """``_Layout``'s (rows, batch sizes, batches per step, step numbers, steps per search) for
+    the rows a:b of ``cols`` in one numpy pass: a step is a run of equal step numbers in a
+    search, a batch its candidates of one parent, in order of their first appearance."""
+    n = b - a
+    step = cols.whole()["step"][a:b]
+    search = np.repeat(np.arange(len(sizes)), sizes)
+    new = np.ones(n, bool)
+    new[1:] = step[1:] != step[:-1]
+    new[_offsets(sizes)[:-1]] = True
+    group = np.cumsum(new) - 1
+    heads = np.flatnonzero(new)
+    groups_of = np.bincount(search[heads], minlength=len(sizes))
+    in_search = np.arange(len(heads)) - np.repeat(_offsets(groups_of)[:-1], groups_of)
+    keep_group = in_search < cut if cut is not None else np.ones(len(heads), bool)
+    steps_of = np.bincount(search[heads][keep_group], minlength=len(sizes))
+    kept = np.flatnonzero(keep_group[group])
+    parent = cols.parent_row[a:b]
+    key = group[kept] * (n + 1) + np.where(parent[kept] >= 0, parent[kept] - a + 1, 0)
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    first_row = first[inverse.reshape(-1)]
+    order = np.lexsort((kept, first_row))
+    rows = kept[order]
+    first_row = first_row[order]
+    starts = _starts(first_row)
+    sizes_a = np.diff(np.append(starts, len(rows)))
+    per_step = np.bincount(group[rows[starts]], minlength=len(heads))[keep_group]
+    return rows, sizes_a, per_step, step[heads[keep_group]], steps_of, groups_of
+
+
 class _Layout:
     """Every search's kept steps, flattened in batch order and laid end to end: positions
     0..m-1, each a row of the world; batches and steps numbered across searches."""
 
-    def __init__(self, traces: list[SearchTrace], off: np.ndarray, budget_steps: float):
+    def __init__(self, traces: list[SearchTrace], off: np.ndarray, budget_steps: float,
+                 span=None):
         cut = None if math.isinf(budget_steps) else int(budget_steps)
+        if span is not None:
+            *layout, all_steps = _columns_layout(*span, np.diff(off), cut)
+            self.all_steps = all_steps.tolist()  # each search's steps, kept or not
+            self._finish(*layout, len(traces))
+            return
+        self.all_steps = [len(t.steps) for t in traces]
         parts: list[tuple] = []  # (rows, sizes, per_step, step numbers) runs, in order
         rows: list[int] = []
         sizes: list[int] = []
@@ -244,7 +296,10 @@ class _Layout:
         def cat(j):
             return np.concatenate([q[j] for q in parts]) if parts else empty
 
-        self.rows, sizes_a, per_step_a, self.step_numbers = cat(0), cat(1), cat(2), cat(3)
+        self._finish(cat(0), cat(1), cat(2), cat(3), steps_of, len(traces))
+
+    def _finish(self, rows, sizes_a, per_step_a, step_numbers, steps_of, searches: int):
+        self.rows, self.step_numbers = rows, step_numbers
         self.batch = np.repeat(np.arange(len(sizes_a)), sizes_a)
         self.batch_start = _offsets(sizes_a)
         self.step_of_batch = np.repeat(np.arange(len(per_step_a)), per_step_a)
@@ -252,7 +307,7 @@ class _Layout:
         self.step_start = self.batch_start[self.step_first_batch]  # position of each step
         self.step = self.step_of_batch[self.batch] if len(self.batch) else np.zeros(0, int)
         self.search_step = _offsets(steps_of)  # each search's first step
-        self.search_of_step = np.repeat(np.arange(len(traces)), steps_of)
+        self.search_of_step = np.repeat(np.arange(searches), steps_of)
         self.single_batch = per_step_a == 1
         self.kept_steps = steps_of
 
@@ -395,9 +450,9 @@ class _FastRuns:
         self.w = w = _World(traces, policy)
         n = w.n
         self.search_of = np.repeat(np.arange(S), sizes)
-        self.lay = lay = _Layout(traces, off, budget.steps)
-        self.stopped_by = ["steps" if k < len(t.steps) else None
-                           for k, t in zip(lay.kept_steps.tolist(), traces)]
+        self.lay = lay = _Layout(traces, off, budget.steps, w.span)
+        self.stopped_by = ["steps" if k < n_steps else None
+                           for k, n_steps in zip(lay.kept_steps.tolist(), lay.all_steps)]
         rows = lay.rows
         # Durations do not depend on decisions: price every stage of every row once.
         zero = np.zeros(len(rows))
@@ -472,10 +527,16 @@ class _FastRuns:
             frame = self.frame
             base = np.repeat(self.seed_speedup, self.sizes) if frame == "seed" \
                 else np.ones(w.n)
-            ids = np.empty(w.n, dtype=object)
-            ids[:] = list(itertools.chain.from_iterable(t.candidate_ids for t in self.traces))
-            probs = np.concatenate([t.probs for t in self.traces])
-            parse = np.concatenate([t.parse_failed for t in self.traces])
+            if w.span is not None:
+                cols, a, b = w.span
+                ids = cols.whole()["candidate_ids"][a:b]
+                probs, parse = (cols.arrays[k][a:b] for k in ("probs", "parse_failed"))
+            else:
+                ids = np.empty(w.n, dtype=object)
+                ids[:] = list(itertools.chain.from_iterable(t.candidate_ids
+                                                            for t in self.traces))
+                probs = np.concatenate([t.probs for t in self.traces])
+                parse = np.concatenate([t.parse_failed for t in self.traces])
             self.batch_all = Batch(
                 candidate_ids=ids, probs=probs,
                 has_forecast=w.has_forecast if reads else np.zeros(w.n, bool),
@@ -766,20 +827,20 @@ class _FastRuns:
         n_orphan, n_reached = per(orphan), per(reached)
         n_forecasts = np.bincount(self.search_of, weights=counts["forecasting"],
                                   minlength=S).astype(np.int64).tolist()
-        state, orphan_l, action = self.state.tolist(), orphan.tolist(), self.action.tolist()
-        reason, outcome_l = self.reason.tolist(), outcome.tolist()
-        floats = {"score": self.score, "speedup": ok_speed, "measure_start_s": t_start,
-                  "measure_end_s": t_end, "usd": cand_usd}
-        small = sizes < 64  # a table of fewer values holds them as they come
-        floats_l = {k: v.tolist() for k, v in floats.items()} if small.any() else {}
-        whole = S == 1  # one search's table columns are the lists themselves, not copies
+        tables = _Tables(self.traces, off, {
+            "state": self.state, "orphan": orphan, "action": self.action, "reason": self.reason,
+            "outcome": outcome}, {
+            "score": self.score, "speedup": ok_speed, "measure_start_s": t_start,
+            "measure_end_s": t_end, "usd": cand_usd})
+        unforecast = np.bincount(self.search_of[self.reason == "unforecast"],
+                                 minlength=S).tolist()
         idle_s = (self.caps.gpus * wall - busy).tolist()
         idle = [model.idle(x) for x in idle_s]
         per_stage = [idle if s == "idle" else
                      list(itertools.starmap(Cost, zip(*(x.tolist() for x in sums[s]))))
                      for s in STAGES]
         stage_rows = zip(*per_stage)
-        wall_l, off_l, top_l = wall.tolist(), off.tolist(), top.tolist()
+        wall_l, top_l = wall.tolist(), top.tolist()
         speed_l, kept_l = self.speedup.tolist(), lay.kept_steps.tolist()
         out: list[SearchResult | None] = []
         for i, t in enumerate(self.traces):
@@ -787,36 +848,22 @@ class _FastRuns:
             if i in self.unsafe:
                 out.append(None)
                 continue
-            a, b = off_l[i], off_l[i + 1]
             best, best_id = t.seed_speedup, None
             j = top_l[i]
             if j >= 0 and speed_l[j] > best:
-                best, best_id = speed_l[j], t.candidate_ids[j - a]
-            n_i = b - a
-            table = {
-                "candidate_id": t.candidate_ids, "search_id": [t.search_id] * n_i,
-                "task_id": [t.task_id] * n_i, "step": t.step, "parent_index": t.parent,
-                "state": state if whole else state[a:b],
-                "orphan": orphan_l if whole else orphan_l[a:b],
-                "action": action if whole else action[a:b],
-                "score": None, "reason": reason if whole else reason[a:b],
-                "outcome": outcome_l if whole else outcome_l[a:b],
-                "speedup": None, "measure_start_s": None, "measure_end_s": None, "usd": None,
-            }
-            if n_i < 64:
-                for k, v in floats_l.items():
-                    table[k] = v[a:b]
-            else:
-                for k, v in floats.items():
-                    table[k] = shared_floats(v[a:b])
+                best, best_id = speed_l[j], tables.candidate_id(j)
             out.append(SearchResult(
                 search_id=t.search_id, task_id=t.task_id, seed_speedup=t.seed_speedup,
                 best_speedup=best, best_candidate_id=best_id, gpu_evals=per_search[i],
                 candidates=n_gen[i], forecasts=n_forecasts[i],
                 unmeasurable=n_unmeasurable[i], orphans=n_orphan[i], reached=n_reached[i],
                 steps=kept_l[i], wall_s=wall_l[i], stages=stages,
-                stopped_by=self.stopped_by[i], anytime=anytime[i], table=table,
+                stopped_by=self.stopped_by[i], anytime=anytime[i], table=None,
             ))
+            r = out[-1].__dict__
+            del r["table"]
+            r["_table_source"] = (tables, i)
+            r["_unforecast"] = unforecast[i]
         return out
 
     def _anytime(self, abs_step, decide_abs, t_end, gen) -> list[np.ndarray]:
@@ -873,6 +920,47 @@ class _FastRuns:
         return [table[h:e] for h, e in zip(heads.tolist(), bounds)]
 
 
+class _Tables:
+    """The per-candidate tables of a fast replay's searches, from its columns: search i's is
+    built when its result's ``table`` is first read, as a dict of lists."""
+
+    def __init__(self, traces, off: np.ndarray, objects: dict, floats: dict):
+        self.traces, self.off = traces, off.tolist()
+        self.objects, self.floats = objects, floats
+        self.span = columns_of(traces)
+        self.lists: dict[str, list] = {}
+
+    def candidate_id(self, row: int):
+        if self.span is not None:
+            return self.span[0].lists["candidate_ids"][self.span[1] + row]
+        i = int(np.searchsorted(self.off, row, "right")) - 1
+        return self.traces[i].candidate_ids[row - self.off[i]]
+
+    def _list(self, name: str) -> list:
+        if name not in self.lists:
+            source = self.objects.get(name)
+            self.lists[name] = (source if source is not None else self.floats[name]).tolist()
+        return self.lists[name]
+
+    def table(self, i: int) -> dict[str, list]:
+        t = self.traces[i]
+        a, b = self.off[i], self.off[i + 1]
+        whole = len(self.traces) == 1  # one search's columns are the lists, not copies
+        n = b - a
+        table = {"candidate_id": t.candidate_ids, "search_id": [t.search_id] * n,
+                 "task_id": [t.task_id] * n, "step": t.step, "parent_index": t.parent}
+        for k in ("state", "orphan", "action", "score", "reason", "outcome", "speedup",
+                  "measure_start_s", "measure_end_s", "usd"):
+            if k in self.objects:
+                got = self._list(k)
+                table[k] = got if whole else got[a:b]
+            elif n < 64:  # a table of fewer values holds them as they come
+                table[k] = self._list(k)[a:b]
+            else:
+                table[k] = shared_floats(self.floats[k][a:b])
+        return table
+
+
 def run_fast_many(traces: list[SearchTrace], policy: Policy, model: PresetCostModel,
                   caps: Capacities, budget: Budget, seed: int, drop_orphans: bool = False,
                   pipeline: Pipeline = DEFAULT_PIPELINE, noise: MeasureNoise | None = None
@@ -884,6 +972,28 @@ def run_fast_many(traces: list[SearchTrace], policy: Policy, model: PresetCostMo
     groups: dict = {}
     for j, t in enumerate(traces):
         groups.setdefault((t.forecast_frame, t.bin_edges), []).append(j)
+    with _no_gc():
+        _run_groups(groups, out, traces, policy, model, caps, budget, seed, drop_orphans,
+                    pipeline, noise)
+    return out
+
+
+@contextlib.contextmanager
+def _no_gc():
+    """No cyclic garbage collection while results are made: they hold no cycles, and a
+    collection every few hundred objects walked all of them (10^5 searches' results: 7
+    million objects, two thirds of the replay's time)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _run_groups(groups, out, traces, policy, model, caps, budget, seed, drop_orphans,
+                pipeline, noise) -> None:
     for idx in groups.values():
         runs = _FastRuns([traces[j] for j in idx], policy, model, caps, budget, seed,
                          drop_orphans, pipeline, noise)
@@ -891,11 +1001,10 @@ def run_fast_many(traces: list[SearchTrace], policy: Policy, model: PresetCostMo
             if r is None:
                 out[j] = FastPathUnsafe(runs.unsafe[i])
                 continue
-            confirm_best(r, traces[j].candidate_ids, runs.true_speedup[runs.off[i]:
+            confirm_best(r, peek(traces[j], "candidate_ids"), runs.true_speedup[runs.off[i]:
                                                                        runs.off[i + 1]],
                          noise, seed)
             out[j] = r
-    return out
 
 
 def run_fast(trace: SearchTrace, policy: Policy, model: PresetCostModel, caps: Capacities,

@@ -27,7 +27,7 @@ from gfsim.simulator.puct_engine import (
 )
 from gfsim.simulator.puct_fast import fast_search, run_lockstep, run_puct_fast
 from gfsim.simulator.results import ReplayResult, SearchResult
-from gfsim.simulator.trace import SearchTrace, build_traces
+from gfsim.simulator.trace import SearchTrace, build_traces, columns_of
 from gfsim.simulator.world_model import child_sources
 
 from gfsim.core.errors import GfsimError
@@ -43,13 +43,22 @@ def _check_shape(log: ReplayLog, policy: Policy, traces: list[SearchTrace]) -> N
         if log.shape == "config_space":
             raise GfsimError(f"{log.display_name}: a config_space log allows only policies that "
                              f"need no forecast (all, random, oracle); got {policy.name!r}")
-        if not any(t.has_forecast.any() for t in traces):
+        span = columns_of(traces)
+        if not (span[0].arrays["has_forecast"][span[1]:span[2]].any() if span else
+                any(t.has_forecast.any() for t in traces)):
             raise GfsimError(f"{log.display_name}: policy {policy.name!r} reads forecasts and "
                              "the log has none")
 
 
 def calibration_batch(traces: list[SearchTrace]) -> Batch:
     """Every forecast of the log, the data a policy's ``fit`` calibrates on (e.g. coverage)."""
+    span = columns_of(traces)
+    if span is not None:  # the log's columns, not each search's fields
+        cols, a, b = span
+        return Batch(candidate_ids=tuple(cols.lists["candidate_ids"][a:b]),
+                     **{k: cols.arrays[k][a:b].copy() for k in ("probs", "has_forecast",
+                                                                "parse_failed")},
+                     base_speedup=np.ones(b - a), bin_edges=traces[0].bin_edges)
     return Batch(
         candidate_ids=tuple(itertools.chain.from_iterable(t.candidate_ids for t in traces)),
         probs=np.concatenate([t.probs for t in traces]),
@@ -125,14 +134,35 @@ def _stored_traces(log: ReplayLog, model: PresetCostModel, forecaster: str | Non
     from gfsim.replay_logs import derived
 
     key = {"model": repr(model), "forecaster": forecaster}
-    if _CACHE_ON[0]:
+    keep = _CACHE_ON[0] and _worth_keeping(log)
+    if keep:
         traces = derived.load(log, "traces", key, (SearchTrace,))
         if traces is not None:
             return traces
     traces = build_traces(log, model, forecaster)
-    if _CACHE_ON[0]:
+    if keep:
         derived.store(log, "traces", key, traces, (SearchTrace,), lazy={"SearchTrace": _LAZY})
     return traces
+
+
+# A log of more searches than this, averaging fewer candidates than _KEEP_MIN_MEAN each, keeps
+# no derived traces or replays: their encoding costs a few hundred microseconds a search, more
+# than building them again (10^5 one-candidate searches: 60 s to store, 8 s to build).
+_KEEP_MAX_SEARCHES = 1000
+_KEEP_MIN_MEAN = 64
+
+
+def _worth_keeping(log: ReplayLog) -> bool:
+    """Whether traces and replays of ``log`` are kept beside its table cache: not for a log of
+    many small searches (the table cache still serves its load)."""
+    cands = log.candidates
+    kept = log.__dict__.get("_keep_derived")
+    if kept is None or kept[0] is not cands:
+        searches = int(cands["search_id"].nunique()) if len(cands) else 0
+        kept = (cands, searches <= _KEEP_MAX_SEARCHES
+                or len(cands) >= _KEEP_MIN_MEAN * searches)
+        log.__dict__["_keep_derived"] = kept
+    return kept[1]
 
 
 # What a replay whose results are kept does not read of its traces: decoded when read.
@@ -343,7 +373,8 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
         for policy, seed in zip(policies, seeds):
             # A repeated replay of a cached log reads what the same code simulated before.
             key = _replay_key(policy, model, forecaster, seed, caps, budget, pipeline,
-                              engine, noise, orphans_dropped) if _CACHE_ON[0] else None
+                              engine, noise, orphans_dropped) \
+                if _CACHE_ON[0] and _worth_keeping(log) else None
             kept = derived.load(log, "replay", key, _RESULT_CLASSES,
                                 _shared_lists(traces)[1]) if key else None
             if kept is not None:

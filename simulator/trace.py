@@ -19,7 +19,7 @@ from gfsim.replay_logs.derived import Lazy
 from gfsim.simulator.log_seconds import place_cold_starts, split_totals
 from gfsim.replay_logs.log import PROB_COLUMNS, ReplayLog, release_arrow_memory
 
-__all__ = ["SearchTrace", "build_traces", "pick_forecaster", "ancestor_speedup",
+__all__ = ["SearchTrace", "TraceColumns", "build_traces", "columns_of", "pick_forecaster", "ancestor_speedup",
            "mean_measure_usd"]
 
 # Outcomes after which a stage no longer runs.
@@ -74,7 +74,26 @@ class SearchTrace(Lazy):
     eval_logged_s: list[float] | None = None
 
     def __len__(self) -> int:
-        return len(self.candidate_ids)
+        view = self.__dict__.get("_view")
+        return view[2] - view[1] if view is not None else len(self.candidate_ids)
+
+    def __getattr__(self, name: str):
+        # A trace of build_traces is a view of the whole log's columns: a field is sliced
+        # from them when first read (a log of 10^5 one-candidate searches held 8 KB of lists
+        # and arrays a search otherwise, most of which a replay never reads).
+        view = self.__dict__.get("_view")
+        if view is not None and name in _VIEW_FIELDS:
+            value = view[0].field(name, view[1], view[2])
+            self.__dict__[name] = value
+            return value
+        return super().__getattr__(name)
+
+    def __getstate__(self):
+        for name in _VIEW_FIELDS:  # a copy or a pickle holds its own fields, not the log's
+            getattr(self, name)
+        state = super().__getstate__()
+        state.pop("_view", None)
+        return state
 
     @functools.cached_property
     def measure_usd(self) -> float:
@@ -95,6 +114,108 @@ class SearchTrace(Lazy):
             "forecasting": np.asarray(self.fc_s, dtype=float),
             **{k: np.asarray(v, dtype=float) for k, v in self.stage_s.items()},
         }
+
+
+_VIEW_FIELDS = frozenset(
+    ("candidate_ids", "step", "parent", "steps", "gen_failed", "gen_s", "gen_in", "gen_out",
+     "gen_imputed", "has_forecast", "probs", "parse_failed", "fc_s", "fc_in", "fc_out",
+     "fc_imputed", "outcome", "speedup", "stage_s", "stage_imputed", "energy_j",
+     "logged_status", "price", "code_sha256", "stage_split", "eval_logged_s"))
+# Fields with defaults are class attributes, which would answer before __getattr__ does for a
+# view; the generated __init__ keeps its own copy of the defaults.
+for _name in ("price", "code_sha256", "stage_split", "eval_logged_s"):
+    delattr(SearchTrace, _name)
+
+
+@dataclass
+class TraceColumns:
+    """Every candidate of a log in trace order (searches in the order they first appear,
+    then step, seq, line), one column each; search i is rows ``starts[i]:ends[i]``. The
+    searches' ``SearchTrace`` views slice these, and the fast path reads them whole."""
+
+    lists: dict[str, list]  # the per-candidate list fields
+    arrays: dict[str, np.ndarray]  # has_forecast, probs, parse_failed
+    stage_s: dict[str, list[float]]
+    stage_imputed: dict[str, list[bool]]
+    price: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
+    numeric: dict[str, np.ndarray]  # the fast path's inputs, whole (see SearchTrace.arrays)
+    parent_ids: list
+    parent_row: np.ndarray  # the parent's row in these columns, -1 for the seed kernel's child
+    starts: np.ndarray
+    ends: np.ndarray
+
+    def whole(self) -> dict[str, np.ndarray]:
+        """The fast path's inputs for every row (``SearchTrace.arrays``'s columns, and the
+        candidate ids, steps and parents' rows), converted once."""
+        if not self.numeric:
+            lists = self.lists
+            ids = np.empty(len(lists["candidate_ids"]), dtype=object)
+            ids[:] = lists["candidate_ids"]
+            self.numeric.update(
+                candidate_ids=ids, outcome=np.array(lists["outcome"], dtype=object),
+                gen_failed=np.asarray(lists["gen_failed"], dtype=bool),
+                speedup=np.asarray(lists["speedup"], dtype=float),
+                generation=np.asarray(lists["gen_s"], dtype=float),
+                forecasting=np.asarray(lists["fc_s"], dtype=float),
+                step=np.asarray(lists["step"], dtype=np.int64),
+                **{k: np.asarray(v, dtype=float) for k, v in self.stage_s.items()})
+        return self.numeric
+
+    def field(self, name: str, a: int, b: int):
+        """The field ``name`` of the search of rows ``a:b``, as build_traces gave it."""
+        if name in self.lists:
+            return self.lists[name][a:b]
+        if name in self.arrays:
+            return self.arrays[name][a:b].copy()
+        if name == "stage_s":
+            return {k: v[a:b] for k, v in self.stage_s.items()}
+        if name == "stage_imputed":
+            return {k: v[a:b] for k, v in self.stage_imputed.items()}
+        if name == "price":
+            return {k: tuple(x[a:b].copy() for x in v) for k, v in self.price.items()}
+        if name == "parent":
+            return [p - a if p >= 0 else -1 for p in self.parent_row[a:b].tolist()]
+        if name == "steps":
+            return _batched_steps(self.lists["step"][a:b], self.field("parent", a, b))
+        raise KeyError(name)
+
+
+def columns_of(traces) -> tuple[TraceColumns, int, int] | None:
+    """(columns, first row, end row) where ``traces`` are consecutive views of one log's
+    ``TraceColumns`` (build_traces' searches, in order), else None: what reads every search
+    then reads the columns once instead of each search's fields."""
+    views = [t.__dict__.get("_view") for t in traces]
+    cols = views[0][0] if views and views[0] is not None else None
+    if cols is None or any(v is None or v[0] is not cols for v in views):
+        return None
+    if any(v[1] != u[2] for u, v in zip(views, views[1:])):
+        return None
+    return cols, views[0][1], views[-1][2]
+
+
+def peek(trace: SearchTrace, name: str):
+    """A field of ``trace``, not kept on a view when it was not already (a read made once)."""
+    view = trace.__dict__.get("_view")
+    if view is not None and name not in trace.__dict__ and name in _VIEW_FIELDS:
+        return view[0].field(name, view[1], view[2])
+    return getattr(trace, name)
+
+
+def _batched_steps(step_col: list[int], parent: list[int]) -> list[tuple[int, list[list[int]]]]:
+    """Per step, its parent batches as lists of candidate indices (a batch: the candidates of
+    one step with one parent, in order of their first appearance)."""
+    steps: list[tuple[int, list[list[int]]]] = []
+    for i, s in enumerate(step_col):
+        if not steps or steps[-1][0] != s:
+            steps.append((s, []))
+        batches = steps[-1][1]
+        for batch in batches:
+            if parent[batch[0]] == parent[i]:
+                batch.append(i)
+                break
+        else:
+            batches.append([i])
+    return steps
 
 
 def mean_measure_usd(price: dict, outcome) -> float:
@@ -291,50 +412,67 @@ def build_traces(
     step_all = [step_no.setdefault(s, s) for s in rows["step"].astype(int).tolist()]
     price = _price_columns(gen_s, gen_in, gen_out, gen_imputed, fc_s, fc_in, fc_out,
                            fc_imputed, stage_s, stage_imp, energy_j, model)
-    # One int object per index, shared by parents and batches (28 bytes each otherwise).
-    nums = list(range(max((b - a for a, b in zip(starts, ends)), default=0)))
-
+    cols = TraceColumns(
+        lists={"candidate_ids": all_ids, "step": step_all, "gen_failed": gen_failed,
+               "gen_s": gen_s, "gen_in": gen_in, "gen_out": gen_out,
+               "gen_imputed": gen_imputed, "fc_s": fc_s, "fc_in": fc_in, "fc_out": fc_out,
+               "fc_imputed": fc_imputed, "outcome": outcome, "speedup": speedup,
+               "energy_j": energy_j, "logged_status": status, "code_sha256": code,
+               "stage_split": split, "eval_logged_s": logged_s},
+        arrays={"has_forecast": has_fc, "probs": probs, "parse_failed": parse_failed},
+        stage_s=stage_s, stage_imputed=stage_imp, price=price,
+        numeric={}, parent_ids=parent_ids,
+        parent_row=_parent_rows(all_ids, parent_ids, starts, ends),
+        starts=np.asarray(starts, np.int64), ends=np.asarray(ends, np.int64))
+    widest = _widest_steps(cols, step_all)
     traces = []
-    for a, b in zip(starts, ends):
+    for i, (a, b) in enumerate(zip(starts, ends)):
         search_id, task_id = search_ids[a], task_ids[a]
-        ids = all_ids[a:b]
-        index = dict(zip(ids, nums))
-        parent = [index[p] if isinstance(p, str) else -1 for p in parent_ids[a:b]]
         # A live run measures its seed kernel itself and records it on its run record (merged
         # runs may have measured the same task's seed apart); otherwise the header's.
         seed_speedup = float(run_seed.get(str(search_id)) or tasks[task_id].get("seed_speedup")
                              or 1.0)
-        step_col = step_all[a:b]
-        steps: list[tuple[int, list[list[int]]]] = []
-        for i, s in zip(nums, step_col):
-            if not steps or steps[-1][0] != s:
-                steps.append((s, []))
-            batches = steps[-1][1]
-            for batch in batches:
-                if parent[batch[0]] == parent[i]:
-                    batch.append(i)
-                    break
-            else:
-                batches.append([i])
-
-        traces.append(SearchTrace(
-            search_id=str(search_id), task_id=task_id, seed_speedup=seed_speedup,
-            forecast_frame=frame, bin_edges=edges, candidate_ids=ids, step=step_col,
-            parent=parent, steps=steps, gen_failed=gen_failed[a:b],
-            gen_s=gen_s[a:b], gen_in=gen_in[a:b], gen_out=gen_out[a:b],
-            gen_imputed=gen_imputed[a:b],
-            has_forecast=has_fc[a:b].copy(), probs=probs[a:b].copy(),
-            parse_failed=parse_failed[a:b].copy(),
-            fc_s=fc_s[a:b], fc_in=fc_in[a:b], fc_out=fc_out[a:b], fc_imputed=fc_imputed[a:b],
-            outcome=outcome[a:b], speedup=speedup[a:b],
-            stage_s={k: v[a:b] for k, v in stage_s.items()},
-            stage_imputed={k: v[a:b] for k, v in stage_imp.items()},
-            energy_j=energy_j[a:b], logged_status=status[a:b], code_sha256=code[a:b],
-            stage_split=split[a:b], eval_logged_s=logged_s[a:b],
-            price={k: tuple(x[a:b].copy() for x in v) for k, v in price.items()},
-        ))
+        t = SearchTrace.__new__(SearchTrace)
+        t.__dict__.update(search_id=str(search_id), task_id=task_id, seed_speedup=seed_speedup,
+                          forecast_frame=frame, bin_edges=edges, _view=(cols, a, b),
+                          _fast_widest=widest[i])
+        traces.append(t)
     release_arrow_memory()  # the copies of the log's tables made above
     return traces
+
+
+def _parent_rows(ids: list, parent_ids: list, starts: list, ends: list) -> np.ndarray:
+    """Each candidate's parent's row (within its own search, the last candidate of that id
+    there), -1 for a child of the seed kernel; a parent its search lacks raises KeyError."""
+    where = {c: r for r, c in enumerate(ids)}
+    rows = np.full(len(ids), -1, np.int64)
+    search = np.repeat(np.arange(len(starts)), np.subtract(ends, starts))
+    for r, p in enumerate(parent_ids):
+        if isinstance(p, str):
+            q = where.get(p, -1)
+            i = search[r]
+            if not starts[i] <= q < ends[i]:  # a duplicate id elsewhere: look in the search
+                local = {c: k for k, c in enumerate(ids[starts[i]:ends[i]])}
+                q = starts[i] + local[p]
+            rows[r] = q
+    return rows
+
+
+def _widest_steps(cols: TraceColumns, step_all: list) -> list[int]:
+    """Per search, the most candidates one of its steps holds (0 for none)."""
+    n = len(step_all)
+    if not n:
+        return [0] * len(cols.starts)
+    step = np.asarray(step_all, np.int64)
+    new = np.ones(n, bool)
+    new[1:] = step[1:] != step[:-1]
+    new[cols.starts] = True
+    first = np.flatnonzero(new)
+    size = np.diff(np.append(first, n))
+    search = np.repeat(np.arange(len(cols.starts)), cols.ends - cols.starts)[first]
+    widest = np.zeros(len(cols.starts), np.int64)
+    np.maximum.at(widest, search, size)
+    return widest.tolist()
 
 
 def _price_columns(gen_s, gen_in, gen_out, gen_imputed, fc_s, fc_in, fc_out, fc_imputed,
