@@ -39,6 +39,7 @@ __all__ = ["TruncatedTailWarning", "iter_lines", "iter_records", "read_raw", "de
 MAX_LINE_BYTES = 64 << 20
 MAX_GZIP_RATIO = 100
 _RATIO_FLOOR = 64 << 20
+_DRAW_BYTES = 8 << 20
 _size = size_text
 
 
@@ -78,8 +79,10 @@ class _Inflated:
         self.ratio_limit = max(_RATIO_FLOOR, MAX_GZIP_RATIO * stored)
 
     def room(self) -> int:
-        """How many more bytes may come out (at least 1, so that a limit is seen)."""
-        return max(1, min(self.limit, self.ratio_limit) - self.total + 1)
+        """How many more bytes may come out in one draw (at least 1, so that a limit is seen;
+        at most 8 MiB, so that zlib never assembles a large piece of its own to copy)."""
+        return max(1, min(self.limit, self.ratio_limit, self.total + _DRAW_BYTES)
+                   - self.total + 1)
 
     def add(self, n: int) -> None:
         self.total += n

@@ -82,16 +82,19 @@ def test_a_line_longer_than_a_log_may_hold_is_named(tmp_path, monkeypatch):
         load_log(log)
 
 
-@pytest.mark.parametrize("kind", ["fifo", "device", "directory"])
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory", "proc"])
 def test_only_a_regular_file_is_read_as_a_log(tmp_path, kind):
     path = tmp_path / "log.jsonl"
     if kind == "fifo":
         os.mkfifo(path)  # opened for reading, it would block until a writer came
     elif kind == "device":
         path.symlink_to("/dev/zero")  # would never end
+    elif kind == "proc":
+        path.symlink_to("/proc/self/status")  # 'regular', of size 0, holding what it pleases
     else:
         path.mkdir()
-    with pytest.raises(LogError, match="log.jsonl: is (not a regular file|a directory)"):
+    with pytest.raises(LogError, match="log.jsonl: is (not a regular file|a directory|a "
+                       "kernel pseudo-file)"):
         load_log(path)
 
 
