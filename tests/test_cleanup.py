@@ -247,13 +247,22 @@ def _workers(m) -> list:
      "folders more than 16 deep"),
     ("for i in range(5000):\n    open(str(i), 'w').close()\ntime.sleep(5)",
      "more than 2000 entries"),
-    ("with open('big', 'wb') as f:\n    f.write(b'x' * (100 << 20))\ntime.sleep(5)",
-     "more than 64 MiB"),
+    ("for i in range(50):\n    with open(str(i), 'wb') as f:\n        f.write(b'x' * (2 << 20))"
+     "\ntime.sleep(5)", "more than 64 MiB"),
 ], ids=["depth", "entries", "bytes"])
 def test_a_candidate_past_its_folder_quota_is_killed_and_its_folder_removed(measurer, body,
                                                                            over):
     rec = measurer.measure(_Code(_in_folder(body)))
     assert rec["outcome"] == "runtime_error" and f"quota ({over})" in rec["reason"], rec
+    assert _workers(measurer) == []
+
+
+def test_no_file_of_a_candidate_passes_its_folder_quota(measurer):
+    """The kernel refuses the write (RLIMIT_FSIZE): the file stops at the quota."""
+    rec = measurer.measure(_Code(_in_folder(
+        "with open('big', 'wb') as f:\n    for _ in range(100):\n"
+        "        f.write(b'x' * (1 << 20))")))
+    assert rec["outcome"] == "runtime_error" and "File too large" in rec["reason"], rec
     assert _workers(measurer) == []
 
 

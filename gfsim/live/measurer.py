@@ -185,9 +185,9 @@ class MeasurerConfig:
     ref_retime_every: int = 50
     # A candidate's folder (its HOME, TMPDIR and Triton cache, the only place it may write):
     # the sandbox is killed once the folder holds folders nested deeper, more entries or more
-    # bytes on disk than these (``_Sandbox._watch_folder``, every ``FOLDER_CHECK_S``). An
-    # honest candidate's holds a Triton cache of some hundred files two folders deep and its
-    # outputs.
+    # bytes on disk than these (``_Sandbox._watch_folder``, every ``FOLDER_CHECK_S``), and the
+    # kernel refuses any one file past ``folder_max_mb`` (RLIMIT_FSIZE). An honest candidate's
+    # holds a Triton cache of some hundred files two folders deep and its outputs.
     folder_max_depth: int = 32
     folder_max_entries: int = 20_000
     folder_max_mb: float = 4096.0
@@ -302,6 +302,7 @@ class _Sandbox:
         st_r, st_w = os.pipe()
         spec = {"dir": str(self.dir), "env": env, "task": task,
                 "facilities": facilities.as_dict(), "shm_mb": int(config.memory_limit_mb)}
+        spec["file_max_bytes"] = int(config.folder_max_mb * 2**20)  # RLIMIT_FSIZE
         self.max_tasks = int(config.max_tasks)
         self.zygote = zygote  # (its sweep, in close)
         self.group = _task_group(config, facilities, self.dir.name)

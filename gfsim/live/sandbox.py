@@ -1002,6 +1002,9 @@ def _inner(spec: dict, fac: Facilities, req: int, ans: int) -> None:  # pragma: 
     tempfile.tempdir = folder  # the zygote's cached answer would be /tmp, not writable here
 
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if spec.get("file_max_bytes"):  # the kernel's cap on any one file it writes (its folder's
+        n = int(spec["file_max_bytes"])  # quota in bytes; the measurer watches the sum)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (n, n))
     applied = enter_inner(fac, folder, spec.get("shm_mb", 1024), _limits(spec))
     from gfsim.live import worker
 
