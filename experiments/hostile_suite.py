@@ -217,9 +217,9 @@ def reads_check(args) -> int:
         with open(args.json, "w") as f:
             json.dump({"facilities": fac.as_dict(), "tries": tries, "versions": _versions(),
                        "driver_paths": _driver_paths()}, f, indent=1)
-    import shutil
+    from gfsim.core.folders import remove_tree
 
-    shutil.rmtree(root, ignore_errors=True)
+    remove_tree(root)  # where the confined kernels wrote
     return 0 if tries[0]["ok"] else 1
 
 
