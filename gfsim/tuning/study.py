@@ -10,6 +10,7 @@ too) runs only the rest.
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from contextlib import contextmanager
@@ -82,12 +83,16 @@ def make_storage(url: str, heartbeat: int | None = None, retries: int = 1, check
     import optuna
 
     if url.endswith(".journal"):
+        from gfsim.tuning.claims import stamp_new_trials
         from gfsim.tuning.journal import open_journal
 
-        return open_journal(url, check=check)
+        return stamp_new_trials(open_journal(url, check=check))
     if url.split(":", 1)[0].split("+", 1)[0] in ("sqlite", "postgresql", "mysql"):
         import warnings
 
+        from gfsim.tuning.rdb import check_rdb_url
+
+        check_rdb_url(url)  # an in-memory database, a foreign SQLite file's triggers
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         kw = {}
         if heartbeat:
@@ -98,20 +103,26 @@ def make_storage(url: str, heartbeat: int | None = None, retries: int = 1, check
             else:
                 kw["failed_trial_callback"] = optuna.storages.RetryFailedTrialCallback(
                     max_retry=retries)
-        for attempt in range(5):
+        for attempt in range(10):
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")  # heartbeat options are experimental
-                    return optuna.storages.RDBStorage(url, **kw)
+                    made = optuna.storages.RDBStorage(url, **kw)
+                break
             except Exception as exc:  # a bad URL, an unreachable server, a missing driver
                 # Workers started together on a fresh database race to create Optuna's
-                # tables; the loser sees a duplicate type or table, and a second try finds
-                # them made.
-                racing = type(exc).__name__ in ("IntegrityError", "ProgrammingError")
-                if not racing or attempt == 4:
+                # tables; the loser sees a duplicate type or table (SQLite: "table ...
+                # already exists", or the winner's lock), and a second try finds them made.
+                racing = type(exc).__name__ in ("IntegrityError", "ProgrammingError") or (
+                    type(exc).__name__ == "OperationalError"
+                    and ("already exists" in str(exc) or "database is locked" in str(exc)))
+                if not racing or attempt == 9:
                     raise GfsimError(f"--storage {url}: cannot open ({type(exc).__name__}: "
                                      f"{str(exc)[:200]})") from None
                 time.sleep(0.2 * (attempt + 1))
+        from gfsim.tuning.claims import stamp_new_trials
+
+        return stamp_new_trials(made)
     return url
 
 
@@ -142,10 +153,15 @@ def open_study(storage, study: str, directions: list[str], sampler):
 class Objective:
     """Picklable: a trial's values -> replays for every seed -> the objective values.
 
-    ``heartbeat`` (seconds), for storages without Optuna's own (JournalStorage): while a trial
-    runs, a thread stamps it every ``heartbeat`` seconds; before each trial, RUNNING trials
-    whose last stamp is older than three beats (a killed worker's) are failed and, up to
-    ``retries`` times, enqueued again with the same parameters."""
+    Before each trial, RUNNING trials that lost their process (a killed worker's on this
+    host, or one with no heartbeat for three beats) are failed and, up to ``retries`` times,
+    enqueued again with the same parameters (``claims.fail_lost_trials``); a trial that would
+    take the study past ``total`` trials (set by ``run_study``) is ended PRUNED and stops
+    its process (``claims.beyond_total``). ``heartbeat`` (seconds), for storages without
+    Optuna's own (JournalStorage): while a trial runs, a thread stamps it every
+    ``heartbeat`` seconds."""
+
+    total: int | None = None  # the study's trials, set by run_study
 
     def __init__(self, setup, params, objectives, constraint, jobs: int = 1,
                  heartbeat: int | None = None, retries: int = 1):
@@ -155,11 +171,18 @@ class Objective:
         self._pool = None
 
     def __call__(self, trial):
-        if self.heartbeat and not native_heartbeat(trial.storage):
-            _fail_stale(trial, 3 * self.heartbeat, self.retries)
-            stop = _beat(trial, self.heartbeat)
-        else:
-            stop = None
+        import optuna
+
+        from gfsim.tuning.claims import beyond_total, fail_lost_trials, record_worker
+
+        record_worker(trial)
+        own_beat = bool(self.heartbeat) and not native_heartbeat(trial.storage)
+        fail_lost_trials(trial.study, self.retries, 3 * self.heartbeat if own_beat else None,
+                         skip=trial.number)
+        if self.total is not None and beyond_total(trial, self.total):
+            trial.study.stop()
+            raise optuna.TrialPruned(f"the study holds its {self.total} trials")
+        stop = _beat(trial, self.heartbeat) if own_beat else None
         try:
             return self._evaluate(trial)
         finally:
@@ -213,35 +236,16 @@ def _beat(trial, every: float):
     return stop
 
 
-def _fail_stale(trial, grace: float, retries: int) -> None:
-    """Fail RUNNING trials of ``trial``'s study with no stamp for ``grace`` seconds; enqueue
-    each again (same parameters) while it has retries left."""
-    import optuna
-
-    study, now = trial.study, time.time()
-    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
-        if t.number == trial.number:
-            continue
-        last = t.user_attrs.get("gfsim_heartbeat") or (
-            t.datetime_start.timestamp() if t.datetime_start else now)
-        if now - last <= grace:
-            continue
-        try:
-            if not trial.storage.set_trial_state_values(t._trial_id,
-                                                        optuna.trial.TrialState.FAIL):
-                continue
-        except Exception:  # another worker failed it first
-            continue
-        done = int(t.user_attrs.get("gfsim_retries", 0))
-        if done < retries and t.params:
-            study.enqueue_trial(t.params, user_attrs={"gfsim_retry_of": t.number,
-                                                      "gfsim_retries": done + 1})
-
-
 def retry_of(trial) -> int | None:
     """The number of the failed trial this one retries (gfsim's or Optuna's bookkeeping)."""
     n = trial.user_attrs.get("gfsim_retry_of")
     return n if n is not None else trial.system_attrs.get("failed_trial")
+
+
+def _counted(study) -> int:
+    from gfsim.tuning.claims import counted
+
+    return counted(study)
 
 
 def _finished(study) -> int:
@@ -266,17 +270,26 @@ def _storage_errors(storage):
         raise failure from None
 
 
-def _worker(args, stop=None):
+def _worker(args, stop=None, parent: tuple | None = None):
     """One worker's share of the trials; it stops after its running trial once ``stop`` (a
-    multiprocessing event) is set."""
+    multiprocessing event) is set, its ``parent`` (pid, start) is gone, or the study holds
+    its total."""
     url, study_name, sampler_name, seed, constrained, objective, share = args
     import optuna
+
+    from gfsim.core.lifeline import is_alive
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = make_storage(url, objective.heartbeat, objective.retries, check=False)
     s = optuna.load_study(study_name=study_name, storage=storage,
                           sampler=make_sampler(sampler_name, seed, constrained))
-    stops = [lambda st, t: st.stop() if stop.is_set() else None] if stop is not None else []
+
+    def check(st, t):
+        if ((stop is not None and stop.is_set()) or (parent and not is_alive(*parent))
+                or (objective.total is not None and _counted(st) >= objective.total)):
+            st.stop()
+
+    stops = [check]
     try:
         with _storage_errors(storage):
             s.optimize(objective, n_trials=share, callbacks=stops)
@@ -284,13 +297,17 @@ def _worker(args, stop=None):
         objective.close()
 
 
-def _worker_main(args, stop, conn) -> None:
-    """A worker process: runs ``_worker`` and sends its outcome to the parent, ``("ok",)``
-    or ``("error", exception or None where it does not pickle, traceback)``."""
+def _worker_main(args, stop, conn, parent: tuple | None = None) -> None:
+    """A worker process: dies with its ``parent`` (pid, start time), runs ``_worker`` and
+    sends its outcome to the parent, ``("ok",)`` or ``("error", exception or None where it
+    does not pickle, traceback)``."""
     import traceback
 
+    from gfsim.core.lifeline import die_with_parent
+
+    die_with_parent(parent[0] if parent else None)
     try:
-        _worker(args, stop)
+        _worker(args, stop, parent)
         reply = ("ok",)
     except BaseException as exc:  # KeyboardInterrupt too: the parent says what happened
         reply = ("error", _portable(exc), traceback.format_exc())
@@ -365,12 +382,15 @@ def _run_workers(jobs: list, poll) -> None:
     import multiprocessing
     from multiprocessing.connection import wait
 
+    from gfsim.core.lifeline import process_start
+
     ctx = multiprocessing.get_context()
     stop = ctx.Event()
     running = {}
+    me = (os.getpid(), process_start(os.getpid()))  # a worker dies with it
     for number, job in enumerate(jobs, 1):
         conn, send = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_worker_main, args=(job, stop, send),
+        proc = ctx.Process(target=_worker_main, args=(job, stop, send, me),
                            name=f"gfsim-tune-worker-{number}")
         proc.start()
         send.close()  # the child's end: EOF here once it is gone
@@ -407,6 +427,11 @@ def run_study(study, objective, *, trials: int, workers: int = 1, storage=None,
     ``progress(done, total)`` is called as trials finish. Several ``workers`` are processes
     of their own (``_run_workers``); a storage that fails, or a worker that dies, ends it in
     one line (``GfsimError``), and the same command resumes the study."""
+    from gfsim.tuning.claims import fail_lost_trials
+
+    objective.total = trials
+    # A killed worker's trials (this host's) are failed and retried now, not a grace later.
+    fail_lost_trials(study, objective.retries)
     before = _finished(study)
     todo = max(0, trials - before)
     if progress is not None:
@@ -418,7 +443,7 @@ def run_study(study, objective, *, trials: int, workers: int = 1, storage=None,
             done = _finished(s)
             if progress is not None:
                 progress(done, trials)
-            if done >= trials:  # other processes (other hosts) share the study: stop at total
+            if _counted(s) >= trials:  # other processes share the study: stop at total
                 s.stop()
 
         try:

@@ -374,6 +374,9 @@ class SeedPool:
 
 
 def _start(setup: TrialSetup, initializer, initargs) -> None:
+    from gfsim.core.lifeline import die_with_parent
+
+    die_with_parent()  # a trial's seed process ends with the worker that started it
     _INSTALLED["setup"] = setup
     if initializer is not None:
         initializer(*initargs)

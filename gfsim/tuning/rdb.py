@@ -1,0 +1,121 @@
+"""An RDB storage URL checked before Optuna opens it, so that whatever is wrong is one line.
+
+- An in-memory SQLite database (``sqlite://``, ``sqlite:///:memory:``, ``mode=memory``) lives
+  as long as one connection: Optuna's heartbeat thread and every worker open their own, see no
+  tables, and the study is lost when the command ends. It is refused.
+- An SQLite file is a program as well as data: a trigger runs its SQL on every write Optuna
+  makes (one that loops hangs ``gfsim tune`` for ever; one that inserts a billion rows fills
+  the disk), and so do a stored generated column or an index on an expression. Python 3.11's
+  sqlite3 cannot switch triggers off (``setconfig`` came in 3.12), so an existing file is read
+  first, read-only, and one that holds a trigger, a view, a virtual table, an index on an
+  expression or a generated column (none of them in Optuna's schema) is refused by name. A
+  path that is not a regular file (a named pipe would block the read) is refused too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+
+from gfsim.core.errors import GfsimError
+
+__all__ = ["check_rdb_url", "OPTUNA_TABLES"]
+
+# The tables of Optuna's RDB schema (optuna/storages/_rdb/models.py) and alembic's own.
+OPTUNA_TABLES = frozenset({
+    "studies", "version_info", "study_directions", "study_user_attributes",
+    "study_system_attributes", "trials", "trial_user_attributes", "trial_system_attributes",
+    "trial_params", "trial_values", "trial_intermediate_values", "trial_heartbeats",
+    "alembic_version"})
+_NAME = r'(?:"[^"]+"|`[^`]+`|\[[^\]]+\]|\w+)'
+# An index on plain columns, as SQLAlchemy writes Optuna's: nothing evaluated per row.
+_PLAIN_INDEX = re.compile(rf"\s*CREATE\s+(?:UNIQUE\s+)?INDEX\s+{_NAME}\s+ON\s+{_NAME}\s*"
+                          rf"\(\s*{_NAME}(?:\s+(?:ASC|DESC))?(?:\s*,\s*{_NAME}"
+                          rf"(?:\s+(?:ASC|DESC))?)*\s*\)\s*", re.IGNORECASE)
+
+
+def check_rdb_url(url: str) -> None:
+    """Refuse, in one line (``GfsimError``), an in-memory SQLite URL, and an SQLite file that
+    is not a regular file or holds SQL of its own that Optuna's writes would run (see the
+    module). Other databases pass: their servers keep their own schema."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        parsed = make_url(url)
+    except Exception as exc:  # ArgumentError and kin: Optuna would fail on it the same way
+        raise GfsimError(f"--storage {url}: not a database URL ({exc})") from None
+    if parsed.get_backend_name() != "sqlite":
+        return
+    database = parsed.database or ""
+    query = {k: str(v) for k, v in parsed.query.items()}
+    if (database in ("", ":memory:") or database.startswith("file::memory:")
+            or query.get("mode") == "memory" or "mode=memory" in database):
+        raise GfsimError(f"--storage {url}: an in-memory SQLite database lasts one connection, "
+                         "so the study would be lost and workers could not share it; give a "
+                         "file (sqlite:///NAME.db), or leave --storage out for a journal file")
+    path = database[5:].split("?", 1)[0] if database.startswith("file:") else database
+    _check_file(url, path)
+
+
+def _check_file(url: str, path: str) -> None:
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:  # Optuna makes it
+        return
+    except OSError as exc:
+        raise GfsimError(f"--storage {url}: cannot be opened ({exc.strerror})") from None
+    if not stat.S_ISREG(mode):
+        raise GfsimError(f"--storage {url}: {path} is not a regular file; an SQLite study "
+                         "must be a file")
+    if os.stat(path).st_size == 0:
+        return
+    what = _foreign_sql(url, path)
+    if what is not None:
+        raise GfsimError(f"--storage {url}: holds {what}, SQL that Optuna's schema does not "
+                         "have and that reading or writing the study could run; a foreign "
+                         "study is not opened: drop it if you trust the file, or tune in a "
+                         "fresh one")
+
+
+def _foreign_sql(url: str, path: str) -> str | None:
+    """The first piece of SQL in the file at ``path`` that writes would run: a trigger, a
+    view, a virtual table, an index on an expression, a generated column; None if none."""
+    import sqlite3
+    from urllib.parse import quote
+
+    try:
+        con = sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True,
+                              timeout=10)
+    except sqlite3.Error as exc:
+        raise GfsimError(f"--storage {url}: cannot be opened ({exc})") from None
+    try:
+        rows = con.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
+        for kind, name, table, sql in rows:
+            shown = _show(name)
+            if kind == "trigger":
+                return f"a trigger {shown} on table {_show(table)}"
+            if kind == "view":
+                return f"a view {shown}"
+            if kind == "table" and re.match(r"\s*CREATE\s+VIRTUAL\b", sql or "", re.I):
+                return f"a virtual table {shown}"
+            if kind == "index" and sql and not _PLAIN_INDEX.fullmatch(sql):
+                return f"an index {shown} on an expression or with a condition"
+        for kind, name, _, _ in rows:
+            if kind == "table" and name in OPTUNA_TABLES:
+                hidden = [c[1] for c in con.execute(f'PRAGMA table_xinfo("{name}")')
+                          if c[6] in (2, 3)]
+                if hidden:
+                    return f"a generated column {_show(hidden[0])} in table {name}"
+    except sqlite3.Error as exc:  # not a database, a corrupt one
+        raise GfsimError(f"--storage {url}: is not an SQLite database Optuna can read "
+                         f"({exc}); the file is left as it is") from None
+    finally:
+        con.close()
+    return None
+
+
+def _show(name) -> str:
+    """A name from the file, quoted, without control characters, at most 80 characters."""
+    text = "".join(c if c.isprintable() else "?" for c in str(name))
+    return repr(text[:80])
