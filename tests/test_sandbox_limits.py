@@ -49,6 +49,10 @@ def with_cgroup(tmp_path_factory):
 @pytest.fixture(scope="module")
 def fallback(tmp_path_factory):
     m, ctx, honest = _measurer(tmp_path_factory, False)
+    if not m.facilities.seccomp:
+        m.close()
+        ctx.close()
+        pytest.skip("this kernel has no seccomp: the fallback cannot refuse unmapped memory")
     yield m, ctx, honest
     m.close()
     ctx.close()
@@ -79,8 +83,9 @@ def test_with_a_cgroup_a_hoard_or_thread_storm_is_contained(with_cgroup, name):
     m, ctx, _honest = with_cgroup
     result = run_row(ROW[name], m, ctx)
     assert result["contained"], format_table([result]) + f"\n{result['record']}"
-    if name != "3000-threads":  # the kernel stopped it at the limit: a memory failure
-        assert "memory limit" in str(result["record"].get("reason")), result["record"]
+    if name != "3000-threads":  # the kernel stopped it at the limit: killed, or refused
+        reason = str(result["record"].get("reason"))
+        assert "memory limit" in reason or "Cannot allocate memory" in reason, result["record"]
 
 
 @needs_cgroup

@@ -753,7 +753,8 @@ def _not_hoarded(rec, ctx, host):
     if "hoarded" in reason:
         return False, f"held past the limit: {reason[:80]}"
     ok, left = _leftovers(rec, ctx, host)
-    return ok, f"{rec['outcome']}: {reason[:60]}" if ok else left
+    how = reason[:80] if rec["outcome"] != "success" else "refused; measured as its honest kernel"
+    return ok, how if ok else left
 
 
 def _threads_capped(rec, ctx, host):
