@@ -294,3 +294,31 @@ def test_a_later_measurer_start_measures_after_a_hostile_folder_was_left(tmp_pat
                         workdir=tmp_path) as m:
         assert m.measure(_Code(_HONEST))["outcome"] == "correct_untimed"
     assert list(tmp_path.iterdir()) == []
+
+
+_HIDE_AS_NOBODY = """
+import os, sys
+from gfsim.core.folders import tree_usage
+os.setgroups([]); os.setgid(65534); os.setuid(65534)
+top = sys.argv[1]
+for d in ("hidden", "unsearchable"):
+    os.makedirs(os.path.join(top, d))
+    for i in range(50):
+        open(os.path.join(top, d, str(i)), "w").close()
+os.chmod(os.path.join(top, "hidden"), 0)
+os.chmod(os.path.join(top, "unsearchable"), 0o600)
+print(tree_usage(top, max_depth=8, max_entries=10**6, max_bytes=1 << 40).entries)
+"""
+
+
+def test_a_folder_made_unreadable_still_counts_against_the_quota(scratch):
+    """As a user that is not root: a chmod 000 folder (and one that cannot be searched) is
+    opened again, so what it holds is counted."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root, to measure as another user (nobody)")
+    top = os.path.join(scratch, "nobody")
+    os.chmod(scratch, 0o777)
+    out = subprocess.run([sys.executable, "-c", _HIDE_AS_NOBODY, top], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["102"]

@@ -269,13 +269,20 @@ def tree_usage(path: str | os.PathLike, *, max_depth: int, max_entries: int,
                max_bytes: int) -> TreeUsage:
     """Count the folders, files and bytes beneath ``path`` (links not followed), stopping as
     soon as one passes its limit: at most ``max_depth`` + 1 folders are open at a time and at
-    most ``max_entries`` + 1 entries are looked at. A folder that cannot be read counts as
-    empty (the quota is for what its owner could fill, and it can fill nothing it cannot
-    read)."""
+    most ``max_entries`` + 1 entries are looked at. A folder that refuses this user (a
+    candidate's chmod 000, to hide what it holds) is given back its owner's permissions first;
+    one that still cannot be read counts as empty."""
     use = TreeUsage()
+    parent, name = os.path.split(os.path.abspath(path))
     try:
-        top = os.open(path, _DIR)
+        pfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
+        return use
+    try:
+        top = _open_readable(pfd, name)
+    finally:
+        os.close(pfd)
+    if top is None:
         return use
     stack = [(top, 0, _children(top, max_entries))]
     try:
@@ -295,15 +302,28 @@ def tree_usage(path: str | os.PathLike, *, max_depth: int, max_entries: int,
             elif use.depth > max_depth:
                 use.over = f"folders more than {max_depth} deep"
             elif is_dir:
-                try:
-                    child = os.open(name, _DIR, dir_fd=fd)
-                except OSError:
+                child = _open_readable(fd, name)
+                if child is None:
                     continue
                 stack.append((child, depth + 1, _children(child, max_entries)))
     finally:
         for fd, _, _ in stack:
             os.close(fd)
     return use
+
+
+def _open_readable(fd: int, name: str) -> int | None:
+    """The folder ``name`` of ``fd`` opened (never through a link), with its owner's read,
+    write and search permissions given back where it lacked them; None if it cannot be."""
+    try:
+        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        if not stat.S_ISDIR(st.st_mode):
+            return None
+        if st.st_mode & _OWNER_RWX != _OWNER_RWX and st.st_uid == os.geteuid():
+            os.chmod(name, st.st_mode & 0o7777 | _OWNER_RWX, dir_fd=fd)
+        return os.open(name, _DIR, dir_fd=fd)
+    except OSError:
+        return None
 
 
 def _children(fd: int, limit: int = 1 << 30) -> list:
