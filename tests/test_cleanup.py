@@ -322,3 +322,13 @@ def test_a_folder_made_unreadable_still_counts_against_the_quota(scratch):
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["102"]
+
+
+def test_files_unlinked_but_held_open_count_against_the_quota(measurer):
+    """A file it unlinks and keeps writing to is in no folder, and still on the disk."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: a candidate's descriptors are not listable otherwise")
+    rec = measurer.measure(_Code(_in_folder(
+        "_held = []\nfor i in range(5):\n    f = open(str(i), 'wb')\n    os.unlink(str(i))\n"
+        "    f.write(b'x' * (20 << 20))\n    f.flush()\n    _held.append(f)\ntime.sleep(5)")))
+    assert rec["outcome"] == "runtime_error" and "unlinked but open" in rec["reason"], rec

@@ -381,12 +381,18 @@ class _Sandbox:
     def _watch_folder(self, config: MeasurerConfig) -> None:
         """Kill the sandbox once its folder passes its quota (``MeasurerConfig.folder_max_*``).
         A check, not the kernel: between two checks a candidate may overshoot by what it
-        makes in ``FOLDER_CHECK_S``; ``remove_tree`` removes any overshoot."""
+        makes in ``FOLDER_CHECK_S``; ``remove_tree`` removes any overshoot. Files it unlinked
+        but holds open count too (``_unlinked_bytes``), where this process may see its
+        descriptors."""
+        max_bytes = int(config.folder_max_mb * 2**20)
+        dev = os.stat(self.dir).st_dev
         while not self._stop.wait(FOLDER_CHECK_S):
             with _QUIET:
                 use = tree_usage(self.dir, max_depth=config.folder_max_depth,
-                                 max_entries=config.folder_max_entries,
-                                 max_bytes=int(config.folder_max_mb * 2**20))
+                                 max_entries=config.folder_max_entries, max_bytes=max_bytes)
+                if use.over is None and \
+                        use.bytes + _unlinked_bytes(self.pid, self.ns, self.pgid, dev) > max_bytes:
+                    use.over = f"more than {max_bytes >> 20} MiB, with files unlinked but open"
             if use.over and not self._stop.is_set():
                 self.folder_over = use.over
                 self.killed_for = "folder"
@@ -605,6 +611,30 @@ _ANSWER_FIELDS = {
     "loop": {"calls": "count", "seconds": "seconds"},
 }
 _FAILURE_KINDS = ("compile", "runtime", "cuda", "protocol")
+
+
+def _unlinked_bytes(pid: int | None, ns: int | None, pgid: int | None, dev: int) -> int:
+    """Bytes on the device ``dev`` held by files that a sandbox's processes (its PID namespace
+    ``ns``, else its process group) keep open after unlinking them: no walk of its folder sees
+    them. A process whose descriptors this one may not list (a measurer not run as root, and
+    a non-dumpable candidate) counts nothing."""
+    if pid is None:
+        return 0
+    held: dict = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (os.stat(f"{entry.path}/ns/pid").st_ino != ns if ns is not None else
+                    os.getpgid(int(entry.name)) != pgid):
+                continue
+            for fd in os.scandir(f"{entry.path}/fd"):
+                st = os.stat(fd.path)  # the open file itself, unlinked or not
+                if stat.S_ISREG(st.st_mode) and st.st_nlink == 0 and st.st_dev == dev:
+                    held[st.st_ino] = st.st_blocks * 512
+        except OSError:
+            continue
+    return sum(held.values())
 
 
 def _size_text(n: int) -> str:
