@@ -26,8 +26,6 @@ event order would matter.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import itertools
 import math
 from dataclasses import dataclass
@@ -40,7 +38,7 @@ from gfsim.policies.base import Batch, Policy, SearchState
 from gfsim.simulator.budget import Budget
 from gfsim.simulator.engine import segments
 from gfsim.simulator.pipeline import COST_STAGE, DEFAULT_PIPELINE, Pipeline
-from gfsim.simulator.results import SearchResult
+from gfsim.simulator.results import SearchResult, no_cyclic_gc, sum_costs
 from gfsim.simulator.noise import MeasureNoise, confirm_best
 from gfsim.simulator.trace import (SearchTrace, ancestor_speedup, columns_of, peek,
                                    shared_floats)
@@ -835,16 +833,15 @@ class _FastRuns:
         unforecast = np.bincount(self.search_of[self.reason == "unforecast"],
                                  minlength=S).tolist()
         idle_s = (self.caps.gpus * wall - busy).tolist()
-        idle = [model.idle(x) for x in idle_s]
-        per_stage = [idle if s == "idle" else
-                     list(itertools.starmap(Cost, zip(*(x.tolist() for x in sums[s]))))
+        idle = _shared_rows(np.asarray(idle_s)[:, None], lambda x: model.idle(x))
+        per_stage = [idle if s == "idle" else _shared_rows(np.column_stack(sums[s]), Cost)
                      for s in STAGES]
-        stage_rows = zip(*per_stage)
+        stage_rows = _shared_rows_of(per_stage)
         wall_l, top_l = wall.tolist(), top.tolist()
         speed_l, kept_l = self.speedup.tolist(), lay.kept_steps.tolist()
         out: list[SearchResult | None] = []
         for i, t in enumerate(self.traces):
-            stages = dict(zip(STAGES, next(stage_rows)))
+            stages, total = next(stage_rows)
             if i in self.unsafe:
                 out.append(None)
                 continue
@@ -864,6 +861,7 @@ class _FastRuns:
             del r["table"]
             r["_table_source"] = (tables, i)
             r["_unforecast"] = unforecast[i]
+            r["_total"] = (stages, total)
         return out
 
     def _anytime(self, abs_step, decide_abs, t_end, gen) -> list[np.ndarray]:
@@ -920,6 +918,40 @@ class _FastRuns:
         return [table[h:e] for h, e in zip(heads.tolist(), bounds)]
 
 
+def _shared_rows(columns: np.ndarray, make) -> list:
+    """``make(*row)`` for each row of ``columns``, one object per distinct row, bit for bit
+    (-0.0 and NaN as they are): searches priced alike share their ``Cost`` objects (10^5
+    one-candidate searches: 700,000 costs a replay, a few dozen distinct)."""
+    if len(columns) < 64:
+        return list(itertools.starmap(make, columns.tolist()))
+    bits = np.ascontiguousarray(columns, dtype=float).view(np.int64)
+    key = np.zeros(len(bits), np.int64)
+    for j in range(bits.shape[1]):  # each column's distinct values coded, codes combined
+        _, code = np.unique(bits[:, j], return_inverse=True)
+        _, key = np.unique(key * (int(code.max()) + 1) + code.reshape(-1), return_inverse=True)
+        key = key.reshape(-1)
+    if key.max() + 1 > 3 * len(columns) // 4:  # mostly distinct: little to share
+        return list(itertools.starmap(make, columns.tolist()))
+    first = np.zeros(int(key.max()) + 1, np.int64)
+    first[key[::-1]] = np.arange(len(key))[::-1]  # each distinct row's first occurrence
+    objects = np.empty(len(first), dtype=object)
+    objects[:] = list(itertools.starmap(make, columns[first].tolist()))
+    return objects[key].tolist()
+
+
+def _shared_rows_of(per_stage: list[list]):
+    """Each search's ``{stage: Cost}``, one dict per distinct set of cost objects (results
+    only read their stages)."""
+    seen: dict = {}
+    for row in zip(*per_stage):
+        key = tuple(map(id, row))
+        got = seen.get(key)
+        if got is None:
+            stages = dict(zip(STAGES, row))
+            got = seen[key] = (stages, sum_costs(stages.values()))
+        yield got
+
+
 class _Tables:
     """The per-candidate tables of a fast replay's searches, from its columns: search i's is
     built when its result's ``table`` is first read, as a dict of lists."""
@@ -972,24 +1004,10 @@ def run_fast_many(traces: list[SearchTrace], policy: Policy, model: PresetCostMo
     groups: dict = {}
     for j, t in enumerate(traces):
         groups.setdefault((t.forecast_frame, t.bin_edges), []).append(j)
-    with _no_gc():
+    with no_cyclic_gc():  # results hold no cycles (see no_cyclic_gc)
         _run_groups(groups, out, traces, policy, model, caps, budget, seed, drop_orphans,
                     pipeline, noise)
     return out
-
-
-@contextlib.contextmanager
-def _no_gc():
-    """No cyclic garbage collection while results are made: they hold no cycles, and a
-    collection every few hundred objects walked all of them (10^5 searches' results: 7
-    million objects, two thirds of the replay's time)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _run_groups(groups, out, traces, policy, model, caps, budget, seed, drop_orphans,

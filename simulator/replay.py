@@ -26,7 +26,7 @@ from gfsim.simulator.puct_engine import (
     SearchConfig,
 )
 from gfsim.simulator.puct_fast import fast_search, run_lockstep, run_puct_fast
-from gfsim.simulator.results import ReplayResult, SearchResult
+from gfsim.simulator.results import ReplayResult, SearchResult, no_cyclic_gc
 from gfsim.simulator.trace import SearchTrace, build_traces, columns_of
 from gfsim.simulator.world_model import child_sources
 
@@ -610,6 +610,12 @@ def comparison_json(result: ReplayResult, base: ReplayResult, budget: Budget,
                     anytime: int | None = ANYTIME_POINTS) -> dict:
     """The ``gfsim replay --json`` object: headline figures, baseline, signed deltas.
     ``anytime``: rows per search of the anytime curves (None: all of them)."""
+    with no_cyclic_gc():  # a dict per search: no cycles
+        return _comparison_json(result, base, budget, anytime)
+
+
+def _comparison_json(result: ReplayResult, base: ReplayResult, budget: Budget,
+                     anytime: int | None) -> dict:
     mine, theirs = result.figures(), base.figures()
     out = {
         "policy": result.policy,

@@ -166,11 +166,11 @@ def check_memory(log, search_ids: list[str], shapes: list[SearchConfig]) -> None
         return
     k = max(range(len(counts)), key=counts.__getitem__)
     raise GfsimError(
-        f"{getattr(log, 'display_name', log)}: a closed-loop replay of {len(shapes)} "
-        f"search{'es' if len(shapes) != 1 else ''} would draw {sum(counts):,} candidates "
-        f"(about {size_text(need)}; the largest, search {search_ids[k]!r}, "
-        f"{describe(shapes[k].as_dict())}), above the {budget_text()}; a smaller "
-        "--steps, --samples-per-parent or --overgen fits it")
+        f"{getattr(log, 'display_name', log)}: a replay beyond the memory budget: "
+        f"{len(shapes)} search{'es' if len(shapes) != 1 else ''} closed loop would draw "
+        f"{sum(counts):,} candidates (about {size_text(need)}; the largest, search "
+        f"{search_ids[k]!r}, {describe(shapes[k].as_dict())}), above the {budget_text()}; "
+        "a smaller --steps, --samples-per-parent or --overgen fits it")
 
 
 def _check_supported(log, trace: SearchTrace, shape: SearchConfig, given: set[str]) -> None:
@@ -183,13 +183,13 @@ def _check_supported(log, trace: SearchTrace, shape: SearchConfig, given: set[st
         return
     groups = Counter(zip(trace.step, trace.parent))
     held = max(groups.values())
-    where = f"{getattr(log, 'display_name', log)}: search {trace.search_id!r}: its run record's"
     if not given & {"samples_per_parent", "overgen"} and shape.children_per_parent > held:
         raise GfsimError(
-            f"{where} shape draws {shape.samples_per_parent:,} samples x F {shape.overgen:,} "
-            f"= {shape.children_per_parent:,} children per parent, but no expansion in the log "
-            f"holds more than {held:,}: a shape the log does not support (give "
-            "--samples-per-parent and --overgen to replay another)")
+            f"{getattr(log, 'display_name', log)}: search {trace.search_id!r}: a shape the log "
+            f"does not support: its run record says {shape.samples_per_parent:,} samples x F "
+            f"{shape.overgen:,} = {shape.children_per_parent:,} children per parent, but no "
+            f"expansion in the log holds more than {held:,} (give --samples-per-parent and "
+            "--overgen to replay another)")
 
 
 def evidence_pairs(trace: SearchTrace) -> int:
