@@ -23,6 +23,9 @@ measured in the same run (these machines are noisy; ratios travel better than se
 - ``--counterfactual``: ``gfsim counterfactual`` on the family, 12 held-out seeds, fallback and
   model children, 2 jobs (about 20 minutes before issue 39: off by default);
 - ``--million``: the peak memory of loading and replaying a 1,000,000-candidate log;
+- many searches (``--many-searches N``, 100,000 by default; ``--only-many-searches`` alone):
+  ``gfsim replay --json`` of N one-candidate searches, cold and warm, seconds and peak
+  memory, and against one search of N candidates in the same run;
 - Kernel Tuner: its simulation mode beside a gfsim replay of the same cache, both cold
   (``bench_kernel_tuner.py``), where a cache is found.
 
@@ -341,6 +344,61 @@ def million(tmp: Path, rows: list, results: dict) -> None:
                  2.0, "<"))
 
 
+# Runs the CLI in this process and leaves its peak resident memory (VmHWM, KiB) in a file.
+CLI_PEAK = PEAK_KB + (
+    "import atexit, sys\n"
+    "out = sys.argv.pop(1)\n"
+    "atexit.register(lambda: open(out, 'w').write(str(peak_kb())))\n"
+    "from gfsim.cli.main import main\n"
+    "sys.argv[0] = 'gfsim'\n"
+    "main()\n")
+
+
+def cli_peak(args: list[str], env: dict, tmp: Path) -> tuple[float, float]:
+    """(seconds, peak GB) of ``gfsim ARGS`` in a fresh process, its output discarded."""
+    out = tmp / "peak.txt"
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", CLI_PEAK, str(out), *args], check=True,
+                   stdout=subprocess.DEVNULL, env=env)
+    took = time.perf_counter() - t0
+    return took, int(out.read_text()) * 1024 / 1e9  # KiB to GB (10^9 bytes, as targets are)
+
+
+def many_searches(tmp: Path, n: int, rows: list, results: dict) -> None:
+    """``gfsim replay --json`` of n one-candidate searches against one search of the same n
+    candidates (bench_many_searches.py's SYNTHETIC logs), under threshold:0.7 and all, cold
+    (no cache) and warm (the log's cache written by an earlier run): seconds and peak memory,
+    and the ratio many / one, measured in this run (issue 52: 10^5 searches under 10 s and
+    1 GB; before, 68 s and 2.2 GB cold, 87 s and 3.7 GB warm)."""
+    from bench_many_searches import write_log
+
+    got: dict = {}
+    for name in ("many", "one"):
+        path = tmp / f"{name}-{n}.jsonl"
+        write_log(path, n, many=name == "many")
+        for mode in ("cold", "warm"):
+            env = {**os.environ, "GFSIM_LOG_CACHE": "off" if mode == "cold" else "on"}
+            for policy in ("threshold:0.7", "all"):
+                args = ["replay", "--log", str(path), "--policy", policy, "--json"]
+                if mode == "warm":
+                    cli_peak(args, env, tmp)  # writes the log's cache
+                got[name, mode, policy] = cli_peak(args, env, tmp)
+    results["many_searches"] = {f"{a}/{b}/{c}": {"s": s, "peak_gb": gb}
+                                for (a, b, c), (s, gb) in got.items()}
+    for mode in ("cold", "warm"):
+        secs = max(got["many", mode, p][0] for p in ("threshold:0.7", "all"))
+        peak = max(got["many", mode, p][1] for p in ("threshold:0.7", "all"))
+        base = max(got["one", mode, p][0] for p in ("threshold:0.7", "all"))
+        rows.append((f"{n:,} one-candidate searches, replay --json, {mode}",
+                     "the slower of threshold:0.7 and all, start-up included", secs, "s",
+                     10.0, "<"))
+        rows.append((f"{n:,} one-candidate searches, peak memory, {mode}",
+                     "the larger of the two; the process's own peak (VmHWM)", peak, "GB",
+                     1.0, "<"))
+        rows.append((f"{n:,} one-candidate searches against one search of {n:,}, {mode}",
+                     f"seconds, many / one (one: {base:.1f} s)", secs / base, "x", 1.5, "<="))
+
+
 def kernel_tuner(rows: list, results: dict) -> None:
     cache = HERE.parent / "gfsim/worlds/data/kernel_tuner/dedispersion_milo_A100.json.gz"
     cache = Path(os.environ.get("GFSIM_KT_CACHE", cache))
@@ -407,6 +465,10 @@ def main() -> None:
                     help="seeds per closed-loop replay in the engine and children figures")
     ap.add_argument("--million", action="store_true")
     ap.add_argument("--counterfactual", action="store_true")
+    ap.add_argument("--many-searches", type=int, default=100_000, metavar="N",
+                    help="one-candidate searches in the many-searches figures (0: skip)")
+    ap.add_argument("--only-many-searches", action="store_true",
+                    help="measure the many-searches figures alone")
     ap.add_argument("--markdown", type=Path)
     ap.add_argument("--json", type=Path, help="also write every figure as JSON")
     args = ap.parse_args()
@@ -418,6 +480,13 @@ def main() -> None:
         os.environ["GFSIM_CACHE_DIR"] = str(tmp / "user-cache")
         from gfsim.worlds.synth import synthesize
 
+        if args.only_many_searches:
+            many_searches(tmp, args.many_searches, rows, results)
+            text = report(rows, started, "# Many searches\n\nMade by `python experiments/"
+                          f"bench_speed.py --only-many-searches --many-searches "
+                          f"{args.many_searches}` on SYNTHETIC logs (nothing measured).")
+            print(text)
+            return
         path = tmp / f"bench-{args.candidates}.jsonl"
         synthesize(path, seed=5, candidates=args.candidates, tasks=args.tasks)
         reader(path, args.repeat, rows, results)
@@ -431,6 +500,8 @@ def main() -> None:
             counterfactual(rows, results)
         if args.million:
             million(tmp, rows, results)
+        if args.many_searches:
+            many_searches(tmp, args.many_searches, rows, results)
         if not args.skip_kernel_tuner:
             kernel_tuner(rows, results)
     header = (f"# Benchmarks\n\nMade by `python experiments/bench_speed.py"
