@@ -28,7 +28,13 @@ The mutation mix, one class per case, drawn uniformly:
 - ``many_extremes``: every number of one list or record set to one extreme (``[1e308] * 8``
   probabilities: one at a time never overflows their sum);
 - ``size_bomb``: a gzip stream that inflates to hundreds of MiB (newlines, one long line, or
-  whitespace), a run of a hundred thousand blank lines, or a line of millions of characters.
+  whitespace), a run of a hundred thousand blank lines, or a line of millions of characters;
+- ``lying_shape``: the run records' shape (``configuration.search``) made to claim up to 10^6
+  samples per parent, F up to 10^4, or 10^6 steps, replayed under the puct driver;
+- ``side_file``: the log (or an OpenEvolve run's ``logs/fuzz.log``, imported) a link to
+  ``/proc`` or ``/dev`` files, a FIFO, or a file with a sparse tail of 64 or 256 MiB;
+- ``settings_file``: a ``--config`` file of dotted keys, deep nesting, escapes in keys, a
+  FIFO, a device, or more than a settings file may hold (``replay --config``).
 
 Every worker runs under an address-space cap (``MEMORY_CAP``, 4 GiB): a case that would take
 more ends in a MemoryError, which counts as crashed, not as a wait.
@@ -55,6 +61,7 @@ import multiprocessing as mp
 import os
 import random
 import secrets
+import shutil
 import sys
 import tempfile
 import time
@@ -66,7 +73,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CLASSES = ("byte_flip", "gzip", "line_edit", "type_change", "extreme_value", "link_corruption",
-           "many_extremes", "size_bomb")
+           "many_extremes", "size_bomb", "lying_shape", "side_file", "settings_file")
 HANG_S = 10.0
 MEMORY_CAP = 4 << 30  # address space per worker (the replays of an honest case take < 1.5 GiB)
 
@@ -195,6 +202,8 @@ def mutate(lines: list[str], cls: str, rng: random.Random) -> tuple[bytes, str, 
         return _many_extremes(lines, i, rng)
     if cls == "size_bomb":
         return _size_bomb(lines, i, rng)
+    if cls in _FILE_CLASSES:
+        return _FILE_CLASSES[cls](lines, i, rng)
     rec = json.loads(lines[i])
     if cls == "type_change":
         paths = _paths(rec)
@@ -307,6 +316,104 @@ def _join(lines: list[str]) -> bytes:
     return ("\n".join(lines) + "\n").encode("utf-8", "surrogatepass")
 
 
+# -- lying shapes, side files and settings files (issue 52) -----------------------------------
+# A case's suffix says how its file is made when it is not its bytes: ``@link`` (the bytes are
+# a link's target), ``@fifo``, ``@sparse-N`` (the bytes, then N MiB of a hole), and the
+# command it is read by: ``.toml@settings...`` (replay --config) or ``.log@openevolve...``
+# (the file is an OpenEvolve run's logs/fuzz.log, imported).
+LINK_TARGETS = ["/proc/self/pagemap", "/proc/self/mem", "/proc/self/environ", "/proc/kcore",
+                "/sys/kernel/mm/transparent_hugepage/enabled", "/dev/zero", "/dev/urandom",
+                "/dev/null", "/dev/stdin"]
+OPENEVOLVE_RUN = ROOT / "tests" / "data" / "openevolve" / "run"
+
+
+def _lying_shape(lines: list[str], i: int, rng: random.Random) -> tuple[bytes, str, str]:
+    claim = rng.choice([{"samples_per_parent": 10**rng.randint(2, 6)},
+                        {"overgen": 10**rng.randint(2, 4)},
+                        {"samples_per_parent": 10**4, "overgen": 10**3},
+                        {"steps": 10**6, "parents_per_step": 10**3}])
+    out, lied = [], 0
+    for line in lines:
+        rec = json.loads(line)
+        if rec.get("kind") == "run" and isinstance(rec.get("configuration"), dict):
+            search = rec["configuration"].get("search")
+            search = dict(search) if isinstance(search, dict) else {
+                "steps": 3, "parents_per_step": 2, "samples_per_parent": 4, "overgen": 1,
+                "k_per_parent": 4, "capacity": 1000, "c_puct": 1.0}
+            rec["configuration"]["search"] = {**search, **claim}
+            lied += 1
+        out.append(json.dumps(rec, ensure_ascii=False))
+    return _join(out), ".jsonl", f"{lied} run records claim {claim}"
+
+
+def _side_file(lines: list[str], i: int, rng: random.Random) -> tuple[bytes, str, str]:
+    host = rng.choice([".jsonl", ".log@openevolve"])
+    op = rng.choice(["link", "link", "fifo", "sparse"])
+    if op == "link":
+        target = rng.choice(LINK_TARGETS)
+        return target.encode(), f"{host}@link", f"{host}: a link to {target}"
+    if op == "fifo":
+        return b"", f"{host}@fifo", f"{host}: a FIFO"
+    # (within the hang limit on a loaded machine: a log is read whole, once; a side file is
+    # streamed, and was held five times over)
+    mib = rng.choice([64, 256])
+    return _join(lines), f"{host}@sparse-{mib}", f"{host}: a sparse tail of {mib} MiB"
+
+
+def _settings_file(lines: list[str], i: int, rng: random.Random) -> tuple[bytes, str, str]:
+    op = rng.choice(["dotted", "deep-arrays", "deep-tables", "escape-key", "many-keys",
+                     "long-key", "fifo", "link", "large", "binary"])
+    n = rng.choice([40, 1000, 100_000])
+    text = {"dotted": "a" + ".a" * n + " = 1\n",
+            "deep-arrays": "x = " + "[" * n + "]" * n + "\n",
+            "deep-tables": "x = " + "{a = " * min(n, 5000) + "1" + "}" * min(n, 5000) + "\n",
+            "escape-key": '"\\u001b]0;FUZZ\\u0007\\u009b\\u202e" = 1\n',
+            "many-keys": "".join(f"k{j} = {j}\n" for j in range(min(n, 20_000))),
+            "long-key": '"' + "k" * n + '" = 1\n',
+            "large": "# " + "x" * (2 << 20) + "\n",
+            "binary": "\x00\xff\x1b",
+            }.get(op, "")
+    if op == "link":
+        return rng.choice(LINK_TARGETS).encode(), ".toml@settings@link", "settings: a link"
+    if op == "fifo":
+        return b"", ".toml@settings@fifo", "settings: a FIFO"
+    return text.encode("utf-8", "surrogateescape"), ".toml@settings", f"settings: {op} ({n})"
+
+
+_FILE_CLASSES = {"lying_shape": _lying_shape, "side_file": _side_file,
+                 "settings_file": _settings_file}
+
+
+def materialise(tmp: str, data: bytes, suffix: str) -> tuple[str, list[list[str]] | None]:
+    """Make a case's file under ``tmp`` as its suffix says; the path the commands read, and
+    the commands themselves where they are not a log's (None: ``commands``)."""
+    kinds = suffix.split("@")
+    ext, how = kinds[0], (kinds[-1] if len(kinds) > 1 else "bytes")
+    folder = os.path.join(tmp, f"case-{os.getpid()}")
+    shutil.rmtree(folder, ignore_errors=True)
+    os.makedirs(folder)
+    path = os.path.join(folder, "case" + ext)
+    cmds = None
+    if "openevolve" in kinds:
+        run = os.path.join(folder, "run")
+        shutil.copytree(OPENEVOLVE_RUN, run)
+        path = os.path.join(run, "logs", "fuzz.log")
+        cmds = [["import", "openevolve", run, "-o", os.path.join(folder, "out.jsonl"),
+                 "--runtime-metric", "runtime_ns", "--openevolve-version", "0.4.1"]]
+    elif "settings" in kinds:
+        cmds = [["replay", "--log", "synthetic-mini", "--config", path]]
+    if how == "link":
+        os.symlink(data.decode(), path)
+    elif how == "fifo":
+        os.mkfifo(path)
+    else:
+        with open(path, "wb") as fh:
+            fh.write(data)
+            if how.startswith("sparse-"):
+                fh.truncate(len(data) + (int(how[len("sparse-"):]) << 20))
+    return path, cmds
+
+
 # -- running a case ----------------------------------------------------------------------------
 def commands(path: str, puct: bool) -> list[list[str]]:
     """validate, then replay: the human tables (where user strings are printed) and JSON."""
@@ -335,6 +442,9 @@ def run_command(app, args: list[str]) -> tuple[str, str]:
         except click.ClickException as exc:  # a usage error: fine, but not expected here
             return "crash", f"click {type(exc).__name__}: {exc.format_message()[:200]}"
         except BaseException as exc:  # noqa: BLE001 - the point: anything else is a crash
+            if getattr(getattr(exc, "param", None), "name", None) == "config" and hasattr(
+                    exc, "format_message"):  # a refused settings file (typer's own click)
+                return _settings_error(exc.format_message())
             tb = traceback.extract_tb(exc.__traceback__)
             where = next((f"{Path(f.filename).name}:{f.lineno}" for f in reversed(tb)
                           if "gfsim" in f.filename or "/replay_logs/" in f.filename
@@ -351,6 +461,16 @@ def run_command(app, args: list[str]) -> tuple[str, str]:
     return "error", errors[0][len("gfsim: error: "):][:200]
 
 
+def _settings_error(message: str) -> tuple[str, str]:
+    """A refused settings file: an error if it is one line with no raw control character (a
+    key echoed raw could set the terminal's title)."""
+    raw = [c for c in message if c not in "\n" and (ord(c) < 32 or 0x7f <= ord(c) <= 0x9f
+                                                     or c in "\u202a\u202b\u202c\u202d\u202e")]
+    if raw or "\n" in message.strip():
+        return "crash", f"settings error not one printable line: {message[:200]!r}"
+    return "error", message[:200]
+
+
 # Refusals that say the log does not suit the command (a 'pairs' log has no search to replay; a
 # policy that reads forecasts needs a log with some; the puct driver needs parents and
 # children, and a search PUCT does not reproduce needs enough evidence to invent children
@@ -358,7 +478,8 @@ def run_command(app, args: list[str]) -> tuple[str, str]:
 USAGE = ("has no search order or parents", "reads forecasts and the log has none",
          "holds no candidates: nothing to replay", "the puct driver needs a trajectory log",
          "a config_space log allows only policies that need no forecast",
-         "cannot be replayed closed loop: PUCT does not reproduce it")
+         "cannot be replayed closed loop: PUCT does not reproduce it",
+         "a shape the log does not support", "memory budget")
 
 
 def judge(results: list[tuple[str, str]]) -> tuple[str, str, bool]:
@@ -391,11 +512,9 @@ def _worker(conn, tmp: str) -> None:
         if msg is None:
             return
         case_id, data, suffix, puct = msg
-        path = os.path.join(tmp, f"case-{os.getpid()}{suffix}")
-        with open(path, "wb") as fh:
-            fh.write(data)
+        path, own = materialise(tmp, data, suffix)
         results = []
-        for args in commands(path, puct):
+        for args in own or commands(path, puct):
             results.append(run_command(app, args))
             if results[0][0] != "ok" and args[0] == "validate":
                 # replay of a refused log must still not crash: run one policy only
@@ -482,14 +601,23 @@ def make_cases(n: int, seed: int, bases: dict[str, list[str]]):
         base = rng.choice(names)
         data, suffix, what = mutate(bases[base], cls, rng)
         yield {"id": k, "class": cls, "base": base, "data": data, "suffix": suffix,
-               "what": what, "puct": k % 4 == 0}
+               "what": what, "puct": k % 4 == 0 or cls == "lying_shape"}
 
 
 def corpus_cases(folder: Path):
-    for k, path in enumerate(sorted(p for p in folder.iterdir() if ".jsonl" in p.name)):
+    for k, path in enumerate(sorted(p for p in folder.iterdir() if ".jsonl" in p.name
+                                    or "@" in p.name)):
         yield {"id": k, "class": path.name.split("--")[0], "base": path.name,
-               "data": path.read_bytes(), "suffix": ".jsonl.gz" if path.name.endswith(".gz")
-               else ".jsonl", "what": path.name, "puct": True}
+               "data": path.read_bytes(), "suffix": _corpus_suffix(path.name),
+               "what": path.name, "puct": True}
+
+
+def _corpus_suffix(name: str) -> str:
+    """A corpus file's case suffix: what follows its id (``.jsonl.gz``, ``.toml@settings``)."""
+    if "@" in name:
+        tail = name[name.rindex("--") + 2:]
+        return tail[tail.index("."):]
+    return ".jsonl.gz" if name.endswith(".gz") else ".jsonl"
 
 
 def main() -> int:
