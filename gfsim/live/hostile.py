@@ -438,19 +438,16 @@ def _nothing_outside(rec, ctx, host):
 # of it must survive, under a folder named after the marker. Contained: the candidate's folder
 # is gone once it is measured, nothing a link points to is touched, and the measurer goes on.
 def _folder_attack(body: str):
+    """The candidate's code: ``body`` run in a folder named after the marker. An attack the
+    sandbox refuses fails the candidate's load, so the record says so (a row never passes
+    for an attack that did not happen unseen)."""
     def code(ctx):
         return textwrap.dedent(f'''
             import os
             _home = os.getcwd()
-            try:
-                os.mkdir("{ctx.marker}")
-                os.chdir("{ctx.marker}")
-        ''') + textwrap.indent(textwrap.dedent(body.format(ctx=ctx)), " " * 4) + \
-            textwrap.dedent('''
-            except OSError:
-                pass
-            os.chdir(_home)
-        ''') + _run()
+            os.mkdir("{ctx.marker}")
+            os.chdir("{ctx.marker}")
+        ''') + textwrap.dedent(body.format(ctx=ctx)) + "os.chdir(_home)\n" + _run()
     return code
 
 
@@ -492,7 +489,7 @@ def _folder_removed(rec, ctx, host):
     intact = (ctx.outside / "own-secret.txt").exists() and root is not None and \
         (root / "zygote.log").exists()
     ok = not left and intact and host["zygote_alive"]
-    how = f"{rec['outcome']}: {str(rec.get('reason') or '')[:60]}; "
+    how = f"{str(rec.get('reason'))[:90]}; " if rec.get("reason") else ""
     return ok, how + ("its folder removed, nothing a link points to touched" if ok else
                       f"left {left[:2]}" if left else "a linked file or the measurer is gone")
 
@@ -870,6 +867,8 @@ def run_row(row: Row, measurer, ctx: Context) -> dict:
     ctx.max_tasks = getattr(config, "max_tasks", ctx.max_tasks)
     code = ctx.honest + "\n" + row.body(ctx)
     rec = measurer.measure(CodeCandidate(measurer.task_name, code))
+    if ctx.measurer_root is None and getattr(measurer, "_root", None) is not None:
+        ctx.measurer_root = Path(measurer._root)  # made by this, the measurer's first call
     zygote = getattr(measurer, "_zygote", None)
     host = {"zygote_alive": zygote is not None and zygote.proc.poll() is None}
     contained, detail = row.verdict(rec, ctx, host)
