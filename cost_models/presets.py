@@ -22,12 +22,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import tomllib
 from pathlib import Path
 
 from gfsim.core.docs import docs_url
 from gfsim.core.errors import GfsimError, SpecError
-from gfsim.core.inputs import read_file
 from gfsim.core.specs import Param, bind_params, format_spec, parse_spec
 from gfsim.cost_models import catalog
 from gfsim.cost_models.catalog import GPUS, SOURCES
@@ -263,11 +261,11 @@ def load_cost_model(spec: str | None) -> PresetCostModel:
 
 
 def _load_toml(spec: str) -> PresetCostModel:
+    from gfsim.core.settings_file import read_settings
+
+    # A settings file's limits: a regular file of at most 1 MiB, bounded nesting and keys.
     path = Path(spec)
-    try:
-        data = tomllib.loads(read_file(path, "cost model file").decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise GfsimError(f"{spec}: not valid TOML ({exc})") from None
+    data = read_settings(path)
     base = data.pop("base", "serverless-a100")
     if not isinstance(base, str):
         raise GfsimError(f"{spec}: base must be a preset name, got {base!r}")

@@ -221,3 +221,12 @@ def test_a_settings_file_with_many_keys_still_reads(tmp_path):
     path.write_text(text + "\n[replay]\npolicy = 'all'\n")
     data = read_settings(path)
     assert len(data) == 2001 and data["k7"]["a"]["b"]["x"] == [1.5, 2.5, "a.b.c"]
+
+
+def test_a_cost_model_file_is_read_as_a_settings_file(tmp_path):
+    """``--cost FILE.toml`` took any size and nesting: 3,000 nested arrays gave a
+    RecursionError traceback."""
+    cost = tmp_path / "cost.toml"
+    cost.write_text('base = "serverless-a100"\nx = ' + "[" * 3000 + "]" * 3000 + "\n")
+    rc, _, err = gfsim("replay", "--log", "synthetic-mini", "--cost", cost)
+    assert "cost.toml: nested more than 32 deep" in one_line_error(rc, err)
