@@ -31,8 +31,9 @@ __all__ = ["TruncatedTailWarning", "iter_lines", "iter_records", "read_raw", "de
 # What a log (and any file an importer reads) may be, beyond gfsim.core.inputs' limits. The
 # largest line of the shipped logs is 12 KB (a candidate with its forecast and evaluations)
 # and the largest log 4 MB of text (7-9x its gzipped size); the
-# limits are far above that and far below what exhausts a laptop. A log is read into memory
-# whole, so its text is bounded (GFSIM_MAX_INPUT_BYTES raises it, for a bigger machine), each
+# limits are far above that and far below what exhausts a laptop. A log's text is held once
+# (read, or inflated, into one buffer), so it is bounded (GFSIM_MAX_INPUT_BYTES raises it, for
+# a bigger machine); a side file is streamed (``iter_input_lines``); each
 # line is bounded before it is decoded, and a gzip stream that inflates more than
 # MAX_GZIP_RATIO times its file's size past the first 64 MiB is refused as a gzip bomb (JSON
 # logs compress 5-10x; no real log comes near).

@@ -230,3 +230,26 @@ def test_a_cost_model_file_is_read_as_a_settings_file(tmp_path):
     cost.write_text('base = "serverless-a100"\nx = ' + "[" * 3000 + "]" * 3000 + "\n")
     rc, _, err = gfsim("replay", "--log", "synthetic-mini", "--cost", cost)
     assert "cost.toml: nested more than 32 deep" in one_line_error(rc, err)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_streamed_side_file_keeps_every_line_and_its_number(tmp_path, monkeypatch, gz):
+    """Lines cut across the reader's chunks, runs of blank lines and a last line without its
+    newline come out as a whole read splits them, numbered alike; a long line is cut at the
+    cap, or refused by its number."""
+    from gfsim.core.errors import LogError
+    from gfsim.replay_logs import io as log_io
+
+    monkeypatch.setattr(log_io, "_CHUNK_BYTES", 7)
+    rnd = random.Random(3)
+    lines = ["x" * rnd.randrange(0, 30) for _ in range(200)] + ["tail"]
+    text = "\n".join(lines).encode()
+    path = tmp_path / ("side.log.gz" if gz else "side.log")
+    path.write_bytes(gzip.compress(text) if gz else text)
+    expect = [(n, line.encode()) for n, line in enumerate(lines, 1) if line]
+    assert list(log_io.iter_input_lines(path)) == expect
+    cut = list(log_io.iter_input_lines(path, max_line_bytes=10, cut_long=True))
+    assert cut == [(n, line[:10]) for n, line in expect]
+    longest = max(expect, key=lambda e: len(e[1]))
+    with pytest.raises(LogError, match=rf"side.log(.gz)?:{longest[0]}: line is longer than"):
+        list(log_io.iter_input_lines(path, max_line_bytes=len(longest[1]) - 1))
