@@ -266,6 +266,36 @@ def test_workers_die_with_a_killed_command_and_their_trials_are_retried_at_once(
         assert retry.params == killed.params and retry.state == optuna.trial.TrialState.COMPLETE
 
 
+def test_a_killed_commands_trial_is_failed_and_retried_at_the_next_start(tmp_path):
+    import optuna
+
+    from gfsim.tuning.study import retry_of
+
+    # the default heartbeat (30 s): the rerun comes long before the trial could go stale
+    args = [*SLOW, "--seeds", "150", "--trials", "2", "--storage", "k.journal"]
+    proc = start(args, tmp_path)
+    try:
+        deadline = time.time() + 120
+        running = []
+        while time.time() < deadline and not running:
+            time.sleep(0.3)
+            running = _running_with_params(str(tmp_path / "k.journal"), "k")
+        assert running, "the command never started a trial"
+    finally:
+        proc.kill()
+        proc.wait()
+    again = gfsim(args, tmp_path, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    study = load(str(tmp_path / "k.journal"), "k")
+    [killed] = running
+    assert study.trials[killed.number].state == optuna.trial.TrialState.FAIL
+    [retry] = [t for t in study.trials if retry_of(t) == killed.number]
+    assert retry.params == killed.params and retry.state == optuna.trial.TrialState.COMPLETE
+    states = Counter(t.state for t in study.trials)
+    assert states[optuna.trial.TrialState.COMPLETE] == 2 and not states[
+        optuna.trial.TrialState.RUNNING], states
+
+
 @pytest.mark.parametrize("kind", ["journal", "sqlite"])
 def test_several_commands_on_one_study_finish_exactly_its_trials(tmp_path, kind):
     import optuna

@@ -17,9 +17,9 @@ _PR_SET_PDEATHSIG = 1
 
 
 def die_with_parent(parent_pid: int | None = None, sig: int = signal.SIGKILL) -> bool:
-    """Have the kernel send ``sig`` to this process when its parent ends; True where it can
-    (Linux). A parent that ended before this call (``parent_pid`` no longer this process's
-    parent) ends this process at once."""
+    """Have the kernel send ``sig`` to this process when its parent (the thread that forked
+    it) ends; True where it can (Linux). A parent that ended before this call (``parent_pid``
+    no longer this process's parent) ends this process at once."""
     try:
         import ctypes
 

@@ -3,10 +3,11 @@ several processes (workers, other ``gfsim tune`` commands, other hosts) from los
 to a killed worker or running more trials than asked.
 
 - Each trial records the process running it (``WORKER_ATTR``: host, pid, the pid's start
-  time), in the very write that creates it (``stamp_new_trials``). A RUNNING trial whose process on this host is gone is failed at the next start or
-  the next trial (``fail_lost_trials``), as is one whose heartbeat is older than a grace
-  period (for storages without Optuna's own heartbeat), and is enqueued again with the same
-  parameters while it has retries left.
+  time), in the very write that creates it (``stamp_new_trials``). A RUNNING trial whose
+  process on this host is gone is failed at the next start or the next trial
+  (``fail_lost_trials``), as is one whose heartbeat is older than a grace period (for
+  storages without Optuna's own heartbeat), and is enqueued again with the same parameters
+  while it has retries left. A trial whose process on this host lives is never failed.
 - A trial runs only if the trials numbered before it that are finished, running or waiting
   (``COUNTED``) are fewer than the study's total (``beyond_total``). Trial numbers are handed
   out by the storage in order, so of any two trials the later one sees the earlier: the study

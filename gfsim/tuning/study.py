@@ -303,9 +303,11 @@ def _worker_main(args, stop, conn, parent: tuple | None = None) -> None:
     does not pickle, traceback)``."""
     import traceback
 
-    from gfsim.core.lifeline import die_with_parent
+    from gfsim.core.lifeline import die_with_parent, is_alive
 
-    die_with_parent(parent[0] if parent else None)
+    die_with_parent()  # the parent (fork) or the fork server, which ends with it
+    if parent and not is_alive(*parent):  # it ended before the request took hold
+        os._exit(1)
     try:
         _worker(args, stop, parent)
         reply = ("ok",)
