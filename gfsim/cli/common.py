@@ -240,13 +240,14 @@ def print_json(obj: Any) -> None:
     ctx = _RUNNING.get()
     if ctx is not None and isinstance(obj, dict) and "settings" not in obj:
         obj = {**obj, "settings": effective_settings(ctx)}
-    data = json_bytes(obj) + b"\n"
+    data = json_bytes(obj)  # (the newline apart: ``data + b"\n"`` would copy all of it)
     buffer = getattr(sys.stdout, "buffer", None)
     if buffer is None:  # a text-only stream
-        sys.stdout.write(data.decode())
+        sys.stdout.write(data.decode() + "\n")
         return
     sys.stdout.flush()
     buffer.write(data)
+    buffer.write(b"\n")
     buffer.flush()
 
 
