@@ -13,7 +13,7 @@ from gfsim.policies.base import Batch, Policy
 from gfsim.policies.registry import make_policy
 from gfsim.replay_logs.log import ReplayLog
 from gfsim.simulator.budget import Budget
-from gfsim.simulator.log_seconds import seconds_note
+from gfsim.simulator.seconds_report import seconds_note
 from gfsim.simulator.children import INVENTED, INVENTED_HEADROOM
 from gfsim.simulator.drivers import evolution_note, is_closed_loop, selection_for
 from gfsim.simulator.engine import SearchSimulation

@@ -23,7 +23,7 @@ from gfsim.cost_models import Capacities, load_cost_model
 from gfsim.policies import make_policy
 from gfsim.replay_logs import load_log
 from gfsim.simulator.budget import Budget
-from gfsim.simulator.log_seconds import evaluation_seconds
+from gfsim.simulator.seconds_report import evaluation_seconds
 from gfsim.simulator import replay as _replay  # noqa: F401  (loads the module)
 from gfsim.simulator.replay import calibration_batch, simulate_searches
 from gfsim.simulator.results import ReplayResult
