@@ -8,8 +8,6 @@ sweep over many policies never parses JSON again.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import math
 import os
 import time
@@ -22,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from gfsim.core.errors import LogError
+from gfsim.core.memory import no_cyclic_gc
 from gfsim.replay_logs.io import (
     MAX_LINE_BYTES,
     TruncatedTailWarning,
@@ -163,7 +162,7 @@ def load_log(path: str | os.PathLike, *, cache: bool = False) -> ReplayLog:
     data, cut = decompress(Path(path), raw)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TruncatedTailWarning)
-        with _no_gc():  # hundreds of thousands of acyclic objects: nothing for the collector
+        with no_cyclic_gc():  # hundreds of thousands of acyclic objects: nothing for the collector
             cols = None if cut else _fast_columns(path, data)
             if cols is None:
                 cols = _validating_columns(path, (data, cut))
@@ -205,17 +204,6 @@ def _cached(path: str, hit: dict | None, digest: str) -> ReplayLog | None:
     log = ReplayLog(path=path, **hit)
     derived.attach_source(log, digest, folder)
     return log
-
-
-@contextlib.contextmanager
-def _no_gc():
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _header_problem(rec: dict) -> tuple[str, str] | None:

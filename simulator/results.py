@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import hashlib
 import itertools
 import math
@@ -13,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from gfsim.core.memory import no_cyclic_gc
 from gfsim.cost_models.usage import STAGES, Cost
 from gfsim.replay_logs.derived import Lazy
 
@@ -37,20 +36,6 @@ def sum_costs(costs) -> Cost:
 
 _COST_FIELDS = tuple(operator.attrgetter(f) for f in ("seconds", "usd", "joules",
                                                        "usd_imputed"))
-
-
-@contextlib.contextmanager
-def no_cyclic_gc():
-    """No cyclic garbage collection while many acyclic objects are made (a replay's results,
-    its JSON): each collection walks every object alive, and with 10^5 searches' results alive
-    collections took half the time of making them. Reference counting still frees."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def geometric_mean(values) -> float:
