@@ -153,6 +153,22 @@ class TaskGroup:
         """How many forks or threads the task limit refused."""
         return _counter(os.path.join(self.folders["pids"], "pids.events"), "max")
 
+    def kill_all(self) -> None:
+        """SIGKILL every task still in the group (the sandbox's own, which outlived its end):
+        a group is removed only once empty."""
+        import signal
+
+        for folder in sorted(set(self.folders.values())):
+            try:
+                pids = _read(os.path.join(folder, "cgroup.procs")).split()
+            except OSError:
+                continue
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (OSError, ValueError):
+                    pass
+
     def remove(self) -> bool:
         """Remove the (emptied) group; False where a folder stays (tasks still in it)."""
         ok = True

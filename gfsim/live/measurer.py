@@ -506,13 +506,17 @@ class _Sandbox:
                 pass
         remove_tree(self.dir)  # whatever the candidate made there (gfsim.core.folders)
 
-    def _remove_group(self, wait_s: float = 2.0) -> None:
+    def _remove_group(self, wait_s: float = 5.0) -> None:
         """Remove the sandbox's cgroup once its last task (the outer process, which reported
-        the namespace's end) has gone; one still busy is left for a later measurer's sweep."""
+        the namespace's end) has gone: what is still in it is killed, and the group waited for
+        (a loaded machine takes a moment to reap); one still busy is left for a later
+        measurer's sweep."""
         group = getattr(self, "group", None)
-        deadline = time.monotonic() + wait_s
-        while group is not None and not group.remove() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        if group is not None and not group.remove():
+            group.kill_all()
+            deadline = time.monotonic() + wait_s
+            while not group.remove() and time.monotonic() < deadline:
+                time.sleep(0.02)
         self.group = None
 
 
