@@ -79,13 +79,13 @@ def test_candidates_decided_without_a_forecast_are_counted_in_json_and_table(tmp
     run = [sys.executable, "-m", "gfsim", "replay", "--log", TINY, "--policy", "threshold:0.7",
            "--candidates-out", str(cands)]
     out = json.loads(subprocess.run(run + ["--json"], capture_output=True, text=True,
-                                    check=True).stdout)
+                                    check=True, cwd=tmp_path).stdout)
     import pandas as pd
 
     reasons = pd.read_csv(cands)["reason"]
     assert out["unforecast"] == int((reasons == "unforecast").sum()) == 1  # b3: no forecast
     assert out["baseline"]["unforecast"] == 0
-    text = subprocess.run(run, capture_output=True, text=True, check=True).stdout
+    text = subprocess.run(run, capture_output=True, text=True, check=True, cwd=tmp_path).stdout
     row = next(line for line in text.splitlines() if "decided with no forecast" in line)
     assert [w for w in row.split() if w not in "│┃|"][-3:] == ["1", "0", "+1"]
 
@@ -134,7 +134,8 @@ def test_same_seed_same_forecasts_in_a_fresh_process(tmp_path):
         subprocess.run([sys.executable, "-m", "gfsim", "replay", "--log", TINY, "--driver",
                         "puct", "--simulate", "--children", "model", "--overgen", "4",
                         "--forecaster", "synthetic:sigma=1,failed=low", "--seed", str(seed),
-                        "--candidates-out", str(path)], capture_output=True, check=True)
+                        "--candidates-out", str(path)], capture_output=True, check=True,
+                       cwd=tmp_path)
         return path.read_text()
 
     first = run("a.csv", 1)

@@ -24,6 +24,9 @@ DATA = Path(__file__).parent / "data"
 OPENEVOLVE_RUN = DATA / "openevolve" / "run"
 CAP = 1 << 30  # address space of each command: gfsim's own needs stay under 0.5 GiB
 HANG_S = 60  # a guard against a hang, not a timing: each command takes a few seconds
+# Commands run from here, not the checkout's root: there `python -c` would import the checkout's
+# gfsim/, which lacks the sub-packages a regular install maps into it (gfsim.replay_logs, ...).
+HERE = Path(__file__).parent
 
 
 def gfsim(*args, cap: int = CAP, env: dict | None = None, stdin=subprocess.DEVNULL):
@@ -36,7 +39,7 @@ def gfsim(*args, cap: int = CAP, env: dict | None = None, stdin=subprocess.DEVNU
     full_env = {k: v for k, v in full_env.items() if v != ""}
     res = subprocess.run([sys.executable, "-c", "from gfsim.cli.main import main; main()",
                           *map(str, args)], capture_output=True, text=True, timeout=HANG_S,
-                         preexec_fn=limit, env=full_env, stdin=stdin)
+                         preexec_fn=limit, env=full_env, stdin=stdin, cwd=HERE)
     return res.returncode, res.stdout, res.stderr
 
 
@@ -88,7 +91,7 @@ def test_a_file_that_reads_past_its_stated_size_is_read_once_within_the_limit(tm
         resource.setrlimit(resource.RLIMIT_AS, (CAP, CAP))
 
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=HANG_S, preexec_fn=limit,
+                         timeout=HANG_S, preexec_fn=limit, cwd=HERE,
                          env={**os.environ, "GFSIM_MAX_INPUT_BYTES": str(512 << 20)})
     assert res.returncode == 0, res.stderr[-2000:]
     assert "is above the 512.0 MiB gfsim reads" in res.stdout, res.stdout
@@ -125,7 +128,7 @@ def test_a_gzip_just_under_the_bomb_ratio_is_inflated_once(tmp_path):
         resource.setrlimit(resource.RLIMIT_AS, (CAP, CAP))
 
     res = subprocess.run([sys.executable, "-c", code, str(gz)], capture_output=True,
-                         text=True, timeout=HANG_S, preexec_fn=limit)
+                         text=True, timeout=HANG_S, preexec_fn=limit, cwd=HERE)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.split() == [str(18 + (384 << 20) + 1), "False"]
 

@@ -67,6 +67,14 @@ def _own_groups() -> list[str]:
     return [str(p) for root in roots for p in Path(root).rglob(tag + "*")]
 
 
+def _populated(group: str) -> bool:
+    """Whether a group still holds a task (its sandbox is alive)."""
+    try:
+        return bool(Path(group, "cgroup.procs").read_text().split())
+    except OSError:
+        return False
+
+
 @needs_cgroup
 def test_the_kernel_holds_the_limits_and_says_so(with_cgroup):
     m, _ctx, honest = with_cgroup
@@ -94,7 +102,10 @@ def test_an_honest_kernel_measures_after_the_hoards_and_no_group_is_left(with_cg
     again = m.measure(CodeCandidate("softmax", ctx.honest + "\ndef run(*inputs):\n"
                                     "    return _honest(*inputs)\n# again\n"))
     assert again["outcome"] in ("success", "correct_untimed"), again
-    assert _own_groups() == []
+    # The measurer keeps its baseline's worker, whose sandbox (and group) lives on; every
+    # group of a sandbox that ended, the hoards' included, is gone.
+    assert [g for g in _own_groups() if not _populated(g)] == []
+    assert len(_own_groups()) <= 2 * 2  # at most the baseline's and one more, per hierarchy
 
 
 @pytest.mark.parametrize("name", ["memfd-hoard", "sysv-shm-hoard"])

@@ -506,7 +506,7 @@ class _Sandbox:
                 pass
         remove_tree(self.dir)  # whatever the candidate made there (gfsim.core.folders)
 
-    def _remove_group(self, wait_s: float = 5.0) -> None:
+    def _remove_group(self, wait_s: float = 15.0) -> None:
         """Remove the sandbox's cgroup once its last task (the outer process, which reported
         the namespace's end) has gone: what is still in it is killed, and the group waited for
         (a loaded machine takes a moment to reap); one still busy is left for a later
