@@ -279,25 +279,16 @@ def test_a_detached_grandchild_does_not_outlive_a_degraded_sandbox(tmp_path):
     """On a machine without namespaces (the measurer run with --trust-candidates), killing a
     sandbox's process group missed a grandchild that called setsid(): it held its memory
     (2.2 GB in the issue) after close(). The zygote adopts it as subreaper and kills it."""
-    import hashlib
     import os
     import signal
     import time
-    from dataclasses import dataclass
 
     pytest.importorskip("torch")
     pytest.importorskip("triton")
     import gfsim.live.measurer as mod
+    from gfsim.live.candidates import CodeCandidate
     from gfsim.live.measurer import MeasurerConfig, TritonMeasurer
     from gfsim.live.sandbox import Facilities
-
-    @dataclass(frozen=True)
-    class Code:
-        code: str
-
-        @property
-        def candidate_id(self) -> str:
-            return "t-" + hashlib.sha256(self.code.encode()).hexdigest()[:8]
 
     class NoNamespaces(TritonMeasurer):
         def _start_zygote(self):
@@ -334,7 +325,7 @@ def run(x):
     m = NoNamespaces("softmax", MeasurerConfig(compile_timeout_s=60, check_timeout_s=20,
                                                trust_candidates=True), workdir=tmp_path)
     try:
-        r = m.measure(Code(code))
+        r = m.measure(CodeCandidate("softmax", code))
         assert r["outcome"] != "compile_failed", r
         assert not m.facilities.pid_ns
     finally:
