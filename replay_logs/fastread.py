@@ -29,7 +29,7 @@ from typing import Annotated, Literal, Optional, Union
 import msgspec
 import numpy as np
 
-from gfsim.replay_logs.io import INT_MAX, INT_MIN, MAX_LINE_BYTES
+from gfsim.replay_logs.io import INT_MAX, INT_MIN
 from gfsim.replay_logs.schema import ACTIONS, FIELDS, OUTCOMES
 
 __all__ = ["fast_columns"]
@@ -179,11 +179,9 @@ def _column(part: list, name: str) -> list:
     return list(map(operator.attrgetter(name), part))
 
 
-# Records are decoded this many bytes at a time (about 20,000 candidates with their forecasts
-# and evaluations): what a chunk's records cost in Python objects is dropped before the next
-# one is decoded, and the columns keep compact arrays (``Column``). A 1,000,000-candidate log
-# then peaks under 2 GB instead of above 4 GB.
-_CHUNK_BYTES = 16 << 20
+# Records are decoded a chunk at a time (``io.LINE_CHUNK_BYTES``): what a chunk's records cost
+# in Python objects is dropped before the next one is decoded, and the columns keep compact
+# arrays (``Column``). A 1,000,000-candidate log then peaks under 2 GB instead of above 4 GB.
 _NONE = type(None)
 _I64 = (-(2 ** 63), 2 ** 63 - 1)
 
@@ -276,33 +274,29 @@ class _Links:
         return idx
 
 
-def fast_columns(header_line: int, header: dict, data: bytes, start: int = 0):
-    """The columns ``load_log`` builds, for the records in ``data[start:]`` (after the
-    header, which is on line ``header_line``), or None when the validating reader must
-    decide. ``data`` is not sliced: a slice of a large log would be a copy of it."""
-    if (not data.endswith(b"\n") or _BLANK.search(data, start)
-            or _LEADING_BLANK.match(data, start) or len(data) <= start):
-        return None
+def fast_columns(header: dict, chunks) -> dict | None:
+    """The columns ``load_log`` builds for the records after the header, or None when the
+    validating reader must decide. ``chunks``: (number of the first record's line, bytes,
+    offset of that record) of whole lines, each ending in a newline (``io.LineChunks``):
+    what is held is one chunk and the columns, never the log's text."""
     g = _Gather(header)
-    view = memoryview(data)
-    line = header_line + 1
-    pos = start
-    while pos < len(data):
-        end = data.find(b"\n", min(pos + _CHUNK_BYTES, len(data) - 1)) + 1
-        if end - pos > _CHUNK_BYTES + MAX_LINE_BYTES:
-            return None  # a line longer than a log's may be: the validating reader names it
+    seen = False
+    for line, data, start in chunks:
+        if len(data) <= start:
+            continue
+        if _BLANK.search(data, start) or _LEADING_BLANK.match(data, start):
+            return None
         try:
-            recs = _DECODER.decode_lines(view[pos:end])
+            recs = _DECODER.decode_lines(memoryview(data)[start:])
         except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
             return None  # (nesting too deep for msgspec: the validating reader names the line)
-        if data.count(b"\n", pos, end) != len(recs):  # a line with two records
+        if data.count(b"\n", start) != len(recs):  # a line with two records
             return None
         if not g.chunk(recs, line):
             return None
-        line += len(recs)
-        pos = end
+        seen = True
         del recs
-    return g.finish()
+    return g.finish() if seen else None
 
 
 class _Gather:
@@ -334,8 +328,8 @@ class _Gather:
         self.probs: list[np.ndarray] = []
         self.fc_errors: list[dict] = []
         self.first_forecast_line = None
-        self.dec = {k: [] for k in ("candidate_id", "policy", "action", "score", "reason",
-                                    "line")}
+        self.dec = {"candidate_id": [], "policy": [], "action": [], "score": Column(),
+                    "reason": [], "line": Column()}
         self.ev = {k: Column() for k in FIELDS["evaluation"] if k not in (
             "candidate_id", "outcome", "imputed_by")}
         self.ev_idx: list[np.ndarray] = []
@@ -482,9 +476,17 @@ class _Gather:
         return True
 
     def _decisions(self, decs: list, lines: list) -> bool:
-        for k in ("candidate_id", "policy", "action", "score", "reason"):
-            self.dec[k].extend(_column(decs, k))
-        self.dec["line"].extend(lines)
+        """Gather decisions compactly: a log may hold any number of them for one candidate,
+        so each costs what its columns must (its candidate's id, its policy and action as
+        one shared object each, its score and line in arrays), not a copy of its text."""
+        ids, dec = self.links.ids, self.dec
+        idx = self.links.lookup(_column(decs, "candidate_id"), lines)  # (checked by chunk())
+        dec["candidate_id"].extend(map(ids.__getitem__, idx.tolist()))
+        dec["policy"].extend(self._texts(_column(decs, "policy")))
+        dec["action"].extend(self._texts(_column(decs, "action")))
+        dec["score"].extend(_column(decs, "score"))
+        dec["reason"].extend(_column(decs, "reason"))
+        dec["line"].extend(lines)
         return True
 
     def _evaluations(self, evs: list, lines: list) -> bool:
@@ -539,8 +541,10 @@ class _Gather:
                 ev[k] = self.ev_outcome if k == "outcome" else self.ev[k]
         ev["imputed_by"] = self.ev_imputed
         ev["line"] = self.ev_line
+        # (no decisions: plain lists, of which pandas makes the table it always made)
+        dec = self.dec if self.dec["line"].n else {k: values(v) for k, v in self.dec.items()}
         return {"runs": self.runs, "steps": self.steps, "cand": cand, "fc": fc,
-                "probs": probs, "dec": self.dec, "ev": ev, "extras": {},
+                "probs": probs, "dec": dec, "ev": ev, "extras": {},
                 "fc_errors": self.fc_errors, "counts": self.counts,
                 "first_forecast_line": self.first_forecast_line}
 

@@ -26,17 +26,17 @@ from gfsim.core.inputs import InputError, max_input_bytes, open_file, read_file,
 __all__ = ["TruncatedTailWarning", "iter_lines", "iter_records", "read_raw", "decompress",
            "loads_record", "LogWriter", "INT_MIN", "INT_MAX", "MAX_LINE_BYTES",
            "max_input_bytes", "MAX_GZIP_RATIO", "read_input", "iter_input_lines",
-           "SIDE_LINE_BYTES"]
+           "SIDE_LINE_BYTES", "LogText", "LineChunks", "LINE_CHUNK_BYTES"]
 
 # What a log (and any file an importer reads) may be, beyond gfsim.core.inputs' limits. The
 # largest line of the shipped logs is 12 KB (a candidate with its forecast and evaluations)
 # and the largest log 4 MB of text (7-9x its gzipped size); the
-# limits are far above that and far below what exhausts a laptop. A log's text is held once
-# (read, or inflated, into one buffer), so it is bounded (GFSIM_MAX_INPUT_BYTES raises it, for
-# a bigger machine); a side file is streamed (``iter_input_lines``); each
-# line is bounded before it is decoded, and a gzip stream that inflates more than
-# MAX_GZIP_RATIO times its file's size past the first 64 MiB is refused as a gzip bomb (JSON
-# logs compress 5-10x; no real log comes near).
+# limits are far above that and far below what exhausts a laptop. A log's stored bytes are held
+# once (GFSIM_MAX_INPUT_BYTES bounds them, and raises the limit for a bigger machine) and its
+# text is streamed, a chunk of whole lines at a time (``LogText``, ``LineChunks``); so is a side
+# file (``iter_input_lines``); each line is bounded before it is decoded, and a gzip stream
+# that inflates more than MAX_GZIP_RATIO times its file's size past the first 64 MiB is
+# refused as a gzip bomb (JSON logs compress 5-10x; no real log comes near).
 MAX_LINE_BYTES = 64 << 20
 MAX_GZIP_RATIO = 100
 _RATIO_FLOOR = 64 << 20
@@ -247,49 +247,186 @@ def _read_bytes(path: Path) -> tuple[bytes, bool]:
     return decompress(path, read_raw(path))
 
 
-def iter_lines(path: str | os.PathLike, loaded: tuple[bytes, bool] | None = None
+_PIECE_BYTES = 8 << 20
+LINE_CHUNK_BYTES = 16 << 20  # what a reader decodes at a time (about 20,000 candidates)
+
+
+class LogText:
+    """A log's text, given again on each pass in pieces of at most 8 MiB: the stored bytes
+    (held once, for the cache's digest; bounded by the input limit) inflated piece by piece
+    if they are gzip, so that the text itself is never held whole. ``cut``: the text as
+    already read (``decompress``'s pair), the stream cut short if True."""
+
+    def __init__(self, path, raw: bytes, cut: bool | None = None):
+        self.path, self.raw = Path(path), raw
+        self.is_gzip = cut is None and raw.startswith(b"\x1f\x8b")
+        self.cut = bool(cut)
+
+    @classmethod
+    def of(cls, path, loaded: "tuple[bytes, bool] | LogText | None") -> "LogText":
+        """The text of ``path`` as given (``iter_lines``' ``loaded``), else as read."""
+        if isinstance(loaded, LogText):
+            return loaded
+        if loaded is not None:
+            return cls(path, loaded[0], loaded[1])
+        return cls(path, read_raw(Path(path)))
+
+    def pieces(self) -> Iterator[bytes | memoryview | None]:
+        """The text's pieces, then None if a gzip stream ends early; the inflate limits of
+        ``decompress``, and its errors, on the way."""
+        if not self.is_gzip:
+            raw = memoryview(self.raw)  # (pieces of it, not copies)
+            for pos in range(0, len(raw), _PIECE_BYTES):
+                yield raw[pos:pos + _PIECE_BYTES]
+            if self.cut:
+                yield None
+            return
+        try:
+            yield from _inflate(self.raw, _Inflated(self.path, len(self.raw)))
+        except zlib.error as exc:
+            raise LogError(str(self.path), None, f"corrupt gzip data: {exc}") from None
+        except MemoryError:
+            raise LogError(str(self.path), None, "not enough memory to decompress it") from None
+
+    def check(self) -> None:
+        """Inflate the whole stream once, for what is wrong with the file as a whole (a bomb,
+        corrupt gzip data, the input limit): a reader that gave up early says it first."""
+        if not self.is_gzip:
+            return  # (stored bytes are the text: their limit was checked when they were read)
+        for _ in self.pieces():
+            pass
+
+
+class LineChunks:
+    """A log's text in chunks of whole lines, about ``chunk_bytes`` each: iterating gives
+    (number of the chunk's first line, its bytes, every line ending in a newline). Once it
+    is exhausted, ``tail`` is the text after the last newline (a line that may be cut),
+    ``cut`` whether the gzip stream ended early (its tail is then dropped) and ``newlines``
+    how many lines came before the tail. A line longer than ``MAX_LINE_BYTES`` is refused
+    by number and size once the lines before it have been given; it is counted, not held."""
+
+    def __init__(self, path, pieces, chunk_bytes: int | None = None):
+        self.path, self.pieces_ = Path(path), pieces
+        self.chunk_bytes = chunk_bytes or LINE_CHUNK_BYTES
+        self.tail, self.cut, self.newlines, self.done = b"", False, 0, False
+
+    def __iter__(self) -> Iterator[tuple[int, bytes]]:
+        buf, line = bytearray(), 1
+        pieces = iter(self.pieces_)
+        for piece in pieces:
+            if piece is None:
+                self.cut = True
+                break
+            buf += piece
+            if len(buf) < self.chunk_bytes:
+                continue
+            nl = buf.rfind(b"\n")
+            if nl < 0:
+                if len(buf) > MAX_LINE_BYTES:
+                    self._overlong(line, len(buf), pieces)
+                    break
+                continue
+            line = yield from self._give(buf, nl, line)
+        nl = buf.rfind(b"\n")
+        if nl >= 0:
+            line = yield from self._give(buf, nl, line)
+        if not self.cut:
+            if len(buf) > MAX_LINE_BYTES:
+                self._refuse(line, len(buf))
+            self.tail = bytes(buf)
+        self.newlines, self.done = line - 1, True
+
+    def _give(self, buf: bytearray, nl: int, line: int):
+        """Yield ``buf`` up to its newline at ``nl`` and keep the rest; the next line number.
+        Only a chunk's first line can be longer than a line may be: it alone began before
+        the last piece, which is smaller than the limit."""
+        if MAX_LINE_BYTES >= self.chunk_bytes + _PIECE_BYTES:
+            first = buf.find(b"\n")
+            if first > MAX_LINE_BYTES:
+                self._refuse(line, first)
+        else:  # (a line limit lowered below a chunk: every line is measured)
+            self._measure_each(buf, nl, line)
+        with memoryview(buf) as view:
+            chunk = bytes(view[:nl + 1])
+        del buf[:nl + 1]
+        yield line, chunk
+        return line + chunk.count(b"\n")
+
+    def _measure_each(self, buf: bytearray, nl: int, line: int) -> None:
+        pos = 0
+        while pos <= nl:
+            end = buf.find(b"\n", pos)
+            if end - pos > MAX_LINE_BYTES:
+                self._refuse(line, end - pos)
+            pos, line = end + 1, line + 1
+
+    def _overlong(self, line: int, held: int, pieces) -> None:
+        """Count the rest of a line too long to hold, then refuse it; a line that a cut gzip
+        stream ends in is dropped as any cut line is."""
+        for piece in pieces:
+            if piece is None:
+                self.cut = True
+                return
+            nl = bytes(piece).find(b"\n")
+            if nl >= 0:
+                self._refuse(line, held + nl)
+            held += len(piece)
+        self._refuse(line, held)
+
+    def _refuse(self, line: int, size: int):
+        raise LogError(str(self.path), line, f"line is {_size(size)}, above the "
+                       f"{_size(MAX_LINE_BYTES)} a log's line may hold")
+
+
+def iter_lines(path: str | os.PathLike, loaded: "tuple[bytes, bool] | LogText | None" = None
                ) -> Iterator[tuple[int, str, bool]]:
-    """(line number, text, may_be_cut) of each non-blank line; may_be_cut marks an
-    unterminated last line. ``loaded``: the file's (text bytes, cut) if already read."""
+    """(line number, text, may_be_cut) of each non-blank line, streamed a chunk at a time
+    (``LineChunks``); may_be_cut marks an unterminated last line. ``loaded``: the file's
+    (text bytes, cut) if already read, or its ``LogText``."""
     path = Path(path)
-    data, cut = loaded if loaded is not None else _read_bytes(path)
-    if cut:
+    chunks = LineChunks(path, LogText.of(path, loaded).pieces())
+    for first, chunk in chunks:
+        yield from _chunk_lines(path, chunk, first)
+    if chunks.cut:
         # A gzip stream that ends early lost (part of) its last batch even when no partial line
         # was decompressed, so warn here rather than rely on a cut line failing to parse. Text
-        # after the last newline of a cut stream is an unfinished write: drop it too.
-        data = data[: data.rfind(b"\n") + 1]
-        kept = data.count(b"\n")
+        # after the last newline of a cut stream is an unfinished write: it was dropped.
         warnings.warn(
-            f"{path}: gzip stream ends early (crash during a write?); kept the {kept} "
-            "complete lines before the cut",
+            f"{path}: gzip stream ends early (crash during a write?); kept the "
+            f"{chunks.newlines} complete lines before the cut",
             TruncatedTailWarning,
             stacklevel=2,
         )
-    # A file that ends in a newline has an empty final piece; otherwise the last line may be cut.
-    # Lines are found one at a time (a split would make an object of every blank line: 1 GiB of
-    # newlines is a billion of them).
-    last_complete = data.endswith(b"\n")
-    n_bytes = len(data)
-    line_no, counted_to = 1, 0
+        return
+    tail, line_no = chunks.tail, chunks.newlines + 1
+    if not tail.strip():
+        return
+    try:
+        text = tail.decode("utf-8")
+    except UnicodeDecodeError:
+        _warn_tail(path, line_no)
+        return
+    yield line_no, text, True
+
+
+def _chunk_lines(path: Path, data: bytes, line_no: int) -> Iterator[tuple[int, str, bool]]:
+    """The non-blank lines of a chunk of whole lines, the first numbered ``line_no``. Lines
+    are found one at a time (a split would make an object of every blank line: 1 GiB of
+    newlines is a billion of them)."""
+    counted_to = 0
     for match in _LINE.finditer(data):
-        start, end = match.span()
+        start = match.start()
         line_no += data.count(b"\n", counted_to, start)
         counted_to = start
-        if end - start > MAX_LINE_BYTES:
-            raise LogError(str(path), line_no, f"line is {_size(end - start)}, above the "
-                           f"{_size(MAX_LINE_BYTES)} a log's line may hold")
         raw = match.group()
         if not raw.strip():
             continue
-        is_last = end == n_bytes or (end == n_bytes - 1 and last_complete)
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            if is_last and not last_complete:
-                _warn_tail(path, line_no)
-                return
-            raise LogError(str(path), line_no, f"not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
-        yield line_no, text, is_last and not last_complete
+            raise LogError(str(path), line_no, f"not valid UTF-8 ({exc.reason} at byte "
+                           f"{exc.start})") from None
+        yield line_no, text, False
 
 
 _LINE = re.compile(rb"[^\n]+")

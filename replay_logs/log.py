@@ -22,9 +22,9 @@ import pandas as pd
 from gfsim.core.errors import LogError
 from gfsim.core.memory import no_cyclic_gc
 from gfsim.replay_logs.io import (
-    MAX_LINE_BYTES,
+    LineChunks,
+    LogText,
     TruncatedTailWarning,
-    decompress,
     iter_records,
     loads_record,
     read_raw,
@@ -159,14 +159,14 @@ def load_log(path: str | os.PathLike, *, cache: bool = False) -> ReplayLog:
         log = _cached(path, log_cache.load(path, raw, digest), digest)
         if log is not None:
             return log
-    data, cut = decompress(Path(path), raw)
+    text = LogText(path, raw)  # inflated a chunk at a time by each reader, never held whole
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TruncatedTailWarning)
         with no_cyclic_gc():  # hundreds of thousands of acyclic objects: nothing for the collector
-            cols = None if cut else _fast_columns(path, data)
+            cols = _fast_columns(path, text)
             if cols is None:
-                cols = _validating_columns(path, (data, cut))
-            del raw, data  # the file's bytes (1 GB per million candidates) are not needed now
+                cols = _validating_columns(path, text)
+            del raw, text  # the file's bytes (1 GB per million candidates) are not needed now
             log = _build(path, cols)
             del cols
             release_arrow_memory()
@@ -214,15 +214,37 @@ def _header_problem(rec: dict) -> tuple[str, str] | None:
     return None
 
 
-def _fast_columns(path: str, data: bytes) -> dict | None:
-    """The fast reader's columns, or None to leave the log to the validating reader."""
+def _fast_columns(path: str, text: "LogText | bytes") -> dict | None:
+    """The fast reader's columns, or None to leave the log to the validating reader (which
+    reads the text again: a log it must decide is rare). ``text``: the log's ``LogText``, or
+    its whole text bytes. A reader that gave up before the end first inflates the rest, so
+    that what is wrong with the file as a whole (a bomb, corrupt gzip data) is said first."""
+    text = LogText.of(path, (text, False) if isinstance(text, bytes) else text)
+    chunks = LineChunks(path, text.pieces())
+    lines = iter(chunks)
+    try:
+        cols = _fast_pass(lines)
+    except LogError as exc:
+        if exc.line is None:
+            raise
+        cols = None  # a line too long: the validating reader names it after the lines before
+    if not chunks.done:
+        lines.close()  # (what it holds of the text goes now)
+        text.check()
+    elif chunks.tail or chunks.cut:
+        return None  # a last line that may be cut: the validating reader decides
+    return cols
+
+
+def _fast_pass(chunks) -> dict | None:
     from gfsim.replay_logs.fastread import fast_columns
 
-    nl = data.find(b"\n", 0, MAX_LINE_BYTES + 1)
-    if nl <= 0:  # (a header longer than a line may be: the validating reader names it)
+    _, first = next(chunks, (1, b""))
+    nl = first.find(b"\n")
+    if nl <= 0:
         return None
     try:
-        text = data[:nl].decode("utf-8")
+        text = first[:nl].decode("utf-8")
         header = loads_record(text)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return None
@@ -230,17 +252,27 @@ def _fast_columns(path: str, data: bytes) -> dict | None:
             or _header_problem(header) or "\\u" in text):  # escapes: the validating reader
         return None
     unknown = {k: v for k, v in header.items() if k != "kind" and k not in FIELDS["header"]}
-    cols = fast_columns(1, header, data, nl + 1)
+    records = _after_header(first, nl + 1, chunks)
+    del first  # (the chunk is held by ``records`` until it is decoded, not for the whole pass)
+    cols = fast_columns(header, records)
     if cols is None:
         return None
     if unknown:
         cols["extras"]["header"] = [(1, unknown)]
     cols["header"] = header
-
     return cols
 
 
-def _validating_columns(path: str, loaded: tuple[bytes, bool]) -> dict:
+def _after_header(first: bytes, start: int, chunks):
+    """(first line number, bytes, offset of the first record) of each chunk of the log's
+    records: the first chunk past its header line, then the others whole."""
+    yield 2, first, start
+    del first
+    for line, data in chunks:
+        yield line, data, 0
+
+
+def _validating_columns(path: str, loaded: "tuple[bytes, bool] | LogText") -> dict:
     """The columns, record by record, each checked in full and every problem reported."""
     header: dict | None = None
     runs: list[dict] = []

@@ -73,11 +73,7 @@ def test_a_line_longer_than_a_log_may_hold_is_named(tmp_path, monkeypatch):
     recs = records()
     recs[3]["note"] = "x" * 5000
     log = write(tmp_path / "log.jsonl", recs)
-    import gfsim.replay_logs.fastread as fastread
-    import gfsim.replay_logs.log as log_mod
-
-    for module in (log_io, fastread, log_mod):
-        monkeypatch.setattr(module, "MAX_LINE_BYTES", 4096)
+    monkeypatch.setattr(log_io, "MAX_LINE_BYTES", 4096)  # (the one reader of lines)
     with pytest.raises(LogError, match=r"log.jsonl:4: line is .* above the"):
         load_log(log)
 
