@@ -47,6 +47,9 @@ def main() -> int:
     ap.add_argument("--no-cgroups", action="store_true", help="the fallback's memory and task "
                     "limits (seccomp refuses memfd and SysV shm; rlimits), as on a machine "
                     "without cgroups (MeasurerConfig.cgroups)")
+    ap.add_argument("--cgroup-controllers", default="memory,pids", help="the controllers "
+                    "each sandbox's group may use: 'memory' behaves as a machine that "
+                    "delegates the memory controller alone (MeasurerConfig.cgroup_controllers)")
     ap.add_argument("--reads-check", action="store_true", help="run one kernel with reads "
                     "confined, and say what else it needed where it failed")
     args = ap.parse_args()
@@ -58,21 +61,24 @@ def main() -> int:
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     task = get_task(args.task)
+    controllers = tuple(c for c in args.cgroup_controllers.split(",") if c)
     if device == "cuda":
         cfg = MeasurerConfig(timing_timeout_s=20, check_timeout_s=30, compile_timeout_s=120,
                              memory_limit_mb=8000, pad_cycles=args.pad_cycles, seed=args.seed,
-                             cgroups=not args.no_cgroups)
+                             cgroups=not args.no_cgroups, cgroup_controllers=controllers)
     else:
         cfg = MeasurerConfig(cpu_timing=True, rse_target=0.05, max_reps=40,
                              cpu_shapes=({"M": 64, "N": 4096},), timing_timeout_s=20,
                              check_timeout_s=30, memory_limit_mb=3000, energy_window_s=0,
-                             timing_tolerance=0.1, cgroups=not args.no_cgroups)
+                             timing_tolerance=0.1, cgroups=not args.no_cgroups,
+                             cgroup_controllers=controllers)
     rows = [r for r in ROWS if not args.rows or r.name in args.rows.split(",")]
     ctx = Context(honest_code(task, device), device)
     t0 = time.perf_counter()
     with TritonMeasurer(task.name, cfg) as m:
         fac = m.facilities
         print(f"sandbox on this machine: {fac.as_dict()}", file=sys.stderr)
+        print(held_line(fac, cfg), file=sys.stderr, flush=True)
         def progress(row):
             print(f"{row['row']}: {row['outcome']}, contained {row['contained']} "
                   f"({row['wall_s'] or 0:.1f} s)", file=sys.stderr, flush=True)
@@ -81,6 +87,9 @@ def main() -> int:
         spawn = sorted(m.spawn_s)
     ctx.close()
     print(format_table(out))
+    print(held_line(fac, cfg))
+    print("sandbox words: " + ", ".join(sorted({str(r["record"].get("sandbox"))
+                                                 for r in out})))
     median_spawn = spawn[len(spawn) // 2]
     print(f"\n{sum(r['contained'] for r in out)} of {len(out)} rows contained on {device}; "
           f"a fresh sandboxed process took {median_spawn:.3f} s (median of {len(spawn)}, "
@@ -90,6 +99,23 @@ def main() -> int:
             json.dump({"device": device, "facilities": fac.as_dict(), "spawn_s": spawn,
                        "versions": _versions(), "rows": out}, f, indent=1, default=str)
     return 0 if all(r["contained"] for r in out) else 1
+
+
+def held_line(fac, cfg=None) -> str:
+    """Which facilities held here, in one line: the kernel's memory and task limits (cgroup
+    version and controllers, else the fallback; those ``cfg`` lets this run's groups use),
+    the folder quota, and the confinement."""
+    used = [c for c in fac.cgroup_controllers
+            if cfg is None or (cfg.cgroups and c in cfg.cgroup_controllers)]
+    held = ",".join(used) or "none"
+    offered = "" if list(used) == list(fac.cgroup_controllers) else \
+        f" (the machine offers {','.join(fac.cgroup_controllers) or 'none'})"
+    return (f"held: cgroup v{fac.cgroup or '-'} controllers {held}{offered}; memory: "
+            f"{fac.memory_limit}; "
+            f"tasks: {fac.task_limit}; folder quota: {fac.folder_quota}; namespaces "
+            f"user/pid/net/mount {int(fac.user_ns)}{int(fac.pid_ns)}{int(fac.net_ns)}"
+            f"{int(fac.mount_ns)}, landlock ABI {fac.landlock_abi}, reads confined "
+            f"{fac.reads_confined}, seccomp {fac.seccomp}")
 
 
 def honest(args) -> int:

@@ -212,7 +212,10 @@ def test_a_stderr_left_as_a_fifo_does_not_block_the_measurer(measurer):
     r = measure_within(measurer, """
 import os
 def run(x):
-    os.unlink("stderr.log")
+    try:  # (absent where the folder is a tmpfs: the measurer's stderr.log lies beneath it)
+        os.unlink("stderr.log")
+    except FileNotFoundError:
+        pass
     os.mkfifo("stderr.log")
     os._exit(3)
 """)

@@ -134,3 +134,124 @@ def test_the_probe_states_which_memory_limit_holds():
         assert fac.cgroup == CGROUP_VERSION and "memfd" in fac.memory_limit
     else:
         assert fac.cgroup == 0 and "refused" in fac.memory_limit
+
+
+# -- a group of the memory controller alone (as the lent GPU machines delegate) ----------------
+@pytest.fixture(scope="module")
+def memory_only(tmp_path_factory):
+    """A measurer whose sandbox groups hold the memory controller alone
+    (``MeasurerConfig.cgroup_controllers``), as on a machine that delegates no pids
+    controller: the kernel holds memory, and threads count by the fallback."""
+    if not CGROUP_VERSION:
+        pytest.skip(f"this machine allows no sandbox cgroup: {NO_CGROUP}")
+    if "memory" not in cgroup.controllers()[1]:
+        pytest.skip("this machine's sandbox groups get no memory controller")
+    cfg = MeasurerConfig(compile_timeout_s=60, check_timeout_s=30, memory_limit_mb=1500,
+                         energy_window_s=0, cgroup_controllers=("memory",))
+    m = TritonMeasurer("softmax", cfg, workdir=tmp_path_factory.mktemp("memory-only"))
+    ctx = Context(honest_code(get_task("softmax"), "cpu"))
+    yield m, ctx
+    m.close()
+    ctx.close()
+
+
+def test_a_memory_only_group_says_memory_by_the_kernel_and_tasks_by_the_fallback(memory_only):
+    m, ctx = memory_only
+    honest = m.measure(CodeCandidate("softmax", ctx.honest + "\ndef run(*inputs):\n"
+                                     "    return _honest(*inputs)\n"))
+    assert honest["outcome"] in ("success", "correct_untimed"), honest
+    # root's uid is exempt from RLIMIT_NPROC: there only the watchdog counts threads
+    tasks = "watchdog" if os.geteuid() == 0 else "nproc"
+    assert f"+cgroup{CGROUP_VERSION}-memory+tasks-{tasks}" in honest["sandbox"], honest
+
+
+@pytest.mark.parametrize("name", ["memfd-hoard", "3000-threads"])
+def test_a_memory_only_group_holds_a_hoard_and_a_thread_storm(memory_only, name):
+    """The memfd is not refused (seccomp lets it through where the memory cgroup charges it):
+    the kernel kills at the limit; the threads are counted by the fallback."""
+    m, ctx = memory_only
+    result = run_row(ROW[name], m, ctx)
+    assert result["contained"], format_table([result]) + f"\n{result['record']}"
+    if name == "memfd-hoard":
+        assert "memory limit" in str(result["record"].get("reason")), result["record"]
+
+
+# -- the folder quota by the kernel: a tmpfs in the sandbox's mount namespace ------------------
+def _fill_folder(ctx, mib: int) -> str:
+    """A candidate that writes ``mib`` MiB of files into its folder, 64 MiB a file (under
+    RLIMIT_FSIZE), waits, then is honest."""
+    return ctx.honest + (f"\nimport os, time\nfor _i in range({mib // 64}):\n"
+                         "    with open(f'fill{_i}', 'wb') as _f:\n"
+                         "        _f.write(b'x' * (64 << 20))\ntime.sleep(2)\n"
+                         "def run(*inputs):\n    return _honest(*inputs)\n")
+
+
+def _tmpfs_or_skip(m) -> None:
+    if not m.facilities.folder_quota.startswith("tmpfs"):
+        pytest.skip(f"no tmpfs folder quota here: {m.facilities.folder_quota}")
+
+
+@pytest.mark.parametrize("fixture", ["with_cgroup", "fallback"])
+def test_folder_bytes_count_against_the_memory_limit(request, fixture):
+    """The folder's tmpfs pages are memory: past the 1.5 GB memory limit (under the 4 GiB
+    folder quota) the memory cgroup's OOM killer, or without one the watchdog (which adds the
+    folder's tmpfs to its sum), ends the candidate. Before, 2 GiB of files went to the disk
+    and the candidate passed."""
+    m, ctx, _honest = request.getfixturevalue(fixture)
+    _tmpfs_or_skip(m)
+    rec = m.measure(CodeCandidate("softmax", _fill_folder(ctx, 2048)))
+    assert "folder-tmpfs" in rec["sandbox"].split("+"), rec
+    assert rec["outcome"] != "success" and "memory limit" in str(rec.get("reason")), rec
+
+
+def test_the_kernel_refuses_entries_past_the_folder_quota(with_cgroup):
+    """ENOSPC from the tmpfs's inode count (20,000 entries), not a kill by the 0.5 s check."""
+    m, ctx, _honest = with_cgroup
+    _tmpfs_or_skip(m)
+    result = run_row(ROW["many-entries"], m, ctx)
+    assert result["contained"], format_table([result]) + f"\n{result['record']}"
+    assert "No space left on device" in str(result["record"].get("reason")), result["record"]
+
+
+_TMPFS_CHILD = """
+import os, sys
+from gfsim.live.sandbox import (CLONE_NEWNS, MS_PRIVATE, MS_REC, folder_tmpfs, mount,
+                                unshare_mapped)
+folder = sys.argv[1]
+unshare_mapped(CLONE_NEWNS)
+mount("none", "/", None, MS_REC | MS_PRIVATE)
+folder_tmpfs(folder, 1 << 20, 8)
+seen = sorted(os.path.relpath(os.path.join(d, f), folder)
+              for d, dirs, files in os.walk(folder) for f in dirs + files)
+made = 0
+try:
+    for i in range(20):
+        open(str(i), "w").close()
+        made += 1
+except OSError as exc:
+    refused = exc.errno
+print(os.getcwd() == folder, seen, made, refused, open("triton-cache/k/mod.so").read())
+"""
+
+
+def test_the_folder_tmpfs_keeps_the_trusted_cache_and_refuses_past_its_entries(tmp_path):
+    """What the measurer seeded (a Triton cache) is copied onto the tmpfs, the outer process's
+    stderr.log is not, the working directory moves onto it, and the ninth entry (8 allowed;
+    the copied cache's three count) fails with ENOSPC."""
+    import subprocess
+    import sys
+
+    from gfsim.live.sandbox import plain_env
+
+    if not probe_subprocess(timeout=120).mount_ns:
+        pytest.skip("no mount namespace here")
+    (tmp_path / "triton-cache" / "k").mkdir(parents=True)
+    (tmp_path / "triton-cache" / "k" / "mod.so").write_text("trusted")
+    (tmp_path / "stderr.log").write_text("the outer's")
+    out = subprocess.run([sys.executable, "-c", _TMPFS_CHILD, str(tmp_path)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60, env=plain_env())
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[0] == ("True ['triton-cache', 'triton-cache/k', "
+                                         "'triton-cache/k/mod.so'] 5 28 trusted")
+    assert (tmp_path / "stderr.log").read_text() == "the outer's"  # beneath, untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["stderr.log", "triton-cache"]

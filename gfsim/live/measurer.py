@@ -130,6 +130,9 @@ class MeasurerConfig:
     # (gfsim.live.cgroup); False: the fallback's limits (sandbox._fallback_rlimits, seccomp
     # refusing memfd and SysV shm, the watchdog), as on a machine without cgroups.
     cgroups: bool = True
+    # The controllers of those groups (a diagnostic: ("memory",) behaves as a machine that
+    # delegates the memory controller alone, as the lent GPU machines do).
+    cgroup_controllers: tuple = ("memory", "pids")
     # A separate window of back-to-back calls this long gives joules per call from NVML's
     # energy counter, which is coarse over shorter windows; 0 turns it off.
     energy_window_s: float = 1.0
@@ -303,10 +306,19 @@ class _Sandbox:
         spec = {"dir": str(self.dir), "env": env, "task": task,
                 "facilities": facilities.as_dict(), "shm_mb": int(config.memory_limit_mb)}
         spec["file_max_bytes"] = int(config.folder_max_mb * 2**20)  # RLIMIT_FSIZE
+        # Where the sandbox has its own mount namespace and this process may read its folder
+        # there (root: /proc/<pid>/root), a tmpfs of the quota's bytes and entries over it: the
+        # kernel refuses the rest (sandbox.folder_tmpfs). ``view`` is where this process sees
+        # the folder as the sandbox does.
+        self.tmpfs = facilities.folder_quota.startswith("tmpfs")
+        if self.tmpfs:
+            spec.update(folder_bytes=int(config.folder_max_mb * 2**20),
+                        folder_entries=int(config.folder_max_entries))
+        self.view = self.dir
         self.max_tasks = int(config.max_tasks)
         self.zygote = zygote  # (its sweep, in close)
         self.group = _task_group(config, facilities, self.dir.name)
-        spec.update(_limits_spec(config, self.group))
+        spec.update(_limits_spec(config, self.group, facilities))
         try:
             zygote.spawn(spec, [req_r, ans_theirs.fileno(), st_w])
         except BaseException:
@@ -328,6 +340,8 @@ class _Sandbox:
             self.close()
             raise GfsimError(f"the sandbox did not start: {first.get('error', first)}")
         self.pid = int(first["pid"])
+        if self.tmpfs:
+            self.view = Path(f"/proc/{self.pid}/root") / str(self.dir).lstrip("/")
         try:
             self.pidfd = os.pidfd_open(self.pid)
             self.pgid = os.getpgid(self.pid)
@@ -368,7 +382,7 @@ class _Sandbox:
         the limits (where no group holds: what the fallback leaves to watch)."""
         while not self._stop.wait(0.05):
             with _QUIET:
-                kb, n = _namespace_usage(self.pid, self.ns)
+                kb, n = _namespace_usage(self.pid, self.ns, self.view if self.tmpfs else None)
             group = self.group
             over = ("memory" if kb > self.limit_kb or (group and group.oom_kills()) else
                     "processes" if n > self.max_tasks or (group and group.tasks_refused())
@@ -383,14 +397,15 @@ class _Sandbox:
         A check, not the kernel: between two checks a candidate may overshoot by what it
         makes in ``FOLDER_CHECK_S``; ``remove_tree`` removes any overshoot. Files it unlinked
         but holds open count too (``_unlinked_bytes``), where this process may see its
-        descriptors."""
+        descriptors. Where the folder is a tmpfs (``self.tmpfs``) the kernel holds its bytes
+        (unlinked files' too) and entries, and this check its depth, in ``view``."""
         max_bytes = int(config.folder_max_mb * 2**20)
         dev = os.stat(self.dir).st_dev
         while not self._stop.wait(FOLDER_CHECK_S):
             with _QUIET:
-                use = tree_usage(self.dir, max_depth=config.folder_max_depth,
+                use = tree_usage(self.view, max_depth=config.folder_max_depth,
                                  max_entries=config.folder_max_entries, max_bytes=max_bytes)
-                if use.over is None and \
+                if use.over is None and not self.tmpfs and \
                         use.bytes + _unlinked_bytes(self.pid, self.ns, self.pgid, dev) > max_bytes:
                     use.over = f"more than {max_bytes >> 20} MiB, with files unlinked but open"
             if use.over and not self._stop.is_set():
@@ -398,6 +413,11 @@ class _Sandbox:
                 self.killed_for = "folder"
                 self.kill()
                 return
+
+    def seen(self, path) -> Path:
+        """Where this process reads ``path`` (a path in the sandbox's folder, as the sandbox
+        names it): in ``view``."""
+        return self.view / Path(path).relative_to(self.dir)
 
     def call(self, req: dict | None, timeout: float, fds: list[int] | None = None) -> dict:
         """Send one request (None: read the ready message) and wait for its answer; the
@@ -531,19 +551,26 @@ def _task_group(config: MeasurerConfig, facilities, name: str):
 
     try:
         return TaskGroup.create(f"{os.getpid()}-{name}", int(config.memory_limit_mb * 2**20),
-                                config.max_tasks)
+                                config.max_tasks, tuple(config.cgroup_controllers))
     except OSError:
         return None
 
 
-def _limits_spec(config: MeasurerConfig, group) -> dict:
-    """What the sandbox's processes apply of the limits: the group they join, or the
-    fallback's (``sandbox._fallback_rlimits``): a task count, and on the CPU (the interpreter,
-    or a machine without a GPU) a data limit; not beside a GPU, where the CUDA driver's
-    private mappings would count against it and this was never tried there."""
+def _limits_spec(config: MeasurerConfig, group, facilities=None) -> dict:
+    """What the sandbox's processes apply of the limits: the group they join and the
+    controllers it holds, and the fallback's for what it does not
+    (``sandbox._fallback_rlimits``): a task count (``tasks_by``: RLIMIT_NPROC binds in the user
+    namespace unless the measurer is root, whose uid the kernel exempts; then only the
+    watchdog's count of threads), and on the CPU (the interpreter, or a machine without a GPU)
+    a data limit; not beside a GPU, where the CUDA driver's private mappings would count
+    against it and this was never tried there."""
+    user_ns = facilities is None or facilities.user_ns
     out = {"max_tasks": int(config.max_tasks), "cgroup": group.version if group else 0,
-           "cgroup_procs": group.procs if group else []}
-    if group is None and (config.interpret or not _gpu_nodes()):
+           "cgroup_procs": group.procs if group else [],
+           "cgroup_controllers": list(group.controllers) if group else [],
+           "tasks_by": "nproc" if os.geteuid() != 0 and user_ns else "watchdog"}
+    if (group is None or "memory" not in group.controllers) and \
+            (config.interpret or not _gpu_nodes()):
         out["rlimit_data_bytes"] = int(config.memory_limit_mb * 2**20)
     return out
 
@@ -555,9 +582,11 @@ def _gpu_nodes() -> bool:
     return bool(glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/kfd"))
 
 
-def _namespace_usage(pid: int | None, ns: int | None) -> tuple[float, int]:
+def _namespace_usage(pid: int | None, ns: int | None,
+                     folder: Path | None = None) -> tuple[float, int]:
     """(resident kB, threads) of a sandbox: every process in its PID namespace, plus what
-    its private /dev/shm holds; without a namespace, the process group of ``pid``."""
+    its private /dev/shm and its folder's tmpfs (``folder``, as this process sees it) hold;
+    without a namespace, the process group of ``pid``."""
     if pid is None:
         return 0.0, 0
     total, count = 0.0, 0
@@ -581,11 +610,13 @@ def _namespace_usage(pid: int | None, ns: int | None) -> tuple[float, int]:
         except (OSError, ValueError, IndexError):
             continue
     if ns is not None:
-        try:
-            st = os.statvfs(f"/proc/{pid}/root/dev/shm")
-            total += (st.f_blocks - st.f_bfree) * st.f_frsize / 1024
-        except OSError:
-            pass
+        for held in (f"/proc/{pid}/root/dev/shm", folder):
+            try:
+                if held is not None:
+                    st = os.statvfs(held)
+                    total += (st.f_blocks - st.f_bfree) * st.f_frsize / 1024
+            except OSError:
+                pass
     return total, count
 
 
@@ -801,6 +832,7 @@ class TritonMeasurer(Measurer):
         self.workdir = workdir
         self._task = None
         self._zygote: _Zygote | None = None
+        self._cgroup_held = False  # cgroup.hold() called; release() at close
         self._ref_worker: _Sandbox | None = None  # times the baseline; never runs candidates
         self._root: Path | None = None
         self._ref_cache: dict = {}
@@ -845,6 +877,11 @@ class TritonMeasurer(Measurer):
                 # (named after this process: a run that was killed leaves its folder, with
                 # every candidate's Triton cache, and the next measurer removes it)
                 self._root = owned_tempdir("gfsim-measure-", dir=self.workdir)
+            if self.config.cgroups and not self._cgroup_held:
+                from gfsim.live import cgroup
+
+                cgroup.hold()  # a v2 group that holds processes: they move into a leaf
+                self._cgroup_held = True
             self._zygote = _Zygote(self.task_name, self._root, self.config.interpret)
             fac = self._zygote.facilities
             missing = fac.missing()
@@ -878,7 +915,8 @@ class TritonMeasurer(Measurer):
         ans = box.call({"op": "prime", "seed": self.config.seed}, self.config.compile_timeout_s)
         self.prime_log = {k: ans.get(k) for k in ("ok", "ran", "errors", "seconds", "error")}
         if ans.get("ok"):
-            self.prime_log["modules"] = harvest_triton_cache(box.dir / "triton-cache", seed)
+            self.prime_log["modules"] = harvest_triton_cache(
+                box.seen(box.dir / "triton-cache"), seed)
 
     def close(self) -> None:
         if self._ref_worker is not None:
@@ -890,6 +928,11 @@ class TritonMeasurer(Measurer):
         if self._zygote is not None:
             self._zygote.close()
             self._zygote = None
+        if self._cgroup_held:
+            from gfsim.live import cgroup
+
+            cgroup.release()
+            self._cgroup_held = False
         if self._root is not None:
             remove_tree(self._root)
             self._root = None
@@ -1066,7 +1109,7 @@ class TritonMeasurer(Measurer):
         from gfsim.live.worker import output_path
 
         path = worker.dir / "out.npy"
-        for stale in worker.dir.glob("out*.npy"):
+        for stale in worker.view.glob("out*.npy"):
             try:
                 stale.unlink(missing_ok=True)
             except OSError as exc:  # a folder, say: the candidate's, where outputs go
@@ -1079,7 +1122,7 @@ class TritonMeasurer(Measurer):
         n = ans.get("n_outputs", 1)
         if type(n) is not int or n != len(ref):  # the worker's word, used only to refuse
             return f"{n} outputs where the reference has {len(ref)}"
-        return self._compare_files(path, lambda k: output_path(path, k), ref)
+        return self._compare_files(path, lambda k: worker.seen(output_path(path, k)), ref)
 
     def _compare_files(self, path: Path, name_of, ref: list) -> str | None:
         """None if the worker's files ``name_of(k)`` hold the outputs ``ref`` (one per
@@ -1397,7 +1440,7 @@ class TritonMeasurer(Measurer):
         if not ans["ok"]:
             raise _StageError(ans)
         ref = self._reference_output(dims, seed, rows=self.config.check_rows)
-        why = self._compare_files(path, lambda k: f"{path}.{rep}.{k}.npy", ref)
+        why = self._compare_files(path, lambda k: worker.seen(f"{path}.{rep}.{k}.npy"), ref)
         if why:
             raise _Incorrect(f"during timing (shape {dims}, repetition {rep}): {why}")
 
@@ -1545,7 +1588,9 @@ def _sandbox_summary(applied: dict) -> str:
     if applied.get("seccomp"):
         parts.append("seccomp")
     if applied.get("limits"):  # "cgroup1"/"cgroup2": the kernel's limits; "rlimits": fallback
-        parts.append(applied["limits"])
+        parts.append(applied["limits"])  # (sandbox.limits_word: a group of one controller)
+    if applied.get("folder_quota"):  # "tmpfs": the kernel holds the folder's bytes, entries
+        parts.append(f"folder-{applied['folder_quota']}")
     return "+".join(parts) or "none"
 
 

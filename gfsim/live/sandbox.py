@@ -552,6 +552,10 @@ class Facilities:
     cgroup: int = 0
     memory_limit: str = ""
     task_limit: str = ""
+    # The controllers a sandbox's group holds ("memory", "pids"; either may be missing where
+    # the machine delegates only the other), and what holds the candidate's folder quota.
+    cgroup_controllers: tuple = ()
+    folder_quota: str = ""
 
     def missing(self) -> list[str]:
         """What full isolation needs and this machine lacks (empty: all of it is there)."""
@@ -568,11 +572,13 @@ class Facilities:
     def as_dict(self) -> dict:
         d = asdict(self)
         d["errors"] = list(self.errors)
+        d["cgroup_controllers"] = list(self.cgroup_controllers)
         return d
 
     @classmethod
     def from_dict(cls, d: dict) -> Facilities:
-        return cls(**{**d, "errors": tuple(d.get("errors", ()))})
+        return cls(**{**d, "errors": tuple(d.get("errors", ())),
+                      "cgroup_controllers": tuple(d.get("cgroup_controllers", ()))})
 
 
 def _write(path: str, text: str) -> None:
@@ -638,6 +644,34 @@ def existing_writable() -> list[str]:
     return [*device_nodes(), "/proc/self"]
 
 
+def folder_tmpfs(folder: str, max_bytes: int, max_entries: int) -> None:
+    """In a new mount namespace: a tmpfs of at most ``max_bytes`` and ``max_entries`` entries
+    (files, folders, links; its root is one inode more) over ``folder``, so that the kernel
+    refuses (ENOSPC) what passes the candidate's folder quota, and the folder goes with the
+    namespace. What the measurer put in the folder before (the Triton cache's trusted modules;
+    not ``stderr.log``, which the outer process holds open beneath) is copied in; the working
+    directory moves onto the tmpfs. Its pages are charged to the memory cgroup of the process
+    that writes them: the sandbox's."""
+    import shutil
+
+    below = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        mount("tmpfs", folder, "tmpfs", MS_NOSUID | MS_NODEV,
+              f"size={max(4096, int(max_bytes))},nr_inodes={max(1, int(max_entries)) + 1},"
+              "mode=0700")
+        for name in os.listdir(below):
+            src = f"/proc/self/fd/{below}/{name}"
+            if name == "stderr.log" or os.path.islink(src):
+                continue
+            if os.path.isdir(src):
+                shutil.copytree(src, os.path.join(folder, name), symlinks=True)
+            else:
+                shutil.copy2(src, os.path.join(folder, name))
+    finally:
+        os.close(below)
+    os.chdir(folder)
+
+
 def private_proc_shm(shm_mb: int) -> None:
     """In a new mount and PID namespace: a private /proc and a size-capped /dev/shm."""
     mount("none", "/", None, MS_REC | MS_PRIVATE)
@@ -647,7 +681,33 @@ def private_proc_shm(shm_mb: int) -> None:
 
 
 def _limits(spec: dict) -> dict:
-    return {k: spec[k] for k in ("cgroup", "max_tasks", "rlimit_data_bytes") if k in spec}
+    return {k: spec[k] for k in ("cgroup", "cgroup_controllers", "max_tasks",
+                                 "rlimit_data_bytes", "tasks_by", "folder_bytes",
+                                 "folder_entries") if k in spec}
+
+
+def limits_word(limits: dict) -> str:
+    """Which limits hold a sandbox's memory and tasks, for its word: ``cgroup2`` (a group with
+    both controllers), ``rlimits`` (none: the fallback), or a group with one controller and
+    what holds the other, e.g. ``cgroup2-memory+tasks-watchdog`` (``tasks_by``: ``nproc``
+    where RLIMIT_NPROC binds, ``watchdog`` where only the measurer's count of threads does)."""
+    version, held = int(limits.get("cgroup") or 0), _held_controllers(limits)
+    if not held:
+        return "rlimits"
+    if len(held) == 2:
+        return f"cgroup{version}"
+    if held == ("memory",):
+        return f"cgroup{version}-memory+tasks-{limits.get('tasks_by', 'nproc')}"
+    return f"cgroup{version}-pids+memory-seccomp"
+
+
+def _held_controllers(limits: dict) -> tuple:
+    """The controllers of ("memory", "pids") the sandbox's group holds (both where an older
+    measurer's ``limits`` do not say)."""
+    if not limits.get("cgroup"):
+        return ()
+    return tuple(c for c in ("memory", "pids")
+                 if c in limits.get("cgroup_controllers", ("memory", "pids")))
 
 
 def enter_inner(fac: Facilities, folder: str, shm_mb: int, limits: dict | None = None) -> dict:
@@ -658,13 +718,20 @@ def enter_inner(fac: Facilities, folder: str, shm_mb: int, limits: dict | None =
     applied: dict = {}
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     limits = limits or {}
-    in_cgroup = bool(limits.get("cgroup"))
-    applied["limits"] = f"cgroup{limits['cgroup']}" if in_cgroup else "rlimits"
-    if not in_cgroup:  # RLIMIT_NPROC counts a uid's tasks: only the namespace's own
-        _fallback_rlimits(limits if fac.user_ns else {**limits, "max_tasks": 0})
+    held = _held_controllers(limits)
+    applied["limits"] = limits_word(limits)
+    fallback = {**limits, "max_tasks": 0 if "pids" in held else limits.get("max_tasks")}
+    if "memory" in held:
+        fallback.pop("rlimit_data_bytes", None)
+    if not fac.user_ns:  # RLIMIT_NPROC counts a uid's tasks: only the namespace's own
+        fallback["max_tasks"] = 0
+    _fallback_rlimits(fallback)
     if fac.mount_ns and fac.pid_ns:
         private_proc_shm(shm_mb)
         applied["private_proc_shm"] = True
+        if limits.get("folder_bytes"):
+            folder_tmpfs(folder, int(limits["folder_bytes"]), int(limits["folder_entries"]))
+            applied["folder_quota"] = "tmpfs"
     if fac.landlock_abi:
         private = bool(applied.get("private_proc_shm"))
         writable = [folder] + (["/dev/shm"] if private else [])
@@ -672,7 +739,7 @@ def enter_inner(fac: Facilities, folder: str, shm_mb: int, limits: dict | None =
                                          _with_proc(fac.readable, private)
                                          if fac.reads_confined else None))
     if fac.seccomp:
-        applied.update(seccomp_filter(unmapped_memory=in_cgroup))
+        applied.update(seccomp_filter(unmapped_memory="memory" in held))
     return applied
 
 
@@ -736,23 +803,44 @@ def probe(readable: dict | None = None) -> Facilities:
     if found.get("reads_confined"):
         found["readable"] = readable
     found.update(kernel_limits())
+    found["folder_quota"] = folder_quota_word(bool(found.get("mount_ns")))
     return Facilities.from_dict(found)
 
 
 def kernel_limits() -> dict:
     """Which limits hold a sandbox's memory and tasks here, as ``Facilities`` fields: a cgroup
-    where this process may make one (``gfsim.live.cgroup``), else the fallback's."""
+    where this process may make one (``gfsim.live.cgroup``) for what it holds of memory and
+    tasks, else the fallback's."""
     from gfsim.live import cgroup
 
-    version, why = cgroup.support()
-    if version:
-        return {"cgroup": version, "memory_limit": f"cgroup v{version}: the kernel caps all "
-                "of the sandbox's memory (memfd and SysV shm included; no swap)",
-                "task_limit": f"cgroup v{version} pids.max: processes and threads"}
-    return {"cgroup": 0, "memory_limit": f"watchdog over resident memory and /dev/shm, "
-            f"RLIMIT_DATA on the CPU; memfd_create, memfd_secret and shmget refused "
-            f"(no cgroup: {why})", "task_limit": "RLIMIT_NPROC in the user namespace (the "
-            "kernel exempts a root measurer's uid) and the watchdog's count of threads"}
+    version, held, why = cgroup.controllers()
+    fallback_memory = ("watchdog over resident memory and /dev/shm, RLIMIT_DATA on the CPU; "
+                       "memfd_create, memfd_secret and shmget refused")
+    fallback_tasks = ("RLIMIT_NPROC in the user namespace (the kernel exempts a root "
+                      "measurer's uid) and the watchdog's count of threads")
+    out = {"cgroup": version, "cgroup_controllers": list(held)}
+    if "memory" in held:
+        out["memory_limit"] = (f"cgroup v{version}: the kernel caps all of the sandbox's "
+                               "memory (memfd and SysV shm included; no swap)")
+    else:
+        out["memory_limit"] = f"{fallback_memory} (no memory cgroup: {why or 'not delegated'})"
+    if "pids" in held:
+        out["task_limit"] = f"cgroup v{version} pids.max: processes and threads"
+    else:
+        out["task_limit"] = f"{fallback_tasks} (no pids cgroup: {why or 'not delegated'})"
+    return out
+
+
+def folder_quota_word(mount_ns: bool) -> str:
+    """What holds a candidate's folder quota (``MeasurerConfig.folder_max_*``) here."""
+    check = "the measurer's check every 0.5 s"
+    if mount_ns and os.geteuid() == 0:
+        return (f"tmpfs in the sandbox's mount namespace: the kernel refuses bytes and entries "
+                f"past the quota (ENOSPC), its pages charged to the sandbox's memory; depth by "
+                f"{check}")
+    why = "no mount namespace" if not mount_ns else \
+        "the measurer is not root (it could not read the folder through /proc/<pid>/root)"
+    return f"{check}: depth, entries and bytes; one file by RLIMIT_FSIZE ({why})"
 
 
 def _reads_refused(outside: str) -> str | None:
