@@ -2,6 +2,8 @@
 benchmark; not a test).
 
     python experiments/bench_many_searches.py [--candidates 8000] [--repeat 2]
+    python experiments/bench_many_searches.py --candidates 1000000 --write many.jsonl
+
 
 Two SYNTHETIC logs of the same candidates (one task, a forecast and a successful evaluation
 each): ``many``, every candidate its own search, and ``one``, one search of one candidate a
@@ -10,6 +12,9 @@ step. Each is loaded once, then priced (``build_traces``) and replayed (the trac
 many / one of each is the cost of a search beyond that of its candidates, measured in the same
 run. Before issue 41 pricing was 6 ms per search and the replay 0.5 ms (ratios in the
 hundreds); docs/experiments/benchmarks.md has the figures.
+
+``--write PATH`` only writes the ``many`` log (a search per candidate) for a run of the CLI,
+e.g. ``/usr/bin/time -v gfsim replay --log PATH --json > /dev/null`` (issue 52's 10^6 case).
 """
 
 from __future__ import annotations
@@ -37,25 +42,31 @@ HEADER = {"kind": "header", "schema_version": 1, "log_id": "bench-many-searches"
 
 
 def write_log(path: Path, n: int, many: bool) -> None:
+    """The log, written a record at a time (10^6 candidates: about 1 GB of JSON lines)."""
+    with open(path, "w") as f:
+        for record in _records(n, many):
+            f.write(json.dumps(record) + "\n")
+
+
+def _records(n: int, many: bool):
     rng = random.Random(0)
-    out = [HEADER]
+    yield HEADER
     if not many:
-        out.append({"kind": "run", "search_id": "s", "driver": "trace"})
+        yield {"kind": "run", "search_id": "s", "driver": "trace"}
     for i in range(n):
         sid, step = (f"s{i}", 0) if many else ("s", i)
         if many:
-            out.append({"kind": "run", "search_id": sid, "driver": "trace"})
-        out.append({"kind": "step", "search_id": sid, "step": step, "parent_ids": []})
-        out.append({"kind": "candidate", "candidate_id": f"c{i}", "search_id": sid,
-                    "task_id": "t", "step": step, "seq": 0,
-                    "generation": {"started_s": 0.0, "completed_s": 30.0, "service_s": 30.0}})
+            yield {"kind": "run", "search_id": sid, "driver": "trace"}
+        yield {"kind": "step", "search_id": sid, "step": step, "parent_ids": []}
+        yield {"kind": "candidate", "candidate_id": f"c{i}", "search_id": sid,
+               "task_id": "t", "step": step, "seq": 0,
+               "generation": {"started_s": 0.0, "completed_s": 30.0, "service_s": 30.0}}
         p = [rng.random() for _ in range(8)]
-        out.append({"kind": "forecast", "candidate_id": f"c{i}", "forecaster": "fc",
-                    "mode": "tool", "probs": [x / sum(p) for x in p], "latency_s": 40.0})
-        out.append({"kind": "evaluation", "candidate_id": f"c{i}", "outcome": "success",
-                    "speedup": round(rng.uniform(0.5, 2.0), 3), "compile_s": 1.0,
-                    "check_s": 2.0, "timing_s": 8.0})
-    path.write_text("".join(json.dumps(r) + "\n" for r in out))
+        yield {"kind": "forecast", "candidate_id": f"c{i}", "forecaster": "fc",
+               "mode": "tool", "probs": [x / sum(p) for x in p], "latency_s": 40.0}
+        yield {"kind": "evaluation", "candidate_id": f"c{i}", "outcome": "success",
+               "speedup": round(rng.uniform(0.5, 2.0), 3), "compile_s": 1.0,
+               "check_s": 2.0, "timing_s": 8.0}
 
 
 def best_of(fn, repeat: int) -> float:
@@ -71,7 +82,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--candidates", type=int, default=8000)
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--write", type=Path, metavar="PATH",
+                    help="write the many-searches log of --candidates searches and stop")
     args = ap.parse_args()
+    if args.write is not None:
+        write_log(args.write, args.candidates, many=True)
+        return
     model = load_cost_model("serverless-a100")
     got = {}
     with tempfile.TemporaryDirectory() as tmp:

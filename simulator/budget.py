@@ -125,10 +125,11 @@ def stop_reason(result) -> dict:
     return {"code": "steps_done", "text": f"all {result.steps} steps done"}
 
 
-def stop_note(results) -> str | None:
+def stop_note(results, reasons=None) -> str | None:
     """One line on why the searches of a replay stopped, where any ended other than by running
-    every step with every child it asked for (None otherwise)."""
-    reasons = [stop_reason(r) for r in results]
+    every step with every child it asked for (None otherwise). ``reasons``: their
+    ``stop_reason``s where already known."""
+    reasons = [stop_reason(r) for r in results] if reasons is None else reasons
     if all(r["code"] == "steps_done" for r in reasons):
         return None
     if len(reasons) == 1:

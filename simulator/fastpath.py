@@ -16,8 +16,9 @@ end, one round deciding every search's next chunk in as few policy calls as the 
 allows (``Policy.state_fields``), each search keeping its own best, chunk and clock. Sums and
 running sums per search are taken in numpy's own order, so that a search's figures are, to the
 bit, those it gives replayed alone (tests/test_fastpath.py). A log of many small searches then
-costs a few tens of microseconds a search beyond its candidates (one policy call and a few
-numpy calls a round instead of per search), most of it building each search's result.
+costs a few microseconds a search beyond its candidates (one policy call and a few numpy calls
+a round instead of per search): their results are columns for the whole log
+(``simulator.search_columns``), not an object per search.
 
 Not covered (the event engine runs instead): budgets other than ``steps``, and a measurement
 that improves the best ending at the instant (within 1e-9 s) a batch of its step decides, where
@@ -26,24 +27,28 @@ event order would matter.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from gfsim.cost_models.presets import Capacities, PresetCostModel
-from gfsim.cost_models.usage import STAGES, Cost
+from gfsim.cost_models.usage import STAGES
 from gfsim.policies.base import Batch, Policy, SearchState
 from gfsim.simulator.budget import Budget
 from gfsim.simulator.engine import segments
 from gfsim.simulator.pipeline import COST_STAGE, DEFAULT_PIPELINE, Pipeline
-from gfsim.simulator.results import SearchResult, no_cyclic_gc, sum_costs
-from gfsim.simulator.noise import MeasureNoise, confirm_best
-from gfsim.simulator.trace import (SearchTrace, ancestor_speedup, columns_of, peek,
+from gfsim.simulator.results import SearchResult, no_cyclic_gc
+from gfsim.simulator.search_columns import SearchColumns, SearchList
+from gfsim.simulator.noise import MeasureNoise
+from gfsim.simulator.trace import (SearchTrace, ancestor_speedup, columns_of,
                                    shared_floats)
 
-__all__ = ["fast_path_blocker", "run_fast", "run_fast_many", "FastPathUnsafe"]
+__all__ = ["fast_path_blocker", "fast_path_blockers", "run_fast", "run_fast_many",
+           "FastPathUnsafe"]
 
 # Why a candidate stopped before the end of a pass.
 _OK, _GEN_FAILED, _UNMEASURABLE, _FAILED = 0, 1, 2, 3
@@ -78,6 +83,22 @@ def fast_path_blocker(trace: SearchTrace, policy: Policy, model: PresetCostModel
         if widest > n:
             return f"{name} capacity binds ({n} slots, steps of up to {widest} candidates)"
     return None
+
+
+def fast_path_blockers(traces: list[SearchTrace], policy: Policy, model: PresetCostModel,
+                       caps: Capacities, budget: Budget) -> list[str | None]:
+    """``fast_path_blocker`` of every trace, the settings checked once (10^5 searches: a few
+    tens of milliseconds instead of a second)."""
+    if any(not math.isinf(getattr(budget, k)) for k in ("usd", "seconds", "joules", "gpu_evals")):
+        return ["a usd, seconds, joules or gpu_evals budget"] * len(traces)
+    slots = min(caps.generator, caps.gpus, caps.forecaster if policy.needs_forecast else
+                math.inf, caps.compile_workers if model.compile_on == "cpu" else math.inf)
+    out: list[str | None] = []
+    for t in traces:
+        widest = t.__dict__.get("_fast_widest")
+        out.append(None if widest is not None and widest <= slots else
+                   fast_path_blocker(t, policy, model, caps, budget))
+    return out
 
 
 @dataclass
@@ -310,6 +331,18 @@ class _Layout:
         self.kept_steps = steps_of
 
 
+def _sizes(traces: list[SearchTrace], span) -> np.ndarray:
+    """Each trace's candidates: from the log's columns where the traces are their views."""
+    if span is not None:
+        cols, a, b = span
+        i, j = np.searchsorted(cols.starts, [a, b])
+        sizes = (cols.ends[i:j] - cols.starts[i:j]).astype(np.int64)
+        # one view a search, in order (with no empty search, the searches of rows a:b)
+        if j - i == len(traces) and len(sizes) and sizes.sum() == b - a and sizes.all():
+            return sizes
+    return np.fromiter(map(len, traces), dtype=np.int64, count=len(traces))
+
+
 def _per_row(n: int, p: _Pass) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """How often each row ran each stage in a pass, and its GPU-seconds."""
     counts = {s: np.zeros(n, int) for s in STAGES if s != "idle"}
@@ -442,10 +475,10 @@ class _FastRuns:
             raise ValueError("searches replayed together share a forecast frame and bin edges")
         self.frame = traces[0].forecast_frame
         S = self.S = len(traces)
-        sizes = np.fromiter(map(len, traces), dtype=np.int64, count=S)
+        self.w = w = _World(traces, policy)
+        sizes = _sizes(traces, w.span)
         self.off = off = _offsets(sizes)
         self.sizes = sizes
-        self.w = w = _World(traces, policy)
         n = w.n
         self.search_of = np.repeat(np.arange(S), sizes)
         self.lay = lay = _Layout(traces, off, budget.steps, w.span)
@@ -607,7 +640,7 @@ class _FastRuns:
         return dropped
 
     # -- chunks --------------------------------------------------------------------------------
-    def run(self) -> list[SearchResult | None]:
+    def run(self) -> SearchColumns:
         lay = self.lay
         k = lay.search_step[:-1].copy()
         end = lay.search_step[1:]
@@ -777,7 +810,7 @@ class _FastRuns:
             np.maximum.at(self.best, self.search_of[ok], self.speedup[ok])
 
     # -- results ------------------------------------------------------------------------------
-    def _results(self) -> list[SearchResult | None]:
+    def _results(self) -> SearchColumns:
         lay, w, model, S = self.lay, self.w, self.model, self.S
         n, off, sizes = w.n, self.off, self.sizes
         starts = off[:-1]
@@ -816,53 +849,60 @@ class _FastRuns:
             firsts = o[_starts(so[o])]
             top[so[firsts]] = ok[firsts]
         anytime = self._anytime(abs_step, decide_abs, t_end, gen)
-        per_search = [int(x) for x in np.bincount(self.search_of[self.measured], minlength=S)]
+        per_search = np.bincount(self.search_of[self.measured], minlength=S)
 
         def per(mask):
-            return np.bincount(self.search_of[mask], minlength=S).tolist()
+            return np.bincount(self.search_of[mask], minlength=S)
 
         n_gen, n_unmeasurable = per(gen), per(self.state == "unmeasurable")
         n_orphan, n_reached = per(orphan), per(reached)
         n_forecasts = np.bincount(self.search_of, weights=counts["forecasting"],
-                                  minlength=S).astype(np.int64).tolist()
-        tables = _Tables(self.traces, off, {
+                                  minlength=S).astype(np.int64)
+        tables = _Tables(self.traces, off, self.w.span, {
             "state": self.state, "orphan": orphan, "action": self.action, "reason": self.reason,
             "outcome": outcome}, {
             "score": self.score, "speedup": ok_speed, "measure_start_s": t_start,
             "measure_end_s": t_end, "usd": cand_usd})
-        unforecast = np.bincount(self.search_of[self.reason == "unforecast"],
-                                 minlength=S).tolist()
-        idle_s = (self.caps.gpus * wall - busy).tolist()
-        idle = _shared_rows(np.asarray(idle_s)[:, None], lambda x: model.idle(x))
-        per_stage = [idle if s == "idle" else _shared_rows(np.column_stack(sums[s]), Cost)
-                     for s in STAGES]
-        stage_rows = _shared_rows_of(per_stage)
-        wall_l, top_l = wall.tolist(), top.tolist()
-        speed_l, kept_l = self.speedup.tolist(), lay.kept_steps.tolist()
-        out: list[SearchResult | None] = []
-        for i, t in enumerate(self.traces):
-            stages, total = next(stage_rows)
-            if i in self.unsafe:
-                out.append(None)
-                continue
-            best, best_id = t.seed_speedup, None
-            j = top_l[i]
-            if j >= 0 and speed_l[j] > best:
-                best, best_id = speed_l[j], tables.candidate_id(j)
-            out.append(SearchResult(
-                search_id=t.search_id, task_id=t.task_id, seed_speedup=t.seed_speedup,
-                best_speedup=best, best_candidate_id=best_id, gpu_evals=per_search[i],
-                candidates=n_gen[i], forecasts=n_forecasts[i],
-                unmeasurable=n_unmeasurable[i], orphans=n_orphan[i], reached=n_reached[i],
-                steps=kept_l[i], wall_s=wall_l[i], stages=stages,
-                stopped_by=self.stopped_by[i], anytime=anytime[i], table=None,
-            ))
-            r = out[-1].__dict__
-            del r["table"]
-            r["_table_source"] = (tables, i)
-            r["_unforecast"] = unforecast[i]
-            r["_total"] = (stages, total)
-        return out
+        unforecast = np.bincount(self.search_of[self.reason == "unforecast"], minlength=S)
+        idle_s = self.caps.gpus * wall - busy
+        stages = {s: _idle_rows(idle_s, model) if s == "idle" else np.column_stack(sums[s])
+                  for s in STAGES}
+        seed = self.seed_speedup
+        best = seed.copy()
+        has = top >= 0
+        better = np.zeros(S, bool)
+        better[has] = self.speedup[top[has]] > seed[has]
+        best[better] = self.speedup[top[better]]
+        best_ids: list = [None] * S
+        for i, j in zip(np.flatnonzero(better).tolist(), top[better].tolist()):
+            best_ids[i] = tables.candidate_id(j)
+        true_best, confirmed = self._confirmed(best, better, top, best_ids)
+        return SearchColumns(
+            ints={"gpu_evals": np.asarray(per_search, np.int64),
+                  "candidates": np.asarray(n_gen, np.int64),
+                  "forecasts": np.asarray(n_forecasts, np.int64),
+                  "unmeasurable": np.asarray(n_unmeasurable, np.int64),
+                  "orphans": np.asarray(n_orphan, np.int64),
+                  "reached": np.asarray(n_reached, np.int64),
+                  "steps": np.asarray(lay.kept_steps, np.int64)},
+            floats={"seed_speedup": seed, "best_speedup": best, "wall_s": wall,
+                    "confirmed_speedup": confirmed, "true_best_speedup": true_best},
+            ids={"search_id": [t.search_id for t in self.traces],
+                 "task_id": [t.task_id for t in self.traces],
+                 "best_candidate_id": best_ids, "stopped_by": list(self.stopped_by)},
+            stages=stages, anytime=anytime, unforecast=unforecast, tables=tables)
+
+    def _confirmed(self, best, better, top, best_ids) -> tuple[np.ndarray, np.ndarray]:
+        """``noise.confirm_best`` of every search: the best's noise-free speedup and its one
+        re-measurement (the best itself where nothing beat the seed kernel)."""
+        true_best, confirmed = best.copy(), best.copy()
+        at = np.flatnonzero(better)
+        true_best[at] = self.true_speedup[top[at]]
+        factor = np.ones(len(at)) if self.noise is None else np.array([
+            float(self.noise.factors(self.seed, self.traces[i].search_id, [best_ids[i]],
+                                     purpose="confirm")[0]) for i in at.tolist()])
+        confirmed[at] = true_best[at] * factor
+        return true_best, confirmed
 
     def _anytime(self, abs_step, decide_abs, t_end, gen) -> list[np.ndarray]:
         """Per search, (seconds, usd, joules, gpu_evals, best) after each measurement, from the
@@ -914,59 +954,33 @@ class _FastRuns:
         heads = m_start + np.arange(S)
         table[heads] = 0.0
         table[heads, 4] = self.seed_speedup
-        bounds = (heads + 1 + m_count).tolist()
-        return [table[h:e] for h, e in zip(heads.tolist(), bounds)]
+        return table, heads, heads + 1 + m_count
 
 
-def _shared_rows(columns: np.ndarray, make) -> list:
-    """``make(*row)`` for each row of ``columns``, one object per distinct row, bit for bit
-    (-0.0 and NaN as they are): searches priced alike share their ``Cost`` objects (10^5
-    one-candidate searches: 700,000 costs a replay, a few dozen distinct)."""
-    if len(columns) < 64:
-        return list(itertools.starmap(make, columns.tolist()))
-    bits = np.ascontiguousarray(columns, dtype=float).view(np.int64)
-    key = np.zeros(len(bits), np.int64)
-    for j in range(bits.shape[1]):  # each column's distinct values coded, codes combined
-        _, code = np.unique(bits[:, j], return_inverse=True)
-        _, key = np.unique(key * (int(code.max()) + 1) + code.reshape(-1), return_inverse=True)
-        key = key.reshape(-1)
-    if key.max() + 1 > 3 * len(columns) // 4:  # mostly distinct: little to share
-        return list(itertools.starmap(make, columns.tolist()))
-    first = np.zeros(int(key.max()) + 1, np.int64)
-    first[key[::-1]] = np.arange(len(key))[::-1]  # each distinct row's first occurrence
-    objects = np.empty(len(first), dtype=object)
-    objects[:] = list(itertools.starmap(make, columns[first].tolist()))
-    return objects[key].tolist()
-
-
-def _shared_rows_of(per_stage: list[list]):
-    """Each search's ``{stage: Cost}``, one dict per distinct set of cost objects (results
-    only read their stages)."""
-    seen: dict = {}
-    for row in zip(*per_stage):
-        key = tuple(map(id, row))
-        got = seen.get(key)
-        if got is None:
-            stages = dict(zip(STAGES, row))
-            got = seen[key] = (stages, sum_costs(stages.values()))
-        yield got
+def _idle_rows(idle_s: np.ndarray, model: PresetCostModel) -> np.ndarray:
+    """``model.idle`` of each search's idle GPU-seconds as rows (seconds, usd, joules,
+    usd_imputed): one call per distinct value, bit for bit."""
+    bits = np.ascontiguousarray(idle_s, dtype=float).view(np.int64)
+    distinct, first, code = np.unique(bits, return_index=True, return_inverse=True)
+    rows = np.array([dataclasses.astuple(model.idle(x)) for x in idle_s[first].tolist()],
+                    dtype=float).reshape(len(distinct), 4)
+    return rows[code.reshape(-1)]
 
 
 class _Tables:
     """The per-candidate tables of a fast replay's searches, from its columns: search i's is
     built when its result's ``table`` is first read, as a dict of lists."""
 
-    def __init__(self, traces, off: np.ndarray, objects: dict, floats: dict):
-        self.traces, self.off = traces, off.tolist()
+    def __init__(self, traces, off: np.ndarray, span, objects: dict, floats: dict):
+        self.traces, self.off, self.span = traces, off, span  # span: columns_of(traces)
         self.objects, self.floats = objects, floats
-        self.span = columns_of(traces)
         self.lists: dict[str, list] = {}
 
     def candidate_id(self, row: int):
         if self.span is not None:
             return self.span[0].lists["candidate_ids"][self.span[1] + row]
         i = int(np.searchsorted(self.off, row, "right")) - 1
-        return self.traces[i].candidate_ids[row - self.off[i]]
+        return self.traces[i].candidate_ids[row - int(self.off[i])]
 
     def _list(self, name: str) -> list:
         if name not in self.lists:
@@ -976,7 +990,7 @@ class _Tables:
 
     def table(self, i: int) -> dict[str, list]:
         t = self.traces[i]
-        a, b = self.off[i], self.off[i + 1]
+        a, b = int(self.off[i]), int(self.off[i + 1])
         whole = len(self.traces) == 1  # one search's columns are the lists, not copies
         n = b - a
         table = {"candidate_id": t.candidate_ids, "search_id": [t.search_id] * n,
@@ -996,33 +1010,26 @@ class _Tables:
 def run_fast_many(traces: list[SearchTrace], policy: Policy, model: PresetCostModel,
                   caps: Capacities, budget: Budget, seed: int, drop_orphans: bool = False,
                   pipeline: Pipeline = DEFAULT_PIPELINE, noise: MeasureNoise | None = None
-                  ) -> list[SearchResult | FastPathUnsafe]:
+                  ) -> Sequence[SearchResult | FastPathUnsafe]:
     """Replay several searches in closed form, in lockstep (a search's figures are those it
     gives alone): one result per trace, or the ``FastPathUnsafe`` that stopped it (a tie the
-    event order would settle). Check ``fast_path_blocker`` first for each trace."""
-    out: list = [None] * len(traces)
+    event order would settle). Check ``fast_path_blocker`` first for each trace. Searches
+    that share a forecast frame and all run here come back as one ``SearchList`` (the
+    replay's columns); otherwise a list of results."""
     groups: dict = {}
     for j, t in enumerate(traces):
         groups.setdefault((t.forecast_frame, t.bin_edges), []).append(j)
     with no_cyclic_gc():  # results hold no cycles (see no_cyclic_gc)
-        _run_groups(groups, out, traces, policy, model, caps, budget, seed, drop_orphans,
-                    pipeline, noise)
+        runs = [(idx, _FastRuns([traces[j] for j in idx], policy, model, caps, budget, seed,
+                                drop_orphans, pipeline, noise)) for idx in groups.values()]
+        got = [(idx, r, r.run()) for idx, r in runs]
+        if len(got) == 1 and not got[0][1].unsafe:
+            return SearchList(got[0][2])
+        out: list = [None] * len(traces)
+        for idx, r, columns in got:
+            for i, j in enumerate(idx):
+                out[j] = FastPathUnsafe(r.unsafe[i]) if i in r.unsafe else columns.result(i)
     return out
-
-
-def _run_groups(groups, out, traces, policy, model, caps, budget, seed, drop_orphans,
-                pipeline, noise) -> None:
-    for idx in groups.values():
-        runs = _FastRuns([traces[j] for j in idx], policy, model, caps, budget, seed,
-                         drop_orphans, pipeline, noise)
-        for i, (j, r) in enumerate(zip(idx, runs.run())):
-            if r is None:
-                out[j] = FastPathUnsafe(runs.unsafe[i])
-                continue
-            confirm_best(r, peek(traces[j], "candidate_ids"), runs.true_speedup[runs.off[i]:
-                                                                       runs.off[i + 1]],
-                         noise, seed)
-            out[j] = r
 
 
 def run_fast(trace: SearchTrace, policy: Policy, model: PresetCostModel, caps: Capacities,

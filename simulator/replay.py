@@ -17,7 +17,7 @@ from gfsim.simulator.seconds_report import seconds_note
 from gfsim.simulator.children import INVENTED, INVENTED_HEADROOM
 from gfsim.simulator.drivers import evolution_note, is_closed_loop, selection_for
 from gfsim.simulator.engine import SearchSimulation
-from gfsim.simulator.fastpath import FastPathUnsafe, fast_path_blocker, run_fast_many
+from gfsim.simulator.fastpath import FastPathUnsafe, fast_path_blockers, run_fast_many
 from gfsim.simulator.noise import MeasureNoise
 from gfsim.simulator.pipeline import DEFAULT_PIPELINE, Pipeline
 from gfsim.simulator.puct_engine import (
@@ -27,6 +27,8 @@ from gfsim.simulator.puct_engine import (
 )
 from gfsim.simulator.puct_fast import fast_search, run_lockstep, run_puct_fast
 from gfsim.simulator.results import ReplayResult, SearchResult, no_cyclic_gc
+from gfsim.simulator.search_columns import (AnytimeRows, SummaryRows, columns_in,
+                                            search_extras)
 from gfsim.simulator.trace import SearchTrace, build_traces, columns_of
 from gfsim.simulator.world_model import child_sources
 
@@ -218,8 +220,8 @@ def simulate_searches(traces: list[SearchTrace], policy: Policy, model: PresetCo
     out: list = [None] * len(traces)
     fast = []
     if engine != "des":
-        for j, t in enumerate(traces):
-            blocker = fast_path_blocker(t, policy, model, caps, budget)
+        for j, (t, blocker) in enumerate(zip(traces, fast_path_blockers(traces, policy, model,
+                                                                        caps, budget))):
             if blocker is None:
                 fast.append(j)
             elif engine == "fast":
@@ -228,6 +230,9 @@ def simulate_searches(traces: list[SearchTrace], policy: Policy, model: PresetCo
     if fast:
         got = run_fast_many([traces[j] for j in fast], policy, model, caps, budget, seed,
                             drop_orphans, pipeline, noise)
+        if len(fast) == len(traces) and columns_in(got) is not None:
+            columns_in(got).engine = "fast"
+            return got  # every search in one table (simulator.search_columns)
         for j, result in zip(fast, got):
             if isinstance(result, FastPathUnsafe):
                 if engine == "fast":
@@ -387,15 +392,16 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
             # With no orphans, dropping them changes nothing: the same results serve both.
             if not orphans_dropped:
                 dropped = None
-            elif any(r.orphans for r in searches):
+            elif _any_orphans(searches):
                 dropped = run_all(policy, seed, True)
             else:
                 dropped = searches
             per_seed.append((searches, dropped))
             if key:
                 derived.store(log, "replay", key,
-                              {"searches": searches, "same": dropped is searches,
-                               "dropped": None if dropped is searches else dropped},
+                              {"searches": list(searches), "same": dropped is searches,
+                               "dropped": None if dropped is None or dropped is searches
+                               else list(dropped)},
                               _RESULT_CLASSES, _shared_lists(traces)[0],
                               {"SearchResult": ("table",)})
     notes = [seconds_note(traces, model)]  # where evaluation seconds and cold starts come from
@@ -433,6 +439,13 @@ def _whatif_children(make_source, log, forecaster, policies):
     from gfsim.simulator.whatif_children import WhatIfChildren
 
     return lambda t: WhatIfChildren(make_source(t), whatif, t)
+
+
+def _any_orphans(searches) -> bool:
+    columns = columns_in(searches)
+    if columns is not None:
+        return bool(columns.ints["orphans"].any())
+    return any(r.orphans for r in searches)
 
 
 def _closed_loop_shapes(log, traces, search, model, children: str, simulate: bool,
@@ -490,8 +503,9 @@ def best_evidence(result: ReplayResult) -> dict:
     on a log whose own search was not PUCT's, ``simulated_searches`` of them); ``label``
     says what the bests' lineage rests on in a few words for a table."""
     searches = result.searches
-    lineage = [s.extra["best_lineage"] for s in searches if "best_lineage" in s.extra]
-    simulated = sum(1 for s in searches if s.extra.get("reproduces_log") is False)
+    extras = list(search_extras(searches))
+    lineage = [e["best_lineage"] for e in extras if "best_lineage" in e]
+    simulated = sum(1 for e in extras if e.get("reproduces_log") is False)
     length = sum(b["length"] for b in lineage)
     invented = sum(b["invented"] for b in lineage)
     invented_bests = sum(1 for b in lineage if b["invented"])
@@ -522,8 +536,8 @@ def draw_shares(results: list[ReplayResult]) -> dict:
     the log never held (fallback or model draws), over every search of every result."""
     draws: dict = {}
     for res in results:
-        for s in res.searches:
-            for k, v in (s.extra or {}).get("draws", {}).items():
+        for extra in search_extras(res.searches):
+            for k, v in extra.get("draws", {}).items():
                 draws[k] = draws.get(k, 0) + v
     total = sum(draws.values())
     if not total:
@@ -549,14 +563,14 @@ def seed_dependence(policies, *, driver: str = "trace", noise: MeasureNoise | No
                for p in dict.fromkeys(policies) if p.reads_seed()]
     if noise is not None:
         reasons.append("measurement noise is keyed by the seed")
-    if any((s.extra or {}).get("driver") == "evolution" for res in results
-           for s in res.searches) or driver == "evolution":
+    if any(e.get("driver") == "evolution" for res in results
+           for e in search_extras(res.searches)) or driver == "evolution":
         reasons.append("the evolutionary driver draws its parents by seed")
     if is_closed_loop(driver):
         drawn: dict = {}
         for res in results:
-            for s in res.searches:
-                for k, v in (s.extra or {}).get("draws", {}).items():
+            for extra in search_extras(res.searches):
+                for k, v in extra.get("draws", {}).items():
                     drawn[k] = drawn.get(k, 0) + v
         others = sorted(k for k, v in drawn.items() if v and k not in SEED_FREE_DRAWS)
         if not drawn or others:
@@ -589,9 +603,31 @@ def replay_with_baseline(log: ReplayLog, policy: Policy, model: PresetCostModel,
 ANYTIME_POINTS = 100  # anytime rows per search in ``gfsim replay --json`` unless --detail
 
 
-def _anytime_rows(searches, points: int | None) -> dict[str, list]:
+def _engines(searches) -> list[str]:
+    columns = columns_in(searches)
+    return [columns.engine] if columns is not None and len(columns) else \
+        sorted({r.engine for r in searches})
+
+
+def _stopped_by(searches) -> set:
+    columns = columns_in(searches)
+    return columns.stopped_by() if columns is not None else {r.stopped_by for r in searches}
+
+
+def _summaries(searches):
+    """Each search's ``summary()``: from a replay's columns, built a chunk at a time where
+    ``print_json`` writes them (``search_columns.SummaryRows``)."""
+    columns = columns_in(searches)
+    return SummaryRows(columns) if columns is not None else [r.summary() for r in searches]
+
+
+def _anytime_rows(searches, points: int | None):
     """Each search's anytime rows as lists (``anytime_points``); searches whose start rows
-    are the same bytes share one list (10^5 searches: 20 MB of identical start rows)."""
+    are the same bytes share one list (10^5 searches: 20 MB of identical start rows). From a
+    replay's columns, built a chunk at a time (``search_columns.AnytimeRows``)."""
+    columns = columns_in(searches)
+    if columns is not None:
+        return AnytimeRows(columns, points)
     starts: dict = {}
     out = {}
     for r in searches:
@@ -639,7 +675,7 @@ def _comparison_json(result: ReplayResult, base: ReplayResult, budget: Budget,
         "budget": budget.as_dict(),
         "measure_noise": result.measure_noise,
         "driver": _driver_words(result),
-        "engines": sorted({r.engine for r in result.searches}),
+        "engines": _engines(result.searches),
         **mine,
         "baseline": {"policy": base.policy, **theirs},
         "usd_delta": mine["usd"] - theirs["usd"],
@@ -647,8 +683,8 @@ def _comparison_json(result: ReplayResult, base: ReplayResult, budget: Budget,
         "joules_delta": mine["joules"] - theirs["joules"],
         "speedup_delta": mine["best_speedup"] - theirs["best_speedup"],
         "gpu_evals_delta": mine["gpu_evals"] - theirs["gpu_evals"],
-        "stopped_by": sorted({r.stopped_by for r in result.searches if r.stopped_by}),
-        "searches": [r.summary() for r in result.searches],
+        "stopped_by": sorted(s for s in _stopped_by(result.searches) if s),
+        "searches": _summaries(result.searches),
         "anytime": _anytime_rows(result.searches, anytime),
         "anytime_columns": ["seconds", "usd", "joules", "gpu_evals", "best_speedup"],
         "anytime_points": anytime,
@@ -662,7 +698,8 @@ def _comparison_json(result: ReplayResult, base: ReplayResult, budget: Budget,
     }
     out["best_evidence"] = best_evidence(result)
     out["baseline"]["best_evidence"] = best_evidence(base)
-    puct = [r.extra for r in result.searches if r.extra.get("driver") in ("puct", "evolution")]
+    puct = [e for e in search_extras(result.searches) if e.get("driver") in ("puct",
+                                                                           "evolution")]
     if puct:
         evo = [r for r in result.searches if r.extra.get("driver") == "evolution"]
         out["drivers"] = {r.search_id: r.extra["driver"] for r in result.searches}
@@ -725,7 +762,7 @@ def _driver_words(result: ReplayResult) -> str:
     from gfsim.simulator.drivers import chosen_driver
     from gfsim.simulator.evolution import EvolutionConfig
 
-    extras = [s.extra or {} for s in result.searches]
+    extras = list(search_extras(result.searches))
     if not extras or "driver" not in extras[0]:
         return "trace"
     fields = set(EvolutionConfig.__dataclass_fields__)

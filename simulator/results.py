@@ -14,6 +14,7 @@ import pandas as pd
 from gfsim.core.memory import no_cyclic_gc
 from gfsim.cost_models.usage import STAGES, Cost
 from gfsim.replay_logs.derived import Lazy
+from gfsim.simulator.search_columns import SearchList, columns_in
 
 __all__ = ["SearchResult", "ReplayResult", "geometric_mean", "best_at", "first_reaching",
            "no_cyclic_gc", "sum_costs"]
@@ -39,7 +40,7 @@ _COST_FIELDS = tuple(operator.attrgetter(f) for f in ("seconds", "usd", "joules"
 
 
 def geometric_mean(values) -> float:
-    v = np.asarray(list(values), dtype=float)
+    v = np.asarray(values if isinstance(values, np.ndarray) else list(values), dtype=float)
     return float(np.exp(np.log(v).mean())) if len(v) else math.nan
 
 
@@ -166,14 +167,17 @@ class ReplayResult:
     log: str
     cost_model: str
     seed: int
-    searches: list[SearchResult]
-    orphans_dropped: list[SearchResult] | None = None
+    searches: list[SearchResult] | SearchList  # a SearchList: the fast path's columns
+    orphans_dropped: list[SearchResult] | SearchList | None = None
     simulation_s: float = 0.0
     notes: list[str] = field(default_factory=list)
     measure_noise: dict | None = None  # MeasureNoise.as_dict() when measurements were noisy
 
     @property
     def stages(self) -> dict[str, Cost]:
+        columns = columns_in(self.searches)
+        if columns is not None:
+            return columns.stage_sums()
         return {s: sum_costs(r.stages[s] for r in self.searches) for s in STAGES}
 
     @property
@@ -182,9 +186,19 @@ class ReplayResult:
 
     @property
     def best_speedup(self) -> float:
-        return geometric_mean(r.best_speedup for r in self.searches)
+        return self._mean("best_speedup")
+
+    def _mean(self, attr: str) -> float:
+        """The geometric mean over searches of a per-search speedup."""
+        columns = columns_in(self.searches)
+        if columns is not None:
+            return geometric_mean(columns.floats[attr])
+        return geometric_mean(getattr(r, attr) for r in self.searches)
 
     def _sum(self, attr: str) -> float:
+        columns = columns_in(self.searches)
+        if columns is not None:
+            return columns.int_sum(attr) if attr in columns.ints else columns.float_sum(attr)
         return sum(getattr(r, attr) for r in self.searches)
 
     def figures(self) -> dict:
@@ -194,8 +208,8 @@ class ReplayResult:
         reached = self._sum("reached")
         return {
             "best_speedup": self.best_speedup,
-            "confirmed_speedup": geometric_mean(r.confirmed_speedup for r in self.searches),
-            "true_best_speedup": geometric_mean(r.true_best_speedup for r in self.searches),
+            "confirmed_speedup": self._mean("confirmed_speedup"),
+            "true_best_speedup": self._mean("true_best_speedup"),
             "gpu_evals": self._sum("gpu_evals"),
             "candidates": self._sum("candidates"),
             "forecasts": self._sum("forecasts"),
@@ -214,9 +228,13 @@ class ReplayResult:
         """Candidates a forecast-reading policy decided with no forecast at all (reason
         ``unforecast``: no forecaster could run on them); 0 for a policy that reads none."""
         # (a lean result keeps no per-candidate table: nothing to count there)
+        columns = columns_in(self.searches)
+        if columns is not None:
+            return int(sum(columns.unforecast.tolist()))
         return sum(s.unforecast for s in self.searches)
 
     def candidate_table(self) -> pd.DataFrame:
+        """Every search's per-candidate table, one after another."""
         return pd.concat([pd.DataFrame(r.table) for r in self.searches], ignore_index=True)
 
     def trace_hash(self) -> str:

@@ -2,7 +2,10 @@
 and the notes reading those columns once) gives what the per-search form gives, to the bit.
 
 The per-search form is the same traces with every field materialised on its own (no view):
-the fast path then chains each search's fields as before issue 52. The log is SYNTHETIC,
+the fast path then chains each search's fields as before issue 52. A replay's results are
+columns too (``simulator.search_columns``): its figures and its ``--json`` document, streamed
+a chunk of searches at a time, are held equal, to the byte, to those of a plain list of one
+``SearchResult`` per search (the form before issue 53). The log is SYNTHETIC,
 drawn here: searches of 1 to 90 candidates, parents within a step and across steps, failed
 generations, every outcome, candidates without an evaluation or a forecast.
 """
@@ -26,7 +29,9 @@ from gfsim.simulator.budget import Budget
 from gfsim.simulator.seconds_report import evaluation_seconds
 from gfsim.simulator import replay as _replay  # noqa: F401  (loads the module)
 from gfsim.simulator.replay import calibration_batch, simulate_searches
-from gfsim.simulator.results import ReplayResult
+from gfsim.cli.common import json_bytes, json_parts
+from gfsim.simulator.results import ReplayResult, SearchResult
+from gfsim.simulator.search_columns import SearchList, columns_in
 from gfsim.simulator.trace import SearchTrace, build_traces, columns_of
 
 HEADER = {"kind": "header", "schema_version": 1, "log_id": "many-searches-test",
@@ -175,3 +180,71 @@ def test_a_log_of_many_small_searches_keeps_no_derived_files(tmp_path, monkeypat
     assert outs[0] == outs[1]
     assert list(path.parent.glob(".gfsim-cache/*/manifest.json"))  # the tables are cached
     assert not list(path.parent.glob(".gfsim-cache/*/derived/*/*.bin"))  # nothing derived
+
+
+def _plain(result: ReplayResult) -> ReplayResult:
+    """The same replay with a list of one ``SearchResult`` per search (the form before the
+    columns): every figure is then made search by search."""
+    def listed(searches):
+        return None if searches is None else [r for r in searches]
+
+    return dataclasses.replace(result, searches=listed(result.searches),
+                               orphans_dropped=listed(result.orphans_dropped))
+
+
+@pytest.mark.parametrize("policy,budget,model_name", [
+    ("threshold:0.7", None, "serverless-a100"),
+    ("topk:1", "steps=2", "reserved-h100"),
+])
+def test_results_as_columns_give_the_per_search_figures_and_json(many_log, policy, budget,
+                                                                  model_name):
+    from gfsim.api.compare import _add_stop_reasons
+    from gfsim.simulator import comparison_json, parse_budget, replay_with_baseline
+
+    model, the_budget = load_cost_model(model_name), parse_budget(budget)
+    caps = Capacities(generator=1000, forecaster=1000, compile_workers=1000, gpus=1000)
+    result, base = replay_with_baseline(many_log, make_policy(policy), model,
+                                        budget=the_budget, capacities=caps)
+    for r in (result, base):  # one table per replay, no result object per search
+        assert isinstance(r.searches, SearchList) and columns_in(r.searches) is not None
+        assert all(isinstance(s, SearchResult) for s in r.searches[:3])
+    plain, plain_base = _plain(result), _plain(base)
+    assert columns_in(plain.searches) is None
+    assert result.figures() == plain.figures() and base.figures() == plain_base.figures()
+    assert result.trace_hash() == plain.trace_hash()
+    docs = []
+    for r, b in ((result, base), (plain, plain_base)):
+        out = comparison_json(r, b, the_budget)
+        _add_stop_reasons(out, r, b)
+        docs.append(out)
+    streamed = b"".join(json_parts(docs[0]))
+    assert streamed == json_bytes(docs[1])  # the columns' document, to the byte
+    assert streamed == json_bytes(docs[0])  # and read whole, as a plain dict would be
+    assert docs[0]["searches"][5] == docs[1]["searches"][5]
+    assert docs[0]["anytime"]["s7"] == docs[1]["anytime"]["s7"]
+    assert json.loads(streamed)["searches"][0]["stop_reason"]["code"] in (
+        "steps_done", "budget:steps")
+
+
+def test_json_parts_stream_nested_lists_and_dicts_byte_for_byte():
+    """What print_json writes a chunk at a time equals the whole document encoded at once:
+    parts at two depths, empty parts, control characters, NaN."""
+    class Rows(list):
+        def json_chunks(self):
+            yield []
+            for a in range(0, len(self), 3):
+                yield self[a:a + 3]
+
+    class Table(dict):
+        def json_chunks(self):
+            keys = list(self)
+            for a in range(0, len(keys), 2):
+                yield {k: self[k] for k in keys[a:a + 2]}
+
+    rows = Rows([{"id": f"s{i}\u202e", "x": [i, float("nan")]} for i in range(7)])
+    table = Table({f"k{i}": [[1.5, i]] for i in range(5)})
+    doc = {"a": 1, "rows": rows, "inner": {"table": table, "empty": Rows(), "none": Table()},
+           "tail": "\x1b[31m"}
+    plain = {"a": 1, "rows": list(rows), "inner": {"table": dict(table), "empty": [],
+                                                   "none": {}}, "tail": "\x1b[31m"}
+    assert b"".join(json_parts(doc)) == json_bytes(plain)

@@ -240,11 +240,23 @@ def _add_stop_reasons(out: dict, result, base) -> None:
     """Why each search ended (``searches[].stop_reason``, the baseline's too), and a note where
     any ended early: a budget, or a closed-loop source out of children."""
     from gfsim.simulator.budget import stop_note, stop_reason
+    from gfsim.simulator.search_columns import StopReasonRows, SummaryRows, columns_in
 
-    for summary, r in zip(out["searches"], result.searches):
-        summary["stop_reason"] = stop_reason(r)
-    out["baseline"]["stop_reasons"] = [stop_reason(r) for r in base.searches]
-    mine, theirs = stop_note(result.searches), stop_note(base.searches)
+    def reasons(searches):  # from a replay's columns, without a result per search
+        columns = columns_in(searches)
+        return StopReasonRows(columns) if columns is not None else \
+            [stop_reason(r) for r in searches]
+
+    summaries = out["searches"]
+    if isinstance(summaries, SummaryRows):
+        summaries.stop_reasons = True
+        mine = reasons(result.searches)
+    else:
+        mine = [stop_reason(r) for r in result.searches]
+        for summary, reason in zip(summaries, mine):
+            summary["stop_reason"] = reason
+    out["baseline"]["stop_reasons"] = theirs = reasons(base.searches)
+    mine, theirs = stop_note(result.searches, mine), stop_note(base.searches, theirs)
     if mine is not None and mine == theirs:
         out["notes"].append(f"{mine}; the baseline's alike")
         return

@@ -17,7 +17,8 @@ import typer.core
 from gfsim.api.options import parse_capacities, search_config
 from gfsim.core.errors import GfsimError
 
-__all__ = ["handles_errors", "print_json", "console", "esc", "one_line", "search_config",
+__all__ = ["handles_errors", "print_json", "json_parts", "console", "esc", "one_line",
+           "search_config",
            "SIMULATE_HELP", "CONTEXT", "GfsimCommand",
            "Table", "parse_capacities", "CONFIG_HELP", "load_config", "effective_settings",
            "current_settings"]
@@ -217,6 +218,12 @@ def _default(o: Any):
         return o.tolist()
     if isinstance(o, (set, frozenset)):
         return sorted(o)
+    from collections.abc import Mapping, Sequence
+
+    if isinstance(o, Mapping):  # a replay's lazy per-search parts (simulator.search_columns)
+        return dict(o)
+    if isinstance(o, Sequence):
+        return list(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
@@ -240,15 +247,66 @@ def print_json(obj: Any) -> None:
     ctx = _RUNNING.get()
     if ctx is not None and isinstance(obj, dict) and "settings" not in obj:
         obj = {**obj, "settings": effective_settings(ctx)}
-    data = json_bytes(obj)  # (the newline apart: ``data + b"\n"`` would copy all of it)
     buffer = getattr(sys.stdout, "buffer", None)
     if buffer is None:  # a text-only stream
-        sys.stdout.write(data.decode() + "\n")
+        sys.stdout.write(b"".join(json_parts(obj)).decode() + "\n")
         return
+    from gfsim.core.memory import no_cyclic_gc
+
     sys.stdout.flush()
-    buffer.write(data)
+    with no_cyclic_gc():  # the parts made are acyclic: no collection walks the heap meanwhile
+        for part in json_parts(obj):  # (no copy of the whole document, nor for its newline)
+            buffer.write(part)
     buffer.write(b"\n")
     buffer.flush()
+
+
+_STREAM_TOKEN = "gfsim-json-part-7f3c9a"  # stands in for a streamed value while the rest is made
+
+
+def json_parts(obj: Any):
+    """``json_bytes(obj)``, to the byte, in pieces: a value of one of ``obj``'s dicts (at any
+    depth through dicts) that offers ``json_chunks()`` (a list or dict of many searches,
+    ``simulator.search_columns``) is encoded a chunk at a time as it is written, so the
+    document is never whole in memory."""
+    streamed: list = []
+
+    def swap(o):
+        if isinstance(o, dict):
+            return {k: swap(v) for k, v in o.items()}
+        if hasattr(o, "json_chunks"):
+            streamed.append(o)
+            return f"{_STREAM_TOKEN}-{len(streamed) - 1}"
+        return o
+
+    data = json_bytes(swap(obj))
+    at = 0
+    for k, value in enumerate(streamed):
+        token = f'"{_STREAM_TOKEN}-{k}"'.encode()
+        where = data.index(token, at)
+        line = data[data.rfind(b"\n", 0, where) + 1:where]  # '  "key": ' before the value
+        indent = len(line) - len(line.lstrip(b" "))
+        yield data[at:where]
+        yield from _streamed_value(value, indent)
+        at = where + len(token)
+    yield data[at:]
+
+
+def _streamed_value(value, indent: int):
+    """A list or dict, chunk by chunk, as ``json_bytes`` formats it ``indent`` spaces in."""
+    from collections.abc import Mapping
+
+    pad = b" " * indent
+    opening, closing = (b"{", b"}") if isinstance(value, Mapping) else (b"[", b"]")
+    first = True
+    for chunk in value.json_chunks():
+        if not chunk:
+            continue
+        body = json_bytes(chunk)[2:-2]  # its items, two spaces in: "[\n" ... "\n]" off
+        yield opening + b"\n" if first else b",\n"
+        yield pad + body.replace(b"\n", b"\n" + pad) if indent else body
+        first = False
+    yield opening + closing if first else b"\n" + pad + closing
 
 
 CHILDREN_HELP = ("puct: where children the log never held come from: auto (the default: model "
