@@ -199,3 +199,43 @@ def test_the_sandbox_word_says_which_limit_held():
     assert limits_word({"cgroup": 2, "cgroup_controllers": ["pids"]}) == \
         "cgroup2-pids+memory-seccomp"
     assert limits_word({"cgroup": 0}) == "rlimits"
+
+
+_HOLDER = """
+import os, sys
+from pathlib import Path
+from gfsim.live import cgroup
+base, controller = sys.argv[1], sys.argv[2]
+Path(base, "cgroup.procs").write_text(str(os.getpid()))
+def own():
+    return Path("/proc/self/cgroup").read_text().split("0::", 1)[1].split()[0]
+print(cgroup.hold((controller,)), cgroup.hold((controller,)))  # the second only counts
+print(os.path.basename(own()), cgroup._v2_base() == base, Path(base, "cgroup.procs").read_text().split())
+cgroup.release()
+print(sorted(p.name for p in Path(base).iterdir() if p.is_dir()))
+cgroup.release()
+print(os.path.basename(own()), sorted(p.name for p in Path(base).iterdir() if p.is_dir()))
+cgroup.hold((controller,))  # left held: undone at exit
+"""
+
+
+def test_a_holder_moves_into_its_leaf_and_back_and_undoes_at_exit(group):
+    """``hold`` and ``release`` in a process of the group, with another process beside it: it
+    and the other move into ``gfsim-measurer-<pid>``, new groups still go beneath the group,
+    and the last release (or the process's exit) brings both back and removes the leaf."""
+    import sys
+
+    base, controller, start_in = group
+    other = start_in(base)
+    out = subprocess.run([sys.executable, "-c", _HOLDER, str(base), controller],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "None None"
+    name, climbs, left = lines[1].split(" ", 2)
+    assert name.startswith(cgroup.LEAF_PREFIX) and climbs == "True" and left == "[]", lines
+    assert lines[2] == f"['{name}']"  # one release of two: still held
+    assert lines[3] == f"{base.name} []"
+    assert _read(base / "cgroup.procs") == [str(other)]  # back, and the exit's undo ran
+    assert [p.name for p in base.iterdir() if p.is_dir()] == []
+    assert controller not in _read(base / "cgroup.subtree_control")

@@ -355,8 +355,8 @@ def undelegate(done: Delegation) -> bool:
 _held: dict = {"count": 0, "delegation": None, "pid": 0}
 
 
-def hold() -> str | None:
-    """Where this process's own v2 group has a controller of ``CONTROLLERS`` it does not hand
+def hold(wanted: tuple = CONTROLLERS) -> str | None:
+    """Where this process's own v2 group has a controller of ``wanted`` it does not hand
     its children yet, ``delegate`` it (moving the group's processes into a leaf where it holds
     any), until as many ``release`` calls (or this process's exit). Returns why not, or None.
     Call it before starting processes that make or join sandbox groups (the zygote)."""
@@ -369,7 +369,7 @@ def hold() -> str | None:
     if base is None:
         return "no cgroup v2 group"
     try:
-        _held["delegation"] = delegate(base, leaf_name=f"{LEAF_PREFIX}{os.getpid()}")
+        _held["delegation"] = delegate(base, wanted, f"{LEAF_PREFIX}{os.getpid()}")
     except OSError as exc:
         return exc.strerror or str(exc)
     if _held["delegation"].enabled:
