@@ -682,7 +682,9 @@ class ModelChildren(ChildSource):
         self._template: dict[str, int] = {}  # crb: invented node id -> the logged child copied
         self._used: dict[str, set[int]] = {}
         self._speedup: dict[str, float] = {"seed": trace.seed_speedup}
-        self._distinct: dict[str, dict] = {}  # per node: its distinct kernels drawn so far
+        # Per node: its distinct kernels drawn so far, by code identity, and in the order
+        # first drawn (a repeat picks one of them by its place in that order).
+        self._distinct: dict[str, tuple[dict, list]] = {}
         self._best = trace.seed_speedup
         self._pool = pool_of(trace)
         self._fc = _templates(trace, self.part)
@@ -737,10 +739,13 @@ class ModelChildren(ChildSource):
             child = self.log._child(pool, c, cid, src, s)
             child.plan_key = c  # the logged candidate's own plan, as LogChildren's protos
             out.append(child)
-        distinct = self._distinct.setdefault(node_id, {})
+        distinct, kinds = self._distinct.setdefault(node_id, ({}, []))
         for c in out:
             if not c.gen_failed:
-                distinct.setdefault(c.code or c.candidate_id, c)
+                key = c.code or c.candidate_id
+                if key not in distinct:
+                    distinct[key] = c
+                    kinds.append(c)
         if len(out) >= n:
             self._remember(out)
             return out
@@ -760,8 +765,8 @@ class ModelChildren(ChildSource):
         cdf = q = fit = got = None
         while len(out) < n:
             cid = prefix + str(len(out))
-            if distinct and rng.random() < min(len(distinct) / size, 1.0):
-                again = list(distinct.values())[int(rng.integers(len(distinct)))]
+            if kinds and rng.random() < min(len(kinds) / size, 1.0):
+                again = kinds[int(rng.integers(len(kinds)))]
                 child = self._repeat(again, cid)
                 if again.probs is None:  # its forecast moves at the step's end
                     shifts.repeats.append((child, again))
@@ -793,7 +798,10 @@ class ModelChildren(ChildSource):
                 child = self._invent(cid, node_speedup, base, outcome, step, None, rng, shifts)
             out.append(child)
             if not child.gen_failed:
-                distinct.setdefault(child.code or child.candidate_id, child)
+                key = child.code or child.candidate_id
+                if key not in distinct:
+                    distinct[key] = child
+                    kinds.append(child)
         self._remember(out)
         return out
 
