@@ -18,7 +18,7 @@ def recommend(log: ReplayLog | str | Path | None = None,
               driver: str = "closed", search: str | None = None, forecaster: str | None = None,
               children: str = "auto", simulate: bool = False, seeds: int = 8,
               fresh_seeds: int = 8, seed: int = 0, level: float = 0.9,
-              prices: bool = True) -> dict:
+              prices: bool = True, jobs: int = 0) -> dict:
     """Which of ``candidates`` (``POLICY[@F]``) to run next time instead of ``incumbent``:
     each one's predicted gain for a new search with its interval, the recommendation, and the
     GPU-hour and forecast prices over which it holds; the incumbent, said so, when no gain is
@@ -31,6 +31,8 @@ def recommend(log: ReplayLog | str | Path | None = None,
         candidates: the configurations to weigh (default: the counterfactual benchmark's).
         incumbent: what you do now (default ``all@1`` under puct, ``all`` under trace);
             ``log`` for the search as it ran.
+        jobs: processes the configurations are replayed in (0: one per core, at most one per
+            configuration; 1: this process); the answer is the same whatever their number.
 
     Returns:
         What ``gfsim recommend --json`` prints: ``recommendation`` (its ``verdict``, the
@@ -73,9 +75,11 @@ def recommend(log: ReplayLog | str | Path | None = None,
 
     varies = seed_dependence([make_policy(c.spec) for c in [base, *configs]], driver=driver)
     n = seeds if varies else 1
+    if jobs < 0:
+        raise GfsimError(f"--jobs must be >= 0, got {jobs}")
     rec = recommendation(setup, configs, base, range(seed, seed + n),
                          fresh_seeds=range(seed + n, seed + n + fresh_seeds), level=level,
-                         prices=prices)
+                         prices=prices, jobs=jobs or _cores())
     from gfsim.replay_logs.shipped import log_caveats
 
     out = {"log": the_log.name, "synthetic_log": the_log.is_synthetic,
@@ -88,6 +92,16 @@ def recommend(log: ReplayLog | str | Path | None = None,
     if varies is None:
         out["seeds_note"] = "no seed can change these replays: each configuration replayed once"
     return out
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    import os
+
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # (not on every platform)
+        return max(1, os.cpu_count() or 1)
 
 
 def _chosen(log, driver: str) -> dict:

@@ -70,6 +70,10 @@ def recommend(
     prices: bool = typer.Option(True, "--prices/--no-prices",
                                 help="Find the break-even GPU-hour and forecast prices of a "
                                      "recommendation (more replays)."),
+    jobs: int = typer.Option(0, "--jobs", "-j", min=0,
+                             help="Processes the configurations are replayed in (0: one per "
+                                  "core, at most one per configuration; 1: this process). "
+                                  "The answer is the same whatever their number."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object.", metavar=""),
     config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP, is_eager=True,
                                           callback=load_config),
@@ -84,7 +88,8 @@ def recommend(
         out = run_recommend(log, candidate or None, incumbent, cost=cost, budget=budget,
                             driver=driver, search=search, forecaster=forecaster,
                             children=children, simulate=simulate, seeds=seeds,
-                            fresh_seeds=fresh_seeds, seed=seed, level=level, prices=prices)
+                            fresh_seeds=fresh_seeds, seed=seed, level=level, prices=prices,
+                            jobs=jobs)
     rec = out["recommendation"]
     if as_json:
         print_json(out)

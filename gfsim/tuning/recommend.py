@@ -94,11 +94,33 @@ def _values(results, per_task: bool) -> np.ndarray:
 
 
 def recommendation(setup, candidates: list[Config], incumbent: Config, seeds, *,
-                   fresh_seeds=(), level: float | None = None, prices: bool = True) -> dict:
+                   fresh_seeds=(), level: float | None = None, prices: bool = True,
+                   jobs: int = 1) -> dict:
     """The recommendation among ``candidates`` against ``incumbent`` for ``setup`` (a
     ``TrialSetup``: log, cost model, driver, budget, children), replayed on ``seeds`` and, under
     the puct driver, simulated as new searches on ``fresh_seeds``. ``prices``: find the
-    break-even GPU-hour and forecast prices of a recommendation other than the incumbent."""
+    break-even GPU-hour and forecast prices of a recommendation other than the incumbent.
+    ``jobs``: processes the configurations are replayed in (1: this one); the same answer,
+    seed for seed, whatever their number."""
+    if jobs < 1:
+        raise GfsimError(f"--jobs must be >= 1, got {jobs}")
+    configs = [incumbent] + [c for c in dict.fromkeys(candidates)
+                             if (c.spec, c.search) != (incumbent.spec, incumbent.search)]
+    pool = None
+    if min(jobs, len(configs)) > 1:
+        from gfsim.tuning.trials import SeedPool
+
+        pool = SeedPool(setup, min(jobs, len(configs)))
+    try:
+        return _recommendation(setup, configs, seeds, fresh_seeds, level, prices, pool)
+    finally:
+        if pool is not None:
+            pool.shutdown()
+
+
+def _recommendation(setup, configs: list[Config], seeds, fresh_seeds, level, prices,
+                    pool) -> dict:
+    """``recommendation`` of ``configs`` (the incumbent first), in ``pool`` if not None."""
     from gfsim.simulator.predictive import (
         LEVEL,
         detectable_gain,
@@ -106,55 +128,43 @@ def recommendation(setup, candidates: list[Config], incumbent: Config, seeds, *,
         predictive_interval,
         recommend,
     )
-    from gfsim.simulator.replay import best_evidence, draw_shares
-
     level = LEVEL if level is None else level
     seeds, fresh_seeds = list(seeds), list(fresh_seeds)
     if not seeds:
         raise GfsimError("a recommendation needs at least one seed")
-    configs = [incumbent] + [c for c in dict.fromkeys(candidates)
-                             if (c.spec, c.search) != (incumbent.spec, incumbent.search)]
+    incumbent = configs[0]
     per_task = len(seeds) == 1
     fresh_on = is_closed_loop(setup.driver) and len(fresh_seeds) >= 2
-    runs = [setup.replay(c.spec, c.search, seeds) for c in configs]
-    rq = np.array([_values(r, per_task) for r in runs])  # configuration x sample
-    fz = None
-    if fresh_on:
-        fz = np.array([_values(setup.replay(c.spec, c.search, fresh_seeds,
-                                            children=fresh_children(setup.children)), False)
-                       for c in configs])
-    gains = rq - rq[0]
-    fresh_gains = None if fz is None else fz - fz[0]
-    pick = recommend(gains, 0, level, fresh_gains)
-    mean, lower = detectable_gain(gains, fresh_gains, level)
-    glo, ghi = predictive_interval(gains, fresh_gains, level, kind="gain")
+    fresh = (fresh_seeds, fresh_children(setup.children)) if fresh_on else None
+    outcomes = _map(pool, setup, _config_outcome, [(c, seeds, fresh, per_task) for c in configs])
     surprise = None
-    if fresh_on:
+    if fresh_on:  # (while the pool's processes replay the configurations)
         from gfsim.simulator.predictive import surprise_of_log
 
         surprise = surprise_of_log(
             setup.log, setup.model, seeds, fresh_seeds, children=setup.children,
             budget=setup.budget, driver=setup.driver, orphans_dropped=False,
             forecaster=setup.forecaster, learning=setup.learning, simulate=setup.simulate)
+    outcomes = list(outcomes)
+    rq = np.array([o["values"] for o in outcomes])  # configuration x sample
+    fz = np.array([o["fresh"] for o in outcomes]) if fresh_on else None
+    gains = rq - rq[0]
+    fresh_gains = None if fz is None else fz - fz[0]
+    pick = recommend(gains, 0, level, fresh_gains)
+    mean, lower = detectable_gain(gains, fresh_gains, level)
+    glo, ghi = predictive_interval(gains, fresh_gains, level, kind="gain")
     blo, bhi = predictive_interval(rq, fz, level,
                                    surprise=surprise["factor"] if surprise else 1.0)
     rows = []
-    for i, (c, r) in enumerate(zip(configs, runs)):
-        shares = draw_shares(r)
+    for i, (c, o) in enumerate(zip(configs, outcomes)):
         row = {
             "config": c.label, "policy": c.spec,
             "search": c.search.as_dict() if c.search is not None else None,
             "incumbent": i == 0, "recommended": i == pick,
             "best_speedup": {"mean": 2.0 ** float(rq[i].mean()), "lo": 2.0 ** float(blo[i]),
                              "hi": 2.0 ** float(bhi[i])},
-            "usd_per_search": float(np.mean([s.total.usd for x in r for s in x.searches])),
-            "gpu_evals_per_search": float(np.mean([s.gpu_evals for x in r
-                                                   for s in x.searches])),
-            "invented_share": shares.get("invented_share", 0.0),
+            **o["row"],
         }
-        evidence = best_evidence(replace(r[0], searches=[s for x in r for s in x.searches]))
-        row["best_rests_on"] = evidence["label"]
-        row["simulated_searches"] = evidence["simulated_searches"]
         if i:
             finite = bool(np.isfinite(lower[i]))
             row["gain"] = {"mean": 2.0 ** float(mean[i]), "lo": 2.0 ** float(glo[i]),
@@ -185,8 +195,62 @@ def recommendation(setup, candidates: list[Config], incumbent: Config, seeds, *,
     out["verdict"] = _verdict(rows, pick, best_other, level)
     if pick and prices:
         out["prices"] = _break_even(setup, configs[pick], incumbent, seeds, per_task,
-                                    float(gains[pick].mean()))
+                                    float(gains[pick].mean()), pool)
     return out
+
+
+def _map(pool, setup, fn, items: list):
+    """``fn(setup, item)`` of every item, in order: in ``pool``'s processes (``SeedPool.map``;
+    the search steps each replayed are ticked here as it comes in), or here (None)."""
+    if pool is None:
+        return [fn(setup, item) for item in items]
+
+    def results():
+        from gfsim.simulator.progress import tick
+
+        for got, steps in pool.map(_counting, [(fn, item) for item in items]):
+            tick(steps)
+            yield got
+    return results()
+
+
+def _counting(setup, job) -> tuple:
+    """In a pool's process: ``fn(setup, item)`` and the search steps it ticked (the parent's
+    progress listener does not hear this process's ticks)."""
+    from gfsim.simulator.progress import listening
+
+    fn, item = job
+    steps = [0]
+    with listening(lambda n: steps.__setitem__(0, steps[0] + n)):
+        got = fn(setup, item)
+    return got, steps[0]
+
+
+def _config_outcome(setup, job) -> dict:
+    """One configuration's replays on ``seeds`` as log2 best speedups (``values``), its row's
+    figures (``row``), and (``fresh``: (seeds, child source), or None) its new searches'."""
+    from gfsim.simulator.replay import best_evidence, draw_shares
+
+    config, seeds, fresh, per_task = job
+    r = setup.replay(config.spec, config.search, seeds)
+    searches = [s for x in r for s in x.searches]
+    evidence = best_evidence(replace(r[0], searches=searches))
+    out = {"values": _values(r, per_task), "row": {
+        "usd_per_search": float(np.mean([s.total.usd for s in searches])),
+        "gpu_evals_per_search": float(np.mean([s.gpu_evals for s in searches])),
+        "invented_share": draw_shares(r).get("invented_share", 0.0),
+        "best_rests_on": evidence["label"],
+        "simulated_searches": evidence["simulated_searches"]}}
+    if fresh is not None:
+        out["fresh"] = _values(setup.replay(config.spec, config.search, fresh[0],
+                                            children=fresh[1]), False)
+    return out
+
+
+def _scaled_values(setup, job) -> np.ndarray:
+    """log2 best speedups of one configuration replayed under cost model ``model``."""
+    config, seeds, model, per_task = job
+    return _values(setup.replay(config.spec, config.search, seeds, model=model), per_task)
 
 
 def _verdict(rows: list[dict], pick: int, best_other: int | None, level: float) -> str:
@@ -219,7 +283,7 @@ def _verdict(rows: list[dict], pick: int, best_other: int | None, level: float) 
 
 
 def _break_even(setup, pick: Config, incumbent: Config, seeds: list[int],
-                per_task: bool, gain_now: float) -> dict:
+                per_task: bool, gain_now: float, pool=None) -> dict:
     """The GPU-hour and forecast prices between which the pick's mean gain over the incumbent
     stays above 0, each price scaled alone (the other at today's), both replayed on the same
     seeds under the same budget: factors 2, 4, 8 each way, then one bisection (geometric) of
@@ -249,8 +313,8 @@ def _break_even(setup, pick: Config, incumbent: Config, seeds: list[int],
 
         def gain(f: float, what=what) -> float:
             scaled = with_prices(model, **{what: f})
-            a, b = (_values(setup.replay(c.spec, c.search, seeds, model=scaled), per_task)
-                    for c in (pick, incumbent))
+            a, b = _map(pool, setup, _scaled_values,
+                        [(c, seeds, scaled, per_task) for c in (pick, incumbent)])
             return float((a - b).mean())
 
         tried = {1.0: gain_now}

@@ -349,6 +349,11 @@ def _seed_chunk(args):
     return _seed_rows(_INSTALLED["setup"], spec, search, seeds)
 
 
+def _installed_call(args):
+    fn, item = args
+    return fn(_INSTALLED["setup"], item)
+
+
 class SeedPool:
     """Processes that each receive the trial setup (the log, the cost model) once, when they
     start, and then only (spec, search, seeds) per trial: a trial's seeds are split into one
@@ -368,6 +373,12 @@ class SeedPool:
         chunks = [seeds[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
         return [row for part in self._pool.map(_seed_chunk, [(spec, search, c) for c in chunks])
                 for row in part]
+
+    def map(self, fn, items: list):
+        """``fn(setup, item)`` of every item in the processes (``fn`` a module's function),
+        one item a task, the results in the items' order (``gfsim recommend``: one
+        configuration a task)."""
+        return self._pool.map(_installed_call, [(fn, item) for item in items])
 
     def shutdown(self) -> None:
         self._pool.shutdown()
