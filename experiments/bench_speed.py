@@ -48,6 +48,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+# Run from the checkout's root, every child this starts (`python -m gfsim.cli.main`, `python -c`)
+# would put the root first on its path, where the checkout's gfsim/ folder shadows the installed
+# package: a regular install's gfsim.simulator, .policies, .cost_models and .replay_logs exist
+# only in site-packages (the install maps those top-level folders into gfsim). Python's safe-path
+# mode (-P) leaves the working folder off the path of every child, whatever folder it runs from.
+os.environ["PYTHONSAFEPATH"] = "1"
 
 from bench_replay import best_of  # noqa: E402  (experiments are scripts, not a package)
 
