@@ -246,12 +246,15 @@ def test_a_server_that_never_answers_leaves_the_candidate_unforecast(vllm_server
     assert expect in a.error
 
 
+@pytest.mark.slow
 def test_a_slow_server_times_out_then_answers(vllm_server, proxy):
-    p = proxy(["delay:3"])
-    a = through(vllm_server, p, retries=1, timeout_s=1.0).forecast(small_request())
-    assert a.error is None and a.attempts == 2 and p.seen[:2] == ["delay:3", "pass"]
-    b = through(vllm_server, proxy(default="delay:3"), retries=1,
-                timeout_s=1.0).forecast(small_request())
+    # timeout_s is ten times a small forecast's answer or more (a 1 s limit failed under load);
+    # the delay, three times timeout_s, always outlasts it
+    p = proxy(["delay:15"])
+    a = through(vllm_server, p, retries=1, timeout_s=5.0).forecast(small_request())
+    assert a.error is None and a.attempts == 2 and p.seen[:2] == ["delay:15", "pass"]
+    b = through(vllm_server, proxy(default="delay:15"), retries=1,
+                timeout_s=5.0).forecast(small_request())
     assert b.error is not None and "Timeout" in b.error
 
 

@@ -258,12 +258,15 @@ def test_a_later_attempt_that_passes_recovers(vllm_server, proxy):
     assert g.output_tokens > 0 and g.service_s > 0
 
 
+@pytest.mark.slow
 def test_a_slow_server_times_out_then_answers(vllm_server, proxy):
-    p = proxy(["delay:2.5"])
-    g = through(vllm_server, p, retries=1, timeout_s=1.5).generate(softmax(), parent(), KEY, 0)
-    assert g.meta["attempts"] == 2 and g.output_tokens > 0 and p.seen == ["delay:2.5", "pass"]
-    slow = proxy(default="delay:2.5")
-    g = through(vllm_server, slow, retries=1, timeout_s=1.5).generate(softmax(), parent(), KEY,
+    # timeout_s is ten times a 48-token answer or more (a 1.5 s limit fails under load); the
+    # delay, three times timeout_s, always outlasts it
+    p = proxy(["delay:15"])
+    g = through(vllm_server, p, retries=1, timeout_s=5.0).generate(softmax(), parent(), KEY, 0)
+    assert g.meta["attempts"] == 2 and g.output_tokens > 0 and p.seen == ["delay:15", "pass"]
+    slow = proxy(default="delay:15")
+    g = through(vllm_server, slow, retries=1, timeout_s=5.0).generate(softmax(), parent(), KEY,
                                                                       0)
     assert g.code is None and g.failed_reason.startswith("no answer after 2 attempts")
     assert "Timeout" in g.failed_reason
