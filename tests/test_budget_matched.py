@@ -10,6 +10,7 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[1] / "experiments" / "budget_matched.py"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not SCRIPT.exists(), reason="experiments/ is not installed with the package")
 def test_budget_matched_experiment_on_a_small_log(tmp_path):
     out = tmp_path / "bm.json"

@@ -46,6 +46,7 @@ def test_every_mutant_of_the_regression_corpus_passes(fuzz, tmp_path):
     assert [g for g in got if g[1] != "ok"] == []
 
 
+@pytest.mark.slow
 def test_a_small_draw_of_the_benchmark_passes_and_mostly_reaches_replay(fuzz, tmp_path):
     cases = list(fuzz.make_cases(60, 7, fuzz.base_logs()))
     assert sum(all(fuzz._is_json(x) for x in c["data"].decode("utf-8", "replace").splitlines()

@@ -33,6 +33,7 @@ def suite(tmp_path_factory):
     ctx.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("row", CPU_ROWS, ids=[r.name for r in CPU_ROWS])
 def test_a_hostile_candidate_is_contained(suite, row):
     m, ctx = suite
@@ -40,6 +41,7 @@ def test_a_hostile_candidate_is_contained(suite, row):
     assert result["contained"], format_table([result]) + f"\n{result['record']}"
 
 
+@pytest.mark.slow
 def test_after_the_hostile_rows_an_honest_kernel_measures_as_before(suite):
     """Runs after the rows (pytest keeps file order): nothing they did outlived them."""
     m, ctx = suite

@@ -345,6 +345,7 @@ LiveRun(out, opts, MutationSource(), lambda t: Dying(t, cfg, workdir=work), None
 '''
 
 
+@pytest.mark.slow
 def test_a_candidate_that_kills_the_run_is_a_failure_on_resume_not_redone_forever(tmp_path):
     """Each measurement begins with an ``attempt`` record (fsynced). The run is killed while
     measuring the first child; the resumed session records it as a failure from that one

@@ -223,6 +223,7 @@ def test_replay_with_model_children_reproduces_a_standard_search(log, children):
         replay(log, make_policy("all"), MODEL, driver="puct", children="nope")
 
 
+@pytest.mark.slow
 def test_replay_savings_and_tune_take_children_for_puct_only(tmp_path):
     res = runner.invoke(app, ["replay", "--driver", "puct", "--search", "paper-filtered",
                               "--policy", "topk:4", "--children", "model", "--json"])

@@ -84,6 +84,7 @@ def run_openevolve(tmp_path: Path, policy: str, forecaster, iterations: int,
     return log
 
 
+@pytest.mark.slow
 def test_skipped_programs_are_not_evaluated_and_everything_is_logged(tmp_path):
     # a first cascade threshold of 0: a skipped program's score (0) passes it, so OpenEvolve
     # goes on to stage 2, where the gate must stop it

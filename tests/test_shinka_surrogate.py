@@ -77,6 +77,7 @@ def _run_gate(tmp_path: Path, programs: list[str], policy: str = "random:0.5"):
     return log, results, evaluated
 
 
+@pytest.mark.slow
 def test_the_gate_run_as_shinka_runs_it_skips_measures_and_logs(tmp_path):
     programs = [f"# program\nruntime {100 + 10 * i}" for i in range(7)] + ["# broken\n"]
     log_path, results, evaluated = _run_gate(tmp_path, programs)

@@ -216,6 +216,7 @@ def _running_with_params(storage, name) -> list:
     return [t for t in trials if t.state == optuna.trial.TrialState.RUNNING and t.params]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="finds the workers in /proc")
 @pytest.mark.parametrize("kind", ["journal", "sqlite"])
 def test_workers_die_with_a_killed_command_and_their_trials_are_retried_at_once(tmp_path,
@@ -266,6 +267,7 @@ def test_workers_die_with_a_killed_command_and_their_trials_are_retried_at_once(
         assert retry.params == killed.params and retry.state == optuna.trial.TrialState.COMPLETE
 
 
+@pytest.mark.slow
 def test_a_killed_commands_trial_is_failed_and_retried_at_the_next_start(tmp_path):
     import optuna
 
@@ -296,6 +298,7 @@ def test_a_killed_commands_trial_is_failed_and_retried_at_the_next_start(tmp_pat
         optuna.trial.TrialState.RUNNING], states
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["journal", "sqlite"])
 def test_several_commands_on_one_study_finish_exactly_its_trials(tmp_path, kind):
     import optuna

@@ -77,6 +77,7 @@ def test_a_journal_on_a_full_disk_or_a_device_fails_at_once(tmp_path, device, wh
     refused(proc.stderr, f"--storage s.journal (a link to {device}): {what}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_disk_that_fills_during_a_study_tears_nothing_and_the_study_resumes(tmp_path,
                                                                             workers):
@@ -284,6 +285,7 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="finds the workers in /proc")
 def test_a_killed_worker_is_named_in_one_line_and_the_same_command_resumes(tmp_path):
     # A policy that reads the seed, so that a trial replays every seed and takes a while;
