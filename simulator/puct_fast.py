@@ -569,10 +569,18 @@ class _FastPuct:
         # Every batch is admitted together at the step's start (nothing is exhausted now,
         # and nothing changes between the admissions), then each child's process starts.
         self.remaining = [len(rows) for rows in self.batches]
+        proto, in_use, cap, waiting = self.proto, self.in_use, self.cap, self.waiting
+        heap, eid, now = self.heap, self.eid, self.now
         for rows in self.batches:
             for i in rows:
-                if self.proto[i].pre:
-                    self._acquire(i, 0, False)
+                pre = proto[i].pre
+                if pre:  # its first segment asks for its resource (``_acquire``)
+                    res, total = pre[0][:2]
+                    if in_use[res] < cap[res] and not waiting[res]:
+                        in_use[res] += 1
+                        heapq.heappush(heap, (now + total, next(eid), _PRE_END, i, 0))
+                    else:
+                        waiting[res].append((_PRE_GRANT, i, 0))
                 else:
                     self._prepared(i)
         self._run_events()
