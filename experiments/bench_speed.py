@@ -17,6 +17,8 @@ measured in the same run (these machines are noisy; ratios travel better than se
 - children: the same closed-loop replays with world-model children (``--children model``)
   against the fallback, and one search reading the learned cost model's forecasts against
   one reading the world's what-if forecasts (``bench_costmodel.py``'s search);
+- recommend: ``gfsim recommend`` on the shipped default log in a fresh process, with its
+  default ``--jobs`` and with ``--jobs 1``;
 - tuning: the 40-trial ``gfsim tune`` command of issue 39 in a fresh process, and
   ``bench_tune.py``'s workload (200 trials x 32 seeds, 2 jobs), every trial's value
   compared with the recorded values (``data/bench_tune_reference.json``);
@@ -268,6 +270,20 @@ def tune_command(rows: list, results: dict) -> None:
                  "a fresh process, start-up included", took, "s", 20, "<="))
 
 
+def recommend_command(rows: list, results: dict) -> None:
+    """``gfsim recommend`` on the shipped default log, as a user types it (its --jobs default:
+    one process per core), and in one process, each in a fresh process (issue 53)."""
+    for jobs, words in ((None, "default --jobs"), (1, "--jobs 1")):
+        cmd = [sys.executable, "-m", "gfsim.cli.main", "recommend",
+               *([] if jobs is None else ["--jobs", str(jobs)])]
+        took = in_fresh_folder(cmd)
+        results[f"recommend_jobs_{jobs or 'default'}"] = {"seconds": took,
+                                                          "command": " ".join(cmd[3:])}
+        rows.append((f"gfsim recommend, default log, {words}",
+                     "a fresh process, start-up included", took, "s",
+                     10 if jobs is None else None, "<="))
+
+
 def counterfactual(rows: list, results: dict) -> None:
     """``gfsim counterfactual`` on the family, 12 held-out seeds, fallback and model."""
     cmd = [sys.executable, "-m", "gfsim.cli.main", "counterfactual", "--seeds", "12",
@@ -499,6 +515,7 @@ def main() -> None:
         end_to_end(path, rows, results)
         engines(path, args.repeat, args.lockstep_seeds, rows, results)
         children(args.repeat, args.lockstep_seeds, rows, results)
+        recommend_command(rows, results)
         if not args.skip_tune:
             tune_command(rows, results)
             tuning(rows, results, args.trials, args.seeds, args.jobs)
