@@ -160,8 +160,11 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
     study = study or default_study_name(settings)
     the_sampler = make_sampler(sampler, seed, limit is not None)
     url = storage_url(storage, study, workers)
+    from gfsim.tuning.recorded import check_recorded
+
     the_study = open_study(make_storage(url, heartbeat or None, retries), study,
                            [d for _, d in objectives], the_sampler)
+    check_recorded(the_study, url)  # gfsim's own attributes, as gfsim wrote them
     adopted = claim_study(the_study, settings, url)
     # every invocation's effective settings (options, where each came from, gfsim's version,
     # the log's SHA-256), beside the configuration claim_study compares

@@ -35,6 +35,7 @@ import optuna
 from optuna.storages.journal import JournalFileBackend
 
 from gfsim.core.errors import GfsimError
+from gfsim.tuning.rdb_rows import MAX_JSON_DEPTH, json_depth
 
 __all__ = ["MAX_LINE_BYTES", "TORN_SUFFIX", "OPERATIONS", "TornJournalWarning", "open_journal",
            "journal_failure"]
@@ -139,6 +140,10 @@ def _load(line: bytes):
 
 def _problem(line: bytes) -> str | None:
     """What keeps ``line`` from being one of Optuna's journal operations; None if nothing."""
+    if line.count(b"[") + line.count(b"{") > MAX_JSON_DEPTH:  # (Optuna copies values
+        depth = json_depth(line.decode("utf-8", "replace"))  # recursively: no deeper)
+        if depth > MAX_JSON_DEPTH:
+            return f"nests {depth} deep (at most {MAX_JSON_DEPTH}), not an operation"
     try:
         op = _load(line)
     except UnicodeDecodeError:

@@ -92,7 +92,7 @@ def make_storage(url: str, heartbeat: int | None = None, retries: int = 1, check
 
         from gfsim.tuning.rdb import check_rdb_url
 
-        check_rdb_url(url)  # an in-memory database, a foreign SQLite file's triggers
+        check_rdb_url(url, rows=check)  # in-memory; a foreign SQLite file's triggers, rows
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         kw = {}
         if heartbeat:
