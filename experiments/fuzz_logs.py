@@ -34,7 +34,16 @@ The mutation mix, one class per case, drawn uniformly:
 - ``side_file``: the log (or an OpenEvolve run's ``logs/fuzz.log``, imported) a link to
   ``/proc`` or ``/dev`` files, a FIFO, or a file with a sparse tail of 64 or 256 MiB;
 - ``settings_file``: a ``--config`` file of dotted keys, deep nesting, escapes in keys, a
-  FIFO, a device, or more than a settings file may hold (``replay --config``).
+  FIFO, a device, or more than a settings file may hold (``replay --config``);
+- ``foreign_study``: an Optuna storage given to ``gfsim tune --storage`` (``fuzz_studies.py``):
+  a study gfsim made, then given triggers, views, virtual tables, expression indexes,
+  generated columns, another schema version, wrong column types, 10 MB or 10,000-deep values,
+  escapes, trials RUNNING for dead processes; or a file cut short, not SQLite, a folder, FIFO,
+  link to ``/dev`` or ``/proc``, read-only, with a WAL beside it; or a journal file. Each runs
+  ``gfsim tune`` in a process of its own (``fuzz_studies.HANG_S`` guard, caps on memory and
+  file size); it also fails as **heavy** (a peak above 2 GB) or **altered** (refused, yet a
+  file of the study changed). Its ``peak MB`` is each case's own process's; other classes'
+  is their worker's peak so far (an upper bound).
 
 Every worker runs under an address-space cap (``MEMORY_CAP``, 4 GiB): a case that would take
 more ends in a MemoryError, which counts as crashed, not as a wait.
@@ -73,7 +82,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CLASSES = ("byte_flip", "gzip", "line_edit", "type_change", "extreme_value", "link_corruption",
-           "many_extremes", "size_bomb", "lying_shape", "side_file", "settings_file")
+           "many_extremes", "size_bomb", "lying_shape", "side_file", "settings_file",
+           "foreign_study")
 HANG_S = 10.0
 MEMORY_CAP = 4 << 30  # address space per worker (the replays of an honest case take < 1.5 GiB)
 
@@ -380,8 +390,12 @@ def _settings_file(lines: list[str], i: int, rng: random.Random) -> tuple[bytes,
     return text.encode("utf-8", "surrogateescape"), ".toml@settings", f"settings: {op} ({n})"
 
 
+if str(ROOT / "experiments") not in sys.path:  # fuzz_studies, beside this file
+    sys.path.append(str(ROOT / "experiments"))
+import fuzz_studies  # noqa: E402
+
 _FILE_CLASSES = {"lying_shape": _lying_shape, "side_file": _side_file,
-                 "settings_file": _settings_file}
+                 "settings_file": _settings_file, "foreign_study": fuzz_studies.foreign_study}
 
 
 def materialise(tmp: str, data: bytes, suffix: str) -> tuple[str, list[list[str]] | None]:
@@ -489,6 +503,8 @@ def judge(results: list[tuple[str, str]]) -> tuple[str, str, bool]:
     for status, detail in results:
         if status == "crash":
             return "crashed", detail, replayed
+        if status in ("hung", "heavy", "altered"):  # a foreign study's own verdicts
+            return status, detail, replayed
     if results[0][0] == "ok":
         for status, detail in results[1:]:
             if status == "error" and not any(u in detail for u in USAGE):
@@ -512,6 +528,9 @@ def _worker(conn, tmp: str) -> None:
         if msg is None:
             return
         case_id, data, suffix, puct = msg
+        if "@study" in suffix:  # gfsim tune in a process of its own: its own peak
+            conn.send((case_id, *fuzz_studies.run_study_case(tmp, data, suffix)))
+            continue
         path, own = materialise(tmp, data, suffix)
         results = []
         for args in own or commands(path, puct):
@@ -522,7 +541,7 @@ def _worker(conn, tmp: str) -> None:
                 break
         shutil.rmtree(os.path.join(tmp, ".gfsim-cache"), ignore_errors=True)
         shutil.rmtree(os.path.join(tmp, "cache"), ignore_errors=True)
-        conn.send((case_id, results))
+        conn.send((case_id, results, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))
 
 
 class Pool:
@@ -558,25 +577,27 @@ class Pool:
                         exhausted = True
                         break
                     w["case"], w["since"] = case, time.monotonic()
+                    w["limit"] = _hang_limit(case["suffix"])
                     w["conn"].send((case["id"], case["data"], case["suffix"], case["puct"]))
             busy = [w for w in self.workers if w["case"] is not None]
             if not busy:
                 return
             now = time.monotonic()
-            timeout = max(0.0, min(w["since"] + HANG_S - now for w in busy))
+            timeout = max(0.0, min(w["since"] + w["limit"] - now for w in busy))
             ready = wait([w["conn"] for w in busy], timeout=timeout)
             for w in busy:
                 if w["conn"] in ready:
                     try:
-                        _case_id, results = w["conn"].recv()
+                        _case_id, results, w["case"]["peak_kb"] = w["conn"].recv()
                     except EOFError:  # the worker died (a crash of the interpreter itself)
                         on_result(w["case"], "crashed", "the worker process died", False)
                         self._replace(w)
                         continue
                     on_result(w["case"], *judge(results))
                     w["case"] = None
-                elif time.monotonic() - w["since"] > HANG_S:
-                    on_result(w["case"], "hung", f"no answer within {HANG_S:.0f} s", False)
+                elif time.monotonic() - w["since"] > w["limit"]:
+                    on_result(w["case"], "hung", f"no answer within {w['limit']:.0f} s",
+                              False)
                     self._replace(w)
 
     def _replace(self, w) -> None:
@@ -593,11 +614,17 @@ class Pool:
                 w["proc"].kill()
 
 
-def make_cases(n: int, seed: int, bases: dict[str, list[str]]):
+def _hang_limit(suffix: str) -> float:
+    """A case's hang limit: a foreign study's process has its own guard, and a worker waits
+    a little longer for its answer."""
+    return fuzz_studies.HANG_S + 15 if "@study" in suffix else HANG_S
+
+
+def make_cases(n: int, seed: int, bases: dict[str, list[str]], classes=CLASSES):
     names = sorted(bases)
     for k in range(n):
         rng = random.Random(f"{seed}:{k}")
-        cls = CLASSES[k % len(CLASSES)] if n >= len(CLASSES) else rng.choice(CLASSES)
+        cls = classes[k % len(classes)] if n >= len(classes) else rng.choice(classes)
         base = rng.choice(names)
         data, suffix, what = mutate(bases[base], cls, rng)
         yield {"id": k, "class": cls, "base": base, "data": data, "suffix": suffix,
@@ -626,6 +653,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=None, help="default: a fresh one, printed")
     ap.add_argument("--jobs", type=int, default=max(1, min(4, os.cpu_count() or 1)))
     ap.add_argument("--corpus", type=Path, help="run this folder's mutants instead")
+    ap.add_argument("--classes", default=",".join(CLASSES),
+                    help="the mutation classes drawn, comma-separated (default: all)")
     ap.add_argument("--save-failures", type=Path, help="write each failing mutant here")
     ap.add_argument("--json", type=Path, help="write the summary and failures here")
     args = ap.parse_args()
@@ -634,7 +663,11 @@ def main() -> int:
         cases = list(corpus_cases(args.corpus))
         print(f"regression corpus {args.corpus}: {len(cases)} cases", file=sys.stderr)
     else:
-        cases = make_cases(args.cases, seed, base_logs())
+        classes = tuple(c for c in args.classes.split(",") if c)
+        unknown = sorted(set(classes) - set(CLASSES))
+        if unknown or not classes:
+            ap.error(f"--classes: unknown {unknown}; valid: {', '.join(CLASSES)}")
+        cases = make_cases(args.cases, seed, base_logs(), classes)
         print(f"seed {seed}: {args.cases} cases, {args.jobs} workers", file=sys.stderr)
     counts: dict[str, Counter] = defaultdict(Counter)
     failures = []
@@ -646,6 +679,7 @@ def main() -> int:
         c["cases"] += 1
         c[verdict] += 1
         c["replayed"] += replayed
+        c["peak_kb"] = max(c["peak_kb"], case.get("peak_kb", 0))
         try:
             text = case["data"].decode("utf-8")
             c["valid_json"] += all(_is_json(x) for x in text.splitlines() if x.strip())
@@ -670,17 +704,20 @@ def main() -> int:
         finally:
             pool.close()
     total = Counter()
-    head = ("class", "cases", "valid JSON", "replayed", "crashed", "hung", "misreported")
-    print("\n{:16s} {:>6s} {:>10s} {:>8s} {:>8s} {:>5s} {:>11s}".format(*head))
-    row = "{:16s} {:6d} {:10d} {:8d} {:8d} {:5d} {:11d}"
+    head = ("class", "cases", "valid JSON", "replayed", "crashed", "hung", "misreported",
+            "heavy", "altered", "peak MB")
+    print("\n{:16s} {:>6s} {:>10s} {:>8s} {:>8s} {:>5s} {:>11s} {:>5s} {:>7s} {:>7s}".format(
+        *head))
+    row = "{:16s} {:6d} {:10d} {:8d} {:8d} {:5d} {:11d} {:5d} {:7d} {:7.0f}"
+    keys = ("cases", "valid_json", "replayed", "crashed", "hung", "misreported", "heavy",
+            "altered")
     for cls in sorted(counts):
         c = counts[cls]
-        total.update(c)
-        print(row.format(cls, *(c[k] for k in ("cases", "valid_json", "replayed", "crashed",
-                                                 "hung", "misreported"))))
-    print(row.format("all", *(total[k] for k in ("cases", "valid_json", "replayed", "crashed",
-                                                   "hung", "misreported"))))
-    failed = total["crashed"] + total["hung"] + total["misreported"]
+        total.update({k: c[k] for k in keys})
+        print(row.format(cls, *(c[k] for k in keys), c["peak_kb"] / 1024))
+    peak_kb = max((c["peak_kb"] for c in counts.values()), default=0)
+    print(row.format("all", *(total[k] for k in keys), peak_kb / 1024))
+    failed = sum(total[k] for k in ("crashed", "hung", "misreported", "heavy", "altered"))
     print(f"\n{failed} of {total['cases']} cases failed (seed {seed}; "
           f"{time.monotonic() - started:.0f} s)")
     by_detail = Counter((f["verdict"], f["detail"][:120]) for f in failures)
