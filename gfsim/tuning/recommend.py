@@ -112,10 +112,14 @@ def recommendation(setup, candidates: list[Config], incumbent: Config, seeds, *,
 
         pool = SeedPool(setup, min(jobs, len(configs)))
     try:
-        return _recommendation(setup, configs, seeds, fresh_seeds, level, prices, pool)
-    finally:
+        out = _recommendation(setup, configs, seeds, fresh_seeds, level, prices, pool)
+    except BaseException:  # (an error, or Ctrl-C: the configurations not yet begun are not)
         if pool is not None:
-            pool.shutdown()
+            pool.shutdown(cancel=True)
+        raise
+    if pool is not None:
+        pool.shutdown()
+    return out
 
 
 def _recommendation(setup, configs: list[Config], seeds, fresh_seeds, level, prices,

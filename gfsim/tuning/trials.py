@@ -380,8 +380,9 @@ class SeedPool:
         configuration a task)."""
         return self._pool.map(_installed_call, [(fn, item) for item in items])
 
-    def shutdown(self) -> None:
-        self._pool.shutdown()
+    def shutdown(self, cancel: bool = False) -> None:
+        """End the processes, after the tasks given (``cancel``: after the running ones)."""
+        self._pool.shutdown(cancel_futures=cancel)
 
 
 def _start(setup: TrialSetup, initializer, initargs) -> None:
