@@ -75,6 +75,8 @@ def test_a_study_gfsim_made_still_tunes(made, tmp_path):
      "table trial_user_attributes row 11: value_json is not UTF-8 (byte 6)"),
     (f"UPDATE trial_params SET distribution_json = '{DEEP}'",  # RecursionError
      "table trial_params row 1: distribution_json nests 10000 deep (at most 64)"),
+    ("UPDATE trial_params SET param_name = NULL",  # a parameter None: TypeError in --json
+     "table trial_params row 1: param_name is NULL, not text"),
 ])
 def test_a_row_optuna_never_writes_is_refused_unopened(made, tmp_path, sql, words):
     db = tmp_path / "s.db"
@@ -95,12 +97,20 @@ def test_a_row_optuna_never_writes_is_refused_unopened(made, tmp_path, sql, word
     ("UPDATE trial_user_attributes SET value_json = '[[1.0], [2.0, 3.0]]' "
      "WHERE key = 'values_best_speedup'",  # ValueError in leave-one-task-out
      "trial 0: its attribute values_best_speedup is not a table of numbers"),
+    ("INSERT INTO trials (number, study_id, state) VALUES (2, 1, 'WAITING');"
+     "INSERT INTO trial_system_attributes (trial_id, key, value_json) "
+     "VALUES (3, 'fixed_params', '{\"tau\": \"abc\"}')",  # ValueError from Optuna
+     "trial 2: waits to run tau='abc', outside the space tuned"),
+    ("INSERT INTO trials (number, study_id, state) VALUES (2, 1, 'WAITING');"
+     "INSERT INTO trial_system_attributes (trial_id, key, value_json) "
+     "VALUES (3, 'fixed_params', '{\"tau\": 1e308}')",  # refused, amid Optuna's warnings
+     "trial 2: waits to run tau=1e+308, outside the space tuned"),
 ])
 def test_gfsims_own_records_of_another_shape_are_refused(made, tmp_path, sql, words):
     db = tmp_path / "s.db"
     db.write_bytes(made["db"])
     with sqlite3.connect(db) as con:
-        con.execute(sql)
+        con.executescript(sql)
     one_line(tune(f"sqlite:///{db}"), "study 's' in sqlite:///", words,
              "it is not a study gfsim tune wrote, or was changed since")
 

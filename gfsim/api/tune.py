@@ -164,7 +164,7 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
 
     the_study = open_study(make_storage(url, heartbeat or None, retries), study,
                            [d for _, d in objectives], the_sampler)
-    check_recorded(the_study, url)  # gfsim's own attributes, as gfsim wrote them
+    check_recorded(the_study, url, params)  # gfsim's own records, as gfsim wrote them
     adopted = claim_study(the_study, settings, url)
     # every invocation's effective settings (options, where each came from, gfsim's version,
     # the log's SHA-256), beside the configuration claim_study compares

@@ -19,6 +19,11 @@ import re
 __all__ = ["bad_row", "MAX_JSON_DEPTH"]
 
 MAX_JSON_DEPTH = 64  # gfsim's own attributes nest four deep; Python's parser stops near 1,000
+# The columns Optuna leaves NULL (a waiting trial's dates, an infinite value); it fills every
+# other, though its schema allows NULL in more (a parameter without a name became a key None).
+_NULLS = {("trials", "datetime_start"), ("trials", "datetime_complete"),
+          ("trial_values", "value"), ("trial_intermediate_values", "intermediate_value"),
+          ("version_info", "schema_version"), ("version_info", "library_version")}
 _SQL_TYPES = {"Integer": ("integer",), "Float": ("real", "integer"), "String": ("text",),
               "Text": ("text",), "Enum": ("text",), "DateTime": ("text",)}
 
@@ -56,13 +61,14 @@ def _bad_column(con, table: str, column) -> str | None:
     types = _SQL_TYPES.get(kind)
     if types is None:
         return None
-    allowed = ", ".join(f"'{t}'" for t in types + (("null",) if column.nullable else ()))
+    nullable = column.nullable and (table, column.name) in _NULLS
+    allowed = ", ".join(f"'{t}'" for t in types + (("null",) if nullable else ()))
     name = f'"{column.name}"'
     row = con.execute(f'SELECT rowid, typeof({name}), quote(substr({name}, 1, 40)) FROM '
                       f'"{table}" WHERE typeof({name}) NOT IN ({allowed}) LIMIT 1').fetchone()
     if row:
-        return (f"table {table} row {row[0]}: {column.name} holds {row[1]} "
-                f"{_plain(row[2])}, not {' or '.join(types)}")
+        held = "is NULL" if row[1] == "null" else f"holds {row[1]} {_plain(row[2])}"
+        return f"table {table} row {row[0]}: {column.name} {held}, not {' or '.join(types)}"
     if kind == "Enum":
         known = ", ".join(f"'{e}'" for e in column.type.enums)
         row = con.execute(f'SELECT rowid, quote(substr({name}, 1, 40)) FROM "{table}" '

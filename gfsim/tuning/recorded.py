@@ -59,10 +59,11 @@ STUDY_ATTRS = {
 }
 
 
-def check_recorded(study, url: str) -> None:
+def check_recorded(study, url: str, params=()) -> None:
     """Refuse (``GfsimError``, one line) a study whose gfsim attributes are not of the types
     gfsim writes (``STUDY_ATTRS``, ``TRIAL_ATTRS``; ``values_*``: a table of numbers, one
-    column per task), or one of whose finished trials has no value per direction."""
+    column per task), one of whose finished trials has no value per direction, or one of whose
+    waiting trials would run values outside the tuned ``params`` (``TunedParam``)."""
     import optuna
 
     from gfsim.tuning.identity import _where
@@ -86,11 +87,37 @@ def check_recorded(study, url: str) -> None:
             for key, value in t.user_attrs.items():
                 if key.startswith("values_") and any(len(r) != len(tasks) for r in value):
                     raise _refuse(f"{at}: its attribute {key} has not one column per task")
+        if t.state in (optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNNING) \
+                and params:  # (a lost running trial is enqueued again with its values)
+            outside = _outside(t.system_attrs.get("fixed_params", {}) if t.state ==
+                               optuna.trial.TrialState.WAITING else t.params, params)
+            if outside:
+                raise _refuse(f"{at}: waits to run {outside}, outside the space tuned")
         if not isinstance(t.system_attrs.get("retry_history", []), list):
             raise _refuse(f"{at}: its retry_history is not a list")
         if t.state == optuna.trial.TrialState.COMPLETE and (
                 t.values is None or len(t.values) != len(study.directions)):
             raise _refuse(f"{at}: finished without a value per direction")
+
+
+def _outside(fixed, params) -> str | None:
+    """The first of an enqueued trial's ``fixed`` values that the tuned ``params`` do not
+    hold, in words; None if all are held."""
+    if not isinstance(fixed, dict):
+        return f"fixed parameters {_show(fixed)}"
+    space = {p.name: p for p in params}
+    for name, value in fixed.items():
+        p = space.get(name)
+        if p is None:
+            return f"a parameter {_show(name)} not tuned"
+        if p.kind == "categorical":
+            held = value in p.choices
+        else:
+            held = _number(value) and p.low <= value <= p.high and (
+                p.kind != "int" or float(value).is_integer())
+        if not held:
+            return f"{name}={value if _number(value) else _show(value)}"
+    return None
 
 
 def _refuse(what: str) -> GfsimError:
