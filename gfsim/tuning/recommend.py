@@ -145,10 +145,11 @@ def _recommendation(setup, configs: list[Config], seeds, fresh_seeds, level, pri
     if fresh_on:  # (while the pool's processes replay the configurations)
         from gfsim.simulator.predictive import surprise_of_log
 
-        surprise = surprise_of_log(
+        surprise = _without_gc(lambda setup, _: surprise_of_log(
             setup.log, setup.model, seeds, fresh_seeds, children=setup.children,
             budget=setup.budget, driver=setup.driver, orphans_dropped=False,
-            forecaster=setup.forecaster, learning=setup.learning, simulate=setup.simulate)
+            forecaster=setup.forecaster, learning=setup.learning, simulate=setup.simulate),
+            setup, None)
     outcomes = list(outcomes)
     rq = np.array([o["values"] for o in outcomes])  # configuration x sample
     fz = np.array([o["fresh"] for o in outcomes]) if fresh_on else None
@@ -207,7 +208,7 @@ def _map(pool, setup, fn, items: list):
     """``fn(setup, item)`` of every item, in order: in ``pool``'s processes (``SeedPool.map``;
     the search steps each replayed are ticked here as it comes in), or here (None)."""
     if pool is None:
-        return [fn(setup, item) for item in items]
+        return [_without_gc(fn, setup, item) for item in items]
 
     def results():
         from gfsim.simulator.progress import tick
@@ -226,8 +227,18 @@ def _counting(setup, job) -> tuple:
     fn, item = job
     steps = [0]
     with listening(lambda n: steps.__setitem__(0, steps[0] + n)):
-        got = fn(setup, item)
+        got = _without_gc(fn, setup, item)
     return got, steps[0]
+
+
+def _without_gc(fn, setup, item):
+    """``fn(setup, item)`` with no cyclic garbage collection until it has returned: what its
+    replays made (every search's children) is freed by reference counting as it returns, and
+    not walked first by the collection that re-enabling would start."""
+    from gfsim.core.memory import no_cyclic_gc
+
+    with no_cyclic_gc():
+        return fn(setup, item)
 
 
 def _config_outcome(setup, job) -> dict:
