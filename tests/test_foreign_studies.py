@@ -22,6 +22,7 @@ from gfsim.cli.main import app
 from gfsim.tuning.rdb_rows import json_depth
 
 TINY = str(Path(__file__).parent / "data" / "tiny.jsonl")
+CORPUS = Path(__file__).parent / "data" / "fuzz"
 TUNE = ["tune", "--log", TINY, "--param", "tau=0.3:0.99", "--seeds", "1", "--validate-seeds",
         "0", "--study", "s", "--json"]
 DEEP = "[" * 10_000 + "]" * 10_000
@@ -77,6 +78,8 @@ def test_a_study_gfsim_made_still_tunes(made, tmp_path):
      "table trial_params row 1: distribution_json nests 10000 deep (at most 64)"),
     ("UPDATE trial_params SET param_name = NULL",  # a parameter None: TypeError in --json
      "table trial_params row 1: param_name is NULL, not text"),
+    (f"UPDATE study_user_attributes SET value_json = '{'9' * 5000}' WHERE key = 'gfsim_runs'",
+     "table study_user_attributes row 3: value_json '999"),  # ValueError: int digits limit
 ])
 def test_a_row_optuna_never_writes_is_refused_unopened(made, tmp_path, sql, words):
     db = tmp_path / "s.db"
@@ -113,6 +116,17 @@ def test_gfsims_own_records_of_another_shape_are_refused(made, tmp_path, sql, wo
         con.executescript(sql)
     one_line(tune(f"sqlite:///{db}"), "study 's' in sqlite:///", words,
              "it is not a study gfsim tune wrote, or was changed since")
+
+
+def test_a_schema_that_is_not_utf8_is_refused(tmp_path):
+    # a byte flipped in the schema of a study gfsim made: the fuzz case (seed 53, case 7)
+    # that ended in a UnicodeDecodeError traceback
+    data = (CORPUS / "foreign_study--was-crashed--20261206-53-7.db@study").read_bytes()
+    db = tmp_path / "s.db"
+    db.write_bytes(data)
+    one_line(tune(f"sqlite:///{db}"), "is not an SQLite database Optuna can read (its schema "
+             "is not UTF-8); the file is left as it is")
+    assert db.read_bytes() == data
 
 
 def test_a_journal_line_nested_10000_deep_is_named_by_line(made, tmp_path):

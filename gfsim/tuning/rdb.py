@@ -112,9 +112,10 @@ def _inspect(url: str, path: str, rows: bool) -> tuple[str | None, str | None]:
     try:
         what = _foreign_sql(con)
         return what, (bad_row(con) if rows and what is None else None)
-    except sqlite3.Error as exc:  # not a database, a corrupt one
+    except (sqlite3.Error, UnicodeDecodeError) as exc:  # not a database, a corrupt one
+        what = "its schema is not UTF-8" if isinstance(exc, UnicodeDecodeError) else exc
         raise GfsimError(f"--storage {url}: is not an SQLite database Optuna can read "
-                         f"({exc}); the file is left as it is") from None
+                         f"({what}); the file is left as it is") from None
     except RecursionError:
         raise GfsimError(f"--storage {url}: holds values nested too deep to read; the "
                          "file is left as it is") from None

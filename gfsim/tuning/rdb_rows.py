@@ -110,8 +110,8 @@ def _bad_text(con, table: str, column: str, kind: str) -> str | None:
                     MAX_JSON_DEPTH else 0
                 if depth > MAX_JSON_DEPTH:
                     return f"{where} nests {depth} deep (at most {MAX_JSON_DEPTH})"
-                if not valid:  # NaN and Infinity, which Python writes and SQLite refuses
-                    json.loads(text)
+                if not valid or _LONG_DIGITS.search(raw):  # NaN and Infinity, which
+                    json.loads(text)  # Python writes and SQLite refuses; Python's own limit
         except (ValueError, TypeError) as exc:
             return f"{where} {_show(text)} does not parse ({_show(exc, 60)})"
     return None
@@ -146,6 +146,7 @@ def json_depth(text: str) -> int:
 
 _STRINGS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _BRACKETS = re.compile(r"[\[\]{}]")
+_LONG_DIGITS = re.compile(rb"[0-9]{4300}")  # an integer Python does not read (int_max_str_digits)
 
 
 def _plain(sql_literal: str) -> str:

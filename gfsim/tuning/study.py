@@ -117,8 +117,10 @@ def make_storage(url: str, heartbeat: int | None = None, retries: int = 1, check
                     type(exc).__name__ == "OperationalError"
                     and ("already exists" in str(exc) or "database is locked" in str(exc)))
                 if not racing or attempt == 9:
+                    # (SQLAlchemy's own text adds the statement and a link on more lines)
+                    cause = getattr(exc, "orig", None) or exc
                     raise GfsimError(f"--storage {url}: cannot open ({type(exc).__name__}: "
-                                     f"{str(exc)[:200]})") from None
+                                     f"{str(cause)[:200]})") from None
                 time.sleep(0.2 * (attempt + 1))
         from gfsim.tuning.claims import stamp_new_trials
 
