@@ -48,7 +48,7 @@ from gfsim.simulator.trace import (SearchTrace, ancestor_speedup, columns_of,
                                    shared_floats)
 
 __all__ = ["fast_path_blocker", "fast_path_blockers", "run_fast", "run_fast_many",
-           "FastPathUnsafe"]
+           "FastPathUnsafe", "LogTraces", "log_span"]
 
 # Why a candidate stopped before the end of a pass.
 _OK, _GEN_FAILED, _UNMEASURABLE, _FAILED = 0, 1, 2, 3
@@ -58,6 +58,21 @@ _UNBOUNDED = {"usd": math.inf, "seconds": math.inf, "joules": math.inf, "gpu_eva
 
 _KEEP_LAYOUT = 256  # a trace of at least this many candidates keeps its layout and widest
 #                    step between runs
+
+
+class LogTraces(list):
+    """A log's traces as ``build_traces`` made them, with what the fast path reads of the
+    list as a whole found once (a replay reads it several times; 10^5 searches: some 20 ms
+    each): ``span``, ``columns_of`` of the list. Read-only, as the engines treat traces."""
+
+    def __init__(self, traces):
+        super().__init__(traces)
+        self.span = columns_of(self)
+
+
+def log_span(traces):
+    """``columns_of(traces)``, found once for a ``LogTraces``."""
+    return traces.span if isinstance(traces, LogTraces) else columns_of(traces)
 
 
 class FastPathUnsafe(Exception):
@@ -118,9 +133,8 @@ class _World:
 
     def __init__(self, traces: list[SearchTrace], policy: Policy):
         chain = itertools.chain.from_iterable
-        n = sum(map(len, traces))
-        self.n = n
-        self.span = span = columns_of(traces)
+        self.span = span = log_span(traces)
+        self.n = n = span[2] - span[1] if span is not None else sum(map(len, traces))
         if span is not None:  # consecutive searches of one log: its columns, sliced once
             cols, a, b = span
             whole = cols.whole()
@@ -470,7 +484,9 @@ class _FastRuns:
                  pipeline: Pipeline, noise: MeasureNoise | None = None):
         self.traces, self.policy, self.model, self.caps = traces, policy, model, caps
         self.seed, self.drop, self.noise = seed, drop_orphans, noise
-        frames = {(t.forecast_frame, t.bin_edges) for t in traces}
+        # (views of one log's columns share its forecast frame and bin edges: build_traces)
+        frames = {(t.forecast_frame, t.bin_edges) for t in
+                  (traces[:1] if isinstance(traces, LogTraces) and traces.span else traces)}
         if len(frames) > 1:
             raise ValueError("searches replayed together share a forecast frame and bin edges")
         self.frame = traces[0].forecast_frame
@@ -530,6 +546,8 @@ class _FastRuns:
         # or the step or the evaluations so far, which differ from decision to decision).
         if fields is None or {"step", "gpu_evals", "budget_left"} & set(fields):
             self.together = np.arange(S)
+        elif set(fields) <= {"seed"}:  # one seed for all: every search decides together
+            self.together = np.zeros(S, np.int64)
         else:
             ids: dict = {}
             self.together = np.fromiter(
@@ -887,10 +905,9 @@ class _FastRuns:
                   "steps": np.asarray(lay.kept_steps, np.int64)},
             floats={"seed_speedup": seed, "best_speedup": best, "wall_s": wall,
                     "confirmed_speedup": confirmed, "true_best_speedup": true_best},
-            ids={"search_id": [t.search_id for t in self.traces],
-                 "task_id": [t.task_id for t in self.traces],
-                 "best_candidate_id": best_ids, "stopped_by": list(self.stopped_by)},
-            stages=stages, anytime=anytime, unforecast=unforecast, tables=tables)
+            ids={"best_candidate_id": best_ids, "stopped_by": list(self.stopped_by)},
+            stages=stages, anytime=anytime, unforecast=unforecast, tables=tables,
+            traces=self.traces)
 
     def _confirmed(self, best, better, top, best_ids) -> tuple[np.ndarray, np.ndarray]:
         """``noise.confirm_best`` of every search: the best's noise-free speedup and its one
@@ -1017,10 +1034,14 @@ def run_fast_many(traces: list[SearchTrace], policy: Policy, model: PresetCostMo
     that share a forecast frame and all run here come back as one ``SearchList`` (the
     replay's columns); otherwise a list of results."""
     groups: dict = {}
-    for j, t in enumerate(traces):
-        groups.setdefault((t.forecast_frame, t.bin_edges), []).append(j)
+    if isinstance(traces, LogTraces) and traces.span:  # one log's columns: one frame
+        groups[None] = range(len(traces))
+    else:
+        for j, t in enumerate(traces):
+            groups.setdefault((t.forecast_frame, t.bin_edges), []).append(j)
     with no_cyclic_gc():  # results hold no cycles (see no_cyclic_gc)
-        runs = [(idx, _FastRuns([traces[j] for j in idx], policy, model, caps, budget, seed,
+        runs = [(idx, _FastRuns(traces if len(idx) == len(traces) else
+                                [traces[j] for j in idx], policy, model, caps, budget, seed,
                                 drop_orphans, pipeline, noise)) for idx in groups.values()]
         got = [(idx, r, r.run()) for idx, r in runs]
         if len(got) == 1 and not got[0][1].unsafe:

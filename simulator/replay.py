@@ -17,7 +17,8 @@ from gfsim.simulator.seconds_report import seconds_note
 from gfsim.simulator.children import INVENTED, INVENTED_HEADROOM
 from gfsim.simulator.drivers import evolution_note, is_closed_loop, selection_for
 from gfsim.simulator.engine import SearchSimulation
-from gfsim.simulator.fastpath import FastPathUnsafe, fast_path_blockers, run_fast_many
+from gfsim.simulator.fastpath import (FastPathUnsafe, LogTraces, fast_path_blockers, log_span,
+                                      run_fast_many)
 from gfsim.simulator.noise import MeasureNoise
 from gfsim.simulator.pipeline import DEFAULT_PIPELINE, Pipeline
 from gfsim.simulator.puct_engine import (
@@ -29,7 +30,7 @@ from gfsim.simulator.puct_fast import fast_search, run_lockstep, run_puct_fast
 from gfsim.simulator.results import ReplayResult, SearchResult, no_cyclic_gc
 from gfsim.simulator.search_columns import (AnytimeRows, SummaryRows, columns_in,
                                             search_extras)
-from gfsim.simulator.trace import SearchTrace, build_traces, columns_of
+from gfsim.simulator.trace import SearchTrace, build_traces
 from gfsim.simulator.world_model import child_sources
 
 from gfsim.core.errors import GfsimError
@@ -45,7 +46,7 @@ def _check_shape(log: ReplayLog, policy: Policy, traces: list[SearchTrace]) -> N
         if log.shape == "config_space":
             raise GfsimError(f"{log.display_name}: a config_space log allows only policies that "
                              f"need no forecast (all, random, oracle); got {policy.name!r}")
-        span = columns_of(traces)
+        span = log_span(traces)
         if not (span[0].arrays["has_forecast"][span[1]:span[2]].any() if span else
                 any(t.has_forecast.any() for t in traces)):
             raise GfsimError(f"{log.display_name}: policy {policy.name!r} reads forecasts and "
@@ -54,7 +55,7 @@ def _check_shape(log: ReplayLog, policy: Policy, traces: list[SearchTrace]) -> N
 
 def calibration_batch(traces: list[SearchTrace]) -> Batch:
     """Every forecast of the log, the data a policy's ``fit`` calibrates on (e.g. coverage)."""
-    span = columns_of(traces)
+    span = log_span(traces)
     if span is not None:  # the log's columns, not each search's fields
         cols, a, b = span
         return Batch(candidate_ids=tuple(cols.lists["candidate_ids"][a:b]),
@@ -122,7 +123,7 @@ def cached_traces(log: ReplayLog, model: PresetCostModel, forecaster: str | None
     key = (*_content_key(log), repr(model), forecaster)
     traces = _TRACES.get(key) if _CACHE_ON[0] else None
     if traces is None:
-        traces = _stored_traces(log, model, forecaster)
+        traces = LogTraces(_stored_traces(log, model, forecaster))
         if len(_TRACES) >= _TRACES_MAX:
             _TRACES.pop(next(iter(_TRACES)))
         _TRACES[key] = traces
@@ -228,8 +229,8 @@ def simulate_searches(traces: list[SearchTrace], policy: Policy, model: PresetCo
                 raise GfsimError(f"the fast path cannot replay search {t.search_id!r}: "
                                  f"{blocker}")
     if fast:
-        got = run_fast_many([traces[j] for j in fast], policy, model, caps, budget, seed,
-                            drop_orphans, pipeline, noise)
+        got = run_fast_many(traces if len(fast) == len(traces) else [traces[j] for j in fast],
+                            policy, model, caps, budget, seed, drop_orphans, pipeline, noise)
         if len(fast) == len(traces) and columns_in(got) is not None:
             columns_in(got).engine = "fast"
             return got  # every search in one table (simulator.search_columns)

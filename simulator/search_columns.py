@@ -37,20 +37,21 @@ class SearchColumns:
     first read). Every search ran on one ``engine``, and none has driver-specific figures."""
 
     def __init__(self, *, ints: dict, floats: dict, ids: dict, stages: dict, anytime: tuple,
-                 unforecast: np.ndarray, tables, engine: str = "des"):
-        self.ints, self.floats, self.ids = ints, floats, ids
+                 unforecast: np.ndarray, tables, engine: str = "des", traces=None):
+        self.ints, self.floats = ints, floats
+        self.ids = _Ids(ids, traces)
         self.unforecast, self.tables = unforecast, tables
         self.anytime, self.anytime_heads, self.anytime_ends = anytime
         self.engine = engine
         self._stop_reasons: np.ndarray | None = None
-        total = np.zeros((len(ids["search_id"]), 4))
+        total = np.zeros((len(unforecast), 4))
         for s in STAGES:  # Cost() + c1 + c2 ...: left to right from zero, as sum_costs adds
             total = total + stages[s]
         self.total = total
         self.stages = {s: _CodedRows(rows) for s, rows in stages.items()}
 
     def __len__(self) -> int:
-        return len(self.ids["search_id"])
+        return len(self.unforecast)
 
     def result(self, i: int):
         """Search i's ``SearchResult`` (its table built when first read)."""
@@ -152,20 +153,19 @@ class _CodedRows:
 
     def __init__(self, rows: np.ndarray):
         rows = np.ascontiguousarray(rows, dtype=float)
-        self.code = None
-        self.rows = rows
+        self.rows, self.code = rows, None
         if len(rows) < 64:
             return
-        bits = rows.view(np.int64)
-        key = np.zeros(len(rows), np.int64)
-        for j in range(rows.shape[1]):  # each column's values coded, the codes combined
-            _, code = np.unique(bits[:, j], return_inverse=True)
-            _, key = np.unique(key * (int(code.max()) + 1) + code.reshape(-1),
-                               return_inverse=True)
-            key = key.reshape(-1)
-        if key.max() + 1 <= len(rows) // 4:
-            first = np.zeros(int(key.max()) + 1, np.int64)
-            first[key[::-1]] = np.arange(len(key))[::-1]  # each distinct row's first search
+        bits = rows.view(np.uint64)
+        if (bits == bits[0]).all():  # one row for all (a stage no search ran: zeros)
+            self.rows, self.code = rows[:1], np.zeros(len(rows), np.int32)
+            return
+        mixed = np.zeros(len(rows), np.uint64)
+        for j in range(bits.shape[1]):  # a hash of each row's bits, checked below
+            mixed ^= bits[:, j] * np.uint64(_ODD[j % len(_ODD)])
+        _, first, key = np.unique(mixed, return_index=True, return_inverse=True)
+        key = key.reshape(-1)
+        if len(first) <= len(rows) // 4 and (bits[first[key]] == bits).all():
             self.rows, self.code = rows[first], key.astype(np.int32)
 
     def __getitem__(self, i: int) -> np.ndarray:
@@ -174,6 +174,29 @@ class _CodedRows:
     def column(self, j: int) -> np.ndarray:
         col = self.rows[:, j]
         return col if self.code is None else col[self.code]
+
+
+_ODD = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x27D4EB2F165667C5)
+
+
+class _Ids(dict):
+    """The columns of strings; ``search_id`` and ``task_id`` taken from the traces when first
+    read (a replay printed as a table never reads them)."""
+
+    def __init__(self, ids: dict, traces):
+        super().__init__(ids)
+        self.traces = traces
+
+    def __missing__(self, name: str) -> list:
+        if name not in ("search_id", "task_id") or self.traces is None:
+            raise KeyError(name)
+        got = self[name] = [getattr(t, name) for t in self.traces]
+        return got
+
+    def items(self):
+        for name in ("search_id", "task_id"):
+            self[name]  # noqa: B018 - every column, as a dict of them would hold
+        return super().items()
 
 
 def _fold(x: np.ndarray) -> float:
