@@ -9,6 +9,7 @@ and line.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import json
 import math
@@ -252,15 +253,33 @@ LINE_CHUNK_BYTES = 16 << 20  # what a reader decodes at a time (about 20,000 can
 
 
 class LogText:
-    """A log's text, given again on each pass in pieces of at most 8 MiB: the stored bytes
-    (held once, for the cache's digest; bounded by the input limit) inflated piece by piece
-    if they are gzip, so that the text itself is never held whole. ``cut``: the text as
-    already read (``decompress``'s pair), the stream cut short if True."""
+    """A log's text, given again on each pass in pieces of at most 8 MiB, never held whole: a
+    plain file is read from disk a piece at a time on each pass; a gzip file's stored bytes
+    are held once (``raw``) and inflated piece by piece. ``cut``: the text as already read
+    (``decompress``'s pair), the stream cut short if True. ``hash_reads``: a pass over a
+    plain file also takes the SHA-256 of what it read (``read_digest``), so that a cache
+    names the very bytes its tables were read from."""
 
-    def __init__(self, path, raw: bytes, cut: bool | None = None):
+    def __init__(self, path, raw: bytes | None, cut: bool | None = None):
         self.path, self.raw = Path(path), raw
-        self.is_gzip = cut is None and raw.startswith(b"\x1f\x8b")
+        self.is_gzip = cut is None and raw is not None and raw.startswith(b"\x1f\x8b")
         self.cut = bool(cut)
+        self.hash_reads, self.read_digest = False, None
+
+    @classmethod
+    def open(cls, path) -> "LogText":
+        """The text of the log file at ``path``, refused in one line as ``read_raw`` refuses
+        a file; a gzip file's stored bytes are read now, a plain file's on each pass."""
+        path = Path(path)
+        try:
+            fh, _ = open_file(path, "log file")
+            with fh:
+                magic = fh.read(2)
+        except InputError as exc:
+            raise LogError(exc.path, None, exc.reason) from None
+        except OSError as exc:
+            raise LogError(str(path), None, f"cannot be read ({exc.strerror})") from None
+        return cls(path, read_raw(path) if magic == b"\x1f\x8b" else None)
 
     @classmethod
     def of(cls, path, loaded: "tuple[bytes, bool] | LogText | None") -> "LogText":
@@ -269,11 +288,26 @@ class LogText:
             return loaded
         if loaded is not None:
             return cls(path, loaded[0], loaded[1])
-        return cls(path, read_raw(Path(path)))
+        return cls.open(path)
+
+    def digest(self) -> str:
+        """The SHA-256 of the file's stored bytes (a plain file's read through once)."""
+        if self.raw is not None:
+            return hashlib.sha256(self.raw).hexdigest()
+        hashing, self.hash_reads = self.hash_reads, True
+        try:
+            for _ in self.pieces():
+                pass
+        finally:
+            self.hash_reads = hashing
+        return self.read_digest
 
     def pieces(self) -> Iterator[bytes | memoryview | None]:
         """The text's pieces, then None if a gzip stream ends early; the inflate limits of
         ``decompress``, and its errors, on the way."""
+        if self.raw is None:
+            yield from self._file_pieces()
+            return
         if not self.is_gzip:
             raw = memoryview(self.raw)  # (pieces of it, not copies)
             for pos in range(0, len(raw), _PIECE_BYTES):
@@ -288,11 +322,39 @@ class LogText:
         except MemoryError:
             raise LogError(str(self.path), None, "not enough memory to decompress it") from None
 
+    def _file_pieces(self) -> Iterator[bytes]:
+        """A plain file's bytes a piece at a time, within the input limit counted on what
+        was read (a file that grows while read is refused past it, as ``read_raw`` does)."""
+        path, limit = self.path, max_input_bytes()
+        try:
+            fh, _ = open_file(path, "log file")
+        except InputError as exc:
+            raise LogError(exc.path, None, exc.reason) from None
+        sha, total = hashlib.sha256() if self.hash_reads else None, 0
+        with fh:
+            while True:
+                try:
+                    piece = fh.read(_PIECE_BYTES)
+                except OSError as exc:
+                    raise LogError(str(path), None, f"cannot be read ({exc.strerror})"
+                                   ) from None
+                if not piece:
+                    break
+                total += len(piece)
+                if total > limit:
+                    raise LogError(str(path), None, f"is above the {_size(limit)} gfsim "
+                                   "reads (GFSIM_MAX_INPUT_BYTES raises it)")
+                if sha is not None:
+                    sha.update(piece)
+                yield piece
+        if sha is not None:
+            self.read_digest = sha.hexdigest()
+
     def check(self) -> None:
         """Inflate the whole stream once, for what is wrong with the file as a whole (a bomb,
         corrupt gzip data, the input limit): a reader that gave up early says it first."""
         if not self.is_gzip:
-            return  # (stored bytes are the text: their limit was checked when they were read)
+            return  # (a plain file's limit is counted as it is read, in order)
         for _ in self.pieces():
             pass
 

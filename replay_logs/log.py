@@ -27,7 +27,6 @@ from gfsim.replay_logs.io import (
     TruncatedTailWarning,
     iter_records,
     loads_record,
-    read_raw,
 )
 from gfsim.replay_logs.schema import FIELDS, check_record
 
@@ -141,32 +140,35 @@ def load_log(path: str | os.PathLike, *, cache: bool = False) -> ReplayLog:
         try:
             before = os.stat(path)
         except OSError:
-            before = None  # read_raw names the problem
+            before = None  # LogText.open names the problem
         known = log_cache.known_digest(path, before) if before is not None else None
         if known is not None:
             log = _cached(path, log_cache.load(path, None, known), known)
             if log is not None:
                 return log
         read_ns = time.time_ns()
-    raw = read_raw(Path(path))
+    # Read (a plain file) or inflated (a gzip, whose stored bytes are held) a chunk at a time
+    # by each reader: the text is never held whole.
+    text = LogText.open(Path(path))
     if cache and log_cache._enabled():
-        digest = log_cache._digest(raw)
+        digest = text.digest()
         if before is not None:
             try:
                 log_cache.remember_digest(path, digest, before, os.stat(path), read_ns)
             except OSError:
                 pass
-        log = _cached(path, log_cache.load(path, raw, digest), digest)
+        log = _cached(path, log_cache.load(path, None, digest), digest)
         if log is not None:
             return log
-    text = LogText(path, raw)  # inflated a chunk at a time by each reader, never held whole
+        text.hash_reads = True  # (cached under the digest of the bytes the tables come from)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TruncatedTailWarning)
         with no_cyclic_gc():  # hundreds of thousands of acyclic objects: nothing for the collector
             cols = _fast_columns(path, text)
             if cols is None:
                 cols = _validating_columns(path, text)
-            del raw, text  # the file's bytes (1 GB per million candidates) are not needed now
+            digest = text.read_digest or digest
+            del text  # a gzip's stored bytes are not needed now
             log = _build(path, cols)
             del cols
             release_arrow_memory()
