@@ -21,6 +21,7 @@ import pytest
 
 import gfsim.replay_logs.io as log_io
 from gfsim.core.errors import LogError
+from gfsim.core.inputs import size_text
 from gfsim.replay_logs import load_log
 from gfsim.replay_logs.io import TruncatedTailWarning
 from gfsim.replay_logs.shipped import shipped_path
@@ -71,6 +72,31 @@ def test_a_gzip_of_blank_lines_is_streamed_not_held(tmp_path):
     counts, peak_kib = res.stdout.rsplit(" ", 1)
     assert counts == "{'header': 1}"
     assert int(peak_kib) << 10 < text // 2  # (about 160 MB resident for 671 MB of text)
+
+
+def test_a_plain_file_is_read_a_piece_at_a_time(tmp_path):
+    """A header then a 640 MiB hole (a sparse file: NUL bytes, no newline), under the same
+    cap: read whole, the file did not fit ('not enough memory to read its 640.0 MiB');
+    read a piece at a time, its second line is counted, not held, and refused by number and
+    size."""
+    path = tmp_path / "sparse.jsonl"
+    head = TINY.read_bytes().split(b"\n", 1)[0] + b"\n"
+    path.write_bytes(head)
+    os.truncate(path, 640 << 20)
+    cap = 768 << 20
+    code = "import sys\nfrom gfsim.replay_logs import load_log\nload_log(sys.argv[1])\n"
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+    res = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                         text=True, timeout=HANG_S, preexec_fn=limit, cwd=HERE,
+                         env={**os.environ, "GFSIM_LOG_CACHE": "off"})
+    assert res.returncode != 0
+    said = res.stderr.strip().splitlines()[-1]
+    line = size_text((640 << 20) - len(head))
+    assert said.endswith(f"{path}:2: line is {line}, above the 64.0 MiB a log's line may "
+                         "hold"), said
 
 
 # -- chunk boundaries ----------------------------------------------------------------------------
