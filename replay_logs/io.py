@@ -400,27 +400,33 @@ class LineChunks:
 
     def _give(self, buf: bytearray, nl: int, line: int):
         """Yield ``buf`` up to its newline at ``nl`` and keep the rest; the next line number.
-        Only a chunk's first line can be longer than a line may be: it alone began before
-        the last piece, which is smaller than the limit."""
-        if MAX_LINE_BYTES >= self.chunk_bytes + _PIECE_BYTES:
-            first = buf.find(b"\n")
-            if first > MAX_LINE_BYTES:
-                self._refuse(line, first)
-        else:  # (a line limit lowered below a chunk: every line is measured)
-            self._measure_each(buf, nl, line)
+        A line too long is refused once the lines before it are given."""
+        long_line = self._first_too_long(buf, nl)
+        if long_line is not None:
+            start, size = long_line
+            if start:
+                line = yield from self._give(buf, start - 1, line)
+            self._refuse(line, size)
         with memoryview(buf) as view:
             chunk = bytes(view[:nl + 1])
         del buf[:nl + 1]
         yield line, chunk
         return line + chunk.count(b"\n")
 
-    def _measure_each(self, buf: bytearray, nl: int, line: int) -> None:
+    def _first_too_long(self, buf: bytearray, nl: int) -> tuple[int, int] | None:
+        """(start, size) of the first line of ``buf[:nl + 1]`` longer than a line may be.
+        Only the first can be, unless the limit was lowered below a chunk: it alone began
+        before the last piece, and a piece is far smaller than the limit."""
+        if MAX_LINE_BYTES >= self.chunk_bytes + max(_PIECE_BYTES, _DRAW_BYTES + 1):
+            first = buf.find(b"\n")
+            return (0, first) if first > MAX_LINE_BYTES else None
         pos = 0
         while pos <= nl:
             end = buf.find(b"\n", pos)
             if end - pos > MAX_LINE_BYTES:
-                self._refuse(line, end - pos)
-            pos, line = end + 1, line + 1
+                return pos, end - pos
+            pos = end + 1
+        return None
 
     def _overlong(self, line: int, held: int, pieces) -> None:
         """Count the rest of a line too long to hold, then refuse it; a line that a cut gzip

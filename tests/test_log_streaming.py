@@ -181,8 +181,10 @@ def test_a_line_too_long_is_named_by_line_and_size_however_it_is_chunked(
     chunked = _error(path)
     assert chunked == whole == (f"{path}:41: line is {len(long_line):,} bytes, above the "
                                 "2,000 bytes a log's line may hold")
-    lines[10] = lines[10][:-1]  # an earlier defect is said first
+    lines[10] = lines[10][:-1]  # an earlier defect is said first, in a chunk or in one
     path = _write(tmp_path / f"long-and-bad{suffix}", "\n".join(lines) + "\n")
+    assert _error(path).startswith(f"{path}:11: not valid JSON")
+    monkeypatch.setattr(log_io, "LINE_CHUNK_BYTES", 16 << 20)
     assert _error(path).startswith(f"{path}:11: not valid JSON")
 
 
