@@ -139,6 +139,26 @@ def test_a_journal_line_nested_10000_deep_is_named_by_line(made, tmp_path):
     assert files(tmp_path) == before
 
 
+def test_a_journal_study_refused_for_its_records_is_left_as_it_was(made, tmp_path):
+    # (Optuna's create_study(load_if_exists=True) appended a create operation to the journal
+    # before finding the study there: every later refusal left the file changed)
+    journal = tmp_path / "s.journal"
+    line = '{"op_code": 2, "worker_id": "w", "study_id": 0, "user_attr": {"gfsim_version": 1}}'
+    journal.write_bytes(made["journal"] + line.encode() + b"\n")
+    before = files(tmp_path)
+    one_line(tune(str(journal)), "its attribute gfsim_version is not a list of versions")
+    assert files(tmp_path) == before
+
+
+def test_a_journal_study_of_other_settings_is_refused_unchanged(made, tmp_path):
+    journal = tmp_path / "s.journal"
+    journal.write_bytes(made["journal"])
+    args = [a if a != "tau=0.3:0.99" else "tau=0.2:0.9" for a in TUNE]
+    res = CliRunner().invoke(app, [*args, "--trials", "3", "--storage", str(journal)])
+    one_line(res, "was made with")
+    assert journal.read_bytes() == made["journal"]  # (a create operation was appended)
+
+
 def test_a_study_refused_for_sql_in_its_wal_leaves_no_file_behind(made, tmp_path):
     db = tmp_path / "s.db"
     db.write_bytes(made["db"])

@@ -139,8 +139,12 @@ def open_study(storage, study: str, directions: list[str], sampler):
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        s = optuna.create_study(storage=storage, study_name=study, sampler=sampler,
-                                directions=directions, load_if_exists=True)
+        try:  # an existing study is loaded, not created again: a journal would append the
+            # attempt, and a study refused next (``recorded``, ``identity``) would be changed
+            s = optuna.load_study(storage=storage, study_name=study, sampler=sampler)
+        except KeyError:
+            s = optuna.create_study(storage=storage, study_name=study, sampler=sampler,
+                                    directions=directions, load_if_exists=True)
     except GfsimError:  # the storage's own line (a journal file that cannot serve)
         raise
     except Exception as exc:  # bad URL, unreachable database
