@@ -318,7 +318,16 @@ def evaluate(setup: TrialSetup, spec: str, search, seeds=None, pool=None) -> dic
 
 def _seed_rows(setup: TrialSetup, spec: str, search, seeds: list[int]) -> list:
     """Per seed: the task ids, each search's metrics, how many scores were clipped. The seeds
-    are replayed together (``replay_many``: one policy call per step for all of them)."""
+    are replayed together (``replay_many``: one policy call per step for all of them), with
+    cyclic GC off until the replays are freed (by reference counting, as the rows return:
+    the collection that re-enabling starts would walk every search's children first)."""
+    from gfsim.core.memory import no_cyclic_gc
+
+    with no_cyclic_gc():
+        return _metric_rows(setup, spec, search, seeds)
+
+
+def _metric_rows(setup: TrialSetup, spec: str, search, seeds: list[int]) -> list:
     rows = []
     for res in setup.replay(spec, search, seeds):
         clipped: list = []
