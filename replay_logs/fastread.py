@@ -277,11 +277,12 @@ class _Links:
 def fast_columns(header: dict, chunks) -> dict | None:
     """The columns ``load_log`` builds for the records after the header, or None when the
     validating reader must decide. ``chunks``: (number of the first record's line, bytes,
-    offset of that record) of whole lines, each ending in a newline (``io.LineChunks``):
-    what is held is one chunk and the columns, never the log's text."""
+    offset of that record, number of lines from there) of whole lines, each ending in a
+    newline (``io.LineChunks``): what is held is one chunk and the columns, never the log's
+    text."""
     g = _Gather(header)
     seen = False
-    for line, data, start in chunks:
+    for line, data, start, n_lines in chunks:
         if len(data) <= start:
             continue
         if _BLANK.search(data, start) or _LEADING_BLANK.match(data, start):
@@ -290,7 +291,7 @@ def fast_columns(header: dict, chunks) -> dict | None:
             recs = _DECODER.decode_lines(memoryview(data)[start:])
         except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
             return None  # (nesting too deep for msgspec: the validating reader names the line)
-        if data.count(b"\n", start) != len(recs):  # a line with two records
+        if n_lines != len(recs):  # a line with two records
             return None
         if not g.chunk(recs, line):
             return None

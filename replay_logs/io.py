@@ -361,7 +361,8 @@ class LogText:
 
 class LineChunks:
     """A log's text in chunks of whole lines, about ``chunk_bytes`` each: iterating gives
-    (number of the chunk's first line, its bytes, every line ending in a newline). Once it
+    (number of the chunk's first line, its bytes, every line ending in a newline, how many
+    lines it holds). Once it
     is exhausted, ``tail`` is the text after the last newline (a line that may be cut),
     ``cut`` whether the gzip stream ended early (its tail is then dropped) and ``newlines``
     how many lines came before the tail. A line longer than ``MAX_LINE_BYTES`` is refused
@@ -372,7 +373,7 @@ class LineChunks:
         self.chunk_bytes = chunk_bytes or LINE_CHUNK_BYTES
         self.tail, self.cut, self.newlines, self.done = b"", False, 0, False
 
-    def __iter__(self) -> Iterator[tuple[int, bytes]]:
+    def __iter__(self) -> Iterator[tuple[int, bytes, int]]:
         buf, line = bytearray(), 1
         pieces = iter(self.pieces_)
         for piece in pieces:
@@ -410,8 +411,9 @@ class LineChunks:
         with memoryview(buf) as view:
             chunk = bytes(view[:nl + 1])
         del buf[:nl + 1]
-        yield line, chunk
-        return line + chunk.count(b"\n")
+        n_lines = chunk.count(b"\n")
+        yield line, chunk, n_lines
+        return line + n_lines
 
     def _first_too_long(self, buf: bytearray, nl: int) -> tuple[int, int] | None:
         """(start, size) of the first line of ``buf[:nl + 1]`` longer than a line may be.
@@ -453,7 +455,7 @@ def iter_lines(path: str | os.PathLike, loaded: "tuple[bytes, bool] | LogText | 
     (text bytes, cut) if already read, or its ``LogText``."""
     path = Path(path)
     chunks = LineChunks(path, LogText.of(path, loaded).pieces())
-    for first, chunk in chunks:
+    for first, chunk, _ in chunks:
         yield from _chunk_lines(path, chunk, first)
     if chunks.cut:
         # A gzip stream that ends early lost (part of) its last batch even when no partial line

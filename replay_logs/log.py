@@ -241,7 +241,7 @@ def _fast_columns(path: str, text: "LogText | bytes") -> dict | None:
 def _fast_pass(chunks) -> dict | None:
     from gfsim.replay_logs.fastread import fast_columns
 
-    _, first = next(chunks, (1, b""))
+    _, first, n_lines = next(chunks, (1, b"", 0))
     nl = first.find(b"\n")
     if nl <= 0:
         return None
@@ -254,7 +254,7 @@ def _fast_pass(chunks) -> dict | None:
             or _header_problem(header) or "\\u" in text):  # escapes: the validating reader
         return None
     unknown = {k: v for k, v in header.items() if k != "kind" and k not in FIELDS["header"]}
-    records = _after_header(first, nl + 1, chunks)
+    records = _after_header(first, nl + 1, n_lines - 1, chunks)
     del first  # (the chunk is held by ``records`` until it is decoded, not for the whole pass)
     cols = fast_columns(header, records)
     if cols is None:
@@ -265,13 +265,13 @@ def _fast_pass(chunks) -> dict | None:
     return cols
 
 
-def _after_header(first: bytes, start: int, chunks):
-    """(first line number, bytes, offset of the first record) of each chunk of the log's
-    records: the first chunk past its header line, then the others whole."""
-    yield 2, first, start
+def _after_header(first: bytes, start: int, n_lines: int, chunks):
+    """(first line number, bytes, offset of the first record, number of lines) of each chunk
+    of the log's records: the first chunk past its header line, then the others whole."""
+    yield 2, first, start, n_lines
     del first
-    for line, data in chunks:
-        yield line, data, 0
+    for line, data, n in chunks:
+        yield line, data, 0, n
 
 
 def _validating_columns(path: str, loaded: "tuple[bytes, bool] | LogText") -> dict:
