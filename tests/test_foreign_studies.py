@@ -100,6 +100,8 @@ def test_a_row_optuna_never_writes_is_refused_unopened(made, tmp_path, sql, word
     ("UPDATE trial_user_attributes SET value_json = '[[1.0], [2.0, 3.0]]' "
      "WHERE key = 'values_best_speedup'",  # ValueError in leave-one-task-out
      "trial 0: its attribute values_best_speedup is not a table of numbers"),
+    ("UPDATE trial_user_attributes SET value_json = '\"nopolicy\"' WHERE key = 'spec'",
+     "trial 0: its spec 'nopolicy' is no policy"),  # refused after a trial ran: file changed
     ("INSERT INTO trials (number, study_id, state) VALUES (2, 1, 'WAITING');"
      "INSERT INTO trial_system_attributes (trial_id, key, value_json) "
      "VALUES (3, 'fixed_params', '{\"tau\": \"abc\"}')",  # ValueError from Optuna
@@ -114,8 +116,10 @@ def test_gfsims_own_records_of_another_shape_are_refused(made, tmp_path, sql, wo
     db.write_bytes(made["db"])
     with sqlite3.connect(db) as con:
         con.executescript(sql)
+    before = files(tmp_path)
     one_line(tune(f"sqlite:///{db}"), "study 's' in sqlite:///", words,
              "it is not a study gfsim tune wrote, or was changed since")
+    assert files(tmp_path) == before
 
 
 def test_a_schema_that_is_not_utf8_is_refused(tmp_path):

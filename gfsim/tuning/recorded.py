@@ -11,6 +11,7 @@ attribute, before any of it is used.
 
 from __future__ import annotations
 
+import functools
 from numbers import Real
 
 from gfsim.core.errors import GfsimError
@@ -80,6 +81,9 @@ def check_recorded(study, url: str, params=()) -> None:
                 raise _refuse(f"{at}: its attribute {key} is not {TRIAL_ATTRS[key][0]}")
             if key.startswith("values_") and not _matrix(value):
                 raise _refuse(f"{at}: its attribute {key} is not a table of numbers")
+        wrong = _unusable(t.user_attrs)
+        if wrong:
+            raise _refuse(f"{at}: {wrong}")
         if "tasks" in t.user_attrs:
             tasks = t.user_attrs["tasks"] if tasks is None else tasks
             if t.user_attrs["tasks"] != tasks:
@@ -98,6 +102,35 @@ def check_recorded(study, url: str, params=()) -> None:
         if t.state == optuna.trial.TrialState.COMPLETE and (
                 t.values is None or len(t.values) != len(study.directions)):
             raise _refuse(f"{at}: finished without a value per direction")
+
+
+def _unusable(attrs: dict) -> str | None:
+    """Whether a trial's ``spec`` and ``search``, which gfsim replays again (the top trials'
+    re-scoring, the recommendation), make a policy and a search shape; in words if not.
+    (Text that is no policy was refused only after the study's new trials had run.)"""
+    if isinstance(attrs.get("spec"), str):
+        why = _no_policy(attrs["spec"])
+        if why:
+            return f"its spec {_show(attrs['spec'])} is no policy ({why})"
+    if isinstance(attrs.get("search"), dict):
+        from gfsim.simulator.shape import shape_from_dict
+
+        try:
+            shape_from_dict(attrs["search"])
+        except (TypeError, ValueError) as exc:
+            return f"its search {_show(attrs['search'])} is no search shape ({exc})"
+    return None
+
+
+@functools.lru_cache(maxsize=256)  # (a study's trials share a few specs' shapes)
+def _no_policy(spec: str) -> str | None:
+    from gfsim.policies import make_policy
+
+    try:
+        make_policy(spec)
+    except (GfsimError, ValueError, TypeError) as exc:
+        return str(exc)[:120]
+    return None
 
 
 def _outside(fixed, params) -> str | None:
