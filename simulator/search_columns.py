@@ -158,7 +158,7 @@ class _CodedRows:
             return
         bits = rows.view(np.uint64)
         if (bits == bits[0]).all():  # one row for all (a stage no search ran: zeros)
-            self.rows, self.code = rows[:1], np.zeros(len(rows), np.int32)
+            self.rows, self.code = rows[:1].copy(), np.zeros(len(rows), np.int32)
             return
         mixed = np.zeros(len(rows), np.uint64)
         for j in range(bits.shape[1]):  # a hash of each row's bits, checked below

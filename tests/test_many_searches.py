@@ -248,3 +248,34 @@ def test_json_parts_stream_nested_lists_and_dicts_byte_for_byte():
     plain = {"a": 1, "rows": list(rows), "inner": {"table": dict(table), "empty": [],
                                                    "none": {}}, "tail": "\x1b[31m"}
     assert b"".join(json_parts(doc)) == json_bytes(plain)
+
+
+def test_a_replay_of_many_searches_keeps_a_few_hundred_bytes_a_search(tmp_path):
+    """Results as columns: what a replay of one-candidate searches keeps is a few arrays, not
+    a result object per search (before issue 53: about 1,000 B a search, now about 360 B)."""
+    import gc
+    import tracemalloc
+
+    replay_log = sys.modules["gfsim.simulator.replay"].replay
+    rng = random.Random(3)
+    records = [HEADER]
+    n = 3000
+    for i in range(n):
+        records += _search(rng, f"s{i}", 1, "t")
+    path = tmp_path / "one-candidate-searches.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    log = load_log(path)
+    model = load_cost_model("serverless-a100")
+    caps = Capacities(generator=1000, forecaster=1000, compile_workers=1000, gpus=1000)
+    replay_log(log, make_policy("all"), model, capacities=caps)  # traces built and kept
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        result = replay_log(log, make_policy("all"), model, capacities=caps)
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert columns_in(result.searches) is not None and len(result.searches) == n
+    assert kept / n < 600, f"{kept / n:.0f} B a search"
