@@ -11,7 +11,8 @@ step. Each is loaded once, then priced (``build_traces``) and replayed (the trac
 ``threshold:0.7`` and ``all``, as ``gfsim replay`` does) best of ``--repeat``; the ratio
 many / one of each is the cost of a search beyond that of its candidates, measured in the same
 run. Before issue 41 pricing was 6 ms per search and the replay 0.5 ms (ratios in the
-hundreds); docs/experiments/benchmarks.md has the figures.
+hundreds); with 8,000 candidates the replay's ratio was 8.4x before issue 53's results as
+columns and 1.6-2.0x after; docs/experiments/benchmarks.md has the figures.
 
 ``--write PATH`` only writes the ``many`` log (a search per candidate) for a run of the CLI,
 e.g. ``/usr/bin/time -v gfsim replay --log PATH --json > /dev/null`` (issue 52's 10^6 case).
