@@ -15,6 +15,15 @@ from dataclasses import dataclass
 
 import pytest
 
+try:  # Hypothesis's default deadline (200 ms an example) is a timing, not a hang guard: a busy
+    # machine fails it. Off for every test; a test's own @settings keeps what it sets.
+    from hypothesis import settings as _hypothesis_settings
+
+    _hypothesis_settings.register_profile("gfsim", deadline=None)
+    _hypothesis_settings.load_profile("gfsim")
+except ImportError:  # hypothesis is in the test extra; a test that needs it imports it
+    pass
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _log_cache_in_a_temporary_folder(tmp_path_factory):

@@ -117,3 +117,23 @@ def test_the_limit_check_finds_a_tight_limit(tmp_path):
                       "timeout=600)\nt.join(timeout=5)\n")
     assert [h.split(": ", 1)[1] for h in tight_limits(sample)] == \
         ["run(timeout=30)", "run(timeout=30)"]
+
+
+def test_hypothesis_examples_have_no_deadline():
+    # conftest's profile: an example that takes 300 ms passes (Hypothesis's default deadline,
+    # 200 ms, failed it with DeadlineExceeded)
+    import time
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    seen = []
+
+    @settings(max_examples=2, database=None)
+    @given(st.integers())
+    def slow_example(x):
+        seen.append(x)
+        time.sleep(0.3)
+
+    slow_example()
+    assert 1 <= len(seen) <= 2  # it ran, and no example failed on its time
