@@ -191,3 +191,23 @@ def test_json_depth_counts_arrays_and_objects_not_brackets_in_strings():
     assert json_depth('{"a": [1, {"b": "[[[{"}]]}') == 3
     assert json_depth('"\\"[[["') == 0
     assert json_depth(DEEP) == 10_000
+
+
+def test_the_fuzz_verdict_counts_a_changed_refused_study_a_peak_and_a_traceback():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "fuzz_studies", Path(__file__).parent.parent / "experiments" / "fuzz_studies.py")
+    fuzz = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fuzz)
+    refused = {"rc": 2, "stderr": "gfsim: error: --storage x: no\n", "peak_kb": 1, "hung": False}
+    assert fuzz.verdict(refused, {"s.db": "a"}, {"s.db": "a"})[0] == "error"
+    assert fuzz.verdict(refused, {"s.db": "a"}, {"s.db": "b"})[0] == "altered"
+    assert fuzz.verdict(refused, {"s.db": "a"}, {"s.db": "a", "s.db-shm": "c"})[0] == "altered"
+    assert fuzz.verdict({**refused, "peak_kb": 3 << 20}, {}, {})[0] == "heavy"
+    assert fuzz.verdict({**refused, "hung": True}, {}, {})[0] == "hung"
+    crashed = {"rc": 1, "stderr": "Traceback (most recent call last):\nValueError: x\n",
+               "peak_kb": 1, "hung": False}
+    assert fuzz.verdict(crashed, {}, {}) == ("crash", "exit 1: ValueError: x")
+    two = {**refused, "stderr": "gfsim: error: a\nsomething else\n"}
+    assert fuzz.verdict(two, {}, {})[0] == "crash"
