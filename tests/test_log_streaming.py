@@ -241,3 +241,41 @@ def test_a_gzip_cut_by_a_crash_keeps_its_complete_lines_whatever_the_chunk_size(
                                     f"kept the {kept} complete lines before the cut"]
     assert sum(chunked.counts.values()) == kept  # (no blank line in it)
     _same_tables(chunked, whole)
+
+
+def _many_records(path: Path, candidates: int) -> None:
+    """tiny.jsonl's header, run and first step, then ``candidates`` copies of its first
+    candidate record under new ids (a valid log)."""
+    records = [json.loads(x) for x in TINY.read_text().splitlines()]
+    head = [r for r in records if r["kind"] in ("header", "run")][:2]
+    first_step = next(r for r in records if r["kind"] == "step")
+    cand = next(r for r in records if r["kind"] == "candidate"
+                and r["search_id"] == first_step["search_id"] and r["step"] == first_step["step"])
+    out = [json.dumps(r) for r in (*head, first_step)]
+    for k in range(candidates):
+        out.append(json.dumps({**cand, "candidate_id": f"many-{k}", "seq": k}))
+    path.write_text("\n".join(out) + "\n")
+
+
+@pytest.mark.parametrize("reader", ["fast", "validating"])
+def test_a_log_whose_records_pass_the_memory_budget_is_refused_by_line(tmp_path, monkeypatch,
+                                                                      reader):
+    """A log's columns are bounded by the memory budget (GFSIM_MEMORY_BUDGET), checked as it
+    is read: past it, one line naming the file, the line reached and the budget, before the
+    rest is read; under it the same log loads."""
+    import gfsim.replay_logs.log as log_mod
+
+    log = tmp_path / "many.jsonl"
+    _many_records(log, 70_000)
+    if reader == "validating":
+        monkeypatch.setattr(log_mod, "_fast_columns", lambda path, text: None)
+    monkeypatch.setenv("GFSIM_MEMORY_BUDGET", "20MB")
+    with pytest.raises(log_mod.LogTooLargeError) as info:
+        load_log(log)
+    msg = str(info.value)
+    assert msg.startswith(f"{log}:") and "records by this line" in msg
+    assert "GFSIM_MEMORY_BUDGET" in msg and "\n" not in msg
+    line = int(msg.split(":")[1])
+    assert 2 <= line <= 70_002
+    monkeypatch.setenv("GFSIM_MEMORY_BUDGET", "2GB")
+    assert len(load_log(log).candidates) == 70_000
