@@ -78,6 +78,8 @@ def test_a_study_gfsim_made_still_tunes(made, tmp_path):
      "table trial_params row 1: distribution_json nests 10000 deep (at most 64)"),
     ("UPDATE trial_params SET param_name = NULL",  # a parameter None: TypeError in --json
      "table trial_params row 1: param_name is NULL, not text"),
+    ("UPDATE trial_values SET objective = 7 WHERE trial_id = 2",  # IndexError in Optuna
+     "table trial_values row 2: objective 7 is past its study's directions"),
     (f"UPDATE study_user_attributes SET value_json = '{'9' * 5000}' WHERE key = 'gfsim_runs'",
      "table study_user_attributes row 3: value_json '999"),  # ValueError: int digits limit
 ])

@@ -45,8 +45,31 @@ def bad_row(con) -> str | None:
             what = _bad_column(con, table.name, column)
             if what:
                 return what
+    if {"trials", "trial_values", "study_directions"} <= present:
+        what = _bad_objective(con)
+        if what:
+            return what
     if "trial_params" in present:
         return _bad_param(con)
+    return None
+
+
+def _bad_objective(con) -> str | None:
+    """A direction or a trial's value numbered past its study's directions (Optuna indexes
+    a list by it: IndexError)."""
+    row = con.execute(
+        "SELECT d.rowid, d.objective FROM study_directions d WHERE d.objective < 0 OR "
+        "d.objective >= (SELECT count(*) FROM study_directions e WHERE e.study_id = d.study_id)"
+        " LIMIT 1").fetchone()
+    if row:
+        return f"table study_directions row {row[0]}: objective {row[1]} is past the study's"
+    row = con.execute(
+        "SELECT v.rowid, v.objective FROM trial_values v JOIN trials t USING (trial_id) "
+        "WHERE v.objective < 0 OR v.objective >= (SELECT count(*) FROM study_directions d "
+        "WHERE d.study_id = t.study_id) LIMIT 1").fetchone()
+    if row:
+        return (f"table trial_values row {row[0]}: objective {row[1]} is past its study's "
+                "directions")
     return None
 
 
