@@ -294,6 +294,7 @@ def test_an_honest_candidate_passes_under_the_quota(measurer):
     assert measurer.measure(_Code(_HONEST))["outcome"] == "correct_untimed"
 
 
+@pytest.mark.slow
 def test_a_later_measurer_start_measures_after_a_hostile_folder_was_left(tmp_path):
     """A killed run left a measurer folder holding a 3,000-deep tree (a candidate's, removed
     by no one): the next measurer on that folder starts, measures, and removes it."""

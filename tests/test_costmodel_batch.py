@@ -66,6 +66,7 @@ def search_source():
     return source
 
 
+@pytest.mark.slow
 def test_the_fit_is_scikit_learn_s_bit_for_bit_on_a_search_s_own_training_sets(search_source):
     """Every training set the search fitted on (the successes of its first steps, in the
     order it learned them): the same predictions, to the bit, as scikit-learn's fit."""

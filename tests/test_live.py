@@ -406,6 +406,7 @@ def test_a_header_cut_by_a_crash_starts_the_run_afresh_on_resume(tmp_path, suffi
     load_log(out)
 
 
+@pytest.mark.slow
 def test_a_decision_batch_cut_by_a_crash_is_completed_not_decided_again(tmp_path):
     out = tmp_path / "decisions.jsonl"  # plain text: the lines before a cut survive
     _cpu_run(out, tmp_path).run()
@@ -447,6 +448,7 @@ def test_an_evaluation_whose_what_if_forecast_a_crash_cut_gets_it_on_resume(tmp_
     load_log(out)
 
 
+@pytest.mark.slow
 def test_a_live_threshold_run_reads_the_cost_models_forecasts(tmp_path):
     """gfsim live with the learned cost model and a forecast-reading policy: the first batch is
     forecast from the prior, later ones by trees trained on the run's own measurements (and

@@ -79,6 +79,7 @@ def test_every_candidate_gets_a_fresh_process(measurer):
     assert first["sandbox"] != "none"
 
 
+@pytest.mark.slow
 def test_a_hanging_candidate_times_out(measurer):
     r = measurer.measure(Code("def run(x):\n    while True:\n        pass\n"))
     assert r["outcome"] == "timeout" and "no answer within" in r["reason"]
