@@ -182,6 +182,17 @@ def test_a_study_refused_for_sql_in_its_wal_leaves_no_file_behind(made, tmp_path
     assert files(tmp_path) == before  # the read made s.db-shm: removed again
 
 
+@pytest.mark.parametrize("query, name", [("vfs=unix-none", "vfs"), ("nolock=1", "nolock"),
+                                         ("immutable=1", "immutable")])
+def test_a_url_that_turns_locking_off_is_refused(made, tmp_path, query, name):
+    # (vfs=unix-none: a commit beside the heartbeat thread failed, StorageInternalError)
+    db = tmp_path / "s.db"
+    db.write_bytes(made["db"])
+    one_line(tune(f"sqlite:///file:{db}?{query}&uri=true"), f"sets {name}, which turns "
+             "SQLite's locking off")
+    assert db.read_bytes() == made["db"]
+
+
 @pytest.mark.parametrize("target", ["/proc/self/mem", "/proc/self/environ"])
 def test_a_link_into_proc_is_not_a_study_file(tmp_path, target):
     (tmp_path / "s.db").symlink_to(target)

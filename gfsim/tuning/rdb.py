@@ -11,7 +11,8 @@
   expression or a generated column (none of them in Optuna's schema) is refused by name. A
   path that is not a regular file (a named pipe would block the read), or that leads into
   ``/proc``, ``/sys`` or ``/dev`` (``/proc/self/mem`` is a "regular file": SQLite would write
-  this process's memory), is refused too.
+  this process's memory), is refused too, as is a URL that turns SQLite's locking off
+  (``vfs=``, ``nolock``, ``immutable``: a commit then failed, a StorageInternalError).
 - The same read-only pass checks the rows (``rdb_rows.bad_row``): a damaged file, or a value
   Optuna never writes, is refused by table, row and column before Optuna reads it (it ended
   in tracebacks from deep inside SQLAlchemy). The pass leaves no file behind: the ``-shm``
@@ -61,8 +62,17 @@ def check_rdb_url(url: str, rows: bool = True) -> None:
         raise GfsimError(f"--storage {url}: an in-memory SQLite database lasts one connection, "
                          "so the study would be lost and workers could not share it; give a "
                          "file (sqlite:///NAME.db), or leave --storage out for a journal file")
+    unlocked = [k for k in _UNLOCKED if k in query or re.search(rf"[?&]{k}=", database)]
+    if unlocked:
+        raise GfsimError(f"--storage {url}: sets {unlocked[0]}, which turns SQLite's locking "
+                         "off or has it trust that nothing writes; Optuna's heartbeat and "
+                         "workers write at once and would break the study: leave it out")
     path = database[5:].split("?", 1)[0] if database.startswith("file:") else database
     _check_file(url, path, rows)
+
+
+# URI parameters under which concurrent writers are unsafe (vfs=unix-none has no locks)
+_UNLOCKED = ("vfs", "nolock", "immutable")
 
 
 _SYSTEM = ("/proc/", "/sys/", "/dev/")
