@@ -28,8 +28,8 @@ from gfsim.simulator.puct_engine import (
 )
 from gfsim.simulator.puct_fast import fast_search, run_lockstep, run_puct_fast
 from gfsim.simulator.results import ReplayResult, SearchResult, no_cyclic_gc
-from gfsim.simulator.search_columns import (AnytimeRows, SummaryRows, columns_in,
-                                            search_extras)
+from gfsim.simulator.search_columns import (AnytimeRows, SummaryRows, anytime_points,
+                                            columns_in, search_extras)
 from gfsim.simulator.trace import SearchTrace, build_traces
 from gfsim.simulator.world_model import child_sources
 
@@ -638,23 +638,6 @@ def _anytime_rows(searches, points: int | None):
             rows[0] = starts.setdefault(pts[0].tobytes(), rows[0])
         out[r.search_id] = rows
     return out
-
-
-def anytime_points(anytime: np.ndarray, points: int | None) -> np.ndarray:
-    """At most ``points`` rows of an anytime array: the first and last, every row where the
-    best improves (they define the curve), evenly spaced ones between; evenly spaced among
-    those if they alone are more. ``None``: every row."""
-    n = len(anytime)
-    if points is None or n <= points:
-        return anytime
-    best = anytime[:, 4]
-    keep = np.union1d(np.flatnonzero(np.r_[True, best[1:] > best[:-1]]), [0, n - 1])
-    if len(keep) >= points:
-        return anytime[keep[np.unique(np.linspace(0, len(keep) - 1, points).round()
-                                      .astype(int))]]
-    rest = np.setdiff1d(np.arange(n), keep)
-    fill = rest[np.unique(np.linspace(0, len(rest) - 1, points - len(keep)).round().astype(int))]
-    return anytime[np.union1d(keep, fill)]
 
 
 def comparison_json(result: ReplayResult, base: ReplayResult, budget: Budget,

@@ -6,6 +6,7 @@ import hashlib
 import itertools
 import math
 import operator
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -14,10 +15,15 @@ import pandas as pd
 from gfsim.core.memory import no_cyclic_gc
 from gfsim.cost_models.usage import STAGES, Cost
 from gfsim.replay_logs.derived import Lazy
-from gfsim.simulator.search_columns import SearchList, columns_in
 
 __all__ = ["SearchResult", "ReplayResult", "geometric_mean", "best_at", "first_reaching",
            "no_cyclic_gc", "sum_costs"]
+
+
+def _columns(searches):
+    """The whole log's columns behind ``searches`` (a ``search_columns.SearchList``), or
+    None for a plain list of results."""
+    return getattr(searches, "columns", None)
 
 
 def sum_costs(costs) -> Cost:
@@ -167,15 +173,15 @@ class ReplayResult:
     log: str
     cost_model: str
     seed: int
-    searches: list[SearchResult] | SearchList  # a SearchList: the fast path's columns
-    orphans_dropped: list[SearchResult] | SearchList | None = None
+    searches: list[SearchResult] | Sequence[SearchResult]  # a SearchList: the fast path's columns
+    orphans_dropped: list[SearchResult] | Sequence[SearchResult] | None = None
     simulation_s: float = 0.0
     notes: list[str] = field(default_factory=list)
     measure_noise: dict | None = None  # MeasureNoise.as_dict() when measurements were noisy
 
     @property
     def stages(self) -> dict[str, Cost]:
-        columns = columns_in(self.searches)
+        columns = _columns(self.searches)
         if columns is not None:
             return columns.stage_sums()
         return {s: sum_costs(r.stages[s] for r in self.searches) for s in STAGES}
@@ -190,13 +196,13 @@ class ReplayResult:
 
     def _mean(self, attr: str) -> float:
         """The geometric mean over searches of a per-search speedup."""
-        columns = columns_in(self.searches)
+        columns = _columns(self.searches)
         if columns is not None:
             return geometric_mean(columns.floats[attr])
         return geometric_mean(getattr(r, attr) for r in self.searches)
 
     def _sum(self, attr: str) -> float:
-        columns = columns_in(self.searches)
+        columns = _columns(self.searches)
         if columns is not None:
             return columns.int_sum(attr) if attr in columns.ints else columns.float_sum(attr)
         return sum(getattr(r, attr) for r in self.searches)
@@ -228,7 +234,7 @@ class ReplayResult:
         """Candidates a forecast-reading policy decided with no forecast at all (reason
         ``unforecast``: no forecaster could run on them); 0 for a policy that reads none."""
         # (a lean result keeps no per-candidate table: nothing to count there)
-        columns = columns_in(self.searches)
+        columns = _columns(self.searches)
         if columns is not None:
             return int(sum(columns.unforecast.tolist()))
         return sum(s.unforecast for s in self.searches)

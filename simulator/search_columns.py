@@ -18,9 +18,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from gfsim.cost_models.usage import STAGES, Cost
+from gfsim.simulator.results import SearchResult
 
 __all__ = ["SearchColumns", "SearchList", "SummaryRows", "AnytimeRows", "StopReasonRows",
-           "search_extras", "columns_in", "CHUNK_SEARCHES"]
+           "search_extras", "columns_in", "anytime_points", "CHUNK_SEARCHES"]
 
 CHUNK_SEARCHES = 8192  # searches whose JSON is built at once (a few MB of objects)
 
@@ -55,8 +56,6 @@ class SearchColumns:
 
     def result(self, i: int):
         """Search i's ``SearchResult`` (its table built when first read)."""
-        from gfsim.simulator.results import SearchResult
-
         stages = {s: Cost(*self.stages[s][i].tolist()) for s in STAGES}
         r = SearchResult(
             search_id=self.ids["search_id"][i], task_id=self.ids["task_id"][i],
@@ -133,9 +132,7 @@ class SearchColumns:
         return self._stop_reasons
 
     def anytime_rows(self, a: int, b: int, points: int | None) -> dict[str, list]:
-        """Searches a..b-1's anytime rows as lists (``replay.anytime_points``)."""
-        from gfsim.simulator.replay import anytime_points
-
+        """Searches a..b-1's anytime rows as lists (``anytime_points``)."""
         heads, ends = self.anytime_heads[a:b].tolist(), self.anytime_ends[a:b].tolist()
         ids = self.ids["search_id"][a:b]
         if points is None or all(e - h <= points for h, e in zip(heads, ends)):
@@ -314,7 +311,7 @@ class SummaryRows(_Lazy, Sequence):
 
 
 class AnytimeRows(_Lazy, Mapping):
-    """``{search_id: anytime rows}`` of every search (``replay.anytime_points``), from the
+    """``{search_id: anytime rows}`` of every search (``anytime_points``), from the
     columns. A log whose search ids repeat keeps the last search's rows, as a dict would."""
 
     def __init__(self, columns: SearchColumns, points: int | None):
@@ -380,3 +377,20 @@ class StopReasonRows(_Lazy, Sequence):
 
     def _whole(self) -> list:
         return list(self)
+
+
+def anytime_points(anytime: np.ndarray, points: int | None) -> np.ndarray:
+    """At most ``points`` rows of an anytime array: the first and last, every row where the
+    best improves (they define the curve), evenly spaced ones between; evenly spaced among
+    those if they alone are more. ``None``: every row."""
+    n = len(anytime)
+    if points is None or n <= points:
+        return anytime
+    best = anytime[:, 4]
+    keep = np.union1d(np.flatnonzero(np.r_[True, best[1:] > best[:-1]]), [0, n - 1])
+    if len(keep) >= points:
+        return anytime[keep[np.unique(np.linspace(0, len(keep) - 1, points).round()
+                                      .astype(int))]]
+    rest = np.setdiff1d(np.arange(n), keep)
+    fill = rest[np.unique(np.linspace(0, len(rest) - 1, points - len(keep)).round().astype(int))]
+    return anytime[np.union1d(keep, fill)]
