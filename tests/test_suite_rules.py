@@ -137,3 +137,10 @@ def test_hypothesis_examples_have_no_deadline():
 
     slow_example()
     assert 1 <= len(seen) <= 2  # it ran, and no example failed on its time
+
+
+def test_test_all_spreads_each_run_over_workers_a_file_to_a_worker(tmp_path):
+    regular, editable = _test_all(tmp_path, "--workers", "2")
+    assert regular == ["regular", "-P", "-m", "pytest", "-n", "2", "--dist", "loadfile"]
+    assert editable == ["editable", "-P", "-m", "pytest", "-m", "", "-n", "2", "--dist",
+                        "loadfile"]
