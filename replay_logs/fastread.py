@@ -137,6 +137,10 @@ _DECODER = msgspec.json.Decoder(
     Union[_Run, _Step, _Candidate, _Forecast, _Decision, _Attempt, _Evaluation])
 _BLANK = re.compile(rb"\n[ \t\r\f\v]*\n")  # a blank line after the first
 _LEADING_BLANK = re.compile(rb"[ \t\r\f\v]*\n")
+# A number of 19 digits or more, or with an exponent of three digits: in range or not, the
+# validating reader decides (a value the structs skip, under a key they do not know, is not
+# range-checked by msgspec: 2**63 or 1e400 there passed the fast reader).
+_LONG_NUMBER = re.compile(rb"[:\[,][ \t]*-?(?:[0-9]{19}|[0-9]+(?:\.[0-9]+)?[eE][+-]?[0-9]{3})")
 
 # The schema, and these structs, must name the same fields.
 assert {f for f in _Run.__struct_fields__} == set(FIELDS["run"])
@@ -285,7 +289,8 @@ def fast_columns(header: dict, chunks) -> dict | None:
     for line, data, start, n_lines in chunks:
         if len(data) <= start:
             continue
-        if _BLANK.search(data, start) or _LEADING_BLANK.match(data, start):
+        if (_BLANK.search(data, start) or _LEADING_BLANK.match(data, start)
+                or _LONG_NUMBER.search(data, start)):
             return None
         try:
             recs = _DECODER.decode_lines(memoryview(data)[start:])

@@ -256,3 +256,24 @@ def test_a_gzip_log_of_many_members_reads_as_its_plain_text(tmp_path):
     with pytest.warns(UserWarning, match="gzip stream ends early"):
         shorter = load_log(cut)
     assert len(shorter.candidates) <= len(load_log(plain).candidates)
+
+
+@pytest.mark.parametrize("raw", ['{"": 9223372036854775808}', '{"": -99999999999999999999}',
+                                 '{"": [1, 9223372036854775808]}', '{"": 1e400}',
+                                 '{"": -1e999}'])
+def test_a_number_out_of_range_under_an_unknown_key_is_refused_by_both_readers(tmp_path, raw):
+    """A candidate's generation holding, under a key no struct knows, an integer past 64 bits
+    or a float past a double: the validating reader refuses it, and the fast reader (whose
+    structs skip what they do not know, unchecked) must not take it (found by the property
+    test above with '{"": 9223372036854775808}')."""
+    path = small_log(tmp_path, "base.jsonl")
+    lines = path.read_text().splitlines()
+    i = next(k for k, x in enumerate(lines) if json.loads(x)["kind"] == "candidate")
+    rec = json.loads(lines[i])
+    rec.pop("generation", None)
+    lines[i] = json.dumps(rec)[:-1] + ', "generation": ' + raw + "}"
+    mutated = tmp_path / "mutated.jsonl"
+    mutated.write_text("\n".join(lines) + "\n")
+    fast, slow = readers(mutated)
+    assert isinstance(slow, LogError) and ("out of range" in str(slow) or "64-bit" in str(slow))
+    assert fast is None
