@@ -52,3 +52,26 @@ def test_recommend_command_jobs_change_nothing_but_the_recorded_setting():
     assert _text(got["1"]["recommendation"]) == _text(got["3"]["recommendation"])
     bad = CliRunner().invoke(app, ["recommend", "--jobs", "-1"])
     assert bad.exit_code == 2 and "--jobs" in bad.output
+
+
+def test_tune_replays_its_top_trials_in_the_trials_processes_with_one_process_answers(
+        tmp_path, monkeypatch):
+    # gfsim tune --jobs 2 re-scores the top trials on fresh seeds and recommends in the
+    # processes its trials ran in (kept warm, then closed): the figures one process gives.
+    import multiprocessing
+
+    import gfsim
+
+    got = {}
+    for jobs in (1, 2):
+        (tmp_path / str(jobs)).mkdir()  # a study of its own (the settings name the study)
+        monkeypatch.chdir(tmp_path / str(jobs))
+        t = gfsim.tune("synthetic-puct-v1", "threshold", ["tau=0.3:0.95", "overgen=1:2:int"],
+                       driver="puct", budget="usd=10,steps=4", seeds=3, trials=3, top=2,
+                       jobs=jobs)
+        got[jobs] = t.to_dict()
+        assert not multiprocessing.active_children()  # the pool ended with the command
+    one, two = got[1], got[2]
+    assert one["recommendation"] is not None and len(one["out_of_sample"]) == 2
+    for key in ("top", "out_of_sample", "leave_one_task_out", "recommendation"):
+        assert _text(two[key]) == _text(one[key]), key

@@ -111,14 +111,11 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
     )
     from gfsim.tuning.study import (
         Objective,
-        leave_one_task_out,
         make_sampler,
         make_storage,
         open_study,
-        out_of_sample,
         run_study,
         storage_url,
-        trial_rows,
     )
     from gfsim.tuning.trials import (
         TrialSetup,
@@ -174,25 +171,14 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
         constraint=constraint, cost=cost, budget=budget, driver=driver, seeds=seeds, seed=seed,
         trials=trials), log=the_log)][-50:])
     obj = Objective(setup, params, objectives, limit, jobs, heartbeat or None, retries)
-    ran = run_study(the_study, obj, trials=trials, workers=workers, storage=url,
-                    sampler_name=sampler, seed=seed, progress=progress)
-    rows = trial_rows(the_study, objectives)
-    if not rows:
-        raise GfsimError(f"study {study!r} has no finished trial")
-    n_fresh = seeds if validate_seeds is None else validate_seeds
-    if seeded is None:  # fresh seeds would replay the same trials again
-        n_fresh = 0
-    fresh = list(range(seed + seeds, seed + seeds + n_fresh))
-    oos = out_of_sample(setup, rows[:top], objectives, fresh) if n_fresh else []
-    loto = leave_one_task_out(the_study, objectives)
-    rec, rec_note = None, None
-    if not recommend:
-        pass
-    elif [n for n, _ in objectives] != ["best_speedup"]:
-        rec_note = ("no recommendation: it compares best speedups; tune with --objective "
-                    "best_speedup, or run gfsim recommend")
-    else:
-        rec = _recommendation(setup, rows[:top], base, fresh, seeded is not None)
+    try:  # the trials' seed processes, warm, replay what follows them too
+        ran = run_study(the_study, obj, trials=trials, workers=workers, storage=url,
+                        sampler_name=sampler, seed=seed, progress=progress, keep_pool=True)
+        out = _after_trials(the_study, obj, objectives, setup, seeded, seeds, seed,
+                            validate_seeds, top, recommend, base)
+    finally:
+        obj.close()
+    rows, fresh, oos, loto, rec, rec_note = out
     lead = rows[0]
     draws = {}
     if is_closed_loop(driver):
@@ -243,6 +229,34 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
     return tuning
 
 
+def _after_trials(study, objective, objectives, setup, seeded, seeds: int, seed: int,
+                  validate_seeds: int | None, top: int, recommend: bool, base) -> tuple:
+    """The finished trials, best first; the top ones re-scored on fresh seeds; leave one
+    task out; the recommendation (or why there is none): in the trials' seed processes."""
+    from gfsim.core.errors import GfsimError
+    from gfsim.tuning.study import leave_one_task_out, out_of_sample, trial_rows
+
+    rows = trial_rows(study, objectives)
+    if not rows:
+        raise GfsimError(f"study {study.study_name!r} has no finished trial")
+    n_fresh = seeds if validate_seeds is None else validate_seeds
+    if seeded is None:  # fresh seeds would replay the same trials again
+        n_fresh = 0
+    fresh = list(range(seed + seeds, seed + seeds + n_fresh))
+    pool = objective.seed_pool()
+    oos = out_of_sample(setup, rows[:top], objectives, fresh, pool=pool) if n_fresh else []
+    loto = leave_one_task_out(study, objectives)
+    rec, rec_note = None, None
+    if not recommend:
+        pass
+    elif [n for n, _ in objectives] != ["best_speedup"]:
+        rec_note = ("no recommendation: it compares best speedups; tune with --objective "
+                    "best_speedup, or run gfsim recommend")
+    else:
+        rec = _recommendation(setup, rows[:top], base, fresh, seeded is not None, pool)
+    return rows, fresh, oos, loto, rec, rec_note
+
+
 def _call_record(options: dict, log) -> dict:
     """A call's arguments as a study keeps them (what ``gfsim tune`` keeps is its effective
     settings, gfsim's version and the log's SHA-256)."""
@@ -253,7 +267,8 @@ def _call_record(options: dict, log) -> dict:
             "options": options, "log_sha256": log_sha256(log)}
 
 
-def _recommendation(setup, rows: list[dict], base, fresh: list[int], seeded: bool) -> dict | None:
+def _recommendation(setup, rows: list[dict], base, fresh: list[int], seeded: bool,
+                    pool=None) -> dict | None:
     """The top trials that meet the constraint against the incumbent, replayed on the
     out-of-sample seeds (the tuning seeds where there are none) and, under puct, simulated as
     as many new searches on seeds after those."""
@@ -268,7 +283,7 @@ def _recommendation(setup, rows: list[dict], base, fresh: list[int], seeded: boo
     seeds = fresh or list(setup.seeds)
     start = max([*seeds, *setup.seeds]) + 1
     new = range(start, start + len(seeds)) if is_closed_loop(setup.driver) and seeded else ()
-    return recommendation(setup, candidates, base, seeds, fresh_seeds=new)
+    return recommendation(setup, candidates, base, seeds, fresh_seeds=new, pool=pool)
 
 
 def _why_seed_free(driver: str, policy: str, params) -> str:

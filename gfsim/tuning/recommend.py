@@ -95,18 +95,21 @@ def _values(results, per_task: bool) -> np.ndarray:
 
 def recommendation(setup, candidates: list[Config], incumbent: Config, seeds, *,
                    fresh_seeds=(), level: float | None = None, prices: bool = True,
-                   jobs: int = 1) -> dict:
+                   jobs: int = 1, pool=None) -> dict:
     """The recommendation among ``candidates`` against ``incumbent`` for ``setup`` (a
     ``TrialSetup``: log, cost model, driver, budget, children), replayed on ``seeds`` and, under
     the puct driver, simulated as new searches on ``fresh_seeds``. ``prices``: find the
     break-even GPU-hour and forecast prices of a recommendation other than the incumbent.
     ``jobs``: processes the configurations are replayed in (1: this one); the same answer,
-    seed for seed, whatever their number."""
+    seed for seed, whatever their number. ``pool``: a ``SeedPool`` of ``setup``'s already
+    running (``gfsim tune``'s, warm from its trials) to replay them in instead; it is left
+    running."""
     if jobs < 1:
         raise GfsimError(f"--jobs must be >= 1, got {jobs}")
     configs = [incumbent] + [c for c in dict.fromkeys(candidates)
                              if (c.spec, c.search) != (incumbent.spec, incumbent.search)]
-    pool = None
+    if pool is not None:
+        return _recommendation(setup, configs, seeds, fresh_seeds, level, prices, pool)
     if min(jobs, len(configs)) > 1:
         from gfsim.tuning.trials import SeedPool
 

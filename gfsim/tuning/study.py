@@ -195,12 +195,18 @@ class Objective:
             if stop is not None:
                 stop.set()
 
+    def seed_pool(self):
+        """The processes a trial's seeds are replayed in (``SeedPool``; None with one job),
+        started on first need and kept, warm, until ``close``: the trials use them, and so
+        can what comes after (``out_of_sample``, the recommendation)."""
+        if self.jobs > 1 and self._pool is None:
+            self._pool = SeedPool(self.setup, self.jobs)
+        return self._pool
+
     def _evaluate(self, trial):
         values = {p.name: p.suggest(trial) for p in self.params}
         spec, search = self.setup.spec(values, self.params)
-        if self.jobs > 1 and self._pool is None:
-            self._pool = SeedPool(self.setup, self.jobs)
-        ev = evaluate(self.setup, spec, search, pool=self._pool)
+        ev = evaluate(self.setup, spec, search, pool=self.seed_pool())
         agg = {m: aggregate(m, ev["values"][m]) for m in OBJECTIVES}
         trial.set_user_attr("spec", spec)
         trial.set_user_attr("search", search.as_dict() if search is not None else None)
@@ -430,11 +436,13 @@ def _run_workers(jobs: list, poll) -> None:
 
 
 def run_study(study, objective, *, trials: int, workers: int = 1, storage=None,
-              sampler_name: str = "tpe", seed: int = 0, progress=None) -> int:
+              sampler_name: str = "tpe", seed: int = 0, progress=None,
+              keep_pool: bool = False) -> int:
     """Run until the study holds ``trials`` finished trials; returns how many ran now.
     ``progress(done, total)`` is called as trials finish. Several ``workers`` are processes
     of their own (``_run_workers``); a storage that fails, or a worker that dies, ends it in
-    one line (``GfsimError``), and the same command resumes the study."""
+    one line (``GfsimError``), and the same command resumes the study. ``keep_pool``: the
+    objective's seed processes stay up for the caller (who then calls ``objective.close()``)."""
     from gfsim.tuning.claims import fail_lost_trials
 
     objective.total = trials
@@ -459,7 +467,8 @@ def run_study(study, objective, *, trials: int, workers: int = 1, storage=None,
                 study.optimize(objective, n_trials=todo, callbacks=[cb],
                                catch=(ArithmeticError,))
         finally:
-            objective.close()
+            if not keep_pool:
+                objective.close()
         return _finished(study) - before
     constrained = objective.constraint is not None
     # Each worker runs its share of what is left (a count, not a race on the total).
