@@ -58,20 +58,26 @@ def test_tune_replays_its_top_trials_in_the_trials_processes_with_one_process_an
         tmp_path, monkeypatch):
     # gfsim tune --jobs 2 re-scores the top trials on fresh seeds and recommends in the
     # processes its trials ran in (kept warm, then closed): the figures one process gives.
+    # (The recommendation's candidates are feasible trials, all of them here: no constraint.)
     import multiprocessing
 
     import gfsim
 
     got = {}
-    for jobs in (1, 2):
-        (tmp_path / str(jobs)).mkdir()  # a study of its own (the settings name the study)
-        monkeypatch.chdir(tmp_path / str(jobs))
+    for jobs, recommend in ((1, True), (2, True), (1, False)):
+        folder = tmp_path / f"{jobs}-{recommend}"  # a study of its own (settings name it)
+        folder.mkdir()
+        monkeypatch.chdir(folder)
         t = gfsim.tune("synthetic-puct-v1", "threshold", ["tau=0.3:0.95", "overgen=1:2:int"],
                        driver="puct", budget="usd=10,steps=4", seeds=3, trials=3, top=2,
-                       jobs=jobs)
-        got[jobs] = t.to_dict()
+                       jobs=jobs, recommend=recommend)
+        got[jobs, recommend] = t.to_dict()
         assert not multiprocessing.active_children()  # the pool ended with the command
-    one, two = got[1], got[2]
+    one, two, alone = got[1, True], got[2, True], got[1, False]
     assert one["recommendation"] is not None and len(one["out_of_sample"]) == 2
     for key in ("top", "out_of_sample", "leave_one_task_out", "recommendation"):
         assert _text(two[key]) == _text(one[key]), key
+    # The out-of-sample scores read the recommendation's replays on the fresh seeds: the
+    # scores that replays of their own give (a tune without a recommendation).
+    assert alone["recommendation"] is None
+    assert _text(alone["out_of_sample"]) == _text(one["out_of_sample"])

@@ -244,16 +244,18 @@ def _after_trials(study, objective, objectives, setup, seeded, seeds: int, seed:
         n_fresh = 0
     fresh = list(range(seed + seeds, seed + seeds + n_fresh))
     pool = objective.seed_pool()
-    oos = out_of_sample(setup, rows[:top], objectives, fresh, pool=pool) if n_fresh else []
-    loto = leave_one_task_out(study, objectives)
-    rec, rec_note = None, None
+    rec, rec_note, replayed = None, None, {}
     if not recommend:
         pass
     elif [n for n, _ in objectives] != ["best_speedup"]:
         rec_note = ("no recommendation: it compares best speedups; tune with --objective "
                     "best_speedup, or run gfsim recommend")
-    else:
-        rec = _recommendation(setup, rows[:top], base, fresh, seeded is not None, pool)
+    else:  # (its replays on the fresh seeds are the out-of-sample scores' too)
+        rec = _recommendation(setup, rows[:top], base, fresh, seeded is not None, pool,
+                              replayed if fresh else None)
+    oos = out_of_sample(setup, rows[:top], objectives, fresh, pool=pool,
+                        replayed=replayed) if n_fresh else []
+    loto = leave_one_task_out(study, objectives)
     return rows, fresh, oos, loto, rec, rec_note
 
 
@@ -268,7 +270,7 @@ def _call_record(options: dict, log) -> dict:
 
 
 def _recommendation(setup, rows: list[dict], base, fresh: list[int], seeded: bool,
-                    pool=None) -> dict | None:
+                    pool=None, replayed: dict | None = None) -> dict | None:
     """The top trials that meet the constraint against the incumbent, replayed on the
     out-of-sample seeds (the tuning seeds where there are none) and, under puct, simulated as
     as many new searches on seeds after those."""
@@ -283,7 +285,8 @@ def _recommendation(setup, rows: list[dict], base, fresh: list[int], seeded: boo
     seeds = fresh or list(setup.seeds)
     start = max([*seeds, *setup.seeds]) + 1
     new = range(start, start + len(seeds)) if is_closed_loop(setup.driver) and seeded else ()
-    return recommendation(setup, candidates, base, seeds, fresh_seeds=new, pool=pool)
+    return recommendation(setup, candidates, base, seeds, fresh_seeds=new, pool=pool,
+                          replayed=replayed)
 
 
 def _why_seed_free(driver: str, policy: str, params) -> str:

@@ -95,7 +95,7 @@ def _values(results, per_task: bool) -> np.ndarray:
 
 def recommendation(setup, candidates: list[Config], incumbent: Config, seeds, *,
                    fresh_seeds=(), level: float | None = None, prices: bool = True,
-                   jobs: int = 1, pool=None) -> dict:
+                   jobs: int = 1, pool=None, replayed: dict | None = None) -> dict:
     """The recommendation among ``candidates`` against ``incumbent`` for ``setup`` (a
     ``TrialSetup``: log, cost model, driver, budget, children), replayed on ``seeds`` and, under
     the puct driver, simulated as new searches on ``fresh_seeds``. ``prices``: find the
@@ -103,19 +103,22 @@ def recommendation(setup, candidates: list[Config], incumbent: Config, seeds, *,
     ``jobs``: processes the configurations are replayed in (1: this one); the same answer,
     seed for seed, whatever their number. ``pool``: a ``SeedPool`` of ``setup``'s already
     running (``gfsim tune``'s, warm from its trials) to replay them in instead; it is left
-    running."""
+    running. ``replayed``: filled with (spec, search) -> each configuration's ``metric_rows``
+    on ``seeds`` (``gfsim tune``'s out-of-sample scores read them, not replays of their own)."""
     if jobs < 1:
         raise GfsimError(f"--jobs must be >= 1, got {jobs}")
     configs = [incumbent] + [c for c in dict.fromkeys(candidates)
                              if (c.spec, c.search) != (incumbent.spec, incumbent.search)]
     if pool is not None:
-        return _recommendation(setup, configs, seeds, fresh_seeds, level, prices, pool)
+        return _recommendation(setup, configs, seeds, fresh_seeds, level, prices, pool,
+                               replayed)
     if min(jobs, len(configs)) > 1:
         from gfsim.tuning.trials import SeedPool
 
         pool = SeedPool(setup, min(jobs, len(configs)))
     try:
-        out = _recommendation(setup, configs, seeds, fresh_seeds, level, prices, pool)
+        out = _recommendation(setup, configs, seeds, fresh_seeds, level, prices, pool,
+                              replayed)
     except BaseException:  # (an error, or Ctrl-C: the configurations not yet begun are not)
         if pool is not None:
             pool.shutdown(cancel=True)
@@ -126,7 +129,7 @@ def recommendation(setup, candidates: list[Config], incumbent: Config, seeds, *,
 
 
 def _recommendation(setup, configs: list[Config], seeds, fresh_seeds, level, prices,
-                    pool) -> dict:
+                    pool, replayed: dict | None = None) -> dict:
     """``recommendation`` of ``configs`` (the incumbent first), in ``pool`` if not None."""
     from gfsim.simulator.predictive import (
         LEVEL,
@@ -154,6 +157,9 @@ def _recommendation(setup, configs: list[Config], seeds, fresh_seeds, level, pri
             forecaster=setup.forecaster, learning=setup.learning, simulate=setup.simulate),
             setup, None)
     outcomes = list(outcomes)
+    scored = [o.pop("metric_rows") for o in outcomes]
+    if replayed is not None:
+        replayed.update({(c.spec, c.search): m for c, m in zip(configs, scored)})
     rq = np.array([o["values"] for o in outcomes])  # configuration x sample
     fz = np.array([o["fresh"] for o in outcomes]) if fresh_on else None
     gains = rq - rq[0]
@@ -248,12 +254,13 @@ def _config_outcome(setup, job) -> dict:
     """One configuration's replays on ``seeds`` as log2 best speedups (``values``), its row's
     figures (``row``), and (``fresh``: (seeds, child source), or None) its new searches'."""
     from gfsim.simulator.replay import best_evidence, draw_shares
+    from gfsim.tuning.trials import metric_rows
 
     config, seeds, fresh, per_task = job
     r = setup.replay(config.spec, config.search, seeds)
     searches = [s for x in r for s in x.searches]
     evidence = best_evidence(replace(r[0], searches=searches))
-    out = {"values": _values(r, per_task), "row": {
+    out = {"values": _values(r, per_task), "metric_rows": metric_rows(setup, r), "row": {
         "usd_per_search": float(np.mean([s.total.usd for s in searches])),
         "gpu_evals_per_search": float(np.mean([s.gpu_evals for s in searches])),
         "invented_share": draw_shares(r).get("invented_share", 0.0),

@@ -502,14 +502,18 @@ def trial_rows(study, objectives) -> list[dict]:
             for t in order]
 
 
-def out_of_sample(setup, rows: list[dict], objectives, fresh_seeds, pool=None) -> list[dict]:
-    """The given trials re-scored on seeds no trial saw, beside their in-sample figures."""
+def out_of_sample(setup, rows: list[dict], objectives, fresh_seeds, pool=None,
+                  replayed: dict | None = None) -> list[dict]:
+    """The given trials re-scored on seeds no trial saw, beside their in-sample figures.
+    ``replayed``: (spec, search) -> ``metric_rows`` of replays on these seeds already made
+    (the recommendation's), which are not made again."""
     from gfsim.simulator.shape import shape_from_dict
 
     out = []
     for r in rows:
         search = shape_from_dict(r["search"])
-        ev = evaluate(setup, r["spec"], search, seeds=fresh_seeds, pool=pool)
+        ev = evaluate(setup, r["spec"], search, seeds=fresh_seeds, pool=pool,
+                      rows=(replayed or {}).get((r["spec"], search)))
         fresh = {m: aggregate(m, ev["values"][m]) for m, _ in objectives}
         out.append({"number": r["number"], "spec": r["spec"],
                     "in_sample": {m: r["metrics"][m] for m, _ in objectives},

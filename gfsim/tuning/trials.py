@@ -302,13 +302,16 @@ def _search_metrics(s, setup: TrialSetup, clipped: list) -> dict:
             "cost_to_target": min(reach_usd, tot.usd)}
 
 
-def evaluate(setup: TrialSetup, spec: str, search, seeds=None, pool=None) -> dict:
+def evaluate(setup: TrialSetup, spec: str, search, seeds=None, pool=None,
+             rows: list | None = None) -> dict:
     """Replay ``spec`` for every seed; returns per-metric (n_seeds, n_tasks) arrays under
     ``values``, the task ids, and how many score denominators were clipped. ``pool``: a
-    ``SeedPool`` holding ``setup`` in its processes (the seeds are split among them)."""
+    ``SeedPool`` holding ``setup`` in its processes (the seeds are split among them).
+    ``rows``: these seeds' ``metric_rows``, from replays already made (none is made)."""
     seeds = list(setup.seeds if seeds is None else seeds)
-    rows = pool.run(spec, search, seeds) if pool is not None else _seed_rows(setup, spec, search,
-                                                                              seeds)
+    if rows is None:
+        rows = pool.run(spec, search, seeds) if pool is not None else \
+            _seed_rows(setup, spec, search, seeds)
     tasks = rows[0][0]
     metrics = list(OBJECTIVES)
     values = {m: np.array([[r[m] for r in row[1]] for row in rows]) for m in metrics}
@@ -328,8 +331,14 @@ def _seed_rows(setup: TrialSetup, spec: str, search, seeds: list[int]) -> list:
 
 
 def _metric_rows(setup: TrialSetup, spec: str, search, seeds: list[int]) -> list:
+    return metric_rows(setup, setup.replay(spec, search, seeds))
+
+
+def metric_rows(setup: TrialSetup, results) -> list:
+    """Per seed's replay (``replay_many``'s results): the task ids, each search's metrics,
+    how many scores were clipped (what ``evaluate`` reads)."""
     rows = []
-    for res in setup.replay(spec, search, seeds):
+    for res in results:
         clipped: list = []
         per = [_search_metrics(s, setup, clipped) for s in res.searches]
         rows.append(([s.task_id for s in res.searches], per, len(clipped)))
