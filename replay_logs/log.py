@@ -327,7 +327,8 @@ def _validating_columns(path: str, loaded: "tuple[bytes, bool] | LogText") -> di
     cand_search: list[str] = []
     search_task: dict[str, str] = {}
     evaluated: set[str] = set()
-    counts: Counter = Counter()
+    counts: Counter = Counter()  # records by kind
+    n_records = 0
     task_ids: set[str] = set()
     first_forecast_line: int | None = None
     fc_errors: list[dict] = []
@@ -341,8 +342,9 @@ def _validating_columns(path: str, loaded: "tuple[bytes, bool] | LogText") -> di
             fail(line, problem[1], problem[0])
         kind = rec["kind"]
         counts[kind] += 1
-        if not counts.total() % _CHECK_EVERY:
-            check_columns_memory(path, line, counts.total(), CHECKED_RECORD_BYTES)
+        n_records += 1
+        if not n_records % _CHECK_EVERY:
+            check_columns_memory(path, line, n_records, CHECKED_RECORD_BYTES)
         known = FIELDS[kind]
         unknown = {k: v for k, v in rec.items() if k != "kind" and k not in known}
         if unknown:
@@ -351,7 +353,7 @@ def _validating_columns(path: str, loaded: "tuple[bytes, bool] | LogText") -> di
         if kind == "header":
             if header is not None:
                 fail(line, "a second header; a log has exactly one", "kind")
-            if counts.total() != 1:
+            if n_records != 1:
                 fail(line, "the header must be the first record", "kind")
             problem = _header_problem(rec)
             if problem:
