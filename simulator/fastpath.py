@@ -456,11 +456,47 @@ def _sums(x: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
     return out
 
 
+# Values and probes _counts_at_or_below sorts together at most, where both come grouped in
+# order: its sort holds seven arrays of their length (a million candidates' six million
+# bookings: 300 MB at once; in slices of this many, some 50 MB).
+_COUNT_SLICE = 1 << 20
+
+
 def _counts_at_or_below(values, vgroup, probes, pgroup, n_groups) -> np.ndarray:
     """For each probe, how many ``values`` of its own group are <= it (``searchsorted(sorted
     values of the group, probe, "right")``, for every group at once)."""
     if n_groups == 1:
         return np.searchsorted(np.sort(values), probes, "right")
+    if (len(values) + len(probes) > _COUNT_SLICE and _grouped(vgroup)
+            and _grouped(pgroup)):
+        return _counts_in_slices(values, vgroup, probes, pgroup, n_groups)
+    return _counts_together(values, vgroup, probes, pgroup, n_groups)
+
+
+def _grouped(group: np.ndarray) -> bool:
+    return bool(len(group) < 2 or np.all(group[1:] >= group[:-1]))
+
+
+def _counts_in_slices(values, vgroup, probes, pgroup, n_groups) -> np.ndarray:
+    """``_counts_together`` over runs of whole groups (values and probes both in group
+    order), each run at most about ``_COUNT_SLICE`` values and probes: the same counts."""
+    v_end = np.searchsorted(vgroup, np.arange(n_groups), "right")
+    p_end = np.searchsorted(pgroup, np.arange(n_groups), "right")
+    out = []
+    g0 = v0 = p0 = 0
+    while g0 < n_groups:
+        # the last group whose run stays within the slice (at least one group)
+        g1 = max(int(np.searchsorted(v_end + p_end, v0 + p0 + _COUNT_SLICE, "right")), g0 + 1)
+        g1 = min(g1, n_groups)
+        v1, p1 = int(v_end[g1 - 1]), int(p_end[g1 - 1])
+        if p1 > p0:
+            out.append(_counts_together(values[v0:v1], vgroup[v0:v1] - g0, probes[p0:p1],
+                                        pgroup[p0:p1] - g0, g1 - g0))
+        g0, v0, p0 = g1, v1, p1
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+
+def _counts_together(values, vgroup, probes, pgroup, n_groups) -> np.ndarray:
     key_g = np.concatenate([vgroup, pgroup])
     key_v = np.concatenate([values, probes])
     kind = np.concatenate([np.zeros(len(values), np.int8), np.ones(len(probes), np.int8)])
@@ -921,33 +957,60 @@ class _FastRuns:
         confirmed[at] = true_best[at] * factor
         return true_best, confirmed
 
+    def _bookings(self, search_of, abs_step, decide_abs, gen) -> list[np.ndarray]:
+        """Every booking of the candidates that ran its stage, stage by stage: (search,
+        seconds at its release, GPU seconds, usd, joules), as concatenating each stage's
+        would give them (the same values and types)."""
+        stages = [(rows, origin, mask, when, gpu, usd, joules)
+                  for p, origin, mask in ((self.pre, abs_step, gen),
+                                          (self.post, decide_abs, self.measured))
+                  for rows, when, gpu, usd, joules in p.bookings]
+        if not stages:
+            return [np.zeros(0) for _ in range(5)]
+        n = sum(int(np.count_nonzero(mask[rows])) for rows, _, mask, *_ in stages)
+        types = [search_of.dtype,
+                 np.result_type(*[np.result_type(o, w) for _, o, _, w, *_ in stages]),
+                 *(np.result_type(*[st[k] for st in stages]) for k in (4, 5, 6))]
+        out = [np.empty(n, t) for t in types]
+        at = 0
+        for rows, origin, mask, when, gpu, usd, joules in stages:
+            keep = mask[rows]
+            r = rows[keep]
+            b = at + len(r)
+            out[0][at:b] = search_of[r]
+            out[1][at:b] = origin[r] + when[keep]
+            out[2][at:b], out[3][at:b], out[4][at:b] = gpu[keep], usd[keep], joules[keep]
+            at = b
+        return out
+
     def _anytime(self, abs_step, decide_abs, t_end, gen) -> list[np.ndarray]:
         """Per search, (seconds, usd, joules, gpu_evals, best) after each measurement, from the
         bookings (a resource's costs are booked when it is released, as in the engine)."""
         S, search_of = self.S, self.search_of
         m = np.flatnonzero(self.measured)
-        parts = []
-        for p, origin, mask in ((self.pre, abs_step, gen), (self.post, decide_abs,
-                                                             self.measured)):
-            for rows, when, gpu, usd, joules in p.bookings:
-                keep = mask[rows]
-                r = rows[keep]
-                parts.append((search_of[r], origin[r] + when[keep], gpu[keep], usd[keep],
-                              joules[keep]))
-        bs, when, gpu, usd, joules = (np.concatenate([x[i] for x in parts]) if parts
-                                      else np.zeros(0) for i in range(5))
+        # A booking row per stage a candidate ran (six million rows for a million candidates),
+        # each stage's written into place, and each copy dropped once read: this step's
+        # peak is a few such columns, not every stage's parts and their concatenation too.
+        bs, when, gpu, usd, joules = self._bookings(search_of, abs_step, decide_abs, gen)
         bs = bs.astype(np.int64)
         o = np.lexsort((when, bs))
         bs, when = bs[o], when[o]
         b_count = np.bincount(bs, minlength=S)
         b_start = _offsets(b_count)[:-1]
-        cum_gpu, cum_usd, cum_j = (_segmented(np.cumsum, x[o], b_start, b_count)
-                                   for x in (gpu, usd, joules))
+        gpu, usd, joules = gpu[o], usd[o], joules[o]
+        del o
+        cum_gpu = _segmented(np.cumsum, gpu, b_start, b_count)
+        del gpu
+        cum_usd = _segmented(np.cumsum, usd, b_start, b_count)
+        del usd
+        cum_j = _segmented(np.cumsum, joules, b_start, b_count)
+        del joules
         ms = search_of[m]
         ends = t_end[m]
         om = np.lexsort((ends, ms))
         m, ends, ms = m[om], ends[om], ms[om]
         k = _counts_at_or_below(when, bs, ends, ms, S) - 1
+        del when, bs
         idx = b_start[ms] + np.maximum(k, 0)
         def take(c):
             return np.where(k >= 0, c[np.minimum(idx, len(c) - 1)], 0.0) if len(c) \

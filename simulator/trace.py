@@ -139,7 +139,6 @@ class TraceColumns:
     stage_imputed: dict[str, list[bool]]
     price: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]
     numeric: dict[str, np.ndarray]  # the fast path's inputs, whole (see SearchTrace.arrays)
-    parent_ids: list
     parent_row: np.ndarray  # the parent's row in these columns, -1 for the seed kernel's child
     starts: np.ndarray
     ends: np.ndarray
@@ -369,8 +368,8 @@ def build_traces(
                          "per search")
     # (.tolist() first: iterating an Arrow-backed column costs a Python call per value)
     all_ids = rows["candidate_id"].tolist()
-    search_ids = rows["search_id"].tolist()
-    task_ids = rows["task_id"].tolist()
+    search_ids = rows["search_id"].iloc[starts].tolist()  # (each search's, not each row's)
+    task_ids = rows["task_id"].iloc[starts].tolist()
     parent_ids = rows["parent_id"].tolist()
 
     gen_s = rows["gen_service_s"].astype(float)
@@ -392,6 +391,9 @@ def build_traces(
     fc_in, fci_imp = _fill(f["input_tokens"], pri.forecast_input_tokens)
     fc_out, fco_imp = _fill(f["output_tokens"], pri.forecast_output_tokens)
     fc_imputed = [a or b or c for a, b, c in zip(fc_s_imp, fci_imp, fco_imp)]
+    # Each table copy goes once read: the columns built below are the peak of a large log's
+    # replay (a million candidates: the forecast and evaluation copies are 350 MB).
+    del f, fc
 
     e = ev.reindex(all_ids) if ev is not None else pd.DataFrame(index=all_ids, columns=[
         "outcome", "speedup", "cold_start_s", "compile_s", "check_s", "timing_s", "wall_s",
@@ -405,11 +407,13 @@ def build_traces(
     stage_s, stage_imp, split, logged_s = _evaluation_stages(
         e, outcome, rows, gen_failed, gen_s, zip(starts, ends), model)
     energy = pd.to_numeric(e["energy_j"], errors="coerce").to_numpy(float)
+    del e, ev
     energy_j = [None if (not same_gpu or np.isnan(x)) else float(x) for x in energy]
     status = [texts.setdefault(x, x) for x in rows["status"].tolist()]
     code = [c if isinstance(c, str) else None for c in rows["code_sha256"].tolist()]
     step_no: dict[int, int] = {}
     step_all = [step_no.setdefault(s, s) for s in rows["step"].astype(int).tolist()]
+    del rows
     price = _price_columns(gen_s, gen_in, gen_out, gen_imputed, fc_s, fc_in, fc_out,
                            fc_imputed, stage_s, stage_imp, energy_j, model)
     cols = TraceColumns(
@@ -421,13 +425,13 @@ def build_traces(
                "stage_split": split, "eval_logged_s": logged_s},
         arrays={"has_forecast": has_fc, "probs": probs, "parse_failed": parse_failed},
         stage_s=stage_s, stage_imputed=stage_imp, price=price,
-        numeric={}, parent_ids=parent_ids,
-        parent_row=_parent_rows(all_ids, parent_ids, starts, ends),
+        numeric={}, parent_row=_parent_rows(all_ids, parent_ids, starts, ends),
         starts=np.asarray(starts, np.int64), ends=np.asarray(ends, np.int64))
+    del parent_ids  # (read for the parents' rows alone)
     widest = _widest_steps(cols, step_all)
     traces = []
     for i, (a, b) in enumerate(zip(starts, ends)):
-        search_id, task_id = search_ids[a], task_ids[a]
+        search_id, task_id = search_ids[i], task_ids[i]
         # A live run measures its seed kernel itself and records it on its run record (merged
         # runs may have measured the same task's seed apart); otherwise the header's.
         seed_speedup = float(run_seed.get(str(search_id)) or tasks[task_id].get("seed_speedup")

@@ -8,6 +8,7 @@ from gfsim.cost_models import Capacities, load_cost_model
 from gfsim.policies import make_policy
 from gfsim.replay_logs import load_log, resolve_log
 from gfsim.simulator import Budget, build_traces, replay
+from gfsim.simulator import fastpath
 from gfsim.simulator.fastpath import _segmented, _sums, run_fast, run_fast_many
 from gfsim.simulator.replay import calibration_batch
 from gfsim.simulator.noise import MeasureNoise
@@ -155,6 +156,24 @@ def test_searches_replayed_together_give_what_each_gives_alone(tmp_path, case):
             _same(getattr(alone, f), getattr(r, f), f)
         assert alone.stages == r.stages
         _same(alone.anytime, r.anytime, "anytime")
+
+
+def test_counts_at_or_below_in_slices_of_groups_are_the_counts_of_one_sort(monkeypatch):
+    # A large replay counts bookings at or below each measurement's end in runs of whole
+    # groups (less memory at once): the counts a per-group searchsorted gives, ties and
+    # groups without values or probes included.
+    rng = np.random.default_rng(3)
+    n_groups = 40
+    vgroup = np.sort(rng.integers(0, n_groups, 3000))
+    pgroup = np.sort(rng.integers(0, n_groups, 900))
+    values = rng.integers(0, 50, len(vgroup)).astype(float)  # many ties
+    probes = rng.integers(0, 50, len(pgroup)).astype(float)
+    want = [int(np.searchsorted(np.sort(values[vgroup == g]), p, "right"))
+            for p, g in zip(probes, pgroup)]
+    for size in (1, 7, 100, 1000, 10**6):
+        monkeypatch.setattr(fastpath, "_COUNT_SLICE", size)
+        got = fastpath._counts_at_or_below(values, vgroup, probes, pgroup, n_groups)
+        assert got.tolist() == want, size
 
 
 def test_segment_sums_and_running_sums_are_numpys_to_the_bit():
