@@ -957,24 +957,27 @@ class _FastRuns:
         confirmed[at] = true_best[at] * factor
         return true_best, confirmed
 
-    def _bookings(self, search_of, abs_step, decide_abs, gen) -> list[np.ndarray]:
-        """Every booking of the candidates that ran its stage, stage by stage: (search,
-        seconds at its release, GPU seconds, usd, joules), as concatenating each stage's
-        would give them (the same values and types)."""
+    def _bookings(self, abs_step, decide_abs, gen, lo: int, hi: int) -> list[np.ndarray]:
+        """The bookings of rows ``lo:hi`` whose candidate ran the stage, stage by stage:
+        (search, seconds at its release, GPU seconds, usd, joules), as concatenating each
+        stage's would give them (the same values, order and types)."""
+        search_of = self.search_of
         stages = [(rows, origin, mask, when, gpu, usd, joules)
                   for p, origin, mask in ((self.pre, abs_step, gen),
                                           (self.post, decide_abs, self.measured))
                   for rows, when, gpu, usd, joules in p.bookings]
         if not stages:
             return [np.zeros(0) for _ in range(5)]
-        n = sum(int(np.count_nonzero(mask[rows])) for rows, _, mask, *_ in stages)
+        whole = lo == 0 and hi == len(search_of)
+        keeps = [mask[rows] if whole else mask[rows] & (rows >= lo) & (rows < hi)
+                 for rows, _, mask, *_ in stages]
+        n = sum(int(np.count_nonzero(keep)) for keep in keeps)
         types = [search_of.dtype,
                  np.result_type(*[np.result_type(o, w) for _, o, _, w, *_ in stages]),
                  *(np.result_type(*[st[k] for st in stages]) for k in (4, 5, 6))]
         out = [np.empty(n, t) for t in types]
         at = 0
-        for rows, origin, mask, when, gpu, usd, joules in stages:
-            keep = mask[rows]
+        for (rows, origin, _, when, gpu, usd, joules), keep in zip(stages, keeps):
             r = rows[keep]
             b = at + len(r)
             out[0][at:b] = search_of[r]
@@ -983,16 +986,39 @@ class _FastRuns:
             at = b
         return out
 
-    def _anytime(self, abs_step, decide_abs, t_end, gen) -> list[np.ndarray]:
+    def _anytime(self, abs_step, decide_abs, t_end, gen) -> tuple:
         """Per search, (seconds, usd, joules, gpu_evals, best) after each measurement, from the
-        bookings (a resource's costs are booked when it is released, as in the engine)."""
-        S, search_of = self.S, self.search_of
-        m = np.flatnonzero(self.measured)
-        # A booking row per stage a candidate ran (six million rows for a million candidates),
-        # each stage's written into place, and each copy dropped once read: this step's
-        # peak is a few such columns, not every stage's parts and their concatenation too.
-        bs, when, gpu, usd, joules = self._bookings(search_of, abs_step, decide_abs, gen)
-        bs = bs.astype(np.int64)
+        bookings (a resource's costs are booked when it is released, as in the engine): one
+        array of every search's rows, its start row first (each search takes a slice), and
+        each search's first and end row in it. Worked out for runs of whole searches of at
+        most about ``_ANYTIME_ROWS`` candidates (a search's rows depend on its own bookings
+        alone): a million candidates' six million bookings, sorted and summed at once, were
+        this replay's peak memory."""
+        off = self.off
+        cuts = [0]
+        while cuts[-1] < self.S:  # the last search whose run stays within the rows allowed
+            s0 = cuts[-1]
+            s1 = int(np.searchsorted(off, off[s0] + _ANYTIME_ROWS, "right")) - 1
+            cuts.append(min(max(s1, s0 + 1), self.S))
+        parts = [self._anytime_of(a, b, abs_step, decide_abs, t_end, gen)
+                 for a, b in zip(cuts[:-1], cuts[1:])]
+        if len(parts) == 1:
+            return parts[0]
+        shift = np.cumsum([0] + [len(t) for t, _, _ in parts[:-1]])
+        return (np.concatenate([t for t, _, _ in parts]),
+                np.concatenate([h + d for (_, h, _), d in zip(parts, shift)]),
+                np.concatenate([e + d for (_, _, e), d in zip(parts, shift)]))
+
+    def _anytime_of(self, s0: int, s1: int, abs_step, decide_abs, t_end, gen) -> tuple:
+        """``_anytime`` of searches ``s0:s1`` alone (their rows' bookings and measurements)."""
+        S = s1 - s0
+        lo, hi = int(self.off[s0]), int(self.off[s1])
+        search_of = self.search_of
+        m = np.flatnonzero(self.measured[lo:hi]) + lo
+        # A booking row per stage a candidate ran, each stage's written into place, and each
+        # copy dropped once read: the peak is a few such columns.
+        bs, when, gpu, usd, joules = self._bookings(abs_step, decide_abs, gen, lo, hi)
+        bs = bs.astype(np.int64) - s0
         o = np.lexsort((when, bs))
         bs, when = bs[o], when[o]
         b_count = np.bincount(bs, minlength=S)
@@ -1005,13 +1031,14 @@ class _FastRuns:
         del usd
         cum_j = _segmented(np.cumsum, joules, b_start, b_count)
         del joules
-        ms = search_of[m]
+        ms = search_of[m] - s0
         ends = t_end[m]
         om = np.lexsort((ends, ms))
         m, ends, ms = m[om], ends[om], ms[om]
         k = _counts_at_or_below(when, bs, ends, ms, S) - 1
         del when, bs
         idx = b_start[ms] + np.maximum(k, 0)
+
         def take(c):
             return np.where(k >= 0, c[np.minimum(idx, len(c) - 1)], 0.0) if len(c) \
                 else np.zeros(len(k))
@@ -1021,20 +1048,25 @@ class _FastRuns:
             idle_s = np.maximum(self.caps.gpus * ends - busy, 0.0)
             spent_usd = spent_usd + idle_s * self.model.gpu.usd_per_hour / 3600
             spent_j = spent_j + idle_s * self.model.gpu.idle_w_context
+        seed_speedup = self.seed_speedup[s0:s1]
         gains = np.where(self.w.success[m], self.speedup[m], -np.inf)
         m_count = np.bincount(ms, minlength=S)
         m_start = _offsets(m_count)[:-1]
         best = np.maximum(_segmented(np.maximum.accumulate, gains, m_start, m_count),
-                          self.seed_speedup[ms])
+                          seed_speedup[ms])
         evals = _counts_at_or_below(decide_abs[m], ms, ends, ms, S)
-        # One array of every search's rows, its start row first: each search takes a slice.
         table = np.empty((len(m) + S, 5))
         at = np.arange(len(m)) + np.repeat(np.arange(S), m_count) + 1
         table[at] = np.column_stack([ends, spent_usd, spent_j, evals, best])
         heads = m_start + np.arange(S)
         table[heads] = 0.0
-        table[heads, 4] = self.seed_speedup
+        table[heads, 4] = seed_speedup
         return table, heads, heads + 1 + m_count
+
+
+# Candidates (rows) whose anytime rows _anytime works out at once, in runs of whole searches:
+# its sort and sums hold some ten arrays of six bookings a candidate.
+_ANYTIME_ROWS = 1 << 18
 
 
 def _idle_rows(idle_s: np.ndarray, model: PresetCostModel) -> np.ndarray:
