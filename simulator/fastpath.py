@@ -358,9 +358,13 @@ def _sizes(traces: list[SearchTrace], span) -> np.ndarray:
 
 
 def _per_row(n: int, p: _Pass) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """How often each row ran each stage in a pass, and its GPU-seconds."""
-    counts = {s: np.zeros(n, int) for s in STAGES if s != "idle"}
+    """How often each row ran each stage in a pass, and its GPU-seconds. The stages the pass
+    never runs share one column of zeros (read only)."""
+    none = np.zeros(n, int)
+    counts = {s: none for s in STAGES if s != "idle"}
     for stage, rows in p.ran:
+        if counts[stage] is none:
+            counts[stage] = np.zeros(n, int)
         np.add.at(counts[stage], rows, 1)
     gpu = np.zeros(n)
     for rows, _, g, _, _ in p.bookings:
@@ -714,6 +718,7 @@ class _FastRuns:
             active = active[k[active] < end[active]]
             active = np.array([i for i in active.tolist() if i not in self.unsafe],
                               dtype=np.int64) if self.unsafe else active
+        self.batch_all = None  # every decision is made (its forecasts: 80 MB a million rows)
         return self._results()
 
     def _chunk(self, pos: np.ndarray, active: np.ndarray, first: np.ndarray) -> np.ndarray:
