@@ -486,11 +486,12 @@ def _counts_in_slices(values, vgroup, probes, pgroup, n_groups) -> np.ndarray:
     order), each run at most about ``_COUNT_SLICE`` values and probes: the same counts."""
     v_end = np.searchsorted(vgroup, np.arange(n_groups), "right")
     p_end = np.searchsorted(pgroup, np.arange(n_groups), "right")
+    both = v_end + p_end
     out = []
     g0 = v0 = p0 = 0
     while g0 < n_groups:
         # the last group whose run stays within the slice (at least one group)
-        g1 = max(int(np.searchsorted(v_end + p_end, v0 + p0 + _COUNT_SLICE, "right")), g0 + 1)
+        g1 = max(int(np.searchsorted(both, v0 + p0 + _COUNT_SLICE, "right")), g0 + 1)
         g1 = min(g1, n_groups)
         v1, p1 = int(v_end[g1 - 1]), int(p_end[g1 - 1])
         if p1 > p0:
@@ -1001,6 +1002,8 @@ class _FastRuns:
         this replay's peak memory."""
         off = self.off
         cuts = [0]
+        if not self.S:
+            return self._anytime_of(0, 0, abs_step, decide_abs, t_end, gen)
         while cuts[-1] < self.S:  # the last search whose run stays within the rows allowed
             s0 = cuts[-1]
             s1 = int(np.searchsorted(off, off[s0] + _ANYTIME_ROWS, "right")) - 1
