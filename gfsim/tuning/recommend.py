@@ -109,22 +109,20 @@ def recommendation(setup, candidates: list[Config], incumbent: Config, seeds, *,
         raise GfsimError(f"--jobs must be >= 1, got {jobs}")
     configs = [incumbent] + [c for c in dict.fromkeys(candidates)
                              if (c.spec, c.search) != (incumbent.spec, incumbent.search)]
-    if pool is not None:
-        return _recommendation(setup, configs, seeds, fresh_seeds, level, prices, pool,
-                               replayed)
-    if min(jobs, len(configs)) > 1:
+    own = None  # processes started here, ended here
+    if pool is None and min(jobs, len(configs)) > 1:
         from gfsim.tuning.trials import SeedPool
 
-        pool = SeedPool(setup, min(jobs, len(configs)))
+        pool = own = SeedPool(setup, min(jobs, len(configs)))
     try:
         out = _recommendation(setup, configs, seeds, fresh_seeds, level, prices, pool,
                               replayed)
     except BaseException:  # (an error, or Ctrl-C: the configurations not yet begun are not)
-        if pool is not None:
-            pool.shutdown(cancel=True)
+        if own is not None:
+            own.shutdown(cancel=True)
         raise
-    if pool is not None:
-        pool.shutdown()
+    if own is not None:
+        own.shutdown()
     return out
 
 
@@ -146,7 +144,8 @@ def _recommendation(setup, configs: list[Config], seeds, fresh_seeds, level, pri
     per_task = len(seeds) == 1
     fresh_on = is_closed_loop(setup.driver) and len(fresh_seeds) >= 2
     fresh = (fresh_seeds, fresh_children(setup.children)) if fresh_on else None
-    outcomes = _map(pool, setup, _config_outcome, [(c, seeds, fresh, per_task) for c in configs])
+    outcomes = _map(pool, setup, _config_outcome,
+                    [(c, seeds, fresh, per_task, replayed is not None) for c in configs])
     surprise = None
     if fresh_on:  # (while the pool's processes replay the configurations)
         from gfsim.simulator.predictive import surprise_of_log
@@ -157,9 +156,9 @@ def _recommendation(setup, configs: list[Config], seeds, fresh_seeds, level, pri
             forecaster=setup.forecaster, learning=setup.learning, simulate=setup.simulate),
             setup, None)
     outcomes = list(outcomes)
-    scored = [o.pop("metric_rows") for o in outcomes]
     if replayed is not None:
-        replayed.update({(c.spec, c.search): m for c, m in zip(configs, scored)})
+        replayed.update({(c.spec, c.search): o.pop("metric_rows")
+                         for c, o in zip(configs, outcomes)})
     rq = np.array([o["values"] for o in outcomes])  # configuration x sample
     fz = np.array([o["fresh"] for o in outcomes]) if fresh_on else None
     gains = rq - rq[0]
@@ -252,20 +251,23 @@ def _without_gc(fn, setup, item):
 
 def _config_outcome(setup, job) -> dict:
     """One configuration's replays on ``seeds`` as log2 best speedups (``values``), its row's
-    figures (``row``), and (``fresh``: (seeds, child source), or None) its new searches'."""
+    figures (``row``), (``fresh``: (seeds, child source), or None) its new searches', and
+    (``scored``) the replays' ``metric_rows``."""
     from gfsim.simulator.replay import best_evidence, draw_shares
     from gfsim.tuning.trials import metric_rows
 
-    config, seeds, fresh, per_task = job
+    config, seeds, fresh, per_task, scored = job
     r = setup.replay(config.spec, config.search, seeds)
     searches = [s for x in r for s in x.searches]
     evidence = best_evidence(replace(r[0], searches=searches))
-    out = {"values": _values(r, per_task), "metric_rows": metric_rows(setup, r), "row": {
+    out = {"values": _values(r, per_task), "row": {
         "usd_per_search": float(np.mean([s.total.usd for s in searches])),
         "gpu_evals_per_search": float(np.mean([s.gpu_evals for s in searches])),
         "invented_share": draw_shares(r).get("invented_share", 0.0),
         "best_rests_on": evidence["label"],
         "simulated_searches": evidence["simulated_searches"]}}
+    if scored:  # (gfsim tune's out-of-sample scores read these)
+        out["metric_rows"] = metric_rows(setup, r)
     if fresh is not None:
         out["fresh"] = _values(setup.replay(config.spec, config.search, fresh[0],
                                             children=fresh[1]), False)
