@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from gfsim.cli.main import app
 from gfsim.simulator.predictive import (
-    detectable_gain,
+    expected_gain,
+    new_search_gain,
     predictive_interval,
     recommend,
     replay_interval,
@@ -53,17 +54,72 @@ def test_a_new_search_is_covered_at_the_level_only_with_its_own_spread():
     assert np.array_equal(lo, replay_interval(rq)[0])
 
 
-def test_a_gain_counts_only_where_it_is_detectable():
+def _world_of_gains(rng, n: int, fresh_n: int):
+    """True expected gains, and fresh searches' paired gains whose mean sits off the truth by
+    the fitted law (a scaled t over ``expected_gain_scale``) and whose single searches spread
+    about their mean."""
+    from scipy.stats import t
+
+    from gfsim.simulator.predictive import EXPECTED_DF, EXPECTED_SCALE, expected_gain_scale
+
+    truth = rng.normal(0, 0.3, n)
+    sd = rng.uniform(0.05, 0.6, n)
+    noise = rng.normal(0, 1, (n, fresh_n))
+    noise = (noise - noise.mean(axis=1, keepdims=True)) / noise.std(axis=1, ddof=1,
+                                                                    keepdims=True)
+    shape = sd[:, None] * noise  # each row's sample sd is exactly sd
+    off = expected_gain_scale(shape) * EXPECTED_SCALE * t.rvs(EXPECTED_DF, size=n,
+                                                              random_state=rng)
+    return truth, (truth + off)[:, None] + shape
+
+
+def test_the_expected_gain_covers_the_true_mean_gain_at_its_level():
+    rng = np.random.default_rng(11)
+    truth, fresh = _world_of_gains(rng, 8000, 6)
+    replays = np.zeros((8000, 4))  # (not read where there are fresh searches)
+    for level in (0.5, 0.8, 0.9, 0.95):
+        got = expected_gain(replays, fresh, level)
+        cover = float(((got.lo <= truth) & (truth <= got.hi)).mean())
+        assert abs(cover - level) < 0.02, (level, cover)
+        # the one-sided bound holds the truth at its level too
+        assert abs(float((got.lower <= truth).mean()) - level) < 0.02
+        assert np.all(got.lo <= got.lower) and np.all(got.lower <= got.mean)
+    # More fresh searches shrink the sampling part alone; the misfit stays.
+    few, many = (expected_gain(replays, fresh[:, :k]) for k in (3, 6))
+    assert np.all(many.sampling <= few.sampling * 3 / 6 * (fresh[:, :6].var(axis=1, ddof=1)
+                                                         / fresh[:, :3].var(axis=1, ddof=1))
+                  + 1e-12)
+    assert np.all(many.misfit > 0)
+
+
+def test_one_new_search_is_wider_than_the_expected_gain_and_centred_on_it():
+    rng = np.random.default_rng(5)
+    _, fresh = _world_of_gains(rng, 500, 6)
+    got = expected_gain(np.zeros((500, 4)), fresh)
+    mid, lo, hi = new_search_gain(np.zeros((500, 4)), fresh)
+    assert np.allclose(mid, got.mean) and np.all(lo < got.lo) and np.all(got.hi < hi)
+    # without fresh searches: the replays' own interval (one more replay's)
+    replays = rng.normal(0.1, 0.2, (500, 4))
+    mid, lo, hi = new_search_gain(replays)
+    assert np.allclose(mid, replays.mean(axis=1))
+    assert np.array_equal(lo, replay_interval(replays)[0])
+
+
+def test_a_gain_counts_only_where_its_expected_gain_is_detectable():
     steady = np.array([0.2, 0.25, 0.22, 0.18])
     noisy = np.array([0.9, -0.6, 1.2, -0.5])
-    mean, lower = detectable_gain(np.stack([steady, noisy]))
-    assert mean[1] > mean[0] and lower[0] > 0 > lower[1]
-    # New searches as random as noisy ones make the steady gain undetectable too.
-    _, lower = detectable_gain(steady, fresh=np.array([1.0, -1.0, 0.8, -0.9, 0.3]))
-    assert lower < 0
+    got = expected_gain(np.stack([steady, noisy]))  # replays alone: a t interval over seeds
+    assert got.mean[1] > got.mean[0] and got.lower[0] > 0 > got.lower[1]
+    assert np.all(got.misfit == 0)
+    # With fresh searches the decision reads them, not the replays: a gain the replays show
+    # steadily is not detectable where new searches on the model do not show it.
+    assert expected_gain(steady, fresh=np.array([1.0, -1.0, 0.8, -0.9, 0.3])).lower < 0
     gains = np.stack([np.zeros(4), noisy, steady])
     assert recommend(gains, 0) == 2 and recommend(gains[:2], 0) == 0
-    assert detectable_gain(steady[:1])[1] == -np.inf  # one replay, no fresh: no claim
+    clear = np.array([0.5, 0.55, 0.45, 0.6, 0.5, 0.52])
+    fresh = np.stack([np.zeros(6), clear, clear - 0.3])
+    assert recommend(np.zeros((3, 4)), 0, fresh=fresh) == 1  # the larger detectable one
+    assert expected_gain(steady[:1]).lower == -np.inf  # one replay, no fresh: no claim
 
 
 def test_replay_predicts_a_new_search_and_its_gain():
@@ -75,7 +131,10 @@ def test_replay_predicts_a_new_search_and_its_gain():
     assert p["fresh_searches"] == 3 and p["replays"] == 2 and p["level"] == 0.9
     b, g = p["best_speedup"], p["gain_over_baseline"]
     assert b["lo"] < b["mean"] < b["hi"] and g["lo"] < g["mean"] < g["hi"]
-    assert g["baseline"] == "all" and isinstance(g["detectable"], bool)
+    assert g["baseline"] == "all"
+    e = p["expected_gain"]
+    assert isinstance(e["detectable"], bool) and e["mean"] == pytest.approx(g["mean"])
+    assert g["lo"] <= e["lo"] <= e["lower_bound"] < e["hi"] <= g["hi"]  # never narrower
     assert "new search" in p["over"] and "simulated wholly on the world model" in p["over"]
     assert math.isfinite(p["fresh_best_speedup"])
 

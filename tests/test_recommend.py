@@ -59,10 +59,13 @@ def test_a_configuration_that_replays_as_the_incumbent_is_never_recommended():
     same = parse_config("all@own", "puct", OwnShape())
     rec = recommendation(setup, [same], base, range(3), fresh_seeds=range(10, 13))
     assert rec["keeps_incumbent"] and rec["choice"] == "all F=1"
-    gain = rec["configs"][1]["gain"]
+    gain = rec["configs"][1]["expected_gain"]
     assert gain["mean"] == pytest.approx(1.0) and not gain["detectable"]
+    assert gain["settled_by"].startswith("nothing would show a gain")
     assert "keep the incumbent" in rec["verdict"] and "prices" not in rec
+    assert "what would settle it" in rec["verdict"]
     assert "new search" in rec["over"] and rec["fresh_seeds"] == [10, 11, 12]
+    assert "what adopting it gives" in rec["expected_over"]
     assert rec["log_surprise"]["factor"] >= 1.0
 
 
@@ -73,10 +76,13 @@ def test_a_clear_gain_is_recommended_with_its_interval_and_prices():
     rec = recommendation(setup, [parse_config("all@1", "puct", OwnShape())], base, range(4),
                          fresh_seeds=range(10, 14))
     assert not rec["keeps_incumbent"] and rec["choice"] == "all F=1"
-    g = rec["configs"][1]["gain"]
+    g = rec["configs"][1]["expected_gain"]
     assert g["detectable"] and 1.0 < g["lower_bound"] <= g["mean"]
-    assert g["lo"] < g["mean"] < g["hi"]
-    assert rec["verdict"].startswith("use all F=1")
+    assert g["lo"] < g["lower_bound"] and g["mean"] < g["hi"] and g["settled_by"] is None
+    # one new search's gain: the same centre, wider (it adds that search's own randomness)
+    n = rec["configs"][1]["new_search_gain"]
+    assert n["mean"] == pytest.approx(g["mean"]) and n["lo"] < g["lo"] and g["hi"] < n["hi"]
+    assert rec["verdict"].startswith("use all F=1") and "adopting it" in rec["verdict"]
     gpu = rec["prices"]["gpu"]
     assert gpu["now"] == MODEL.gpu.usd_per_hour and "x1" in gpu["gain_at"]
     for lo, hi in ((gpu["from"], gpu["now"]), (gpu["now"], gpu["to"])):

@@ -122,25 +122,35 @@ def print_recommendation(con, rec: dict) -> None:
 
     level = f"{rec['level']:.0%}"
     table = Table(title=f"against the incumbent ({esc(rec['incumbent'])})", box=None,
-                  padding=(0, 1))
-    for col in ("configuration", f"gain ({level})", "sure", "best", "USD", "new"):
+                  padding=(0, 1, 0, 0))
+    for col in ("configuration", f"gain ({level})", "sure", "1 search", "best", "USD", "new"):
         table.add_column(col, justify="left" if col == "configuration" else "right",
                          no_wrap=True)
+
+    def shown(e: dict) -> str:
+        if e["lo"] is None:
+            return f"{e['mean']:.2f}x (none)"
+        return f"{e['mean']:.3f}x (point)" if no_spread(e) else \
+            f"{e['mean']:.2f}x {e['lo']:.2f}-{e['hi']:.2f}"
+
     for r in rec["configs"]:
-        b, g = r["best_speedup"], r.get("gain")
+        b, e, g = r["best_speedup"], r.get("expected_gain"), r.get("new_search_gain")
         mark = " (now)" if r["incumbent"] else " <-" if r["recommended"] else ""
-        table.add_row(esc(r["config"]) + mark,
-                      "-" if g is None else f"{g['mean']:.3f}x (point)" if no_spread(g)
-                      else f"{g['mean']:.3f}x {g['lo']:.2f}-{g['hi']:.2f}",
-                      "-" if g is None else ("yes" if g["detectable"] else "no"),
+        table.add_row(esc(r["config"]) + mark, "-" if e is None else shown(e),
+                      "-" if e is None else ("yes" if e["detectable"] else "no"),
+                      "-" if g is None else "(point)" if no_spread(g)
+                      else f"{g['lo']:.2f}-{g['hi']:.2f}",
                       f"{b['mean']:.2f}x", f"${r['usd_per_search']:.2f}",
                       f"{r['invented_share']:.0%}")
     con.print(table)
-    con.print(f"[dim]intervals over {esc(rec['over'], 1000)}; sure: the gain is detectable "
-              f"(one-sided {level} lower bound above 1x); new: the share of children the log "
-              "never held (invented by the world model); best: the mean best speedup (--json: its "
-              "interval, evals and what each best rests on)[/dim]")
-    if any(r.get("gain") and no_spread(r["gain"]) for r in rec["configs"]):
+    con.print(f"[dim]gain: the expected gain of adopting it, {level} interval, over "
+              f"{esc(rec['expected_over'], 1000)}; sure: it is detectable (one-sided {level} "
+              f"lower bound above 1x). 1 search: where one new search's gain lands, {level} "
+              f"interval; it and best are over {esc(rec['over'], 1000)}; best: the mean best "
+              "speedup (--json: its interval, evals and what each best rests on); new: the "
+              "share of children the log never held (invented by the world model)[/dim]")
+    if any(r.get("expected_gain") and r["expected_gain"]["lo"] is not None
+           and no_spread(r["expected_gain"]) for r in rec["configs"]):
         con.print(f"[dim](point): {POINT_WORDS}[/dim]")
     if any(r.get("simulated_searches") for r in rec["configs"]):
         con.print("[yellow]SIMULATED: PUCT does not reproduce the log's search; these are PUCT "

@@ -264,15 +264,19 @@ def _print_search(con, out: dict) -> None:
 def _print_new_search(con, p: dict) -> None:
     from gfsim.analysis.stats import POINT_WORDS, no_spread
 
-    b, g = p["best_speedup"], p["gain_over_baseline"]
+    b, g, e = p["best_speedup"], p["gain_over_baseline"], p["expected_gain"]
     point = f"({esc(POINT_WORDS)})"
     con.print(f"[bold]a new search[/bold] ({p['level']:.0%} predictive intervals; every child "
               f"of the {p['fresh_searches']} simulated searches per side invented): best "
               f"{b['mean']:.3f}x "
               + (point if no_spread(b) else esc(f"[{b['lo']:.3f}x, {b['hi']:.3f}x]"))
               + f"; against {esc(g['baseline'])}: x{g['mean']:.3f} "
-              + (point if no_spread(g) else esc(f"[x{g['lo']:.3f}, x{g['hi']:.3f}]")) + ", "
-              + ("a detectable gain" if g["detectable"] and g["mean"] > 1 else
+              + (point if no_spread(g) else esc(f"[x{g['lo']:.3f}, x{g['hi']:.3f}]")))
+    expected = "no interval: too few searches" if e["lo"] is None else \
+        esc(f"[x{e['lo']:.3f}, x{e['hi']:.3f}]")
+    con.print(f"[bold]adopting it[/bold] (the expected gain, {p['level']:.0%} interval): "
+              f"x{e['mean']:.3f} {expected}, "
+              + ("a detectable gain" if e["detectable"] else
                  "no detectable gain: keep the baseline"))
     surprise = p.get("log_surprise") or {}
     if surprise.get("factor", 1.0) > 1.0:

@@ -131,8 +131,9 @@ def _recommendation(setup, configs: list[Config], seeds, fresh_seeds, level, pri
     """``recommendation`` of ``configs`` (the incumbent first), in ``pool`` if not None."""
     from gfsim.simulator.predictive import (
         LEVEL,
-        detectable_gain,
+        expected_gain,
         fresh_children,
+        new_search_gain,
         predictive_interval,
         recommend,
     )
@@ -164,8 +165,8 @@ def _recommendation(setup, configs: list[Config], seeds, fresh_seeds, level, pri
     gains = rq - rq[0]
     fresh_gains = None if fz is None else fz - fz[0]
     pick = recommend(gains, 0, level, fresh_gains)
-    mean, lower = detectable_gain(gains, fresh_gains, level)
-    glo, ghi = predictive_interval(gains, fresh_gains, level, kind="gain")
+    eg = expected_gain(gains, fresh_gains, level)
+    gmid, glo, ghi = new_search_gain(gains, fresh_gains, level)
     blo, bhi = predictive_interval(rq, fz, level,
                                    surprise=surprise["factor"] if surprise else 1.0)
     rows = []
@@ -179,36 +180,64 @@ def _recommendation(setup, configs: list[Config], seeds, fresh_seeds, level, pri
             **o["row"],
         }
         if i:
-            finite = bool(np.isfinite(lower[i]))
-            row["gain"] = {"mean": 2.0 ** float(mean[i]), "lo": 2.0 ** float(glo[i]),
-                           "hi": 2.0 ** float(ghi[i]),
-                           "lower_bound": 2.0 ** float(lower[i]) if finite else None,
-                           "detectable": bool(lower[i] > 0)}
+            finite = bool(np.isfinite(eg.lower[i]))
+            row["expected_gain"] = {
+                "mean": 2.0 ** float(eg.mean[i]),
+                "lo": 2.0 ** float(eg.lo[i]) if finite else None,
+                "hi": 2.0 ** float(eg.hi[i]) if finite else None,
+                "lower_bound": 2.0 ** float(eg.lower[i]) if finite else None,
+                "detectable": bool(eg.lower[i] > 0),
+                "settled_by": _settled_by(eg, i, c, len(fresh_seeds) if fresh_on
+                                          else rq.shape[1], fresh_on, level)}
+            row["new_search_gain"] = {"mean": 2.0 ** float(gmid[i]), "lo": 2.0 ** float(glo[i]),
+                                      "hi": 2.0 ** float(ghi[i])}
         rows.append(row)
     if per_task:
         over = (f"the log's {rq.shape[1]} tasks: no seed can change these replays, so the "
                 "intervals are over tasks, not over new searches")
     elif fresh_on:
-        over = (f"one new search like the logged one: centred on {len(seeds)} replays of the "
-                f"log, spread by {len(fresh_seeds)} searches simulated wholly on the world "
-                "model fitted to the log (every child invented), plus the centre's error and "
-                "the two's disagreement (a best speedup's times the log's surprise), at "
-                "quantiles fitted on the counterfactual benchmark's dev worlds; gains paired "
-                "by seed")
+        over = (f"one new search like the logged one: its best speedup centred on {len(seeds)} "
+                f"replays of the log, spread by {len(fresh_seeds)} searches simulated wholly "
+                "on the world model fitted to the log (every child invented), plus the "
+                "centre's error and the two's disagreement, times the log's surprise; its gain "
+                "over the incumbent's centred on the expected gain, spread by one such "
+                "search's variance and the expected gain's error; quantiles fitted on the "
+                "counterfactual benchmark's dev worlds; gains paired by seed")
     else:
         over = (f"{len(seeds)} seeds of this log (replays: how much the log's own searches "
                 "vary, not a new search's randomness); gains paired by seed")
+    if fresh_on:
+        expected_over = (
+            f"the mean gain of many searches under the configuration against the incumbent's "
+            f"(what adopting it gives), estimated by {len(fresh_seeds)} pairs of searches "
+            "simulated wholly on the world model fitted to the log (every child invented, the "
+            "same seed for both); its interval adds to their sampling error the world model's "
+            "misfit, at quantiles fitted on the counterfactual benchmark's dev worlds "
+            "(simulator.predictive.EXPECTED_SCALE); the recommendation decides on its one-sided "
+            "lower bound")
+    elif per_task:
+        expected_over = (f"the mean gain over the log's {rq.shape[1]} tasks of its one replay "
+                         "(a t interval over tasks); the recommendation decides on its "
+                         "one-sided lower bound")
+    else:
+        expected_over = (f"the mean gain over {len(seeds)} seeds of this log's replays (what "
+                         "replaying this log gives; no child is invented, so no world model "
+                         "enters); the recommendation decides on its one-sided lower bound")
     out = {
         "incumbent": incumbent.label, "level": level, "over": over,
+        "expected_over": expected_over,
         "seeds": seeds, "fresh_seeds": fresh_seeds if fresh_on else [],
         "configs": rows, "choice": configs[pick].label, "keeps_incumbent": pick == 0,
         "log_surprise": surprise,
     }
-    best_other = max(range(1, len(configs)), key=lambda i: mean[i], default=None)
+    best_other = max(range(1, len(configs)), key=lambda i: eg.mean[i], default=None)
     out["verdict"] = _verdict(rows, pick, best_other, level)
-    if pick and prices:
-        out["prices"] = _break_even(setup, configs[pick], incumbent, seeds, per_task,
-                                    float(gains[pick].mean()), pool)
+    if pick and prices:  # (on what the decision read: the fresh searches, where there are)
+        out["prices"] = _break_even(setup, configs[pick], incumbent,
+                                    fresh[0] if fresh else seeds, per_task,
+                                    float(eg.mean[pick]), pool,
+                                    children=fresh[1] if fresh else None,
+                                    incumbent_values=fz[0] if fresh else rq[0])
     return out
 
 
@@ -276,45 +305,85 @@ def _config_outcome(setup, job) -> dict:
 
 def _scaled_values(setup, job) -> np.ndarray:
     """log2 best speedups of one configuration replayed under cost model ``model``."""
-    config, seeds, model, per_task = job
-    return _values(setup.replay(config.spec, config.search, seeds, model=model), per_task)
+    config, seeds, model, per_task, children = job
+    return _values(setup.replay(config.spec, config.search, seeds, model=model,
+                                children=children), per_task)
+
+
+def _settled_by(eg, i: int, config: Config, samples: int, fresh: bool,
+                level: float) -> str | None:
+    """What evidence would settle whether configuration ``i``'s expected gain is real (None
+    where it is detectable): more seeds where the sampling error of ``samples`` searches (or
+    replays) is what hides it, with about how many; else what shrinks the world model's
+    misfit; nothing where no gain is expected."""
+    from gfsim.simulator.predictive import EXPECTED_DF, EXPECTED_SCALE, _t
+
+    mean, lower = float(eg.mean[i]), float(eg.lower[i])
+    if lower > 0:
+        return None
+    if mean <= 0:
+        return ("nothing would show a gain: the estimate is at or below the incumbent's, and "
+                "more evidence would more likely confirm the incumbent")
+    sampling, misfit = float(eg.sampling[i]), float(eg.misfit[i])
+    if not math.isfinite(sampling):
+        return "more seeds: two or more (--seeds 2) before any gain can be claimed"
+    # The one-sided quantile stays as it is (a fresh search's t law; the replays' t(n - 1) at
+    # this n, a little generous for more); the lower bound reaches 0 once the spread is
+    # mean / quantile: the seeds for that, or the misfit alone is too wide.
+    one = EXPECTED_SCALE * _t(level, EXPECTED_DF) if fresh else _t(level, samples - 1)
+    room = (mean / one) ** 2 - misfit
+    if room > 0:
+        need = math.ceil(sampling * samples / room)
+        if need <= 4096:
+            return (f"more seeds: about {need} (--seeds {need}) instead of {samples} would "
+                    "show this gain, if it holds")
+    if getattr(config.search, "overgen", 1) > 1:
+        return ("a measured batch of its children at F > 1, or more logged searches: the "
+                "world model invents them, and its misfit, which more seeds do not shrink, "
+                "hides the gain")
+    return ("more logged searches: the world model's misfit, which more seeds do not shrink, "
+            "hides the gain")
 
 
 def _verdict(rows: list[dict], pick: int, best_other: int | None, level: float) -> str:
+    """The recommendation in words: it decides on the expected gain; one new search's gain
+    is said beside it, as what to expect of a single run."""
     from gfsim.analysis.stats import POINT_WORDS, no_spread
 
     inc = rows[0]["config"]
-    if pick and no_spread(rows[pick]["gain"]):
-        r = rows[pick]
-        return (f"use {r['config']}: its best speedup is {r['gain']['mean']:.3f}x the "
-                f"incumbent's ({inc}) in every replay ({POINT_WORDS})")
     if pick:
         r = rows[pick]
-        g = r["gain"]
-        return (f"use {r['config']}: a new search's best speedup is predicted "
-                f"{g['mean']:.3f}x the incumbent's ({inc}), {level:.0%} interval "
-                f"[{g['lo']:.3f}x, {g['hi']:.3f}x]; the gain is detectable (one-sided "
-                f"{level:.0%} lower bound {g['lower_bound']:.3f}x)")
+        e, g = r["expected_gain"], r["new_search_gain"]
+        if no_spread(e):
+            return (f"use {r['config']}: its best speedup is {e['mean']:.3f}x the incumbent's "
+                    f"({inc}) in every replay ({POINT_WORDS})")
+        return (f"use {r['config']}: adopting it is expected to give {e['mean']:.3f}x the "
+                f"incumbent's ({inc}) best speedup, {level:.0%} interval [{e['lo']:.3f}x, "
+                f"{e['hi']:.3f}x] (detectable: one-sided lower bound {e['lower_bound']:.3f}x); "
+                f"one new search's gain may land anywhere in [{g['lo']:.3f}x, {g['hi']:.3f}x]")
     if best_other is None:
         return f"keep the incumbent ({inc}): no other configuration was given"
-    g = rows[best_other]["gain"]
-    if no_spread(g):
+    r = rows[best_other]
+    e = r["expected_gain"]
+    if e["lo"] is not None and no_spread(e):
         return (f"keep the incumbent ({inc}): no configuration beats it (the best, "
-                f"{rows[best_other]['config']}, {g['mean']:.3f}x in every replay; "
-                f"{POINT_WORDS})")
-    bound = "none: too few samples" if g["lower_bound"] is None \
-        else f"{g['lower_bound']:.3f}x"
-    return (f"keep the incumbent ({inc}): no configuration's gain over it is detectable at "
-            f"{level:.0%} (the best, {rows[best_other]['config']}, {g['mean']:.3f}x, "
-            f"lower bound {bound})")
+                f"{r['config']}, {e['mean']:.3f}x in every replay; {POINT_WORDS})")
+    bound = "none: too few samples" if e["lower_bound"] is None \
+        else f"{e['lower_bound']:.3f}x"
+    return (f"keep the incumbent ({inc}): no configuration's expected gain over it is "
+            f"detectable at {level:.0%} (the best, {r['config']}, {e['mean']:.3f}x, lower "
+            f"bound {bound}); what would settle it: {e['settled_by']}")
 
 
 def _break_even(setup, pick: Config, incumbent: Config, seeds: list[int],
-                per_task: bool, gain_now: float, pool=None) -> dict:
+                per_task: bool, gain_now: float, pool=None, children: str | None = None,
+                incumbent_values: np.ndarray | None = None) -> dict:
     """The GPU-hour and forecast prices between which the pick's mean gain over the incumbent
     stays above 0, each price scaled alone (the other at today's), both replayed on the same
-    seeds under the same budget: factors 2, 4, 8 each way, then one bisection (geometric) of
-    the step where the gain turned."""
+    seeds under the same budget (with ``children`` in place of the setup's where given: the
+    fresh searches the decision read; ``incumbent_values``: the incumbent's values on them at
+    today's prices): factors 2, 4, 8 each way (replayed together, in ``pool``'s processes),
+    then one bisection (geometric) of the step where the gain turned."""
     from gfsim.cost_models import PresetCostModel, with_prices
     from gfsim.policies import make_policy
 
@@ -327,10 +396,11 @@ def _break_even(setup, pick: Config, incumbent: Config, seeds: list[int],
     forecasts = make_policy(pick.spec).needs_forecast or make_policy(incumbent.spec).needs_forecast
     now = {"gpu": model.gpu.usd_per_hour,
            "forecaster": model.forecaster.usd_per_m_output}
-    out: dict = {"rule": "the price at which the mean gain over the incumbent reaches 0, that "
-                         "price scaled alone under the same USD budget and seeds (factors 2, 4 "
-                         "and 8 each way, then one bisection); 'from'/'to' None: still a gain "
-                         "at the last factor tried"}
+    out: dict = {"rule": "the price at which the expected gain over the incumbent (the mean "
+                         "gain of the searches the decision read) reaches 0, that price scaled "
+                         "alone under the same USD budget and seeds (factors 2, 4 and 8 each "
+                         "way, then one bisection); 'from'/'to' None: still a gain at the last "
+                         "factor tried"}
     for what, unit in (("gpu", "USD per GPU-hour"), ("forecaster", "USD per 1M forecast "
                                                                    "output tokens")):
         if what == "forecaster" and not forecasts:
@@ -338,26 +408,44 @@ def _break_even(setup, pick: Config, incumbent: Config, seeds: list[int],
                                  "not matter"}
             continue
 
-        def gain(f: float, what=what) -> float:
-            scaled = with_prices(model, **{what: f})
-            a, b = _map(pool, setup, _scaled_values,
-                        [(c, seeds, scaled, per_task) for c in (pick, incumbent)])
-            return float((a - b).mean())
+        # An incumbent that reads no forecast replays alike at any forecast price: its
+        # values at today's prices serve.
+        fixed = what == "forecaster" and incumbent_values is not None and \
+            not make_policy(incumbent.spec).needs_forecast
 
+        def gains(factors: list[float], what=what, fixed=fixed) -> list[float]:
+            """The mean gain at each price factor, every replay in one map."""
+            sides = (pick,) if fixed else (pick, incumbent)
+            got = list(_map(pool, setup, _scaled_values, [
+                (c, seeds, with_prices(model, **{what: f}), per_task, children)
+                for f in factors for c in sides]))
+            k = len(sides)
+            return [float((got[i * k] - (incumbent_values if fixed else got[i * k + 1])).mean())
+                    for i in range(len(factors))]
+
+        ways = {"to": list(PRICE_STEPS), "from": [1 / s for s in PRICE_STEPS]}
         tried = {1.0: gain_now}
-        bounds = {}
-        for direction, steps in (("to", PRICE_STEPS), ("from", [1 / s for s in PRICE_STEPS])):
-            last_ok, edge = 1.0, None
-            for f in steps:
-                tried[f] = gain(f)
+        every = [f for fs in ways.values() for f in fs]
+        tried.update(zip(every, gains(every)))
+        turned = {}  # direction -> (the last factor with a gain, the first without)
+        for direction, factors in ways.items():
+            last_ok = 1.0
+            for f in factors:
                 if tried[f] <= 0:
-                    mid = math.sqrt(last_ok * f)
-                    tried[mid] = gain(mid)
-                    edge = (mid, f) if tried[mid] > 0 else (last_ok, mid)
+                    turned[direction] = (last_ok, f)
                     break
                 last_ok = f
+        mids = {d: math.sqrt(a * f) for d, (a, f) in turned.items()}
+        tried.update(zip(mids.values(), gains(list(mids.values()))))
+        bounds = {}
+        for direction in ways:
+            if direction not in turned:
+                bounds[direction] = None
+                continue
+            (a, f), mid = turned[direction], mids[direction]
+            edge = (mid, f) if tried[mid] > 0 else (a, mid)
             # the break-even price lies between the edge's two factors: report the middle
-            bounds[direction] = None if edge is None else math.sqrt(edge[0] * edge[1])
+            bounds[direction] = math.sqrt(edge[0] * edge[1])
         out[what] = {
             "unit": unit, "now": now[what],
             "from": None if bounds["from"] is None else now[what] * bounds["from"],
