@@ -296,6 +296,9 @@ def test_the_measures_reward_a_faithful_replay_and_punish_a_reversed_one():
     assert mb["regret_of_argmax"] == pytest.approx(mb["regret_of_replay_pick"])
     assert mb["replay_picks"] == {"all F=1": 6}  # no gain detectable: the incumbent
     assert mb["coverage_90_difference"] < 0.5 < m["coverage_90_difference"]
+    # The expected gain's intervals (the replays' own, without fresh searches) hold the other
+    # world seeds' mean gain where the replay is faithful, and never where it is reversed.
+    assert mb["expected_gain_curve"]["0.90"] == 0.0 < 0.5 < m["expected_gain_curve"]["0.90"]
     top = bad["cells"][-1]
     assert top["bias_log2"]["hi"] < -1.0  # replay -1.5 against direct +1.5: far off
     noisy = summarize_world(_rows(lambda i: 3.0 * np.sin(7 * i), lambda i: 0.5 * i,
@@ -447,7 +450,12 @@ def test_counterfactual_compares_child_sources_and_the_docs_tables_render(tmp_pa
     assert over["draw_shares"].get("model", 0) > 0 and "fallback" not in over["draw_shares"]
     assert set(out["against_fallback"][mo["world"]]["model"]) >= {"tau", "max_abs_bias"}
     assert set(mo["measures"]["targets"]) == {"tau", "pairs_ordered", "bias_interval",
-                                              "regret", "coverage", "calibration"}
+                                              "regret", "coverage", "calibration",
+                                              "expected_gain", "new_search_gain"}
+    for key in ("expected_gain_curve", "new_search_gain_curve"):
+        curve = mo["measures"][key]
+        assert list(curve) == ["0.50", "0.80", "0.90", "0.95"]
+        assert all(0.0 <= v <= 1.0 for v in curve.values())
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(

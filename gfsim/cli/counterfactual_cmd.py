@@ -14,12 +14,6 @@ from gfsim.cli.common import CONFIG_HELP, load_config
 __all__ = ["counterfactual"]
 
 
-def _speed(e: dict) -> str:
-    if not math.isfinite(e["lo"]):
-        return f"{2 ** e['mean']:.2f}x"
-    return f"{2 ** e['mean']:.2f}x ({2 ** e['lo']:.2f}-{2 ** e['hi']:.2f})"
-
-
 def _log2(e: dict) -> str:
     if not math.isfinite(e["lo"]):
         return f"{e['mean']:+.2f}"
@@ -142,60 +136,90 @@ def counterfactual(
     _print(out)
 
 
-# What each benchmark target asks, as a user reads it, and how its value is written.
-_TARGETS = {
-    "tau": ("replays rank the configurations as direct runs do (Kendall tau)", "{:.2f}"),
-    "pairs_ordered": ("pairs of configurations ordered as direct runs order them", "{:.0%}"),
-    "bias_interval": ("cells whose bias interval leaves the bound", "{:.0f}"),
-    "regret": ("loss of the recommended configuration against the best direct one", "{:.1%}"),
-    "coverage": ("90% predictive intervals that hold a new direct run", "{:.0%}"),
-    "calibration": ("largest gap of the 50/80/95% intervals from nominal", "{:.0%}"),
-}
+def _gap(t: dict) -> str:
+    return f"{t['value']:.0%}" if t["value"] is not None else "n/a"
 
 
-def _target(name: str, t: dict) -> str:
-    """One target as a user reads it: what was asked, what was found, met or short by how
-    much."""
-    label, fmt = _TARGETS.get(name, (name, "{:.3g}"))
+def _finding(name: str, t: dict, m: dict) -> str:
+    """One benchmark target as a finding a user can act on: what this world showed, the target
+    it was held to, and what to do with it (met or short by how much)."""
     if t["met"] is None:
-        return f"{label}: asked {t['target']}; not measurable here"
-    found = fmt.format(t["value"])
-    if t["met"]:
-        return f"{label}: asked {t['target']}, found {found} (met)"
-    short = fmt.format(t["miss"]) if "%" in fmt or name == "tau" else \
-        f"{t['miss']:.3g} log2" if name == "bias_interval" else f"{t['miss']:.3g}"
-    return f"{label}: asked {t['target']}, found {found} (missed, by {short})"
+        return f"{name}: not measurable here (target {t['target']})"
+    ok = t["met"]
+    if name == "tau":
+        return (f"ranking: the replays order the configurations {'as' if ok else 'unlike'} the "
+                f"direct runs (Kendall tau {t['value']:.2f}, target {t['target']}"
+                + ("): its order can guide a choice" if ok else
+                   f", short by {t['miss']:.2f}): do not choose by the replays' order alone"))
+    if name == "pairs_ordered":
+        return (f"clear pairs (> 0.1 log2 apart on the direct runs): {t['value']:.0%} ordered "
+                f"right (target {t['target']})" + ("" if ok else
+                                                   f", short by {t['miss']:.0%}"))
+    if name == "bias_interval":
+        n = int(t["value"])
+        return ("bias: every configuration's replayed best is within 0.15 log2 of the direct "
+                "runs" if ok else
+                f"bias: {n} configuration(s) replay more than 0.15 log2 off the direct runs "
+                f"(the worst by {t['miss']:.2f} log2 beyond): read their replayed speedups as "
+                "relative, not absolute")
+    if name == "regret":
+        return (f"recommendation: it gives up {t['value']:.1%} of the best configuration's "
+                f"speedup (target {t['target']})"
+                + (": act on it" if ok else
+                   f", short by {t['miss']:.1%}: measure what it recommends before adopting"))
+    if name == "coverage":
+        return (f"a new search's best: the 90% intervals hold {t['value']:.0%} of direct runs "
+                f"(target {t['target']})" + (": trust them" if ok else
+                                             ": expect more outcomes outside them"
+                                             if t["value"] < 0.85 else ": they are too wide"))
+    if name == "calibration":
+        return (f"a new search's best at 50/80/95%: off nominal by up to {_gap(t)} (target 5 "
+                "points)" + ("" if ok else f", short by {t['miss']:.0%}"))
+    label = {"expected_gain": "the expected gain's intervals (what adopting gives)",
+             "new_search_gain": "one new search's gain intervals"}.get(name, name)
+    return (f"{label}: 50/80/90/95% off nominal by up to {_gap(t)} (target 5 points)"
+            + (": trust them" if ok else f", short by {t['miss']:.0%}"))
+
+
+def _curve(curve: dict | None) -> str:
+    """A calibration curve as "50%: 48%, 80%: 79%, ..." (n/a where not measured)."""
+    if not curve:
+        return "n/a"
+    return ", ".join(f"{float(k):.0%}: {_num(v, '{:.0%}')}" for k, v in curve.items())
 
 
 def _print(out: dict) -> None:
     from gfsim.cli.common import Table
 
     con = console()
-    if con.width < 132:  # a pipe or a narrow terminal: the table needs about 130 columns
-        con = console(width=132)
     spec = out["spec"]
     con.print(f"{out['note']} {len(out['world_seeds'])} world seeds ({out['split']}: "
               f"{out['world_seeds'][0]}..{out['world_seeds'][-1]}), {spec['steps']} steps, "
               f"{spec['replay_seeds']} replays and {spec['direct_reps']} direct runs per seed, "
               f"children: {', '.join(spec['children'])}, cost: {spec['cost']}", markup=False,
-              highlight=False, soft_wrap=True)
+              highlight=False)
     for name, why in out["skipped"].items():
-        con.print(f"skipped {name}: {why}", markup=False, highlight=False, soft_wrap=True)
+        con.print(f"skipped {name}: {why}", markup=False, highlight=False)
     for w in out["worlds"]:
         m = w["measures"]
         tasks = esc(", ".join(w["tasks"]), 400)
-        tab = Table(title=f"{w['world']}, children {w['children']} ({w['kind'].upper()}; tasks "
-                          f"{tasks}; budget ${w['usd_budget_mean']:.2f} per search)",
-                    title_justify="left")
-        for col in ("policy", "F", "invented", "replay best (95%)", "direct best (95%)",
-                    "bias log2 (95%)", "SE"):
-            tab.add_column(col, justify="left" if col == "policy" else "right")
+        con.print(f"\n[bold]{esc(w['world'])}[/bold], children {esc(w['children'])} "
+                  f"({w['kind'].upper()}; tasks {tasks}; budget ${w['usd_budget_mean']:.2f} "
+                  "per search)", highlight=False)
+        tab = Table(box=None, padding=(0, 1, 0, 0))
+        for col in ("policy", "F", "new", "replay", "direct", "bias log2 (95%)", "SE log2"):
+            tab.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
         for c in w["cells"]:
             se = max(c["se"].values())
             tab.add_row(c["policy"], str(c["overgen"]), f"{c['invented_share']:.0%}",
-                        _speed(c["replay_log2"]), _speed(c["direct_log2"]),
+                        f"{2 ** c['replay_log2']['mean']:.2f}x",
+                        f"{2 ** c['direct_log2']['mean']:.2f}x",
                         _log2(c["bias_log2"]), _num(se, "{:.3f}"))
         con.print(tab)
+        con.print(
+            "  [dim]replay, direct: geometric mean best over world seeds (--json: their 95% "
+            "intervals); new: children the log never held; SE: the largest standard error of "
+            "the cell's replay, direct and bias means[/dim]", highlight=False)
         con.print(
             f"  noise ceiling tau {_num(m['noise_ceiling_tau'])}; replay vs direct tau "
             f"{_num(m['tau'])}; pairs > 0.1 log2 apart ordered right "
@@ -204,20 +228,22 @@ def _print(out: dict) -> None:
             f"(the replay's argmax: {_num(m['regret_of_argmax'], '{:.1%}')}; always F=1 all: "
             f"{_num(m['regret_of_all_f1'], '{:.1%}')}); direct best "
             f"{m['direct_best']['policy']} F={m['direct_best']['overgen']}\n"
-            f"  predictive intervals cover single direct runs (new searches): "
-            + ", ".join(f"{float(k):.0%}: {v:.0%}" for k, v in m["coverage_curve"].items())
+            f"  a new search's best: intervals hold direct runs at "
+            + _curve(m["coverage_curve"])
             + f" (90% per seed {m['coverage_90_per_seed']['min']:.0%}.."
             f"{m['coverage_90_per_seed']['max']:.0%}, median width "
             f"{m['interval_width_median']:.3f} log2, interval score "
-            f"{m['interval_score_mean']:.3f}); the 90% one covers the direct mean in "
-            f"{m['coverage_90_of_direct_mean']:.0%}, gains over F=1 all in "
-            f"{_num(m['coverage_90_difference'], '{:.0%}')}", markup=False, highlight=False,
-            soft_wrap=True)
-        con.print("  benchmark targets (asked, found):", highlight=False)
+            f"{m['interval_score_mean']:.3f}); the 90% one holds the direct mean in "
+            f"{m['coverage_90_of_direct_mean']:.0%}\n"
+            f"  gains over F=1 all: the expected gain's intervals hold the other world seeds' "
+            f"mean gain at " + _curve(m.get("expected_gain_curve")) + "; one new search's "
+            "hold a direct run's gain at " + _curve(m.get("new_search_gain_curve")),
+            markup=False, highlight=False)
+        con.print("  what this world shows:", highlight=False)
         for k, t in m["targets"].items():
-            con.print(f"    - {_target(k, t)}", markup=False, highlight=False, soft_wrap=True)
+            con.print(f"    - {_finding(k, t, m)}", markup=False, highlight=False)
         for line in w["warnings"]:
-            con.print(f"  [yellow]note:[/yellow] {line}", highlight=False, soft_wrap=True)
+            con.print(f"  [yellow]note:[/yellow] {line}", highlight=False)
     if len(out["spec"]["children"]) > 1:
         _print_comparison(con, out)
 
@@ -226,10 +252,12 @@ def _print_comparison(con, out: dict) -> None:
     """One row per world and child source: the benchmark's headline measures side by side."""
     from gfsim.cli.common import Table
 
-    tab = Table(title="child sources against the same direct runs", title_justify="left")
-    for col in ("world", "children", "ceiling", "tau", "pairs ok", "regret", "F=1 all",
-                "max |bias|", "coverage", "width", "score"):
-        tab.add_column(col, justify="left" if col in ("world", "children") else "right")
+    con.print("\n[bold]child sources against the same direct runs[/bold]")
+    tab = Table(box=None, padding=(0, 1, 0, 0))
+    for col in ("world", "children", "ceil", "tau", "pairs", "regret", "F1 all", "bias",
+                "cov", "score"):
+        tab.add_column(col, justify="left" if col in ("world", "children") else "right",
+                       no_wrap=True)
     for w in out["worlds"]:
         m = w["measures"]
         worst = max(abs(c["bias_log2"]["mean"]) for c in w["cells"])
@@ -237,6 +265,9 @@ def _print_comparison(con, out: dict) -> None:
                     _num(m["pairs_ordered"], "{:.0%}"), _num(m["regret_of_replay_pick"],
                                                              "{:.1%}"),
                     _num(m["regret_of_all_f1"], "{:.1%}"), _num(worst),
-                    f"{m['coverage_90']:.0%}", _num(m["interval_width_median"], "{:.3f}"),
-                    _num(m["interval_score_mean"]))
+                    f"{m['coverage_90']:.0%}", _num(m["interval_score_mean"]))
     con.print(tab)
+    con.print("[dim]ceil: the noise ceiling tau; pairs: clear pairs ordered right; F1 all: the "
+              "regret of always F=1 all; bias: the worst cell's, log2; cov: 90% intervals "
+              "holding a new search's best; score: their interval score (lower is better; "
+              "--json: their median width)[/dim]", highlight=False)
