@@ -123,3 +123,34 @@ def test_recommend_command_prints_the_verdict_and_fails_on_a_bad_incumbent():
     assert text.exit_code == 0 and "recommendation:" in text.output
     bad = CliRunner().invoke(app, ["recommend", "--incumbent", "all@zero"])
     assert bad.exit_code == 2 and "--incumbent" in bad.output and "whole number" in bad.output
+
+
+def test_an_undetected_gain_says_what_evidence_would_settle_it():
+    import numpy as np
+
+    from gfsim.simulator.predictive import EXPECTED_DF, EXPECTED_SCALE, _t, expected_gain
+    from gfsim.tuning.recommend import _settled_by
+
+    base = parse_config("all@1", "puct", OwnShape())
+    wide = parse_config("topk:4@2", "puct", OwnShape())
+    assert wide.search.overgen == 2
+    # A gain hidden by the sampling error of two fresh searches: more of them would show it.
+    fresh = np.stack([np.zeros(2), np.array([0.094, 0.306])])
+    got = expected_gain(np.zeros((2, 2)), fresh)
+    assert got.lower[1] < 0 < got.mean[1]
+    said = _settled_by(got, 1, wide, 2, True, 0.9)
+    need = int(said.split("about ")[1].split()[0])
+    assert said.startswith("more seeds") and need > 2
+    # ... and with that many the bound would pass 0 (the same mean and spread per search),
+    # with one fewer not.
+    sd = math.sqrt(got.sampling[1] * 2 / need + got.misfit[1])
+    fewer = math.sqrt(got.sampling[1] * 2 / (need - 1) + got.misfit[1])
+    assert got.mean[1] - EXPECTED_SCALE * _t(0.9, EXPECTED_DF) * fewer <= 0
+    assert got.mean[1] - EXPECTED_SCALE * _t(0.9, EXPECTED_DF) * sd > 0
+    # A gain the world model's misfit hides (a wide spread per search): no number of seeds
+    # shows it; children measured at F > 1 (or more logged searches) would.
+    fresh = np.stack([np.zeros(4), np.array([0.9, -0.6, 1.2, -0.5])])
+    got = expected_gain(np.zeros((2, 4)), fresh)
+    said = _settled_by(got, 1, wide, 4, True, 0.9)
+    assert said.startswith("a measured batch of its children at F > 1")
+    assert _settled_by(got, 1, base, 4, True, 0.9).startswith("more logged searches")

@@ -334,9 +334,9 @@ def _settled_by(eg, i: int, config: Config, samples: int, fresh: bool,
     room = (mean / one) ** 2 - misfit
     if room > 0:
         need = math.ceil(sampling * samples / room)
-        if need <= 4096:
-            return (f"more seeds: about {need} (--seeds {need}) instead of {samples} would "
-                    "show this gain, if it holds")
+        what = "searches simulated on the world model" if fresh else "replay seeds"
+        return (f"more seeds: about {need} {what} instead of {samples} would show this gain, "
+                "if it holds")
     if getattr(config.search, "overgen", 1) > 1:
         return ("a measured batch of its children at F > 1, or more logged searches: the "
                 "world model invents them, and its misfit, which more seeds do not shrink, "
