@@ -20,9 +20,10 @@ def recommend(log: ReplayLog | str | Path | None = None,
               fresh_seeds: int = 8, seed: int = 0, level: float = 0.9,
               prices: bool = True, jobs: int = 0) -> dict:
     """Which of ``candidates`` (``POLICY[@F]``) to run next time instead of ``incumbent``:
-    each one's predicted gain for a new search with its interval, the recommendation, and the
-    GPU-hour and forecast prices over which it holds; the incumbent, said so, when no gain is
-    detectable.
+    each one's expected gain (what adopting it gives, with its interval: the recommendation
+    decides on it) and one new search's gain (where a single run lands), the recommendation,
+    and the GPU-hour and forecast prices over which it holds; the incumbent, said so, with what
+    would settle it, when no expected gain is detectable.
 
     Every keyword is the ``gfsim recommend`` option of the same name.
 

@@ -78,9 +78,10 @@ def recommend(
     config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP, is_eager=True,
                                           callback=load_config),
 ) -> None:
-    """Which configuration to run next time: its predicted gain over the incumbent for a new
-    search, with its interval, and the prices over which it holds; the incumbent when no
-    configuration beats it detectably."""
+    """Which configuration to run next time: its expected gain over the incumbent (what
+    adopting it gives; the recommendation decides on it) and one new search's, each with its
+    interval, and the prices over which it holds; the incumbent when no expected gain is
+    detectable, with what would settle it."""
     from gfsim.api.recommend import recommend as run_recommend
     from gfsim.cli.replay_cmd import step_progress
 
