@@ -382,8 +382,163 @@ def _break_even(setup, pick: Config, incumbent: Config, seeds: list[int],
     stays above 0, each price scaled alone (the other at today's), both replayed on the same
     seeds under the same budget (with ``children`` in place of the setup's where given: the
     fresh searches the decision read; ``incumbent_values``: the incumbent's values on them at
-    today's prices): factors 2, 4, 8 each way (replayed together, in ``pool``'s processes),
-    then one bisection (geometric) of the step where the gain turned."""
+    today's prices): factors 2, 4, 8 each way, then one bisection (geometric) of the step
+    where the gain turned; both prices' probes replayed together, in ``pool``'s processes."""
+    from gfsim.cost_models import PresetCostModel, with_prices
+    from gfsim.policies import make_policy
+
+    model = setup.model
+    if not isinstance(model, PresetCostModel):
+        return {"note": "prices are scaled only on a preset cost model"}
+    if math.isinf(setup.budget.usd):
+        return {"note": "the budget has no USD limit: prices change no search's course, only "
+                        "its bill, so the gain in best speedup holds at any price"}
+    forecasts = make_policy(pick.spec).needs_forecast or make_policy(incumbent.spec).needs_forecast
+    now = {"gpu": model.gpu.usd_per_hour,
+           "forecaster": model.forecaster.usd_per_m_output}
+    out: dict = {"rule": "the price at which the expected gain over the incumbent (the mean "
+                         "gain of the searches the decision read) reaches 0, that price scaled "
+                         "alone under the same USD budget and seeds (factors 2, 4 and 8 each "
+                         "way, then one bisection); 'from'/'to' None: still a gain at the last "
+                         "factor tried"}
+    units = {"gpu": "USD per GPU-hour", "forecaster": "USD per 1M forecast output tokens"}
+    if not forecasts:
+        out["forecaster"] = {"note": "neither configuration forecasts: the forecast price does "
+                                     "not matter"}
+    scanned = [w for w in units if w not in out]
+    # An incumbent that reads no forecast replays alike at any forecast price: its values at
+    # today's prices serve.
+    fixed = {w: w == "forecaster" and incumbent_values is not None
+             and not make_policy(incumbent.spec).needs_forecast for w in scanned}
+
+    def gains(probes: list[tuple[str, float]]) -> list[float]:
+        """The mean gain at each (price, factor), every replay of every probe in one map."""
+        jobs, at = [], []
+        for what, f in probes:
+            at.append(len(jobs))
+            jobs += [(c, seeds, with_prices(model, **{what: f}), per_task, children)
+                     for c in ((pick,) if fixed[what] else (pick, incumbent))]
+        got = list(_map(pool, setup, _scaled_values, jobs))
+        return [float((got[i] - (incumbent_values if fixed[what] else got[i + 1])).mean())
+                for (what, _), i in zip(probes, at)]
+
+    ways = {"to": list(PRICE_STEPS), "from": [1 / s for s in PRICE_STEPS]}
+    tried = {w: {1.0: gain_now} for w in scanned}
+    probes = [(w, f) for w in scanned for fs in ways.values() for f in fs]
+    for (w, f), g in zip(probes, gains(probes)):
+        tried[w][f] = g
+    turned = {}  # (price, direction) -> (the last factor with a gain, the first without)
+    for w in scanned:
+        for direction, factors in ways.items():
+            last_ok = 1.0
+            for f in factors:
+                if tried[w][f] <= 0:
+                    turned[w, direction] = (last_ok, f)
+                    break
+                last_ok = f
+    mids = {key: math.sqrt(a * f) for key, (a, f) in turned.items()}
+    for ((w, _), mid), g in zip(mids.items(), gains([(w, m) for (w, _), m in mids.items()])):
+        tried[w][mid] = g
+    for w in scanned:
+        bounds = {}
+        for direction in ways:
+            if (w, direction) not in turned:
+                bounds[direction] = None
+                continue
+            (a, f), mid = turned[w, direction], mids[w, direction]
+            edge = (mid, f) if tried[w][mid] > 0 else (a, mid)
+            # the break-even price lies between the edge's two factors: report the middle
+            bounds[direction] = math.sqrt(edge[0] * edge[1])
+        out[w] = {
+            "unit": units[w], "now": now[w],
+            "from": None if bounds["from"] is None else now[w] * bounds["from"],
+            "to": None if bounds["to"] is None else now[w] * bounds["to"],
+            "gain_at": {f"x{f:.4g}": 2.0 ** g for f, g in sorted(tried[w].items())},
+        }
+    return {k: out[k] for k in ("rule", *units) if k in out}
+
+
+def _scaled_values(setup, job) -> np.ndarray:
+    """log2 best speedups of one configuration replayed under cost model ``model``."""
+    config, seeds, model, per_task, children = job
+    return _values(setup.replay(config.spec, config.search, seeds, model=model,
+                                children=children), per_task)
+
+
+def _settled_by(eg, i: int, config: Config, samples: int, fresh: bool,
+                level: float) -> str | None:
+    """What evidence would settle whether configuration ``i``'s expected gain is real (None
+    where it is detectable): more seeds where the sampling error of ``samples`` searches (or
+    replays) is what hides it, with about how many; else what shrinks the world model's
+    misfit; nothing where no gain is expected."""
+    from gfsim.simulator.predictive import EXPECTED_DF, EXPECTED_SCALE, _t
+
+    mean, lower = float(eg.mean[i]), float(eg.lower[i])
+    if lower > 0:
+        return None
+    if mean <= 0:
+        return ("nothing would show a gain: the estimate is at or below the incumbent's, and "
+                "more evidence would more likely confirm the incumbent")
+    sampling, misfit = float(eg.sampling[i]), float(eg.misfit[i])
+    if not math.isfinite(sampling):
+        return "more seeds: two or more (--seeds 2) before any gain can be claimed"
+    # The one-sided quantile stays as it is (a fresh search's t law; the replays' t(n - 1) at
+    # this n, a little generous for more); the lower bound reaches 0 once the spread is
+    # mean / quantile: the seeds for that, or the misfit alone is too wide.
+    one = EXPECTED_SCALE * _t(level, EXPECTED_DF) if fresh else _t(level, samples - 1)
+    room = (mean / one) ** 2 - misfit
+    if room > 0:
+        need = math.ceil(sampling * samples / room)
+        what = "searches simulated on the world model" if fresh else "replay seeds"
+        return (f"more seeds: about {need} {what} instead of {samples} would show this gain, "
+                "if it holds")
+    if getattr(config.search, "overgen", 1) > 1:
+        return ("a measured batch of its children at F > 1, or more logged searches: the "
+                "world model invents them, and its misfit, which more seeds do not shrink, "
+                "hides the gain")
+    return ("more logged searches: the world model's misfit, which more seeds do not shrink, "
+            "hides the gain")
+
+
+def _verdict(rows: list[dict], pick: int, best_other: int | None, level: float) -> str:
+    """The recommendation in words: it decides on the expected gain; one new search's gain
+    is said beside it, as what to expect of a single run."""
+    from gfsim.analysis.stats import POINT_WORDS, no_spread
+
+    inc = rows[0]["config"]
+    if pick:
+        r = rows[pick]
+        e, g = r["expected_gain"], r["new_search_gain"]
+        if no_spread(e):
+            return (f"use {r['config']}: its best speedup is {e['mean']:.3f}x the incumbent's "
+                    f"({inc}) in every replay ({POINT_WORDS})")
+        return (f"use {r['config']}: adopting it is expected to give {e['mean']:.3f}x the "
+                f"incumbent's ({inc}) best speedup, {level:.0%} interval [{e['lo']:.3f}x, "
+                f"{e['hi']:.3f}x] (detectable: one-sided lower bound {e['lower_bound']:.3f}x); "
+                f"one new search's gain may land anywhere in [{g['lo']:.3f}x, {g['hi']:.3f}x]")
+    if best_other is None:
+        return f"keep the incumbent ({inc}): no other configuration was given"
+    r = rows[best_other]
+    e = r["expected_gain"]
+    if e["lo"] is not None and no_spread(e):
+        return (f"keep the incumbent ({inc}): no configuration beats it (the best, "
+                f"{r['config']}, {e['mean']:.3f}x in every replay; {POINT_WORDS})")
+    bound = "none: too few samples" if e["lower_bound"] is None \
+        else f"{e['lower_bound']:.3f}x"
+    return (f"keep the incumbent ({inc}): no configuration's expected gain over it is "
+            f"detectable at {level:.0%} (the best, {r['config']}, {e['mean']:.3f}x, lower "
+            f"bound {bound}); what would settle it: {e['settled_by']}")
+
+
+def _break_even(setup, pick: Config, incumbent: Config, seeds: list[int],
+                per_task: bool, gain_now: float, pool=None, children: str | None = None,
+                incumbent_values: np.ndarray | None = None) -> dict:
+    """The GPU-hour and forecast prices between which the pick's mean gain over the incumbent
+    stays above 0, each price scaled alone (the other at today's), both replayed on the same
+    seeds under the same budget (with ``children`` in place of the setup's where given: the
+    fresh searches the decision read; ``incumbent_values``: the incumbent's values on them at
+    today's prices): factors 2, 4, 8 each way, then one bisection (geometric) of the step
+    where the gain turned; both prices' probes replayed together, in ``pool``'s processes."""
     from gfsim.cost_models import PresetCostModel, with_prices
     from gfsim.policies import make_policy
 
