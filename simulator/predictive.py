@@ -12,6 +12,10 @@ searches, both per seed:
   (``--children fresh``: every child invented, the logged ones too), each seed a new search
   like the logged one; their spread is a new search's own randomness.
 
+Two questions about a configuration's gain over an incumbent get two intervals: its *expected*
+gain, what adopting it gives over many searches (``expected_gain``; a recommendation decides on
+it), and where *one* new search's gain lands (``new_search_gain``; it informs).
+
 Values are log2 (a search's best speedup, or the mean over a log's searches of it). Gains over
 an incumbent are paired by seed on both sides (the same seed draws the same children where
 two searches meet the same node: common random numbers).

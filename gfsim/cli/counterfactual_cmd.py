@@ -140,7 +140,7 @@ def _gap(t: dict) -> str:
     return f"{t['value']:.0%}" if t["value"] is not None else "n/a"
 
 
-def _finding(name: str, t: dict, m: dict) -> str:
+def _finding(name: str, t: dict) -> str:
     """One benchmark target as a finding a user can act on: what this world showed, the target
     it was held to, and what to do with it (met or short by how much)."""
     if t["met"] is None:
@@ -241,7 +241,7 @@ def _print(out: dict) -> None:
             markup=False, highlight=False)
         con.print("  what this world shows:", highlight=False)
         for k, t in m["targets"].items():
-            con.print(f"    - {_finding(k, t, m)}", markup=False, highlight=False)
+            con.print(f"    - {_finding(k, t)}", markup=False, highlight=False)
         for line in w["warnings"]:
             con.print(f"  [yellow]note:[/yellow] {line}", highlight=False)
     if len(out["spec"]["children"]) > 1:

@@ -24,11 +24,12 @@ the matrix of cells x world seeds:
 - Kendall tau-b between replay and direct cell means, and the share of cell pairs whose direct
   difference exceeds 0.1 log2 that the replay orders the same way;
 - *regret*: for each log (world seed w) the replay's recommendation (``recommend``: the cell
-  with the largest mean gain over the incumbent, always F = 1 ``all``, among those whose gain
-  over the replay seeds is above 0 at one-sided 90% confidence; else the incumbent), scored by
-  the direct means of the *other* world seeds (held out from that pick): 1 - 2 ** (direct(pick)
-  - max over cells of direct), beside the same for the plain argmax of the replay means and
-  for always F = 1 ``all``;
+  with the largest expected gain over the incumbent, always F = 1 ``all``, among those whose
+  expected gain, ``expected_gain`` of the fresh searches where there are, the replay seeds'
+  otherwise, is above 0 at one-sided 90%; else the incumbent), scored by the direct means of
+  the *other* world seeds (held out from that pick): 1 - 2 ** (direct(pick) - max over cells
+  of direct), beside the same for the plain argmax of the replay means and for always F = 1
+  ``all``;
 - *coverage*: for each (world seed, cell) the replay's predictive interval for a new search (a
   prediction interval from its replay seeds, mean +- t * sd * sqrt(1 + 1/n); with a world model
   each replay seed is another ensemble member, so the spread holds the model's uncertainty as
@@ -38,7 +39,10 @@ the matrix of cells x world seeds:
   Raftery's score at alpha = 0.1); beside it, the 90% interval's coverage of the direct mean
   (what it measured before issue 40) and the coverage of the 90% interval of each cell's gain
   over the incumbent, paired by replay seed, against the direct runs' gains, paired by
-  replicate.
+  replicate;
+- the two gain intervals' calibration curves (50/80/90/95%): each cell's expected-gain
+  interval against the other world seeds' mean gain, one new search's gain interval against
+  each direct run's gain.
 
 Everything but the Kernel Tuner worlds' runtimes is SYNTHETIC, and says so.
 """
