@@ -65,14 +65,24 @@ def test_import_summaries_print_no_python_literals(tmp_path):
     assert "runtime_ns" in ref, ref  # the reference says its unit
 
 
-def test_benchmark_targets_say_what_was_asked_and_what_was_found():
-    from gfsim.cli.counterfactual_cmd import _target
+def test_benchmark_targets_read_as_findings_with_the_target_and_what_to_do():
+    from gfsim.cli.counterfactual_cmd import _finding
 
-    missed = _target("tau", {"met": False, "value": 0.71, "target": ">= 0.80", "miss": 0.0927})
-    assert missed == ("replays rank the configurations as direct runs do (Kendall tau): asked "
-                      ">= 0.80, found 0.71 (missed, by 0.09)")
-    met = _target("coverage", {"met": True, "value": 0.9, "target": "85%-95%", "miss": 0.0})
-    assert met.endswith("asked 85%-95%, found 90% (met)") and "MISSED" not in missed
+    missed = _finding("tau", {"met": False, "value": 0.71, "target": ">= 0.80", "miss": 0.0927})
+    assert missed == ("ranking: the replays order the configurations unlike the direct runs "
+                      "(Kendall tau 0.71, target >= 0.80, short by 0.09): do not choose by the "
+                      "replays' order alone")
+    met = _finding("coverage", {"met": True, "value": 0.9, "target": "85%-95%", "miss": 0.0})
+    assert met == ("a new search's best: the 90% intervals hold 90% of direct runs (target "
+                   "85%-95%): trust them")
+    regret = _finding("regret", {"met": False, "value": 0.056, "target": "<= 5%",
+                                 "miss": 0.006})
+    assert regret.endswith("short by 0.6%: measure what it recommends before adopting")
+    gap = _finding("expected_gain", {"met": False, "value": 0.2, "target": "within 5",
+                                     "miss": 0.15})
+    assert "off nominal by up to 20%" in gap and gap.endswith("short by 15%")
+    assert "not measurable" in _finding("tau", {"met": None, "value": None, "target": ">= x",
+                                                "miss": None})
 
 
 def test_the_world_list_has_no_maintainers_note():
