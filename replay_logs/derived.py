@@ -140,7 +140,8 @@ def _where(log, kind: str, key: dict):
 
 def load(log, kind: str, key: dict, classes=(), external: dict | None = None):
     """The object stored for ``key`` beside ``log``'s tables, or None (no source, no file, a
-    stale or damaged file)."""
+    stale or damaged file). ``external`` may be a function that gives it, called only where
+    a stored object is there to read."""
     where = _where(log, kind, key)
     if where is None:
         return None
@@ -160,7 +161,7 @@ def load(log, kind: str, key: dict, classes=(), external: dict | None = None):
         if zlib.crc32(payload) != head.get("crc32") or not seal.verify(
                 head.get("seal"), text, payload):
             return None  # damaged, or not written by this user's gfsim
-        return unpack(payload, classes, external)
+        return unpack(payload, classes, external() if callable(external) else external)
     except Exception:  # noqa: BLE001 - a damaged file is never trusted, only replaced
         return None
 
@@ -169,11 +170,14 @@ def store(log, kind: str, key: dict, obj, classes=(), external: dict | None = No
           lazy: dict | None = None) -> Path | None:
     """Keep ``obj`` for ``key`` beside ``log``'s tables; the file's path, or None when it
     cannot be kept (no source, an unwritable folder, a value the encoding does not cover):
-    caching is a speed-up, never a reason to fail."""
+    caching is a speed-up, never a reason to fail. ``external`` may be a function that gives
+    it, called only where the object is to be kept."""
     where = _where(log, kind, key)
     if where is None:
         return None
     path, text = where
+    if callable(external):
+        external = external()
     try:
         payload = pack(obj, classes, external, lazy)
     except (TypeError, ValueError, OverflowError, KeyError, msgspec.EncodeError):

@@ -382,7 +382,7 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
                               engine, noise, orphans_dropped) \
                 if _CACHE_ON[0] and _worth_keeping(log) else None
             kept = derived.load(log, "replay", key, _RESULT_CLASSES,
-                                _shared_lists(traces)[1]) if key else None
+                                lambda: _shared_lists(traces)[1]) if key else None
             if kept is not None:
                 searches, dropped = kept["searches"], kept["dropped"]
                 if kept["same"]:
@@ -403,7 +403,7 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
                               {"searches": list(searches), "same": dropped is searches,
                                "dropped": None if dropped is None or dropped is searches
                                else list(dropped)},
-                              _RESULT_CLASSES, _shared_lists(traces)[0],
+                              _RESULT_CLASSES, lambda: _shared_lists(traces)[0],
                               {"SearchResult": ("table",)})
     notes = [seconds_note(traces, model)]  # where evaluation seconds and cold starts come from
     prov = log.header["provenance"]

@@ -252,3 +252,24 @@ def _flat(v):
             yield from _flat(x)
     else:
         yield v
+
+
+def test_a_replay_with_nothing_to_keep_leaves_the_shared_lists_unread(small_log, monkeypatch):
+    """The lists a kept result would share with its traces (ids, steps, parents per search)
+    are read only where a result is read or kept: a million-candidate replay of an uncached
+    log built 50 MB of parent lists per search for nothing."""
+    from gfsim.cost_models import load_cost_model
+    from gfsim.policies import make_policy
+
+    calls = []
+    real = replay_mod._shared_lists
+    monkeypatch.setattr(replay_mod, "_shared_lists", lambda t: calls.append(1) or real(t))
+    model = load_cost_model("serverless-a100")
+    _forget_in_process()
+    replay_mod.replay(load_log(small_log), make_policy("threshold:0.7"), model)
+    assert calls == []  # not cached: no file to read or write
+    _clear(small_log)
+    for _ in range(2):  # the first keeps its results, the second reads them
+        _forget_in_process()
+        replay_mod.replay(load_log(small_log, cache=True), make_policy("threshold:0.7"), model)
+    assert len(calls) == 2
