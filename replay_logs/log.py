@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 import os
-import time
 import sys
+import time
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
