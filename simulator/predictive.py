@@ -29,7 +29,7 @@ from typing import NamedTuple
 import numpy as np
 
 __all__ = ["replay_interval", "predictive_interval", "expected_gain", "expected_gain_scale",
-           "ExpectedGain", "recommend", "predict_new_search", "reproduce_log", "log2_best",
+           "ExpectedGain", "recommend", "adopted", "predict_new_search", "reproduce_log", "log2_best",
            "log_surprise", "surprise_of_log", "LEVEL", "ERROR_DF", "ERROR_SCALE", "EXPECTED_DF",
            "EXPECTED_SCALE", "EXPECTED_MISFIT", "NEW_GAIN_SCALE", "new_search_gain",
            "new_search_scale"]
@@ -66,10 +66,10 @@ def replay_interval(x: np.ndarray, level: float = LEVEL) -> tuple[np.ndarray, np
 # 0..5, 20 configurations, 2 direct runs each, 6 fresh searches; worlds weighted equally) and
 # checked on its held-out seeds and on the measured H200 worlds
 # (docs/experiments/counterfactual-benchmark.md, "Predictive intervals for a new search"). An
-# outcome's variance is first multiplied by the log's surprise (``log_surprise``); a gain over
-# the incumbent's is not (pairing cancels the log's own offset) and has its own scale.
+# outcome's variance is first multiplied by the log's surprise (``log_surprise``). (A gain over
+# the incumbent has intervals of its own: ``expected_gain``, ``new_search_gain``.)
 ERROR_DF = 3
-ERROR_SCALE = {"outcome": 0.615, "gain": 0.619}
+ERROR_SCALE = 0.615
 
 
 def log_surprise(log_value, fresh_of_log) -> np.ndarray:
@@ -90,17 +90,15 @@ def log_surprise(log_value, fresh_of_log) -> np.ndarray:
 
 
 def predictive_interval(rq: np.ndarray, fresh: np.ndarray | None = None,
-                        level: float = LEVEL, kind: str = "outcome", surprise=1.0
-                        ) -> tuple[np.ndarray, np.ndarray]:
-    """The ``level`` interval for a new search's outcome (``kind`` "outcome") or its gain over
-    the incumbent ("gain"), per leading index: centred on the replays' mean (``rq``, last axis:
-    seeds). Its variance adds a new search's spread (the variance of ``fresh``, last axis:
-    seeds), the centre's error (the replays' variance over their number), and the
-    disagreement between the replays' and the fresh searches' means (the world model's error
-    where it invents children the log never held), times ``surprise`` (``log_surprise``, for
-    outcomes; broadcast over the leading indices); its quantile is the fitted error
-    distribution's (``ERROR_SCALE``, ``ERROR_DF``). Without two or more fresh searches,
-    ``replay_interval`` (too narrow for a new search)."""
+                        level: float = LEVEL, surprise=1.0) -> tuple[np.ndarray, np.ndarray]:
+    """The ``level`` interval for a new search's outcome (log2 best), per leading index:
+    centred on the replays' mean (``rq``, last axis: seeds). Its variance adds a new search's
+    spread (the variance of ``fresh``, last axis: seeds), the centre's error (the replays'
+    variance over their number), and the disagreement between the replays' and the fresh
+    searches' means (the world model's error where it invents children the log never held),
+    times ``surprise`` (``log_surprise``; broadcast over the leading indices); its quantile
+    is the fitted error distribution's (``ERROR_SCALE``, ``ERROR_DF``). Without two or more
+    fresh searches, ``replay_interval`` (too narrow for a new search)."""
     rq = np.asarray(rq, dtype=float)
     if fresh is None or np.shape(fresh)[-1] < 2:
         return replay_interval(rq, level)
@@ -109,7 +107,7 @@ def predictive_interval(rq: np.ndarray, fresh: np.ndarray | None = None,
     centre = rq.mean(axis=-1)
     var = (fresh.var(axis=-1, ddof=1) + (rq.var(axis=-1, ddof=1) / n if n > 1 else 0.0)
            + (fresh.mean(axis=-1) - centre) ** 2) * np.asarray(surprise, dtype=float)
-    half = ERROR_SCALE[kind] * _t(0.5 + level / 2, ERROR_DF) * np.sqrt(var)
+    half = ERROR_SCALE * _t(0.5 + level / 2, ERROR_DF) * np.sqrt(var)
     return centre - half, centre + half
 
 
@@ -231,9 +229,14 @@ def recommend(gains: np.ndarray, base: int, level: float = LEVEL,
     gain over the incumbent, row ``base``, in log2; ``fresh``: the same from fresh searches):
     of those whose expected gain is detectable (``expected_gain``: its one-sided ``level``
     lower bound above 0), the one with the largest expected gain; the incumbent when none is."""
-    got = expected_gain(gains, fresh, level)
-    ok = np.flatnonzero(got.lower > 0)
-    return int(ok[np.argmax(got.mean[ok])]) if len(ok) else base
+    return adopted(expected_gain(gains, fresh, level), base)
+
+
+def adopted(expected: ExpectedGain, base: int) -> int:
+    """``recommend``'s choice from expected gains already worked out: the detectable one
+    (lower bound above 0) with the largest estimate, else ``base``."""
+    ok = np.flatnonzero(expected.lower > 0)
+    return int(ok[np.argmax(expected.mean[ok])]) if len(ok) else base
 
 
 def log2_best(result) -> float:

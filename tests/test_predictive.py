@@ -37,18 +37,15 @@ def test_a_new_search_is_covered_at_the_level_only_with_its_own_spread():
     fresh = (mu + off)[:, None] + rng.normal(0, 0.3, (n, 8))  # new searches on the model
     sd = np.sqrt(fresh.var(axis=1, ddof=1) + rq.var(axis=1, ddof=1) / 4
                  + (fresh.mean(axis=1) - rq.mean(axis=1)) ** 2)
-    for kind in ("outcome", "gain"):
-        new = rq.mean(axis=1) + sd * ERROR_SCALE[kind] * t.rvs(ERROR_DF, size=n,
-                                                              random_state=rng)
-        for level in (0.5, 0.8, 0.9, 0.95):
-            lo, hi = predictive_interval(rq, fresh, level, kind=kind)
-            got = float(((lo <= new) & (new <= hi)).mean())
-            assert abs(got - level) < 0.025, (kind, level, got)
-            lo, hi = replay_interval(rq, level)
-            assert float(((lo <= new) & (new <= hi)).mean()) < level - 0.2
+    new = rq.mean(axis=1) + sd * ERROR_SCALE * t.rvs(ERROR_DF, size=n, random_state=rng)
+    for level in (0.5, 0.8, 0.9, 0.95):
+        lo, hi = predictive_interval(rq, fresh, level)
+        got = float(((lo <= new) & (new <= hi)).mean())
+        assert abs(got - level) < 0.025, (level, got)
+        lo, hi = replay_interval(rq, level)
+        assert float(((lo <= new) & (new <= hi)).mean()) < level - 0.2
     # Without the disagreement term the same interval would be too narrow here.
-    lo, hi = predictive_interval(rq, fresh + (rq.mean(axis=1) - fresh.mean(axis=1))[:, None],
-                                 kind="gain")
+    lo, hi = predictive_interval(rq, fresh + (rq.mean(axis=1) - fresh.mean(axis=1))[:, None])
     assert float(((lo <= new) & (new <= hi)).mean()) < 0.8
     lo, hi = predictive_interval(rq, None)  # without fresh searches: the replays' own
     assert np.array_equal(lo, replay_interval(rq)[0])

@@ -131,11 +131,11 @@ def _recommendation(setup, configs: list[Config], seeds, fresh_seeds, level, pri
     """``recommendation`` of ``configs`` (the incumbent first), in ``pool`` if not None."""
     from gfsim.simulator.predictive import (
         LEVEL,
+        adopted,
         expected_gain,
         fresh_children,
         new_search_gain,
         predictive_interval,
-        recommend,
     )
     level = LEVEL if level is None else level
     seeds, fresh_seeds = list(seeds), list(fresh_seeds)
@@ -164,8 +164,8 @@ def _recommendation(setup, configs: list[Config], seeds, fresh_seeds, level, pri
     fz = np.array([o["fresh"] for o in outcomes]) if fresh_on else None
     gains = rq - rq[0]
     fresh_gains = None if fz is None else fz - fz[0]
-    pick = recommend(gains, 0, level, fresh_gains)
     eg = expected_gain(gains, fresh_gains, level)
+    pick = adopted(eg, 0)
     gmid, glo, ghi = new_search_gain(gains, fresh_gains, level)
     blo, bhi = predictive_interval(rq, fz, level,
                                    surprise=surprise["factor"] if surprise else 1.0)
