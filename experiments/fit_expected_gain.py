@@ -5,6 +5,7 @@
     python experiments/fit_expected_gain.py --grid              # refit them on the dev rows
     python experiments/fit_expected_gain.py --png docs/gain_intervals.png  # the figure
     python experiments/fit_expected_gain.py --record dev=PATH   # (re)record a rows file
+    python experiments/fit_expected_gain.py --levels            # regret at other levels
 
 The rows (``experiments/data/expected_gain_*.json.gz``) are ``run_benchmark``'s raw rows of
 ``gfsim counterfactual --children model --fresh-seeds 6``: per world seed and configuration,
@@ -140,17 +141,19 @@ def coverage(world: tuple, misfit, scale: float, new: tuple | None = None) -> di
     return {lv: float((z <= scale * stdtrit(EXPECTED_DF, 0.5 + lv / 2)).mean()) for lv in LEVELS}
 
 
-def regret(world: tuple) -> tuple[float, float]:
+def regret(world: tuple, level: float | None = None) -> tuple[float, float]:
     """(the recommendation's, always F = 1 ``all``'s) mean regret over the world's logs, each
-    pick scored on the other world seeds' direct means (as ``gfsim counterfactual``)."""
-    from gfsim.simulator.predictive import recommend
+    pick scored on the other world seeds' direct means (as ``gfsim counterfactual``);
+    ``level``: the one-sided level its lower bound is taken at (``predictive.LEVEL``)."""
+    from gfsim.simulator.predictive import LEVEL, recommend
 
     rq, dr, fz, _, _, base = world
     dm = dr.mean(axis=2)
     got, inc = [], []
     for w in range(dm.shape[0]):
         held = np.delete(dm, w, axis=0).mean(axis=0)
-        pick = recommend(rq[w] - rq[w][base], base, fresh=fz[w] - fz[w][base])
+        pick = recommend(rq[w] - rq[w][base], base, LEVEL if level is None else level,
+                         fresh=fz[w] - fz[w][base])
         got.append(1 - 2.0 ** (held[pick] - held.max()))
         inc.append(1 - 2.0 ** (held[base] - held.max()))
     return float(np.mean(got)), float(np.mean(inc))
@@ -218,6 +221,25 @@ def table(worlds: dict, misfit, scale: float, new_scale: float) -> str:
     return "\n".join(rows)
 
 
+def levels_table(loaded: dict) -> str:
+    """The recommendation's regret per world (beside always F = 1 ``all``'s) when it adopts at
+    other one-sided levels of the expected gain's lower bound: what more power buys and costs
+    (a world where it ends more than 5% off the best, or more than 0.5 points behind the
+    incumbent, is starred)."""
+    levels = (0.6, 0.7, 0.8, 0.85, 0.9, 0.95)
+    rows = ["| world | " + " | ".join(f"{lv:.0%}" for lv in levels) + " | F = 1 `all` |",
+            "|---|" + "---|" * (len(levels) + 1)]
+    for split, worlds in loaded.items():
+        for name, w in worlds.items():
+            cells, inc = [], None
+            for level in levels:
+                r, inc = regret(w, level)
+                cells.append(f"{r:.1%}" + ("" if r <= 0.05 and r <= inc + 0.005 else " *"))
+            rows.append(f"| `{name}` ({split.split()[0]}) | " + " | ".join(cells)
+                        + f" | {inc:.1%} |")
+    return "\n".join(rows)
+
+
 def figure(loaded: dict, misfit, scale: float, new_scale: float, path: Path) -> None:
     """Both kinds of calibration curves, one panel each: per run (dev, held-out, H200) the
     pooled curve (worlds weighted equally) and each world's, faint; the band is within 5
@@ -258,6 +280,8 @@ def main() -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--grid", action="store_true", help="refit the constants on the dev rows")
     ap.add_argument("--png", type=Path, help="draw both kinds of calibration curves here")
+    ap.add_argument("--levels", action="store_true",
+                    help="the regret per world when adopting at other levels of the bound")
     ap.add_argument("--constants", metavar="KAPPA,TAU,SCALE",
                     help="check these constants instead of the shipped ones")
     ap.add_argument("--record", metavar="NAME=SPLIT",
@@ -292,6 +316,10 @@ def main() -> None:
         print(table(worlds, misfit, scale, new_scale))
     if args.png:
         figure(loaded, misfit, scale, new_scale, args.png)
+    if args.levels:
+        print("\n**Regret of the recommendation by the one-sided level it adopts at** "
+              "(* : more than 5% off the best, or 0.5 points behind F = 1 `all`)\n")
+        print(levels_table(loaded))
 
 
 if __name__ == "__main__":
