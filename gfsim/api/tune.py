@@ -272,10 +272,11 @@ def _call_record(options: dict, log) -> dict:
 def _recommendation(setup, rows: list[dict], base, fresh: list[int], seeded: bool,
                     pool=None, replayed: dict | None = None) -> dict | None:
     """The top trials that meet the constraint against the incumbent, replayed on the
-    out-of-sample seeds (the tuning seeds where there are none) and, under puct, simulated as
-    as many new searches on seeds after those."""
+    out-of-sample seeds (the tuning seeds where there are none) and, under a closed-loop
+    driver, simulated as as many new searches on seeds after those, at most ``NEW_SEARCHES``
+    (what ``gfsim recommend`` simulates by default)."""
     from gfsim.simulator.shape import shape_from_dict
-    from gfsim.tuning.recommend import Config, config_label, recommendation
+    from gfsim.tuning.recommend import NEW_SEARCHES, Config, config_label, recommendation
 
     candidates = [Config(r["spec"], s, config_label(r["spec"], s))
                   for r in rows if r["feasible"]
@@ -284,7 +285,8 @@ def _recommendation(setup, rows: list[dict], base, fresh: list[int], seeded: boo
         return None
     seeds = fresh or list(setup.seeds)
     start = max([*seeds, *setup.seeds]) + 1
-    new = range(start, start + len(seeds)) if is_closed_loop(setup.driver) and seeded else ()
+    n_new = min(len(seeds), NEW_SEARCHES)  # as gfsim recommend simulates by default
+    new = range(start, start + n_new) if is_closed_loop(setup.driver) and seeded else ()
     return recommendation(setup, candidates, base, seeds, fresh_seeds=new, pool=pool,
                           replayed=replayed)
 
