@@ -29,10 +29,10 @@ from typing import NamedTuple
 import numpy as np
 
 __all__ = ["replay_interval", "predictive_interval", "expected_gain", "expected_gain_scale",
-           "ExpectedGain", "recommend", "adopted", "predict_new_search", "reproduce_log", "log2_best",
-           "log_surprise", "surprise_of_log", "LEVEL", "ERROR_DF", "ERROR_SCALE", "EXPECTED_DF",
-           "EXPECTED_SCALE", "EXPECTED_MISFIT", "NEW_GAIN_SCALE", "new_search_gain",
-           "new_search_scale"]
+           "ExpectedGain", "recommend", "adopted", "predict_new_search", "reproduce_log",
+           "log2_best", "log_surprise", "surprise_of_log", "LEVEL", "ERROR_DF", "ERROR_SCALE",
+           "EXPECTED_DF", "EXPECTED_SCALE", "EXPECTED_MISFIT", "NEW_GAIN_SCALE",
+           "new_search_gain", "new_search_scale"]
 
 LEVEL = 0.9  # the predictive intervals' default level
 
