@@ -8,6 +8,7 @@ sweep over many policies never parses JSON again.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -173,7 +174,7 @@ def load_log(path: str | os.PathLike, *, cache: bool = False) -> ReplayLog:
             del text  # a gzip's stored bytes are not needed now
             log = _build(path, cols)
             del cols
-            release_arrow_memory()
+            release_unused_memory()
     for w in caught:  # said to the caller as they were raised
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     cuts = [w for w in caught if issubclass(w.category, TruncatedTailWarning)]
@@ -185,7 +186,7 @@ def load_log(path: str | os.PathLike, *, cache: bool = False) -> ReplayLog:
     return log
 
 
-def release_arrow_memory() -> None:
+def release_unused_memory() -> None:
     """Hand what the allocators hold but no longer use back to the system, after a large
     table was built. Pandas' Arrow-backed string columns allocate in Arrow's pool (mimalloc),
     which keeps what building tables and traces freed: 25 MB per 100,000 candidates of
@@ -203,23 +204,19 @@ def release_arrow_memory() -> None:
         trim(0)
 
 
-_TRIM: list = []
-
-
+@functools.cache
 def _malloc_trim():
     """glibc's ``malloc_trim``, or None (another C library, or none to be found)."""
-    if not _TRIM:
-        fn = None
-        if sys.platform.startswith("linux"):
-            try:
-                import ctypes
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
 
-                fn = ctypes.CDLL("libc.so.6").malloc_trim
-                fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
-            except (OSError, AttributeError):  # musl and the like: no such call
-                fn = None
-        _TRIM.append(fn)
-    return _TRIM[0]
+        fn = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # musl and the like: no such call
+        return None
+    fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
+    return fn
 
 
 def _cached(path: str, hit: dict | None, digest: str) -> ReplayLog | None:

@@ -17,7 +17,7 @@ from gfsim.core.errors import GfsimError
 from gfsim.cost_models.presets import PresetCostModel
 from gfsim.replay_logs.derived import Lazy
 from gfsim.simulator.log_seconds import place_cold_starts, split_totals
-from gfsim.replay_logs.log import PROB_COLUMNS, ReplayLog, release_arrow_memory
+from gfsim.replay_logs.log import PROB_COLUMNS, ReplayLog, release_unused_memory
 
 __all__ = ["SearchTrace", "TraceColumns", "build_traces", "columns_of", "pick_forecaster", "ancestor_speedup",
            "mean_measure_usd"]
@@ -441,7 +441,7 @@ def build_traces(
                           forecast_frame=frame, bin_edges=edges, _view=(cols, a, b),
                           _fast_widest=widest[i])
         traces.append(t)
-    release_arrow_memory()  # the copies of the log's tables made above
+    release_unused_memory()  # the copies of the log's tables made above
     return traces
 
 

@@ -17,7 +17,7 @@ def recommend(log: ReplayLog | str | Path | None = None,
               cost: str = "serverless-a100", budget: str | None = "usd=40",
               driver: str = "closed", search: str | None = None, forecaster: str | None = None,
               children: str = "auto", simulate: bool = False, seeds: int = 8,
-              fresh_seeds: int = 8, seed: int = 0, level: float = 0.9,  # NEW_SEARCHES
+              fresh_seeds: int = 8, seed: int = 0, level: float = 0.9,  # fresh: NEW_SEARCHES
               prices: bool = True, jobs: int = 0) -> dict:
     """Which of ``candidates`` (``POLICY[@F]``) to run next time instead of ``incumbent``:
     each one's expected gain (what adopting it gives, with its interval: the recommendation

@@ -140,6 +140,11 @@ def _gap(t: dict) -> str:
     return f"{t['value']:.0%}" if t["value"] is not None else "n/a"
 
 
+def _short(t: dict, fmt: str) -> str:
+    """", short by ..." of a missed target (``fmt`` formats the miss), nothing of a met one."""
+    return "" if t["met"] else f", short by {fmt.format(t['miss'])}"
+
+
 def _finding(name: str, t: dict) -> str:
     """One benchmark target as a finding a user can act on: what this world showed, the target
     it was held to, and what to do with it (met or short by how much)."""
@@ -149,12 +154,11 @@ def _finding(name: str, t: dict) -> str:
     if name == "tau":
         return (f"ranking: the replays order the configurations {'as' if ok else 'unlike'} the "
                 f"direct runs (Kendall tau {t['value']:.2f}, target {t['target']}"
-                + ("): its order can guide a choice" if ok else
-                   f", short by {t['miss']:.2f}): do not choose by the replays' order alone"))
+                f"{_short(t, '{:.2f}')})" + (": its order can guide a choice" if ok else
+                                             ": do not choose by the replays' order alone"))
     if name == "pairs_ordered":
         return (f"clear pairs (> 0.1 log2 apart on the direct runs): {t['value']:.0%} ordered "
-                f"right (target {t['target']})" + ("" if ok else
-                                                   f", short by {t['miss']:.0%}"))
+                f"right (target {t['target']}){_short(t, '{:.0%}')}")
     if name == "bias_interval":
         n = int(t["value"])
         return ("bias: every configuration's replayed best is within 0.15 log2 of the direct "
@@ -164,9 +168,8 @@ def _finding(name: str, t: dict) -> str:
                 "relative, not absolute")
     if name == "regret":
         return (f"recommendation: it gives up {t['value']:.1%} of the best configuration's "
-                f"speedup (target {t['target']})"
-                + (": act on it" if ok else
-                   f", short by {t['miss']:.1%}: measure what it recommends before adopting"))
+                f"speedup (target {t['target']}){_short(t, '{:.1%}')}"
+                + (": act on it" if ok else ": measure what it recommends before adopting"))
     if name == "coverage":
         return (f"a new search's best: the 90% intervals hold {t['value']:.0%} of direct runs "
                 f"(target {t['target']})" + (": trust them" if ok else
@@ -174,11 +177,11 @@ def _finding(name: str, t: dict) -> str:
                                              if t["value"] < 0.85 else ": they are too wide"))
     if name == "calibration":
         return (f"a new search's best at 50/80/95%: off nominal by up to {_gap(t)} (target 5 "
-                "points)" + ("" if ok else f", short by {t['miss']:.0%}"))
+                f"points){_short(t, '{:.0%}')}")
     label = {"expected_gain": "the expected gain's intervals (what adopting gives)",
              "new_search_gain": "one new search's gain intervals"}.get(name, name)
     return (f"{label}: 50/80/90/95% off nominal by up to {_gap(t)} (target 5 points)"
-            + (": trust them" if ok else f", short by {t['miss']:.0%}"))
+            + (": trust them" if ok else _short(t, "{:.0%}")))
 
 
 def _curve(curve: dict | None) -> str:
