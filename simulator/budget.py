@@ -1,4 +1,5 @@
-"""Budgets that stop a search: ``--budget usd=40,seconds=3600,joules=1e7,gpu_evals=300,steps=40``."""
+"""Budgets that stop a search: ``--budget usd=40,seconds=3600,joules=1e7,gpu_evals=300,gpu_hours=2,
+steps=40``."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from dataclasses import dataclass, fields
 from gfsim.core.errors import SpecError
 from gfsim.core.specs import parse_kv
 
-__all__ = ["Budget", "parse_budget", "unaffordable", "limits_money_or_time", "stop_reason",
-           "stop_note"]
+__all__ = ["Budget", "HOUR_S", "parse_budget", "unaffordable", "limits_money_or_time",
+           "stop_reason", "stop_note"]
+
+HOUR_S = 3600.0  # seconds in a GPU-hour (``gpu_hours``)
 
 
 @dataclass(frozen=True)
@@ -22,13 +25,16 @@ class Budget:
     started, and the search stops, saying which limit stopped it. Under reserved billing the
     step's idle GPU time is bounded by every GPU idling for the sum of the step's seconds, and
     the step's wall-clock by that sum too (an upper bound: nothing waits on nothing).
-    ``gpu_evals`` is checked before each measurement, ``steps`` before each step.
+    ``gpu_evals`` and ``gpu_hours`` (the GPU time of the evaluations finished so far: cold
+    starts, checks and timings) are checked before each measurement, so no evaluation starts
+    once either is spent and those in flight finish; ``steps`` is checked before each step.
     """
 
     usd: float = math.inf
     seconds: float = math.inf
     joules: float = math.inf
     gpu_evals: float = math.inf
+    gpu_hours: float = math.inf
     steps: float = math.inf
 
     def as_dict(self) -> dict[str, float | None]:
@@ -90,6 +96,7 @@ _LIMIT_WORDS = {
     "joules": "the energy budget: the next step could not be afforded",
     "seconds": "the wall-clock budget: the next step could not be afforded",
     "gpu_evals": "the gpu_evals budget: no GPU evaluation left",
+    "gpu_hours": "the gpu_hours budget: the GPU time was spent",
     "steps": "the steps budget",
 }
 

@@ -24,7 +24,7 @@ import simpy
 from gfsim.cost_models.presets import Capacities, PresetCostModel
 from gfsim.cost_models.usage import STAGES, Cost
 from gfsim.policies.base import Batch, Policy, SearchState
-from gfsim.simulator.budget import Budget, limits_money_or_time, unaffordable
+from gfsim.simulator.budget import HOUR_S, Budget, limits_money_or_time, unaffordable
 from gfsim.simulator.noise import MeasureNoise, confirm_best
 from gfsim.simulator.pipeline import COST_STAGE, DEFAULT_PIPELINE, Pipeline
 from gfsim.simulator.progress import tick
@@ -112,6 +112,8 @@ class SearchSimulation:
         reason = None
         if self._evals >= b.gpu_evals:
             reason = "gpu_evals"
+        elif self._gpu_busy_s >= b.gpu_hours * HOUR_S:
+            reason = "gpu_hours"
         elif now >= b.seconds:
             reason = "seconds"
         elif self._money_limited:
@@ -299,7 +301,8 @@ class SearchSimulation:
         b = self.budget
         usd, joules = self._spent(self.env.now)
         return {"usd": b.usd - usd, "seconds": b.seconds - self.env.now,
-                "joules": b.joules - joules, "gpu_evals": b.gpu_evals - self._evals}
+                "joules": b.joules - joules, "gpu_evals": b.gpu_evals - self._evals,
+                "gpu_hours": b.gpu_hours - self._gpu_busy_s / HOUR_S}
 
     def _parent_batch(self, step: int, rows: list[int]):
         env = self.env

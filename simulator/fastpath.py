@@ -54,7 +54,9 @@ __all__ = ["fast_path_blocker", "fast_path_blockers", "run_fast", "run_fast_many
 _OK, _GEN_FAILED, _UNMEASURABLE, _FAILED = 0, 1, 2, 3
 _ENDED_STATE = {_GEN_FAILED: "generation_failed", _UNMEASURABLE: "unmeasurable",
                 _FAILED: "failed_before_decision"}
-_UNBOUNDED = {"usd": math.inf, "seconds": math.inf, "joules": math.inf, "gpu_evals": math.inf}
+_UNBOUNDED = {"usd": math.inf, "seconds": math.inf, "joules": math.inf, "gpu_evals": math.inf,
+              "gpu_hours": math.inf}
+_LIMITS = ("usd", "seconds", "joules", "gpu_evals", "gpu_hours")  # any of them: the event engine
 
 _KEEP_LAYOUT = 256  # a trace of at least this many candidates keeps its layout and widest
 #                    step between runs
@@ -82,8 +84,8 @@ class FastPathUnsafe(Exception):
 def fast_path_blocker(trace: SearchTrace, policy: Policy, model: PresetCostModel,
                       caps: Capacities, budget: Budget) -> str | None:
     """Why the fast path cannot replay this search, or None if it can."""
-    if any(not math.isinf(getattr(budget, k)) for k in ("usd", "seconds", "joules", "gpu_evals")):
-        return "a usd, seconds, joules or gpu_evals budget"
+    if any(not math.isinf(getattr(budget, k)) for k in _LIMITS):
+        return "a usd, seconds, joules, gpu_evals or gpu_hours budget"
     widest = trace.__dict__.get("_fast_widest")
     if widest is None:
         widest = max((sum(map(len, batches)) for _, batches in trace.steps), default=0)
@@ -104,8 +106,8 @@ def fast_path_blockers(traces: list[SearchTrace], policy: Policy, model: PresetC
                        caps: Capacities, budget: Budget) -> list[str | None]:
     """``fast_path_blocker`` of every trace, the settings checked once (10^5 searches: a few
     tens of milliseconds instead of a second)."""
-    if any(not math.isinf(getattr(budget, k)) for k in ("usd", "seconds", "joules", "gpu_evals")):
-        return ["a usd, seconds, joules or gpu_evals budget"] * len(traces)
+    if any(not math.isinf(getattr(budget, k)) for k in _LIMITS):
+        return ["a usd, seconds, joules, gpu_evals or gpu_hours budget"] * len(traces)
     slots = min(caps.generator, caps.gpus, caps.forecaster if policy.needs_forecast else
                 math.inf, caps.compile_workers if model.compile_on == "cpu" else math.inf)
     out: list[str | None] = []

@@ -40,7 +40,7 @@ from gfsim.cost_models.presets import Capacities, PresetCostModel
 from gfsim.core.memory import no_cyclic_gc
 from gfsim.cost_models.usage import STAGES, Cost
 from gfsim.policies.base import Batch, Decisions, Policy, SearchState
-from gfsim.simulator.budget import Budget, limits_money_or_time, unaffordable
+from gfsim.simulator.budget import HOUR_S, Budget, limits_money_or_time, unaffordable
 from gfsim.simulator.children import Child, ChildSource, LogChildren, finish_steps, pool_of
 from gfsim.simulator.engine import segments
 from gfsim.simulator.noise import MeasureNoise, confirm_best
@@ -183,6 +183,8 @@ class _FastPuct:
         reason = None
         if self.evals >= b.gpu_evals:
             reason = "gpu_evals"
+        elif self.gpu_busy >= b.gpu_hours * HOUR_S:
+            reason = "gpu_hours"
         elif self.now >= b.seconds:
             reason = "seconds"
         elif self.money_limited:
@@ -198,7 +200,8 @@ class _FastPuct:
         b = self.budget
         usd, joules = self._spent()
         return {"usd": b.usd - usd, "seconds": b.seconds - self.now,
-                "joules": b.joules - joules, "gpu_evals": b.gpu_evals - self.evals}
+                "joules": b.joules - joules, "gpu_evals": b.gpu_evals - self.evals,
+                "gpu_hours": b.gpu_hours - self.gpu_busy / HOUR_S}
 
     def affords_step(self) -> bool:
         """The engine's ``_cannot_afford`` once a step's children are drawn: False, and the
