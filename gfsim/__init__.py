@@ -35,6 +35,7 @@ _API = {
     "savings": "gfsim.api.savings",
     "counterfactual": "gfsim.api.counterfactual",
     "recommend": "gfsim.api.recommend",
+    "plan": "gfsim.api.plan",
     "score": "gfsim.api.score",
     "forecast": "gfsim.api.forecast",
     "load_log": "gfsim.replay_logs",

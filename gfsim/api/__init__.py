@@ -14,10 +14,11 @@ docs/python-quickstart.md walks through it.
 from gfsim.api.compare import Comparison, compare
 from gfsim.api.counterfactual import counterfactual
 from gfsim.api.forecast import forecast
+from gfsim.api.plan import plan
 from gfsim.api.recommend import recommend
 from gfsim.api.savings import savings
 from gfsim.api.score import score
 from gfsim.api.tune import Tuning, tune
 
 __all__ = ["compare", "Comparison", "tune", "Tuning", "savings", "counterfactual",
-           "recommend", "score", "forecast"]
+           "recommend", "plan", "score", "forecast"]

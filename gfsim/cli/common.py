@@ -443,13 +443,23 @@ def effective_settings(ctx) -> dict:
            "config": ctx.params.get("config")}
     log = ctx.params.get("log", "__none__")
     if log != "__none__":
-        try:
-            from gfsim.replay_logs import DEFAULT_LOG, resolve_log
-            from gfsim.replay_logs.cache import _digest, known_digest
-            from gfsim.replay_logs.io import read_raw
-
-            path = Path(resolve_log(log or DEFAULT_LOG))
-            out["log_sha256"] = known_digest(path, path.stat()) or _digest(read_raw(path))
-        except (GfsimError, OSError):  # a run that writes its log (live) before it exists
-            out["log_sha256"] = None
+        digests = [_log_sha256(one) for one in (log if isinstance(log, (list, tuple)) and log
+                                                 else [log])]
+        out["log_sha256"] = digests if isinstance(log, (list, tuple)) and log else digests[0]
     return out
+
+
+def _log_sha256(log: str | None) -> str | None:
+    """The SHA-256 of a log's bytes (None: the shipped default's); None where it is not
+    there (a run that writes its log, live, before it exists)."""
+    from pathlib import Path
+
+    try:
+        from gfsim.replay_logs import DEFAULT_LOG, resolve_log
+        from gfsim.replay_logs.cache import _digest, known_digest
+        from gfsim.replay_logs.io import read_raw
+
+        path = Path(resolve_log(log or DEFAULT_LOG))
+        return known_digest(path, path.stat()) or _digest(read_raw(path))
+    except (GfsimError, OSError):
+        return None

@@ -9,7 +9,7 @@ import typer
 
 from gfsim.cli import costs_cmd, counterfactual_cmd, forecast_cmd, import_cmd
 from gfsim.cli import inspect_cmds, live_cmd, replay_cmd
-from gfsim.cli import recommend_cmd, savings_cmd, score_cmd, synth_cmd, tune_cmd
+from gfsim.cli import plan_cmd, recommend_cmd, savings_cmd, score_cmd, synth_cmd, tune_cmd
 from gfsim.cli.common import CONTEXT, GfsimCommand
 from gfsim.core.docs import DOCS_URL
 
@@ -38,6 +38,7 @@ COMMANDS = [
     ("tune", tune_cmd.tune, "Tune a policy and the overgeneration factor with Optuna."),
     ("savings", savings_cmd.savings, "Dollars, seconds and joules a policy saves."),
     ("recommend", recommend_cmd.recommend, "Which configuration to run next time."),
+    ("plan", plan_cmd.plan, "What the next search will cost and find, before it runs."),
     ("live", live_cmd.live, "Run a live search with real parts (vLLM, Triton)."),
     ("merge", live_cmd.merge, "Merge logs of the same hardware and protocol."),
     ("fidelity", live_cmd.fidelity, "Replay a live log against the live run."),

@@ -1,0 +1,270 @@
+"""What the next search will cost and find, before it runs: ``gfsim plan``.
+
+From past runs (one or more logs) and a budget (USD, GPU-hours or candidates), each
+configuration (``POLICY@F``; ``log``: measure every child, each search in its own shape, the
+runs as they ran) is predicted for one new search like the past ones:
+
+- its dollars, split into LLM tokens (generation), forecasts and evaluations (compiling,
+  cold starts, checks, timings, idle GPUs), its GPU-hours and its wall-clock;
+- the best speedup the budget buys;
+- the chance that the budget stops it before its planned steps.
+
+Per log, a figure is centred on the log replayed under the configuration (``seeds``: the log's
+own children first, its recorded seconds, tokens and outcomes; priced at the run's own token
+prices where its folder recorded them, ``cost_models.paid``) and spread by searches simulated
+wholly on the world model fitted to the log (``fresh_seeds``: every child invented, each a new
+search), plus the centre's error and the two's disagreement: ``predictive.predictive_interval``
+for the best speedup (its error law fitted on the counterfactual benchmark's dev worlds, and
+the log's surprise); the same variance with a t quantile over the new searches (normal theory,
+not fitted) for dollars, hours and seconds. Several logs add their run-to-run spread: the
+centres' variance, times 1 + 1/L.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from gfsim.core.errors import GfsimError, SpecError
+
+__all__ = ["PlanBudget", "parse_plan_budget", "plan", "search_figures", "PLAN_KEYS",
+           "REPLAYS", "NEW_SEARCHES"]
+
+REPLAYS = 8  # replays of each log per configuration (the centre)
+NEW_SEARCHES = 32  # searches simulated wholly on the world model per log and configuration
+PLAN_KEYS = ("usd", "gpu_hours", "candidates", "gpu_evals", "seconds", "joules")
+# What a new search's dollars are made of: cost stages per part.
+PARTS = {"llm": ("generation",), "forecasts": ("forecasting",),
+         "evaluations": ("cold_start", "compilation", "check", "timing", "idle")}
+_GPU_STAGES = ("cold_start", "check", "timing", "idle")  # compilation too on a GPU host
+_FIGURES = ("usd", "usd_llm", "usd_forecasts", "usd_evaluations", "gpu_hours", "wall_s")
+
+
+@dataclass(frozen=True)
+class PlanBudget:
+    """A plan's budget: the engines' ``Budget`` and, apart, a number of candidates (LLM
+    proposals; each search's steps are cut to fit them, ``candidates // per step``)."""
+
+    budget: object
+    candidates: int | None
+    text: str
+
+    def as_dict(self) -> dict:
+        return {**self.budget.as_dict(), "candidates": self.candidates}
+
+
+def parse_plan_budget(text: str | None) -> PlanBudget:
+    """``usd=5``, ``gpu_hours=2``, ``candidates=200`` (and ``gpu_evals``, ``seconds``,
+    ``joules``), comma-separated; one line naming the key otherwise."""
+    from gfsim.core.specs import parse_kv
+    from gfsim.simulator import parse_budget
+
+    if text is None or not text.strip():
+        raise SpecError("--budget: a plan needs a budget: usd=N, gpu_hours=H or candidates=N "
+                        "(comma-separated to combine)")
+    engine, candidates = [], None
+    for key, raw in parse_kv(text, "budget"):
+        if key not in PLAN_KEYS:
+            raise SpecError(f"--budget: unknown key {key!r}; valid: {', '.join(PLAN_KEYS)} "
+                            "(the search's length is --steps)")
+        if key == "candidates":
+            try:
+                candidates = int(raw)
+            except ValueError:
+                candidates = 0
+            if candidates < 1 or str(candidates) != raw.strip():
+                raise SpecError(f"--budget: candidates must be a whole number >= 1, got {raw!r}")
+        else:
+            engine.append(f"{key}={raw}")
+    return PlanBudget(parse_budget(",".join(engine)), candidates, text.strip())
+
+
+def search_figures(search, model) -> dict:
+    """One replayed search's figures: dollars (total and per part), GPU-hours, wall-clock
+    seconds, log2 best speedup, the imputed dollars, and whether a budget stopped it."""
+    stages = search.stages
+    usd = {part: sum(stages[s].usd for s in names) for part, names in PARTS.items()}
+    gpu = _GPU_STAGES + (("compilation",) if model.compile_on == "gpu_host" else ())
+    total = search.total
+    return {"usd": total.usd, **{f"usd_{k}": v for k, v in usd.items()},
+            "gpu_hours": sum(stages[s].seconds for s in gpu) / 3600.0,
+            "wall_s": search.wall_s, "log2_best": math.log2(search.best_speedup),
+            "usd_imputed": total.usd_imputed, "stopped": search.stopped_by is not None}
+
+
+def _per_replay(results, model) -> dict[str, np.ndarray]:
+    """Each figure per replay (seed): the mean over its searches (one new search like the
+    log's); ``stopped``: the share of its searches a budget stopped."""
+    rows = [[search_figures(s, model) for s in r.searches] for r in results]
+    keys = (*_FIGURES, "log2_best", "usd_imputed", "stopped")
+    return {k: np.array([np.mean([float(f[k]) for f in fs]) for fs in rows]) for k in keys}
+
+
+def _centre_var(rq: np.ndarray, fz: np.ndarray, surprise: float = 1.0) -> tuple[float, float]:
+    """``predictive_interval``'s centre and variance for one log: the replays' mean; a new
+    search's spread, the centre's error and the disagreement between the two (times the log's
+    surprise)."""
+    n = len(rq)
+    centre = float(rq.mean())
+    var = (float(fz.var(ddof=1)) + (float(rq.var(ddof=1)) / n if n > 1 else 0.0)
+           + (float(fz.mean()) - centre) ** 2) * surprise
+    return centre, var
+
+
+def _pooled(per_log: list[tuple[float, float]]) -> tuple[float, float]:
+    """Several logs' (centre, variance) as one: their mean centre; their mean variance plus
+    the run-to-run spread of the centres (times 1 + 1/L, the mean's own error)."""
+    centres = np.array([c for c, _ in per_log])
+    var = float(np.mean([v for _, v in per_log]))
+    if len(per_log) > 1:
+        var += float(centres.var(ddof=1)) * (1 + 1 / len(per_log))
+    return float(centres.mean()), var
+
+
+@dataclass
+class _LogRun:
+    """One log's inputs to a plan: its setup (priced as the run paid), its prices' source,
+    and its searches' planned steps and candidates per step (per configuration's F)."""
+
+    log: object
+    setup: object
+    prices: dict
+    traces: list
+
+
+def plan(logs: list, configs: list, model, budget: PlanBudget, *, steps: int | None = None,
+         seeds=range(REPLAYS), fresh_seeds=range(REPLAYS, REPLAYS + NEW_SEARCHES),
+         level: float = 0.9, children: str = "model", prices: bool = True,
+         forecaster: str | None = None, simulate: bool = False) -> dict:
+    """The plan of ``configs`` (``recommend.Config``s, the incumbent first) for one new search
+    like those of ``logs`` under ``budget`` and cost model ``model``: per configuration each
+    figure's centre and ``level`` interval, what it rests on, and the chance that the budget
+    stops the search early. ``steps``: each search's planned steps (None: its own).
+    ``prices``: the generator's token prices as each run paid them where it recorded them."""
+    from gfsim.cost_models.paid import paid_generator
+    from gfsim.simulator import build_traces
+    from gfsim.simulator.predictive import fresh_children
+    from gfsim.tuning.trials import TrialSetup
+
+    if not logs:
+        raise GfsimError("a plan needs at least one past run (--log)")
+    if not 0.5 <= level < 1:
+        raise GfsimError(f"--level must be in [0.5, 1), got {level!r}")
+    seeds, fresh_seeds = list(seeds), list(fresh_seeds)
+    if len(fresh_seeds) < 2:
+        raise GfsimError("--new-searches must be at least 2: a new search's spread needs two")
+    runs = []
+    for log in logs:
+        priced, source = paid_generator(model, log.header.get("generator")) if prices else \
+            (model, {"source": f"the cost model's ({model.name}; --prices preset)"})
+        setup = TrialSetup(log, priced, "all", "closed", budget.budget, seeds,
+                           forecaster=forecaster, children=children, simulate=simulate)
+        runs.append(_LogRun(log, setup, source, build_traces(log, priced)))
+    rows = []
+    surprise = []
+    for k, config in enumerate(configs):
+        search = config.search if steps is None else replace(config.search, steps=steps)
+        per_log, stops, rests = [], [], []
+        for run in runs:
+            setup = _with_candidates(run, search, budget)
+            rq_res = setup.replay(config.spec, search, seeds)
+            rq = _per_replay(rq_res, run.setup.model)
+            fz_res = setup.replay(config.spec, search, fresh_seeds,
+                                  children=fresh_children(children))
+            fz = _per_replay(fz_res, run.setup.model)
+            if k == 0:  # the incumbent (the runs as they ran): the log's surprise
+                from gfsim.simulator.predictive import log_surprise
+
+                surprise.append(float(log_surprise(float(rq["log2_best"].mean()),
+                                                   fz["log2_best"])))
+            per_log.append((rq, fz))
+            stops.append(fz["stopped"])
+            rests.append(_rests_on(rq_res, rq))
+        rows.append(_row(config, per_log, stops, rests, surprise, budget, level, k == 0))
+    return {"level": level, "budget": budget.as_dict(), "logs": [r.log.display_name for r in runs],
+            "prices": [{"log": r.log.display_name, **r.prices} for r in runs],
+            "replays_per_log": len(seeds), "new_searches_per_log": len(fresh_seeds),
+            "log_surprise": surprise, "configs": rows, "over": _over(len(runs), len(seeds),
+                                                                   len(fresh_seeds), level)}
+
+
+def _with_candidates(run: _LogRun, search, budget: PlanBudget):
+    """The log's setup with a candidates budget as a step limit: each search's steps cut to
+    ``candidates // (parents x samples x F)``, where that is fewer than it plans."""
+    if budget.candidates is None:
+        return run.setup
+    from gfsim.simulator.shape import shapes_for
+
+    shapes = [s for s, _ in shapes_for(run.log, run.traces, search)]
+    per_step = {s.parents_per_step * s.samples_per_parent * s.overgen for s in shapes}
+    if len(per_step) > 1:
+        raise GfsimError(f"--budget candidates: the log's searches draw different numbers of "
+                         f"candidates per step ({sorted(per_step)}); give usd= or gpu_hours=, "
+                         "or plan from one search's log")
+    fit = budget.candidates // per_step.pop()
+    if fit < 1:
+        raise GfsimError(f"--budget candidates={budget.candidates}: fewer than one step's "
+                         "candidates")
+    if fit >= max(s.steps for s in shapes):
+        return run.setup
+    return replace(run.setup, budget=replace(run.setup.budget, steps=fit))
+
+
+def _rests_on(results, rq) -> dict:
+    """What a configuration's figures rest on in one log: the replays' invented children (the
+    centre; the new searches invent all theirs) and their dollars priced from priors."""
+    from gfsim.simulator.replay import draw_shares
+
+    shares = draw_shares(results)
+    usd = float(rq["usd"].mean())
+    return {"invented_share": shares.get("invented_share", 0.0),
+            "usd_imputed_share": float(rq["usd_imputed"].mean()) / usd if usd > 0 else 0.0}
+
+
+def _row(config, per_log, stops, rests, surprise, budget, level, incumbent) -> dict:
+    """One configuration's plan: each figure's centre and interval, pooled over the logs."""
+    from gfsim.simulator.predictive import ERROR_DF, ERROR_SCALE, _t
+
+    m = min(len(fz["usd"]) for _, fz in per_log)
+    q_cost = _t(0.5 + level / 2, m - 1)
+    out: dict = {"config": config.label, "policy": config.spec,
+                 "search": config.search.as_dict(), "incumbent": incumbent}
+    for name in _FIGURES:
+        centre, var = _pooled([_centre_var(rq[name], fz[name]) for rq, fz in per_log])
+        half = q_cost * math.sqrt(var)
+        hi = centre + half
+        if name == "usd" and math.isfinite(budget.budget.usd):
+            hi = min(hi, budget.budget.usd)  # a USD limit is never exceeded
+        out[name] = {"mean": centre, "lo": max(0.0, centre - half), "hi": hi}
+    centre, var = _pooled([_centre_var(rq["log2_best"], fz["log2_best"], s)
+                           for (rq, fz), s in zip(per_log, surprise or [1.0] * len(per_log))])
+    half = ERROR_SCALE * _t(0.5 + level / 2, ERROR_DF) * math.sqrt(var)
+    out["best_speedup"] = {"mean": 2.0 ** centre, "lo": 2.0 ** (centre - half),
+                           "hi": 2.0 ** (centre + half)}
+    parts = {p: out.pop(f"usd_{p}") for p in PARTS}
+    out["usd"] = {**out.pop("usd"), "parts": parts}
+    for name in ("gpu_hours", "wall_s", "best_speedup"):  # (the JSON's order: dollars first)
+        out[name] = out.pop(name)
+    stopped = np.concatenate(stops)
+    out["p_budget_exhausted"] = float(stopped.mean())
+    out["rests_on"] = {
+        "invented_share": float(np.mean([r["invented_share"] for r in rests])),
+        "usd_imputed_share": float(np.mean([r["usd_imputed_share"] for r in rests])),
+        "new_searches": "every child invented by the world model fitted to the log"}
+    return out
+
+
+def _over(logs: int, seeds: int, fresh: int, level: float) -> str:
+    """What the intervals are over, in words."""
+    runs = (f"the {logs} past runs' spread (their centres' variance) added, " if logs > 1
+            else "one past run: no run-to-run spread is known; ")
+    return (f"one new search like the past runs, at {level:.0%}: each figure centred on "
+            f"{seeds} replays of each log (its own children, seconds and tokens first) and "
+            f"spread by {fresh} searches per log simulated wholly on the world model fitted "
+            f"to it, plus the centre's error and the two's disagreement; {runs}the best "
+            "speedup's quantile fitted on the counterfactual benchmark's dev worlds (times "
+            "the log's surprise), the others' a t quantile over the new searches (normal "
+            "theory, not fitted); p_budget_exhausted: the share of the new searches a budget "
+            "stopped before their planned steps")
