@@ -40,7 +40,7 @@ def recommend(
                                          help="Per-search limits every configuration runs "
                                               "under, KEY=VALUE pairs joined by commas "
                                               "(usd=40,steps=10); keys: usd, seconds, "
-                                              "gpu_evals, steps."),
+                                              "gpu_evals, gpu_hours, steps."),
     driver: str = typer.Option("closed", "--driver", help="closed (closed loop, F matters: "
                                                           "each search's own algorithm, "
                                                           "chosen from the log: evolutionary "

@@ -40,7 +40,7 @@ def replay(
     budget: Optional[str] = typer.Option(None, "--budget", "-b",
                                          help="Per-search limits, KEY=VALUE pairs joined by "
                                               "commas (usd=2,steps=10); keys: usd, seconds, "
-                                              "joules, gpu_evals, steps."),
+                                              "joules, gpu_evals, gpu_hours, steps."),
     seed: int = typer.Option(0, "--seed", "-s", help="Seed of every keyed random stream."),
     baseline: str = typer.Option("all", "--baseline", help="Policy to compare against."),
     capacity: Optional[str] = typer.Option(None, "--capacity",

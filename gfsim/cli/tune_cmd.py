@@ -51,7 +51,7 @@ def tune(
                                          help="Per-search limits that stop each replayed "
                                               "search, KEY=VALUE pairs joined by commas "
                                               "(usd=2,steps=10); keys: usd, seconds, "
-                                              "gpu_evals, steps."),
+                                              "gpu_evals, gpu_hours, steps."),
     driver: str = typer.Option("trace", "--driver",
                                help="trace, puct or closed (each search's own algorithm, "
                                     "chosen from the log)."),
