@@ -42,13 +42,26 @@ def test_a_hostile_candidate_is_contained(suite, row):
 
 
 @pytest.mark.slow
-def test_after_the_hostile_rows_an_honest_kernel_measures_as_before(suite):
+def test_after_the_hostile_rows_an_honest_kernel_measures_as_before(suite, tmp_path):
     """Runs after the rows (pytest keeps file order): nothing they did outlived them."""
     m, ctx = suite
-    again = m.measure(CodeCandidate("softmax", ctx.honest + "\ndef run(*inputs):\n"
-                                    "    return _honest(*inputs)\n# again\n"))
+    code = ctx.honest + "\ndef run(*inputs):\n    return _honest(*inputs)\n# again\n"
+    again = m.measure(CodeCandidate("softmax", code))
     # Not refused as forged; on two busy cores an honest kernel may be capped (at the floor the
-    # clock vouches for), and interpreter times vary by up to 2x between runs.
+    # clock vouches for: the call's wall-clock, time descheduled included, which a busy
+    # machine can make tens of times the kernel's), and interpreter times vary by up to 2x.
     assert again["outcome"] == "success", again
-    assert again["runtime_ns"] < 3 * ctx.honest_ns
     assert m._zygote.proc.poll() is None and m.sandboxes == len(CPU_ROWS) + 2
+    if again["runtime_ns"] < 3 * ctx.honest_ns:
+        return
+    # Slower than before: the rows' doing, or the machine's? A measurer that never saw a
+    # hostile row times the same kernel now, under the same load: this one must keep up.
+    fresh = TritonMeasurer("softmax", m.config, workdir=tmp_path)
+    try:
+        control = fresh.measure(CodeCandidate("softmax", code))
+    finally:
+        fresh.close()
+    assert control["outcome"] == "success", control
+    again = min((again, m.measure(CodeCandidate("softmax", code + "# and again\n"))),
+                key=lambda r: r["runtime_ns"])
+    assert again["runtime_ns"] < 3 * control["runtime_ns"], (again, control, ctx.honest_ns)

@@ -125,13 +125,12 @@ def _pooled(per_log: list[tuple[float, float]]) -> tuple[float, float]:
 
 @dataclass
 class _LogRun:
-    """One log's inputs to a plan: its setup (priced as the run paid), its prices' source,
-    and its searches' planned steps and candidates per step (per configuration's F)."""
+    """One log's inputs to a plan: its setup (priced as the run paid) and its prices'
+    source."""
 
     log: object
     setup: object
     prices: dict
-    traces: list
 
 
 def plan(logs: list, configs: list, model, budget: PlanBudget, *, steps: int | None = None,
@@ -144,7 +143,6 @@ def plan(logs: list, configs: list, model, budget: PlanBudget, *, steps: int | N
     stops the search early. ``steps``: each search's planned steps (None: its own).
     ``prices``: the generator's token prices as each run paid them where it recorded them."""
     from gfsim.cost_models.paid import paid_generator
-    from gfsim.simulator import build_traces
     from gfsim.simulator.predictive import fresh_children
     from gfsim.tuning.trials import TrialSetup
 
@@ -161,7 +159,7 @@ def plan(logs: list, configs: list, model, budget: PlanBudget, *, steps: int | N
             (model, {"source": f"the cost model's ({model.name}; --prices preset)"})
         setup = TrialSetup(log, priced, "all", "closed", budget.budget, seeds,
                            forecaster=forecaster, children=children, simulate=simulate)
-        runs.append(_LogRun(log, setup, source, build_traces(log, priced)))
+        runs.append(_LogRun(log, setup, source))
     rows = []
     surprise = []
     for k, config in enumerate(configs):
@@ -195,9 +193,11 @@ def _with_candidates(run: _LogRun, search, budget: PlanBudget):
     ``candidates // (parents x samples x F)``, where that is fewer than it plans."""
     if budget.candidates is None:
         return run.setup
+    from gfsim.simulator import build_traces
     from gfsim.simulator.shape import shapes_for
 
-    shapes = [s for s, _ in shapes_for(run.log, run.traces, search)]
+    traces = build_traces(run.log, run.setup.model)
+    shapes = [s for s, _ in shapes_for(run.log, traces, search)]
     per_step = {s.parents_per_step * s.samples_per_parent * s.overgen for s in shapes}
     if len(per_step) > 1:
         raise GfsimError(f"--budget candidates: the log's searches draw different numbers of "
@@ -237,12 +237,13 @@ def _row(config, per_log, stops, rests, surprise, budget, level, incumbent) -> d
         hi = centre + half
         if name == "usd" and math.isfinite(budget.budget.usd):
             hi = min(hi, budget.budget.usd)  # a USD limit is never exceeded
-        out[name] = {"mean": centre, "lo": max(0.0, centre - half), "hi": hi}
+        out[name] = {"mean": centre, "lo": max(0.0, centre - half), "hi": hi,
+                     "sd": math.sqrt(var)}
     centre, var = _pooled([_centre_var(rq["log2_best"], fz["log2_best"], s)
                            for (rq, fz), s in zip(per_log, surprise or [1.0] * len(per_log))])
     half = ERROR_SCALE * _t(0.5 + level / 2, ERROR_DF) * math.sqrt(var)
     out["best_speedup"] = {"mean": 2.0 ** centre, "lo": 2.0 ** (centre - half),
-                           "hi": 2.0 ** (centre + half)}
+                           "hi": 2.0 ** (centre + half), "sd_log2": math.sqrt(var)}
     parts = {p: out.pop(f"usd_{p}") for p in PARTS}
     out["usd"] = {**out.pop("usd"), "parts": parts}
     for name in ("gpu_hours", "wall_s", "best_speedup"):  # (the JSON's order: dollars first)
