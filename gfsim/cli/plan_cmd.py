@@ -99,7 +99,7 @@ def print_plan(con, out: dict) -> None:
     """One block per configuration (each figure's centre and interval, the chance the budget
     stops it, where the dollars go and what they rest on), then the prices' sources and what
     the intervals are over."""
-    from gfsim.cli.units import duration
+    from gfsim.cli.units import duration, duration_unit
 
     level = f"{out['level']:.0%}"
     shown = {"usd": ("USD", _usd), "gpu_hours": ("GPU-hours", lambda v: f"{v:.3g}"),
@@ -113,6 +113,9 @@ def print_plan(con, out: dict) -> None:
         con.print(f"  {'':<14}{'mean':>12}   {level} interval")
         for key, (name, fmt) in shown.items():
             f = r[key]
+            if key == "wall_s":  # (the interval in the mean's unit, to read side by side)
+                unit = duration_unit(f["mean"])
+                fmt = lambda v, unit=unit: duration(v, unit)  # noqa: E731
             con.print(f"  {name:<14}{fmt(f['mean']):>12}   {fmt(f['lo'])} to {fmt(f['hi'])}")
         p, rest = r["usd"]["parts"], r["rests_on"]
         con.print(f"  the budget stops it before its planned steps: "
