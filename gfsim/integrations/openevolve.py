@@ -43,6 +43,15 @@ program (all state is in the log). A crash loses nothing written. OpenEvolve doe
 evaluator a program's parent, so the log's candidates are roots; ``gfsim import openevolve
 RUN_DIR --surrogate-log LOG`` gives the parent links with this log's forecasts joined by code.
 
+A dollar cap over the whole run (``gfsim.integrations.cap.DollarCap``): give the same cap to
+the surrogate (``Surrogate(..., cap=cap)``: forecasts and evaluations) and to OpenEvolve's LLM
+(each model's ``init_client=openevolve_client(cap)``: proposals). Once it is reached no
+proposal, forecast or evaluation starts: a proposal's call raises (OpenEvolve counts the
+iteration as one that made no program and goes on to its last iteration, saving its
+checkpoints as usual, so the run ends cleanly and can be resumed with a larger cap), and a
+program stage 1 would have measured is skipped with the cap as its reason. The ledger file
+says when and why the cap was reached.
+
 Forecasters: ``vllm:URL,model=...`` (``gfsim.live.forecaster.parse_forecaster``) or any
 ``gfsim.live.forecaster.Forecaster``. A what-if forecaster cannot work here (it draws from the
 measured speedup, which does not exist yet), nor can an oracle policy; both are refused.
@@ -52,6 +61,7 @@ Policies that read no forecast (``all``, ``random:P``) need none.
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import math
 import time
@@ -61,7 +71,7 @@ from pathlib import Path
 
 from gfsim.core.errors import GfsimError
 
-__all__ = ["Surrogate", "SKIPPED_FLAG"]
+__all__ = ["Surrogate", "SKIPPED_FLAG", "openevolve_client"]
 
 SKIPPED_FLAG = "gfsim_skipped"
 
@@ -74,7 +84,8 @@ class Surrogate:
                  forecaster=None, log="gfsim-surrogate.jsonl", higher_is_better: bool = False,
                  reference_runtime: float | None = None, reference_code: str | None = None,
                  task: str = "task", task_description: str = "", skipped_score: float = 0.0,
-                 seed: int = 0, search_id: str = "openevolve", device: str = "unknown"):
+                 seed: int = 0, search_id: str = "openevolve", device: str = "unknown",
+                 cap=None):
         from gfsim.policies import make_policy
 
         self.user_evaluate = evaluate
@@ -85,6 +96,7 @@ class Surrogate:
         self.task, self.task_description = task, task_description
         self.skipped_score, self.seed = float(skipped_score), seed
         self.search_id, self.device = search_id, device
+        self.cap = cap  # a DollarCap over the run (gfsim.integrations.cap), or None
         self.log = Path(log).resolve()
         self.policy = make_policy(policy)
         if self.policy.needs_truth:
@@ -182,19 +194,54 @@ class Surrogate:
                                  "search_id": self.search_id, "task_id": self.task,
                                  "step": n, "seq": 0, "code_sha256": digest, "code": code})
         reference_code = self.reference_code or st["first_code"] or code
-        forecast = None
+        forecast, capped = None, None
         if self.forecaster is not None and n > 0:
-            forecast = self._forecast(cid, code, reference_code)
-        if n == 0:
+            forecast, capped = self._capped_forecast(cid, code, reference_code)
+        if capped is not None:
+            decision = None
+        elif n == 0:
             decision = {"kind": "decision", "candidate_id": cid, "policy": self.policy.spec(),
                         "action": "measure", "reason": "the first program: the reference"}
         else:
             decision = self._decide(cid, forecast, st, n)
+        ticket = None
+        if capped is None and decision["action"] == "measure" and self.cap is not None:
+            from gfsim.integrations.cap import CapReached
+
+            try:
+                ticket = self.cap.reserve("evaluation", self.cap.eval_reservation(), cid)
+            except CapReached as exc:
+                capped = str(exc)
+        if capped is not None:
+            decision = {"kind": "decision", "candidate_id": cid, "policy": self.policy.spec(),
+                        "action": "skip", "reason": capped}
         with self._locked():
             self._append(*([forecast] if forecast else []), decision)
         if decision["action"] != "measure":
             return self._skipped(decision)
-        return self._measure(cid, program_path, n == 0)
+        return self._measure(cid, program_path, n == 0, ticket)
+
+    def _capped_forecast(self, cid: str, code: str, reference_code: str):
+        """(the forecast, None), or (None, why) where the dollar cap refuses it."""
+        if self.cap is None:
+            return self._forecast(cid, code, reference_code), None
+        from gfsim.integrations.cap import CapReached
+
+        limit = getattr(self.forecaster, "max_tokens", None)
+        usd = self.cap.llm_reserve("forecaster", len(code) + len(reference_code), limit)
+        try:
+            ticket = self.cap.reserve("forecast", usd, cid)
+        except CapReached as exc:
+            return None, str(exc)
+        forecast = None
+        try:
+            forecast = self._forecast(cid, code, reference_code)
+        finally:  # what the forecaster reported it read and wrote, else the reservation
+            read = (forecast or {}).get("input_tokens")
+            self.cap.settle(ticket, self.cap.llm_usd("forecaster", read,
+                                                     forecast.get("output_tokens") or 0)
+                            if isinstance(read, int) and read > 0 else usd)
+        return forecast, None
 
     # -- later cascade stages -------------------------------------------------------------
     def gate(self, evaluate_later):
@@ -282,13 +329,16 @@ class Surrogate:
             return metrics
         return EvaluationResult(metrics=metrics, artifacts={"gfsim": why})
 
-    def _measure(self, cid: str, program_path, first: bool):
+    def _measure(self, cid: str, program_path, first: bool, ticket: str | None = None):
         from gfsim.importers.openevolve import outcome_of
 
         t0 = time.perf_counter()
         try:
             result = self.user_evaluate(program_path)
         except BaseException as exc:
+            if ticket is not None:
+                wall = time.perf_counter() - t0
+                self.cap.settle(ticket, self.cap.eval_usd(wall), wall)
             with self._locked():
                 self._append({"kind": "evaluation", "candidate_id": cid,
                               "outcome": "runtime_error", "wall_s": time.perf_counter() - t0,
@@ -296,6 +346,8 @@ class Surrogate:
                                         f"{str(exc)[:1000]}"})
             raise
         wall = time.perf_counter() - t0
+        if ticket is not None:
+            self.cap.settle(ticket, self.cap.eval_usd(wall), wall)
         metrics = getattr(result, "metrics", result)
         metrics = metrics if isinstance(metrics, dict) else {}
         outcome, value, error = outcome_of(metrics, self.runtime_metric)
@@ -323,3 +375,59 @@ class Surrogate:
             self._append(ev)
         return result
 
+
+
+def openevolve_client(cap):
+    """``init_client`` for an OpenEvolve model (``LLMModelConfig.init_client``) that holds its
+    calls to ``cap`` (a ``DollarCap``): each call reserves its prompt and its ``max_tokens``
+    at the generator's prices, settles the tokens the API reported (the reservation where it
+    reported none), and raises ``CapReached`` instead of calling once the cap is reached.
+    Picklable, as OpenEvolve's worker processes need."""
+    return functools.partial(_capped_openai, cap)
+
+
+def _capped_openai(cap, model_cfg):
+    from openevolve.llm.openai import OpenAILLM
+
+    return _capped_llm_class()(OpenAILLM(model_cfg), cap, getattr(model_cfg, "max_tokens", None),
+                               str(getattr(model_cfg, "name", "")))
+
+
+@functools.cache
+def _capped_llm_class():
+    """OpenEvolve's ``LLMInterface`` around another, held to a dollar cap (made on first use:
+    OpenEvolve is imported only where it runs)."""
+    from openevolve.llm.base import LLMInterface
+
+    class CappedLLM(LLMInterface):
+        def __init__(self, inner, cap, max_tokens, name):
+            self.inner, self.cap, self.max_tokens, self.name = inner, cap, max_tokens, name
+            self.last_usage = None
+
+        async def generate(self, prompt: str, **kwargs) -> str:
+            return await self._call(len(prompt), kwargs,
+                                    lambda: self.inner.generate(prompt, **kwargs))
+
+        async def generate_with_context(self, system_message, messages, **kwargs) -> str:
+            chars = len(system_message or "") + sum(len(str(m.get("content", "")))
+                                                    for m in messages)
+            return await self._call(chars, kwargs, lambda: self.inner.generate_with_context(
+                system_message, messages, **kwargs))
+
+        async def _call(self, chars: int, kwargs: dict, call):
+            usd = self.cap.llm_reserve("generator", chars,
+                                       kwargs.get("max_tokens") or self.max_tokens)
+            ticket = self.cap.reserve("proposal", usd, self.name)  # CapReached: no call
+            cost = usd  # a call that failed may still have been billed: its reservation
+            try:
+                out = await call()
+                usage = getattr(self.inner, "last_usage", None)
+                self.last_usage = usage
+                if usage:
+                    cost = self.cap.llm_usd("generator", usage.get("prompt_tokens", 0),
+                                            usage.get("completion_tokens", 0))
+                return out
+            finally:
+                self.cap.settle(ticket, cost)
+
+    return CappedLLM

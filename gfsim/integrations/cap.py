@@ -1,0 +1,180 @@
+"""A hard dollar cap over a whole search run: the LLM's proposals, the forecasts and the
+evaluations, with the work in flight counted, shared by every process of the run.
+
+Each piece of work reserves its price before it starts and settles what it cost when it ends,
+in a ledger file (JSON lines, appended under a file lock, as the surrogate's log is): a
+proposal reserves its prompt (about a token per 3 characters) and ``max_output_tokens`` at the
+generator's prices, a forecast the same at the forecaster's, an evaluation the longest
+evaluation so far (``eval_reserve_s`` before the first) at the GPU's. A reservation that would
+take what is settled plus what is in flight past ``usd`` is refused, the refusal is written with
+why, and from then on every reservation is refused: once the cap is reached, no proposal,
+forecast or evaluation starts. Work already in flight finishes; the cap can be passed only by an
+evaluation that runs longer than it reserved (at most one evaluation's price with one in
+flight at a time).
+
+``gfsim.integrations.openevolve`` puts it in front of OpenEvolve's LLM (``openevolve_client``)
+and its evaluator (``Surrogate(cap=...)``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from gfsim.core.errors import GfsimError
+
+__all__ = ["DollarCap", "CapReached", "CHARS_PER_TOKEN"]
+
+CHARS_PER_TOKEN = 3.0  # a prompt's tokens, reserved from its characters (fewer chars per token
+#                        than usual, so the reservation errs high)
+
+
+class CapReached(GfsimError):
+    """The run's dollar cap refuses this piece of work."""
+
+
+@dataclass(frozen=True)
+class DollarCap:
+    """The cap (``usd``), its ledger file and the prices it charges (USD per million input and
+    output tokens of the generator and the forecaster, USD per GPU-hour). Picklable: every
+    process of a run builds nothing but this and reads the same ledger."""
+
+    usd: float
+    ledger: str
+    generator_usd_per_m: tuple[float, float] = (0.5, 3.0)
+    forecaster_usd_per_m: tuple[float, float] = (0.5, 3.0)
+    gpu_usd_per_hour: float = 2.5
+    max_output_tokens: int = 4096
+    eval_reserve_s: float = 60.0
+
+    def __post_init__(self):
+        if not (isinstance(self.usd, (int, float)) and self.usd > 0 and math.isfinite(self.usd)):
+            raise GfsimError(f"cap: usd must be a positive number, got {self.usd!r}")
+        rates = (*self.generator_usd_per_m, *self.forecaster_usd_per_m, self.gpu_usd_per_hour,
+                 self.eval_reserve_s)
+        if any(not (isinstance(v, (int, float)) and v >= 0) for v in rates):
+            raise GfsimError("cap: prices and eval_reserve_s must be numbers >= 0")
+        object.__setattr__(self, "ledger", str(Path(self.ledger).resolve()))
+
+    @classmethod
+    def from_cost_model(cls, usd: float, ledger, cost: str = "serverless-a100", **kw):
+        """A cap priced by a cost preset's generator, forecaster and GPU."""
+        from gfsim.cost_models import load_cost_model
+
+        m = load_cost_model(cost)
+        return cls(usd, str(ledger),
+                   (m.generator.usd_per_m_input, m.generator.usd_per_m_output),
+                   (m.forecaster.usd_per_m_input, m.forecaster.usd_per_m_output),
+                   m.gpu.usd_per_hour, **kw)
+
+    # -- prices ---------------------------------------------------------------------------
+    def llm_usd(self, role: str, input_tokens: float, output_tokens: float) -> float:
+        inp, out = self.generator_usd_per_m if role == "generator" else \
+            self.forecaster_usd_per_m
+        return (input_tokens * inp + output_tokens * out) / 1e6
+
+    def llm_reserve(self, role: str, prompt_chars: int, max_tokens: int | None) -> float:
+        """What a call with this prompt may cost at most (its output at most ``max_tokens``)."""
+        return self.llm_usd(role, prompt_chars / CHARS_PER_TOKEN,
+                            max_tokens or self.max_output_tokens)
+
+    def eval_usd(self, seconds: float) -> float:
+        return max(0.0, seconds) * self.gpu_usd_per_hour / 3600.0
+
+    # -- the ledger -----------------------------------------------------------------------
+    @contextmanager
+    def _locked(self):
+        path = Path(self.ledger)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.with_name(path.name + ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _append(self, rec: dict) -> None:
+        with open(self.ledger, "a", encoding="utf-8") as f:
+            f.write(json.dumps({**rec, "t": time.time()}) + "\n")
+            f.flush()
+            import os
+
+            os.fsync(f.fileno())
+
+    def status(self) -> dict:
+        """The ledger as it stands: dollars settled (in all and per kind of work), in flight,
+        the longest evaluation so far, and the refusal that reached the cap (None before)."""
+        with self._locked():
+            return self._status()
+
+    def _status(self) -> dict:
+        opened: dict[str, dict] = {}
+        settled = {"proposal": 0.0, "forecast": 0.0, "evaluation": 0.0}
+        longest, reached = None, None
+        path = Path(self.ledger)
+        lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+        for k, line in enumerate(lines, 1):
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                raise GfsimError(f"{path}:{k}: not a JSON line of a gfsim dollar-cap ledger "
+                                 "(give each run a ledger of its own)") from None
+            kind = rec.get("kind")
+            if kind == "open":
+                opened[rec["id"]] = rec
+            elif kind == "close":
+                was = opened.pop(rec["id"], None)
+                if was is not None:
+                    settled[was["what"]] += float(rec["usd"])
+                    if was["what"] == "evaluation" and rec.get("seconds") is not None:
+                        longest = max(longest or 0.0, float(rec["seconds"]))
+            elif kind == "reached" and reached is None:
+                reached = rec
+        in_flight = sum(float(r["usd"]) for r in opened.values())
+        return {"cap_usd": self.usd, "spent_usd": sum(settled.values()), "settled": settled,
+                "in_flight_usd": in_flight, "in_flight": len(opened),
+                "longest_evaluation_s": longest, "reached": reached}
+
+    def reserve(self, what: str, usd: float, about: str = "") -> str:
+        """Reserve ``usd`` for a piece of work (``proposal``, ``forecast`` or ``evaluation``);
+        returns its ticket, or raises ``CapReached`` (and the cap stays reached) where the
+        settled dollars, those in flight and this reservation would pass the cap."""
+        if what not in ("proposal", "forecast", "evaluation"):
+            raise ValueError(f"unknown kind of work {what!r}")
+        with self._locked():
+            st = self._status()
+            reached = st["reached"]
+            spent, flying = st["spent_usd"], st["in_flight_usd"]
+            if reached is None and spent + flying + usd > self.usd:
+                left = max(0.0, self.usd - spent - flying)
+                reached = {"kind": "reached", "what": what, "about": about, "asked_usd": usd,
+                           "spent_usd": spent, "in_flight_usd": flying, "cap_usd": self.usd,
+                           "why": f"the dollar cap ${self.usd:g} is reached: ${spent:.4f} spent "
+                                  f"and ${flying:.4f} in flight leave ${left:.4f}, and a {what} "
+                                  f"reserves ${usd:.4f}; no proposal, forecast or evaluation "
+                                  "starts from now on"}
+                self._append(reached)
+            if reached is not None:
+                raise CapReached(reached["why"])
+            ticket = uuid.uuid4().hex
+            self._append({"kind": "open", "id": ticket, "what": what, "usd": usd,
+                          "about": about})
+            return ticket
+
+    def settle(self, ticket: str, usd: float, seconds: float | None = None) -> None:
+        """What the work of ``ticket`` cost (its reservation is released)."""
+        with self._locked():
+            self._append({"kind": "close", "id": ticket, "usd": float(usd),
+                          **({"seconds": float(seconds)} if seconds is not None else {})})
+
+    def eval_reservation(self) -> float:
+        """What the next evaluation reserves: the longest so far, or ``eval_reserve_s``."""
+        with self._locked():
+            longest = self._status()["longest_evaluation_s"]
+        return self.eval_usd(self.eval_reserve_s if longest is None else longest)
