@@ -47,28 +47,39 @@ evaluate = surrogate.stage1
 
 
 def run_openevolve(tmp_path: Path, policy: str, forecaster, iterations: int,
-                   thresholds=(0.5,)) -> Path:
+                   thresholds=(0.5,), evaluator: str | None = None, cap=None,
+                   max_tokens: int | None = None):
+    """A real OpenEvolve run in ``tmp_path`` (the mutation server as its LLM) with
+    ``evaluator`` as its evaluator file (default: ``EVALUATOR``, stage 1 gated by ``policy``);
+    ``cap``: a ``DollarCap`` its LLM is held to. Returns (the surrogate's log, the LLM
+    requests the server answered)."""
     from openevolve import OpenEvolve
     from openevolve.config import Config
 
+    from gfsim.integrations.openevolve import openevolve_client
     from gfsim.live.tasks import get_task
 
     log = tmp_path / "surrogate.jsonl"
     (tmp_path / "initial.py").write_text(get_task("softmax").candidates()[0].code)
-    (tmp_path / "evaluator.py").write_text(EVALUATOR.format(policy=policy, forecaster=forecaster,
-                                                            log=str(log)))
+    (tmp_path / "evaluator.py").write_text((evaluator or EVALUATOR).format(
+        policy=policy, forecaster=forecaster, log=str(log)))
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     root = logging.getLogger()
     root_state = (list(root.handlers), root.level)
+    model = {"max_tokens": max_tokens} if max_tokens else {}
     with MutationServer(seed=0) as server:
         cfg = Config.from_dict({
             "max_iterations": iterations, "checkpoint_interval": 2, "random_seed": 0,
             "language": "python", "diff_based_evolution": False, "log_level": "INFO",
             "llm": {"api_key": "none", "retries": 0, "timeout": 60,
-                    "models": [{"name": "gfsim-mutation-operator", "api_base": server.url}]},
+                    "models": [{"name": "gfsim-mutation-operator", "api_base": server.url,
+                                **model}]},
             "database": {"num_islands": 1, "population_size": 20},
             "evaluator": {"timeout": 120, "max_retries": 0, "cascade_evaluation": True,
                           "cascade_thresholds": list(thresholds), "parallel_evaluations": 1}})
+        if cap is not None:
+            for m in cfg.llm.models:
+                m.init_client = openevolve_client(cap)
         oe = OpenEvolve(str(tmp_path / "initial.py"), str(tmp_path / "evaluator.py"), cfg,
                         output_dir=str(tmp_path / "run"))
         try:
@@ -81,14 +92,14 @@ def run_openevolve(tmp_path: Path, policy: str, forecaster, iterations: int,
                     root.removeHandler(h)
                     h.close()
             root.setLevel(root_state[1])
-    return log
+        return log, server.requests
 
 
 @pytest.mark.slow
 def test_skipped_programs_are_not_evaluated_and_everything_is_logged(tmp_path):
     # a first cascade threshold of 0: a skipped program's score (0) passes it, so OpenEvolve
     # goes on to stage 2, where the gate must stop it
-    log_path = run_openevolve(tmp_path, "random:0.5", None, iterations=6, thresholds=(0.0,))
+    log_path, _ = run_openevolve(tmp_path, "random:0.5", None, iterations=6, thresholds=(0.0,))
     log = load_log(log_path)  # a valid trajectory log, written as the run went
     assert log.header["provenance"]["kind"] == "measured"
     assert log.runs[0]["configuration"]["policy"] == "random:p=0.5"
@@ -151,7 +162,7 @@ def test_a_live_vllm_forecaster_gates_with_threshold(tmp_path, vllm_server):
 
     spec = (f"vllm:{vllm_server.url},model={vllm_server.model},mode=logprobs,"
             "max_prompt_tokens=400,timeout=60")
-    log_path = run_openevolve(tmp_path, "threshold:0.7", spec, iterations=3)
+    log_path, _ = run_openevolve(tmp_path, "threshold:0.7", spec, iterations=3)
     log = load_log(log_path)
     fc = log.forecasts.set_index("candidate_id")
     cands = list(log.candidates["candidate_id"])
@@ -283,3 +294,60 @@ def test_a_later_stage_runs_only_for_what_stage1_measured(tmp_path):
     stray.write_text("1\n")
     with pytest.raises(GfsimError, match="stray.py: a later cascade stage got a program stage 1"):
         later(stray)
+
+
+CAPPED = '''
+from gfsim.integrations.cap import DollarCap
+from gfsim.integrations.kernel_evaluator import evaluate_kernel
+from gfsim.integrations.openevolve import Surrogate
+
+CAP = DollarCap(USD, LEDGER, generator_usd_per_m=(100.0, 400.0), gpu_usd_per_hour=36.0,
+                eval_reserve_s=5.0)
+
+
+def user_evaluate(program_path):
+    return evaluate_kernel(program_path, "softmax")
+
+
+surrogate = Surrogate(user_evaluate, runtime_metric="runtime_ns", policy={policy!r},
+                      log={log!r}, task="softmax", seed=1, cap=CAP)
+evaluate_stage1 = surrogate.stage1
+evaluate = surrogate.stage1
+'''
+
+
+@pytest.mark.slow
+def test_a_dollar_cap_reached_inside_the_run_stops_it_cleanly(tmp_path):
+    """Issue 55, item 3: once the cap is reached no proposal or evaluation starts, what was in
+    flight settles, the run ends at its last iteration with its checkpoints, and the cap is
+    passed by at most one evaluation's price."""
+    from gfsim.integrations.cap import DollarCap
+
+    usd, iterations = 1.5, 12
+    ledger = tmp_path / "cap.jsonl"
+    cap = DollarCap(usd, ledger, generator_usd_per_m=(100.0, 400.0), gpu_usd_per_hour=36.0,
+                    eval_reserve_s=5.0)
+    evaluator = CAPPED.replace("USD", repr(usd)).replace("LEDGER", repr(str(ledger)))
+    log_path, answered = run_openevolve(tmp_path, "all", None, iterations,
+                                        evaluator=evaluator, cap=cap, max_tokens=800)
+    records = [json.loads(line) for line in ledger.read_text().splitlines()]
+    reached = [i for i, r in enumerate(records) if r["kind"] == "reached"]
+    assert reached, "the cap was meant to be reached mid-run"
+    # nothing started after it: no reservation opened, no LLM call answered beyond those opened
+    assert not any(r["kind"] == "open" for r in records[reached[0]:])
+    proposals = sum(1 for r in records if r["kind"] == "open" and r["what"] == "proposal")
+    assert answered == proposals and 3 <= proposals < iterations  # reached mid-run
+    st = cap.status()
+    assert st["in_flight_usd"] == 0  # everything in flight finished and settled
+    evals = [r for r in records if r["kind"] == "close" and r.get("seconds") is not None]
+    assert st["spent_usd"] <= usd + max(r["usd"] for r in evals)  # one evaluation over, at most
+    # the surrogate's log: every evaluation reserved first; programs the cap stopped say why
+    log = load_log(log_path)
+    assert len(log.evaluations) == len(evals)
+    capped = log.decisions[log.decisions["reason"].fillna("").str.contains("dollar cap")]
+    assert (capped["action"] == "skip").all()
+    # OpenEvolve kept its checkpoints: the run imports, and can be resumed from them
+    summary = import_openevolve(tmp_path / "run", tmp_path / "imported.jsonl",
+                                runtime_metric="runtime_ns")
+    assert summary["candidates"] >= proposals
+    assert sorted((tmp_path / "run" / "checkpoints").glob("checkpoint_*"))
