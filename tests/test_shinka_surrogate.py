@@ -21,11 +21,13 @@ from gfsim.replay_logs.io import iter_records
 FIXTURE = Path(__file__).parent / "data" / "shinka-surrogate"
 
 GATE = '''
-import json, pathlib, sys
+import json, pathlib, sys, time
+from gfsim.integrations.cap import DollarCap
 from gfsim.integrations.shinka import ShinkaGate
 
 
 def evaluate(program_path):  # the user's evaluator: says which programs reached it
+    time.sleep({pause!r})
     with open({marks!r}, "a") as f:
         f.write(pathlib.Path(program_path).name + "\\n")
     text = pathlib.Path(program_path).read_text()
@@ -36,7 +38,7 @@ def evaluate(program_path):  # the user's evaluator: says which programs reached
 
 
 ShinkaGate(evaluate, runtime_metric="runtime_ns", policy={policy!r}, log={log!r},
-           task="toy", seed=1).main()
+           task="toy", seed=1{extra}).main()
 '''
 
 
@@ -58,10 +60,12 @@ def test_files_for_shinka_say_skipped_failed_and_measured():
     assert shinka_files({"combined_score": math.nan})[1]["combined_score"] == 0.0
 
 
-def _run_gate(tmp_path: Path, programs: list[str], policy: str = "random:0.5"):
+def _run_gate(tmp_path: Path, programs: list[str], policy: str = "random:0.5",
+              extra: str = "", pause: float = 0.0):
     log, marks = tmp_path / "gate.jsonl", tmp_path / "evaluated.txt"
     gate = tmp_path / "gate.py"
-    gate.write_text(GATE.format(marks=str(marks), policy=policy, log=str(log)))
+    gate.write_text(GATE.format(marks=str(marks), policy=policy, log=str(log), extra=extra,
+                                pause=pause))
     results = []
     for i, text in enumerate(programs):
         prog = tmp_path / f"gen_{i}" / "main.py"
@@ -112,7 +116,7 @@ def test_the_gate_run_as_shinka_runs_it_skips_measures_and_logs(tmp_path):
 def test_a_policy_that_reads_forecasts_needs_a_forecaster_and_says_so(tmp_path):
     gate = tmp_path / "gate.py"
     gate.write_text(GATE.format(marks=str(tmp_path / "m"), policy="threshold:0.7",
-                                log=str(tmp_path / "g.jsonl")))
+                                log=str(tmp_path / "g.jsonl"), extra="", pause=0.0))
     (tmp_path / "p.py").write_text("runtime 5")
     proc = subprocess.run([sys.executable, str(gate), "--program_path", str(tmp_path / "p.py"),
                            "--results_dir", str(tmp_path / "r")], capture_output=True,
@@ -194,3 +198,32 @@ def test_a_gate_log_of_another_run_is_refused_in_one_line(tmp_path):
     with pytest.raises(GfsimError, match="no candidate's code_sha256 is the code") as e:
         import_shinka(other, tmp_path / "x.jsonl", surrogate_log=log)
     assert "\n" not in str(e.value) and not (tmp_path / "x.jsonl").exists()
+
+
+@pytest.mark.slow
+def test_a_dollar_cap_stops_the_gate_s_evaluations(tmp_path):
+    """Issue 55, item 3 (ShinkaEvolve's evaluations): the gate takes the run's DollarCap; once
+    it is reached, a program the policy would measure is written as not evaluated, with the
+    cap as its reason, and the user's evaluator never sees it."""
+    from gfsim.integrations.cap import DollarCap
+
+    ledger = tmp_path / "cap.jsonl"
+    # $1 per second of evaluation; each evaluation sleeps 0.25 s: the cap covers about three
+    extra = (f", cap=DollarCap(0.9, {str(ledger)!r}, gpu_usd_per_hour=3600.0, "
+             "eval_reserve_s=0.3)")
+    programs = [f"# program\nruntime {100 + 10 * i}" for i in range(6)]
+    log_path, results, evaluated = _run_gate(tmp_path, programs, policy="all", extra=extra,
+                                             pause=0.25)
+    cap = DollarCap(0.9, ledger, gpu_usd_per_hour=3600.0, eval_reserve_s=0.3)  # the gate's
+    st = cap.status()
+    assert st["reached"] is not None and st["in_flight_usd"] == 0
+    assert st["spent_usd"] <= 0.9 + cap.eval_usd(st["longest_evaluation_s"])  # one over, at most
+    assert 2 <= len(evaluated) < len(programs)
+    log = load_log(log_path)
+    dec = log.decisions.set_index("candidate_id")
+    capped = dec[dec["reason"].fillna("").str.contains("dollar cap")]
+    assert len(capped) == len(programs) - len(evaluated)
+    assert (capped["action"] == "skip").all()
+    for correct, metrics in results[len(evaluated):]:
+        assert correct["correct"] is False and "dollar cap" in correct["error"]
+        assert metrics["private"] == {"gfsim_skipped": True}

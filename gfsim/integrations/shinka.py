@@ -29,6 +29,10 @@ the first program is always measured.
   returns one, overrides), and its metrics are written in ShinkaEvolve's files:
   ``combined_score``, the other numbers under ``public``, the error as ``text_feedback``.
 
+``cap=`` (a ``gfsim.integrations.cap.DollarCap``) holds the evaluations to the run's dollar cap,
+as in OpenEvolve: once it is reached a program is written as not evaluated, the cap its reason.
+ShinkaEvolve's own LLM calls are not held to it (its ``max_api_costs`` caps them apart).
+
 One valid gfsim trajectory log is written as the run goes (``log``; appended under a file lock,
 since ShinkaEvolve evaluates in separate processes: all state is in the log). ShinkaEvolve does
 not tell the evaluation script a program's parent, so the log's candidates are roots; import the
