@@ -74,7 +74,8 @@ def plan(logs: ReplayLog | str | Path | Sequence[ReplayLog | str | Path] | None 
     configs = [parse_config(c, "closed", first.search, what="--candidate") for c in texts]
     recommended = None
     if candidates is None:
-        recommended, note = _recommended(first, the_budget, seed, level, jobs, simulate)
+        recommended, note = _recommended(given[0], forecaster, children, the_budget, seed,
+                                         level, jobs, simulate, cost)
         notes.append(note)
         if recommended is not None:
             configs.append(parse_config(recommended, "closed", first.search,
@@ -94,30 +95,23 @@ def plan(logs: ReplayLog | str | Path | Sequence[ReplayLog | str | Path] | None 
     return out
 
 
-def _recommended(inputs, budget, seed: int, level: float, jobs: int,
-                 simulate: bool) -> tuple[str | None, str]:
-    """What ``gfsim recommend`` adopts on ``inputs``' log against the runs as they ran
-    (``log``), under the plan's budget, in ``POLICY@F`` form (None: it keeps them), and a
-    line saying so."""
-    from gfsim.api.recommend import _cores, grid_for
-    from gfsim.tuning.recommend import parse_config, recommendation
-    from gfsim.tuning.trials import TrialSetup
+def _recommended(log, forecaster, children: str, budget, seed: int, level: float, jobs: int,
+                 simulate: bool, cost: str) -> tuple[str | None, str]:
+    """What ``gfsim recommend`` adopts on ``log`` against the runs as they ran (``log``),
+    under the plan's budget, in ``POLICY@F`` form (None: it keeps them), and a line saying
+    so."""
+    from gfsim.api.recommend import recommend
 
     if budget.candidates is not None:
         return None, ("no recommendation is planned: gfsim recommend runs under a usd, "
                       "gpu_hours, gpu_evals or seconds budget, and this one counts candidates")
-    grid, _ = grid_for(inputs.log, "closed", inputs.forecaster, inputs.learning)
-    base = parse_config("log", "closed", inputs.search)
-    setup = TrialSetup(inputs.log, inputs.model, base.spec, "closed", budget.budget, [seed],
-                       inputs.search, forecaster=inputs.forecaster, learning=inputs.learning,
-                       children=inputs.children, simulate=simulate)
-    configs = [parse_config(c, "closed", inputs.search, what="--candidate") for c in grid]
-    rec = recommendation(setup, configs, base, range(seed, seed + 8),
-                         fresh_seeds=range(seed + 8, seed + 16), level=level, prices=False,
-                         jobs=min(jobs or _cores(), len(configs) + 1))
+    out = recommend(log, None, "log", cost=cost, budget=budget.text, driver="closed",
+                    forecaster=forecaster, children=children, simulate=simulate, seed=seed,
+                    level=level, prices=False, jobs=jobs)
+    rec = out["recommendation"]
+    said = f"gfsim recommend on {out['log']}: {rec['verdict']}"
     if rec["keeps_incumbent"]:
-        return None, f"gfsim recommend on {inputs.log.name}: {rec['verdict']}"
+        return None, said
     pick = next(r for r in rec["configs"] if r["recommended"])
     f = pick["search"].get("overgen") if pick["search"] else None
-    spec = f"{pick['policy']}@{f if f is not None else 'own'}"
-    return spec, f"gfsim recommend on {inputs.log.name}: {rec['verdict']}"
+    return f"{pick['policy']}@{f if f is not None else 'own'}", said

@@ -21,6 +21,7 @@ from __future__ import annotations
 import fcntl
 import json
 import math
+import os
 import time
 import uuid
 from contextlib import contextmanager
@@ -103,8 +104,6 @@ class DollarCap:
         with open(self.ledger, "a", encoding="utf-8") as f:
             f.write(json.dumps({**rec, "t": time.time()}) + "\n")
             f.flush()
-            import os
-
             os.fsync(f.fileno())
 
     def status(self) -> dict:
@@ -141,14 +140,19 @@ class DollarCap:
                 "in_flight_usd": in_flight, "in_flight": len(opened),
                 "longest_evaluation_s": longest, "reached": reached}
 
-    def reserve(self, what: str, usd: float, about: str = "") -> str:
-        """Reserve ``usd`` for a piece of work (``proposal``, ``forecast`` or ``evaluation``);
-        returns its ticket, or raises ``CapReached`` (and the cap stays reached) where the
-        settled dollars, those in flight and this reservation would pass the cap."""
+    def reserve(self, what: str, usd: float | None, about: str = "") -> str:
+        """Reserve ``usd`` for a piece of work (``proposal``, ``forecast`` or ``evaluation``;
+        None for an evaluation: ``eval_reservation``'s, read under the same lock); returns its
+        ticket, or raises ``CapReached`` (and the cap stays reached) where the settled dollars,
+        those in flight and this reservation would pass the cap."""
         if what not in ("proposal", "forecast", "evaluation"):
             raise ValueError(f"unknown kind of work {what!r}")
+        if usd is None and what != "evaluation":
+            raise ValueError(f"a {what} reserves a price of its own")
         with self._locked():
             st = self._status()
+            if usd is None:
+                usd = self._eval_reservation(st)
             reached = st["reached"]
             spent, flying = st["spent_usd"], st["in_flight_usd"]
             if reached is None and spent + flying + usd > self.usd:
@@ -176,5 +180,8 @@ class DollarCap:
     def eval_reservation(self) -> float:
         """What the next evaluation reserves: the longest so far, or ``eval_reserve_s``."""
         with self._locked():
-            longest = self._status()["longest_evaluation_s"]
+            return self._eval_reservation(self._status())
+
+    def _eval_reservation(self, st: dict) -> float:
+        longest = st["longest_evaluation_s"]
         return self.eval_usd(self.eval_reserve_s if longest is None else longest)

@@ -209,7 +209,7 @@ class Surrogate:
             from gfsim.integrations.cap import CapReached
 
             try:
-                ticket = self.cap.reserve("evaluation", self.cap.eval_reservation(), cid)
+                ticket = self.cap.reserve("evaluation", None, cid)
             except CapReached as exc:
                 capped = str(exc)
         if capped is not None:

@@ -23,6 +23,7 @@ a new search on the benchmark's worlds: ``experiments/plan_coverage.py``.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 
@@ -138,6 +139,14 @@ class _LogRun:
     setup: object
     prices: dict
 
+    @functools.cached_property
+    def traces(self) -> list:
+        """The log's traces under its setup's prices (a candidates budget's step count reads
+        each search's shape from them), built once for every configuration."""
+        from gfsim.simulator import build_traces
+
+        return build_traces(self.log, self.setup.model)
+
 
 def plan(logs: list, configs: list, model, budget: PlanBudget, *, steps: int | None = None,
          seeds=range(REPLAYS), fresh_seeds=range(REPLAYS, REPLAYS + NEW_SEARCHES),
@@ -199,11 +208,9 @@ def _with_candidates(run: _LogRun, search, budget: PlanBudget):
     ``candidates // (parents x samples x F)``, where that is fewer than it plans."""
     if budget.candidates is None:
         return run.setup
-    from gfsim.simulator import build_traces
     from gfsim.simulator.shape import shapes_for
 
-    traces = build_traces(run.log, run.setup.model)
-    shapes = [s for s, _ in shapes_for(run.log, traces, search)]
+    shapes = [s for s, _ in shapes_for(run.log, run.traces, search)]
     per_step = {s.parents_per_step * s.samples_per_parent * s.overgen for s in shapes}
     if len(per_step) > 1:
         raise GfsimError(f"--budget candidates: the log's searches draw different numbers of "
