@@ -17,6 +17,7 @@ measured in the same run (these machines are noisy; ratios travel better than se
 - children: the same closed-loop replays with world-model children (``--children model``)
   against the fallback, and one search reading the learned cost model's forecasts against
   one reading the world's what-if forecasts (``bench_costmodel.py``'s search);
+- plan: ``gfsim plan`` from a 100-candidate log in a fresh process (``--only-plan``: this alone);
 - recommend: ``gfsim recommend`` on the shipped default log in a fresh process, with its
   default ``--jobs`` and with ``--jobs 1``;
 - tuning: the 40-trial ``gfsim tune`` command of issue 39 in a fresh process, and
@@ -284,6 +285,22 @@ def recommend_command(rows: list, results: dict) -> None:
                      10 if jobs is None else None, "<="))
 
 
+def plan_command(tmp: Path, rows: list, results: dict) -> None:
+    """``gfsim plan`` from a 100-candidate log (``gfsim synth -n 100 -k 1``: one SYNTHETIC
+    search) with its default candidates (the recommendation included), in a fresh process:
+    issue 55's target."""
+    from gfsim.worlds.synth import synthesize
+
+    path = tmp / "plan-100.jsonl"
+    synthesize(path, seed=0, candidates=100, tasks=1)
+    cmd = [sys.executable, "-m", "gfsim.cli.main", "plan", "--log", str(path), "--budget",
+           "usd=40"]
+    took = in_fresh_folder(cmd)
+    results["plan"] = {"seconds": took, "command": " ".join(cmd[3:])}
+    rows.append(("gfsim plan, a 100-candidate log, its default candidates",
+                 "a fresh process, start-up included", took, "s", 10, "<="))
+
+
 def counterfactual(rows: list, results: dict) -> None:
     """The default ``gfsim counterfactual`` (the family, 6 held-out seeds, its fresh
     searches), 2 jobs: issue 53's target."""
@@ -488,6 +505,8 @@ def main() -> None:
     ap.add_argument("--counterfactual", action="store_true")
     ap.add_argument("--many-searches", type=int, default=100_000, metavar="N",
                     help="one-candidate searches in the many-searches figures (0: skip)")
+    ap.add_argument("--only-plan", action="store_true",
+                    help="only gfsim plan's figure (issue 55)")
     ap.add_argument("--only-many-searches", action="store_true",
                     help="measure the many-searches figures alone")
     ap.add_argument("--markdown", type=Path)
@@ -501,6 +520,11 @@ def main() -> None:
         os.environ["GFSIM_CACHE_DIR"] = str(tmp / "user-cache")
         from gfsim.worlds.synth import synthesize
 
+        if args.only_plan:
+            plan_command(tmp, rows, results)
+            print(report(rows, started, "# gfsim plan\n\nMade by `python experiments/"
+                         "bench_speed.py --only-plan` on a SYNTHETIC log (nothing measured)."))
+            return
         if args.only_many_searches:
             many_searches(tmp, args.many_searches, rows, results)
             text = report(rows, started, "# Many searches\n\nMade by `python experiments/"
@@ -515,6 +539,7 @@ def main() -> None:
         engines(path, args.repeat, args.lockstep_seeds, rows, results)
         children(args.repeat, args.lockstep_seeds, rows, results)
         recommend_command(rows, results)
+        plan_command(tmp, rows, results)
         if not args.skip_tune:
             tune_command(rows, results)
             tuning(rows, results, args.trials, args.seeds, args.jobs)
