@@ -10,6 +10,7 @@ import pytest
 
 from gfsim.core.errors import GfsimError
 from gfsim.integrations.cap import CapReached, DollarCap
+from gfsim.replay_logs import load_log
 
 
 def _records(cap: DollarCap) -> list[dict]:
@@ -67,3 +68,80 @@ def test_processes_sharing_a_cap_never_pass_it(tmp_path):
         got = pool.map(_grab, [(cap, 10)] * 4)
     assert sum(got) == 15
     assert cap.status()["spent_usd"] == pytest.approx(15.0)
+
+
+def test_an_llm_call_settles_its_usage_else_its_reservation(tmp_path):
+    """``llm_call``, which OpenEvolve's capped client, the surrogate's forecasts and the cap
+    proxy share: the usage reported where there is one, the reservation where there is none or
+    the call failed, and no ticket at all where the cap refuses."""
+    cap = DollarCap(10.0, tmp_path / "ledger.jsonl", generator_usd_per_m=(3e5, 1e6))
+    assert cap.llm_reserve("generator", 30, 2) == pytest.approx(5.0)  # 10 tokens in, 2 out
+    with cap.llm_call("generator", 30, 2, "a") as bill:
+        bill.usd = cap.usage_usd("generator", {"prompt_tokens": 5, "completion_tokens": 1})
+    with cap.llm_call("generator", 3, 1, "b"):
+        pass  # no usage reported: its reservation, $1.3
+    with pytest.raises(RuntimeError), cap.llm_call("generator", 3, 1, "c"):
+        raise RuntimeError("the server went away")  # failed: its reservation too
+    closed = [r["usd"] for r in _records(cap) if r["kind"] == "close"]
+    assert closed == pytest.approx([2.5, 1.3, 1.3])
+    with pytest.raises(CapReached), cap.llm_call("generator", 30, 2, "d"):
+        raise AssertionError("a refused call never starts")
+    assert cap.status()["in_flight"] == 0 and cap.usage_usd("generator", None) is None
+    assert [r["what"] for r in _records(cap) if r["kind"] == "open"] == ["proposal"] * 3
+
+
+def test_the_surrogate_s_forecasts_are_held_to_the_cap(tmp_path):
+    """A forecast reserves its prompt at the forecaster's prices and settles the tokens it
+    reported; once the cap refuses one, the program is skipped with the cap as its reason."""
+    from gfsim.integrations.openevolve import Surrogate
+    from gfsim.live.forecaster import Forecast, Forecaster
+
+    class Fixed(Forecaster):
+        name, mode, max_tokens = "fixed", "logprobs", 10
+
+        def forecast(self, request):
+            return Forecast(candidate_id=request.candidate_id, forecaster=self.name,
+                            mode=self.mode, probs=[0.0] * 7 + [1.0], input_tokens=100,
+                            output_tokens=2)
+
+    # $0.01 a forecast token: a forecast of a program and the reference, 120 characters each,
+    # reserves 80 + 10 tokens ($0.90) and settles the 102 it reported ($1.02)
+    cap = DollarCap(3.5, tmp_path / "ledger.jsonl", forecaster_usd_per_m=(1e4, 1e4),
+                    gpu_usd_per_hour=0.0)
+    gate = Surrogate(lambda path: {"runtime_ns": 1.0}, runtime_metric="runtime_ns",
+                     policy="threshold:0.5", forecaster=Fixed(), log=tmp_path / "log.jsonl",
+                     cap=cap)
+    outs = []
+    for i in range(5):
+        program = tmp_path / f"p{i}.py"
+        program.write_text(f"x = {i}\n" * 20)
+        outs.append(gate.stage1(program))
+    closed = {r["id"]: r["usd"] for r in _records(cap) if r["kind"] == "close"}
+    forecasts = [r for r in _records(cap) if r["kind"] == "open" and r["what"] == "forecast"]
+    assert [r["usd"] for r in forecasts] == pytest.approx([0.9] * len(forecasts))
+    assert all(closed[r["id"]] == pytest.approx(1.02) for r in forecasts)
+    # the first program is the reference (no forecast); after three forecasts ($3.06) a fourth
+    # would pass $3.50: the fifth program is skipped with the cap as its reason
+    assert len(forecasts) == 3
+    skipped = [getattr(o, "metrics", o).get("gfsim_skipped", False) for o in outs]
+    assert skipped == [False] * 4 + [True]
+    last = load_log(tmp_path / "log.jsonl").decisions.iloc[-1]
+    assert last["action"] == "skip" and "dollar cap" in last["reason"]
+
+
+def test_a_run_resumed_with_a_larger_cap_goes_on_from_what_was_spent(tmp_path):
+    ledger = tmp_path / "ledger.jsonl"
+    first = DollarCap(1.0, ledger)
+    first.settle(first.reserve("evaluation", 0.7), 0.7, seconds=1.0)
+    with pytest.raises(CapReached):
+        first.reserve("proposal", 0.5)
+    larger = DollarCap(2.0, ledger)  # the same ledger: $0.70 spent, the $1 cap's refusal
+    assert larger.status()["reached"] is None and larger.status()["spent_usd"] == 0.7
+    larger.settle(larger.reserve("proposal", 0.5), 0.5)
+    with pytest.raises(CapReached, match=r"\$2 is reached: \$1.2000 spent"):
+        larger.reserve("proposal", 0.9)
+    # a cap stays reached for the dollars it was reached at and less
+    with pytest.raises(CapReached, match=r"\$1 is reached"):
+        DollarCap(1.0, ledger).reserve("proposal", 0.01)
+    with pytest.raises(CapReached, match=r"\$2 is reached"):
+        DollarCap(1.5, ledger).reserve("proposal", 0.01)

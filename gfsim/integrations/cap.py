@@ -10,10 +10,13 @@ take what is settled plus what is in flight past ``usd`` is refused, the refusal
 why, and from then on every reservation is refused: once the cap is reached, no proposal,
 forecast or evaluation starts. Work already in flight finishes; the cap can be passed only by an
 evaluation that runs longer than it reserved (at most one evaluation's price with one in
-flight at a time).
+flight at a time). The ledger keeps the run's account across restarts: a run resumed on the same
+ledger with a larger ``usd`` goes on from what was spent (a cap stays reached for the ``usd`` it
+was reached at and any smaller one).
 
 ``gfsim.integrations.openevolve`` puts it in front of OpenEvolve's LLM (``openevolve_client``)
-and its evaluator (``Surrogate(cap=...)``).
+and its evaluator (``Surrogate(cap=...)``); ``gfsim.integrations.cap_proxy`` in front of any
+OpenAI-compatible server (ShinkaEvolve's LLMs). Each LLM call goes through ``llm_call``.
 """
 
 from __future__ import annotations
@@ -27,10 +30,11 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from gfsim.core.errors import GfsimError
 
-__all__ = ["DollarCap", "CapReached", "CHARS_PER_TOKEN"]
+__all__ = ["DollarCap", "CapReached", "LLMBill", "CHARS_PER_TOKEN", "chat_chars"]
 
 CHARS_PER_TOKEN = 3.0  # a prompt's tokens, reserved from its characters (fewer chars per token
 #                        than usual, so the reservation errs high)
@@ -38,6 +42,35 @@ CHARS_PER_TOKEN = 3.0  # a prompt's tokens, reserved from its characters (fewer 
 
 class CapReached(GfsimError):
     """The run's dollar cap refuses this piece of work."""
+
+
+WORK = {"generator": "proposal", "forecaster": "forecast"}  # an LLM role's kind of work
+
+
+def chat_chars(messages) -> int:
+    """The characters of a chat's messages (their text parts; anything else as its ``str``),
+    which a call's reservation prices at ``CHARS_PER_TOKEN``."""
+    n = 0
+    for m in messages or ():
+        content = m.get("content", "") if isinstance(m, dict) else m
+        if isinstance(content, list):
+            n += sum(len(p["text"]) if isinstance(p, dict) and isinstance(p.get("text"), str)
+                     else len(str(p)) for p in content)
+        else:
+            n += len(content) if isinstance(content, str) else len(str(content or ""))
+    return n
+
+
+@dataclass
+class LLMBill:
+    """One LLM call under the cap (``DollarCap.llm_call``): its ticket, what it reserved, and
+    ``usd``, what it cost where known (set it from the usage the API reported,
+    ``DollarCap.usage_usd``; 0 for a call that never reached the server). Left None, the call
+    is settled at its reservation: a call that failed may still have been billed."""
+
+    ticket: str
+    reserved_usd: float
+    usd: float | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +117,28 @@ class DollarCap:
         """What a call with this prompt may cost at most (its output at most ``max_tokens``)."""
         return self.llm_usd(role, prompt_chars / CHARS_PER_TOKEN,
                             max_tokens or self.max_output_tokens)
+
+    def usage_usd(self, role: str, usage) -> float | None:
+        """What an OpenAI-style ``usage`` (``prompt_tokens``, ``completion_tokens``) comes to
+        at the role's prices; None where the API reported none."""
+        if not isinstance(usage, dict) or not usage:
+            return None
+        return self.llm_usd(role, usage.get("prompt_tokens") or 0,
+                            usage.get("completion_tokens") or 0)
+
+    @contextmanager
+    def llm_call(self, role: str, prompt_chars: int, max_tokens: int | None,
+                 about: str = "") -> Iterator[LLMBill]:
+        """Hold one LLM call (``role``: ``generator``, a proposal; ``forecaster``, a forecast)
+        to the cap: reserves ``llm_reserve`` before the call (``CapReached``: make no call),
+        and settles when the block ends, however it ends, at the bill's ``usd`` (else the
+        reservation)."""
+        usd = self.llm_reserve(role, prompt_chars, max_tokens)
+        bill = LLMBill(self.reserve(WORK[role], usd, about), usd)
+        try:
+            yield bill
+        finally:
+            self.settle(bill.ticket, bill.reserved_usd if bill.usd is None else bill.usd)
 
     def eval_usd(self, seconds: float) -> float:
         return max(0.0, seconds) * self.gpu_usd_per_hour / 3600.0
@@ -133,8 +188,9 @@ class DollarCap:
                     settled[was["what"]] += float(rec["usd"])
                     if was["what"] == "evaluation" and rec.get("seconds") is not None:
                         longest = max(longest or 0.0, float(rec["seconds"]))
-            elif kind == "reached" and reached is None:
-                reached = rec
+            elif kind == "reached" and reached is None and \
+                    float(rec.get("cap_usd", math.inf)) >= self.usd:
+                reached = rec  # (a larger cap, on resuming, is not reached by it)
         in_flight = sum(float(r["usd"]) for r in opened.values())
         return {"cap_usd": self.usd, "spent_usd": sum(settled.values()), "settled": settled,
                 "in_flight_usd": in_flight, "in_flight": len(opened),

@@ -228,19 +228,16 @@ class Surrogate:
         from gfsim.integrations.cap import CapReached
 
         limit = getattr(self.forecaster, "max_tokens", None)
-        usd = self.cap.llm_reserve("forecaster", len(code) + len(reference_code), limit)
-        try:
-            ticket = self.cap.reserve("forecast", usd, cid)
+        chars = len(code) + len(reference_code)
+        try:  # (_forecast raises no CapReached: it turns a forecaster's GfsimError into a record)
+            with self.cap.llm_call("forecaster", chars, limit, cid) as bill:
+                forecast = self._forecast(cid, code, reference_code)
+                read = forecast.get("input_tokens")  # what it read and wrote, else the reservation
+                if isinstance(read, int) and read > 0:
+                    bill.usd = self.cap.llm_usd("forecaster", read,
+                                                forecast.get("output_tokens") or 0)
         except CapReached as exc:
             return None, str(exc)
-        forecast = None
-        try:
-            forecast = self._forecast(cid, code, reference_code)
-        finally:  # what the forecaster reported it read and wrote, else the reservation
-            read = (forecast or {}).get("input_tokens")
-            self.cap.settle(ticket, self.cap.llm_usd("forecaster", read,
-                                                     forecast.get("output_tokens") or 0)
-                            if isinstance(read, int) and read > 0 else usd)
         return forecast, None
 
     # -- later cascade stages -------------------------------------------------------------
@@ -409,25 +406,18 @@ def _capped_llm_class():
                                     lambda: self.inner.generate(prompt, **kwargs))
 
         async def generate_with_context(self, system_message, messages, **kwargs) -> str:
-            chars = len(system_message or "") + sum(len(str(m.get("content", "")))
-                                                    for m in messages)
+            from gfsim.integrations.cap import chat_chars
+
+            chars = len(system_message or "") + chat_chars(messages)
             return await self._call(chars, kwargs, lambda: self.inner.generate_with_context(
                 system_message, messages, **kwargs))
 
         async def _call(self, chars: int, kwargs: dict, call):
-            usd = self.cap.llm_reserve("generator", chars,
-                                       kwargs.get("max_tokens") or self.max_tokens)
-            ticket = self.cap.reserve("proposal", usd, self.name)  # CapReached: no call
-            cost = usd  # a call that failed may still have been billed: its reservation
-            try:
-                out = await call()
-                usage = getattr(self.inner, "last_usage", None)
-                self.last_usage = usage
-                if usage:
-                    cost = self.cap.llm_usd("generator", usage.get("prompt_tokens", 0),
-                                            usage.get("completion_tokens", 0))
+            limit = kwargs.get("max_tokens") or self.max_tokens
+            with self.cap.llm_call("generator", chars, limit, self.name) as bill:
+                out = await call()  # (CapReached before it: no call)
+                self.last_usage = getattr(self.inner, "last_usage", None)
+                bill.usd = self.cap.usage_usd("generator", self.last_usage)
                 return out
-            finally:
-                self.cap.settle(ticket, cost)
 
     return CappedLLM
