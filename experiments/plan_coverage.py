@@ -4,6 +4,7 @@ worlds (issue 55).
     python experiments/plan_coverage.py                    # dev split, 6 world seeds
     python experiments/plan_coverage.py --split heldout    # its held-out seeds
     python experiments/plan_coverage.py --worlds h200:softmax,h200:layernorm --steps 10
+    python experiments/plan_coverage.py --steps 4 --one-task --seeds 12   # a short run
 
 Per world and world seed: the measure-all log of that world seed (the benchmark's, one search
 per task, paper-standard), and a plan from it (``gfsim.tuning.plan.plan``, config ``log`` and
@@ -31,19 +32,31 @@ CONFIGS = ("log", "threshold:0.7@2")
 def _half_scale(level: float, name: str, m: int) -> float:
     """The plan's half-width per unit sd at ``level`` (its own quantile laws)."""
     from gfsim.simulator.predictive import ERROR_DF, ERROR_SCALE, _t
-    from gfsim.tuning.plan import COST_SCALE
+    from gfsim.tuning.plan import BEST_SCALE, COST_SCALE
 
     if name == "best_speedup":
-        return ERROR_SCALE * _t(0.5 + level / 2, ERROR_DF)
+        return BEST_SCALE * ERROR_SCALE * _t(0.5 + level / 2, ERROR_DF)
     return COST_SCALE.get(name, 1.0) * _t(0.5 + level / 2, m - 1)
 
 
+class _OneTask:
+    """A world restricted to one of its tasks (``--one-task``): a past run of one search, as
+    most real runs are, rather than a log of one search per task pooled by the world model."""
+
+    def __init__(self, world, index: int):
+        self._world = world
+        self.tasks = [world.tasks[index % len(world.tasks)]]
+
+    def __getattr__(self, name):
+        return getattr(self._world, name)
+
+
 def one_world_seed(world_spec: str, world_seed: int, steps: int, direct: int,
-                   new_searches: int) -> list[dict]:
+                   new_searches: int, one_task: bool = False) -> list[dict]:
     """Per configuration and figure: the plan's centre and sd, and the direct runs' values."""
     from gfsim.cost_models import load_cost_model
     from gfsim.policies import make_policy
-    from gfsim.simulator import Budget
+    from gfsim.simulator import Budget, build_traces
     from gfsim.simulator.replay import replay_many
     from gfsim.simulator.shape import OwnShape
     from gfsim.tuning.plan import PlanBudget, plan, search_figures
@@ -54,6 +67,8 @@ def one_world_seed(world_spec: str, world_seed: int, steps: int, direct: int,
 
     name, factory, _ = resolve_world(world_spec)
     world = factory(world_seed)
+    if one_task:
+        world = _OneTask(world, world_seed)
     log = _log_of(world, world_seed, steps, name)
     model = load_cost_model("serverless-a100")
     std = replay_many(log, [make_policy("all")], model, [0], driver="puct",
@@ -64,6 +79,9 @@ def one_world_seed(world_spec: str, world_seed: int, steps: int, direct: int,
     got = plan([log], configs, model, PlanBudget(budget, None, f"usd={usd}"),
                fresh_seeds=range(8, 8 + new_searches))
     tasks = [t.task_id for t in world.tasks]
+    # the log's evidence: its measured successes per search
+    successes = float(np.mean([sum(o == "success" for o in t.outcome)
+                               for t in build_traces(log, model)]))
     out = []
     for text, config, row in zip(CONFIGS, configs, got["configs"]):
         spec, at, f = ("all@1" if text == "log" else text).partition("@")
@@ -83,7 +101,7 @@ def one_world_seed(world_spec: str, world_seed: int, steps: int, direct: int,
             sd = f["sd_log2"] if k == "best_speedup" else f["sd"]
             out.append({"world": name, "world_seed": world_seed, "config": text, "figure": k,
                         "centre": centre, "sd": sd, "truth": truth[k],
-                        "m": new_searches})
+                        "m": new_searches, "successes": successes})
     return out
 
 
@@ -116,6 +134,9 @@ def main(argv=None) -> int:
     ap.add_argument("--direct", type=int, default=2, help="direct runs per world seed")
     ap.add_argument("--new-searches", type=int, default=32)
     ap.add_argument("--save", default=None, help="write the rows (gzipped JSON) here")
+    ap.add_argument("--one-task", action="store_true",
+                    help="each log one search of one task (the world seed picks which), as a "
+                         "real run is: no other tasks' searches to pool")
     args = ap.parse_args(argv)
     worlds = args.worlds.split(",") if args.worlds else world_names()
     seeds = world_seeds(args.split, args.seeds) if not args.worlds or \
@@ -123,7 +144,8 @@ def main(argv=None) -> int:
     rows = []
     for w in worlds:
         for s in seeds:
-            rows += one_world_seed(w, s, args.steps, args.direct, args.new_searches)
+            rows += one_world_seed(w, s, args.steps, args.direct, args.new_searches,
+                                   args.one_task)
         print(f"{w}: done", file=sys.stderr)
     cov = coverage(rows)
     print(f"{'world':<28}{'config':<18}{'figure':<14}" + "".join(f"{lv:>6.0%}" for lv in LEVELS)
