@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from gfsim.cli import costs_cmd, counterfactual_cmd, forecast_cmd, import_cmd
+from gfsim.cli import cap_proxy_cmd, costs_cmd, counterfactual_cmd, forecast_cmd, import_cmd
 from gfsim.cli import inspect_cmds, live_cmd, replay_cmd
 from gfsim.cli import plan_cmd, recommend_cmd, savings_cmd, score_cmd, synth_cmd, tune_cmd
 from gfsim.cli.common import CONTEXT, GfsimCommand
@@ -39,6 +39,7 @@ COMMANDS = [
     ("savings", savings_cmd.savings, "Dollars, seconds and joules a policy saves."),
     ("recommend", recommend_cmd.recommend, "Which configuration to run next time."),
     ("plan", plan_cmd.plan, "What the next search will cost and find, before it runs."),
+    ("cap-proxy", cap_proxy_cmd.cap_proxy, "Hold an LLM server's calls to a run's dollar cap."),
     ("live", live_cmd.live, "Run a live search with real parts (vLLM, Triton)."),
     ("merge", live_cmd.merge, "Merge logs of the same hardware and protocol."),
     ("fidelity", live_cmd.fidelity, "Replay a live log against the live run."),

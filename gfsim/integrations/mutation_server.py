@@ -90,13 +90,14 @@ def answer(text: str, rng, wide: bool = False) -> str:
 
 class MutationServer:
     """The server, on 127.0.0.1 and a free port (or ``port``), in a daemon thread.
-    ``requests`` counts the chat completions answered."""
+    ``requests`` counts the chat completions answered; each waits ``delay_s`` seconds first (a
+    slow server, so that a test's calls are in flight together)."""
 
     def __init__(self, *, seed: int = 0, wide: bool = False, model: str = MODEL,
-                 port: int = 0):
+                 port: int = 0, delay_s: float = 0.0):
         import numpy as np
 
-        self.seed, self.wide, self.model = seed, wide, model
+        self.seed, self.wide, self.model, self.delay_s = seed, wide, model, delay_s
         self.requests = 0
         self._lock = threading.Lock()
         self._np = np
@@ -134,6 +135,8 @@ class MutationServer:
                 except (ValueError, KeyError, TypeError):
                     self._send(400, {"error": {"message": "expected a chat-completions body"}})
                     return
+                if server.delay_s > 0:
+                    time.sleep(server.delay_s)
                 self._send(200, server._complete(messages))
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)

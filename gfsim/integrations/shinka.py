@@ -31,7 +31,9 @@ the first program is always measured.
 
 ``cap=`` (a ``gfsim.integrations.cap.DollarCap``) holds the evaluations to the run's dollar cap,
 as in OpenEvolve: once it is reached a program is written as not evaluated, the cap its reason.
-ShinkaEvolve's own LLM calls are not held to it (its ``max_api_costs`` caps them apart).
+ShinkaEvolve's own LLM calls are held to the same cap, on the same ledger, by
+``gfsim.integrations.cap_proxy`` (``gfsim cap-proxy``) in front of its LLM server
+(tests/data/shinka-cap).
 
 One valid gfsim trajectory log is written as the run goes (``log``; appended under a file lock,
 since ShinkaEvolve evaluates in separate processes: all state is in the log). ShinkaEvolve does
