@@ -154,6 +154,21 @@ def test_the_best_speedup_s_interval_is_the_fitted_law_widened_for_plans(oe_pair
         assert math.log2(best["mean"] / best["lo"]) == pytest.approx(half)
 
 
+def test_a_log_with_few_improving_children_is_named_as_unable_to_predict_more(oe_pair):
+    """The second OpenEvolve run never beat its seed by more than noise (1 child of 17 faster
+    than its parent): the plan says its best speedup cannot hold a search that finds more;
+    the first run (3 improving children) is not warned."""
+    outs = [gfsim.plan(str(p), "usd=1", ["log"], replays=2, new_searches=4, steps=16)
+            for p in oe_pair]
+    assert [o["evidence"][0]["improving_children"] for o in outs] == [3, 1]
+    assert [o["evidence"][0]["few"] for o in outs] == [False, True]
+    result = CliRunner().invoke(app, ["plan", "--log", str(oe_pair[1]), "--budget", "usd=1",
+                                      "--candidate", "log", "--replays", "2",
+                                      "--new-searches", "4"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert "1 of its 17 measured children beat their parent" in " ".join(result.output.split())
+
+
 def test_a_candidates_budget_cuts_the_steps(oe_pair):
     out = gfsim.plan(str(oe_pair[0]), "candidates=6", ["log", "all@2"], replays=2,
                      new_searches=4, steps=16)

@@ -33,7 +33,8 @@ import numpy as np
 from gfsim.core.errors import GfsimError, SpecError
 
 __all__ = ["PlanBudget", "parse_plan_budget", "plan", "search_figures", "PLAN_KEYS",
-           "REPLAYS", "NEW_SEARCHES", "COST_SCALE", "BEST_SCALE"]
+           "REPLAYS", "NEW_SEARCHES", "COST_SCALE", "BEST_SCALE", "FEW_IMPROVING",
+           "improving_children"]
 
 REPLAYS = 8  # replays of each log per configuration (the centre)
 NEW_SEARCHES = 32  # searches simulated wholly on the world model per log and configuration
@@ -48,6 +49,7 @@ _FIGURES = ("usd", "usd_llm", "usd_forecasts", "usd_evaluations", "gpu_hours", "
 # (fitted there) it covers 90% on dev, 89% on the held-out seeds and 90% on the measured H200
 # worlds (experiments/plan_coverage.py; docs/how-to/plan-a-search.md).
 COST_SCALE = {"wall_s": 1.12}
+FEW_IMPROVING = 2  # a log with this many children faster than their parent, or fewer: warned
 # The best speedup's interval, ``predictive_interval``'s law (fitted for recommendations on the
 # benchmark's 40-step logs), covered 92% of sister runs at 90% from 40-step logs but 77-85% from
 # logs of 2 to 24 steps, of one search or two, on the dev worlds (12 world seeds each): the
@@ -206,9 +208,28 @@ def plan(logs: list, configs: list, model, budget: PlanBudget, *, steps: int | N
         rows.append(_row(config, per_log, stops, rests, surprise, budget, level, k == 0))
     return {"level": level, "budget": budget.as_dict(), "logs": [r.log.display_name for r in runs],
             "prices": [{"log": r.log.display_name, **r.prices} for r in runs],
+            "evidence": [{"log": r.log.display_name, **improving_children(r.traces)}
+                         for r in runs],
             "replays_per_log": len(seeds), "new_searches_per_log": len(fresh_seeds),
             "log_surprise": surprise, "configs": rows, "over": _over(len(runs), len(seeds),
                                                                    len(fresh_seeds), level)}
+
+
+def improving_children(traces) -> dict:
+    """What a log shows of improvement: its measured children, and those faster than their
+    parent (the seed kernel for a child of the seed). The world model invents children from
+    the log's own steps, so a log with few improving children cannot predict a search that
+    finds much more: ``FEW_IMPROVING`` or fewer and the plan says so."""
+    measured = improving = 0
+    for t in traces:
+        for i, outcome in enumerate(t.outcome):
+            if outcome is None:
+                continue
+            measured += 1
+            parent = t.seed_speedup if t.parent[i] < 0 else t.speedup[t.parent[i]]
+            improving += outcome == "success" and t.speedup[i] > parent
+    return {"measured_children": measured, "improving_children": improving,
+            "few": improving <= FEW_IMPROVING}
 
 
 def _with_candidates(run: _LogRun, search, budget: PlanBudget):
