@@ -6,6 +6,13 @@ between calls: OpenEvolve re-executes an evaluator file for every program, but n
 it imports). Without a CUDA GPU it runs under the Triton interpreter with CPU timing, whose
 runtimes say nothing about a GPU (the returned ``device`` says which it was).
 
+OpenEvolve evaluates the initial program in its own process and then forks its evaluation
+workers; on a GPU that first measurement has started CUDA (the baseline's outputs are computed
+in the measurer's process), and CUDA cannot be used again in a forked child. A call from such a
+child (``torch.cuda._is_in_bad_fork()``) is therefore measured in a spawned process of its own,
+started once per process and task and kept, so that it works whatever start method the caller
+used.
+
 Returns OpenEvolve metrics: a success is ``{"combined_score": speedup, "speedup": ...,
 "runtime_ns": ..., "device": ...}`` (speedup against the task's PyTorch baseline); a failure is
 ``{"combined_score": 0.0, "error": REASON, "outcome": OUTCOME}``, ``OUTCOME`` a gfsim outcome
@@ -38,17 +45,48 @@ def _measurer(task: str, interpret: bool):
     return _MEASURERS[key]
 
 
-def evaluate_kernel(program_path, task: str = "softmax", interpret: bool | None = None) -> dict:
-    """OpenEvolve metrics for the program at ``program_path`` as a kernel of ``task``."""
+_SPAWNED: dict = {}  # (pid, task, interpret) -> a one-process spawn pool that measures
+
+
+def _in_bad_fork() -> bool:
+    """Whether this process was forked after its parent started CUDA (CUDA is then unusable
+    here)."""
+    import torch
+
+    return torch.cuda._is_in_bad_fork()
+
+
+def _measure_code(task: str, interpret: bool, code: str) -> dict:
+    """One program's measurement record (in this process's measurer)."""
     from gfsim.live.candidates import CodeCandidate
 
+    return _measurer(task, interpret).measure(CodeCandidate(task, code))
+
+
+def _measure_spawned(task: str, interpret: bool, code: str) -> dict:
+    """``_measure_code`` in a spawned process of this process's own, kept for its next call."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    key = (os.getpid(), task, interpret)
+    if key not in _SPAWNED:
+        pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        _SPAWNED[key] = pool
+        atexit.register(pool.shutdown)
+    return _SPAWNED[key].submit(_measure_code, task, interpret, code).result()
+
+
+def evaluate_kernel(program_path, task: str = "softmax", interpret: bool | None = None) -> dict:
+    """OpenEvolve metrics for the program at ``program_path`` as a kernel of ``task``."""
+    bad_fork = _in_bad_fork()
     if interpret is None:
         import torch
 
-        interpret = not torch.cuda.is_available()
+        # (a bad fork's parent had started CUDA: there is a GPU, and this process may not ask)
+        interpret = False if bad_fork else not torch.cuda.is_available()
     with open(program_path, encoding="utf-8") as f:
         code = f.read()
-    r = _measurer(task, interpret).measure(CodeCandidate(task, code))
+    r = (_measure_spawned if bad_fork else _measure_code)(task, interpret, code)
     device = "cpu (Triton interpreter)" if interpret else "cuda"
     if r.get("outcome") == "success" and r.get("speedup"):
         return {"combined_score": float(r["speedup"]), "speedup": float(r["speedup"]),
