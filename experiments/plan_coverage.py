@@ -59,7 +59,7 @@ def one_world_seed(world_spec: str, world_seed: int, steps: int, direct: int,
     from gfsim.simulator import Budget, build_traces
     from gfsim.simulator.replay import replay_many
     from gfsim.simulator.shape import OwnShape
-    from gfsim.tuning.plan import PlanBudget, plan, search_figures
+    from gfsim.tuning.plan import PlanBudget, improving_children, plan, search_figures
     from gfsim.tuning.recommend import parse_config
     from gfsim.worlds.benchmark import _log_of, _search_config
     from gfsim.worlds.protocol import resolve_world
@@ -79,9 +79,10 @@ def one_world_seed(world_spec: str, world_seed: int, steps: int, direct: int,
     got = plan([log], configs, model, PlanBudget(budget, None, f"usd={usd}"),
                fresh_seeds=range(8, 8 + new_searches))
     tasks = [t.task_id for t in world.tasks]
-    # the log's evidence: its measured successes per search
-    successes = float(np.mean([sum(o == "success" for o in t.outcome)
-                               for t in build_traces(log, model)]))
+    # the log's evidence: its measured successes per search, its improving children in all
+    traces = build_traces(log, model)
+    successes = float(np.mean([sum(o == "success" for o in t.outcome) for t in traces]))
+    improving = improving_children(traces)["improving_children"]
     out = []
     for text, config, row in zip(CONFIGS, configs, got["configs"]):
         spec, at, f = ("all@1" if text == "log" else text).partition("@")
@@ -101,7 +102,8 @@ def one_world_seed(world_spec: str, world_seed: int, steps: int, direct: int,
             sd = f["sd_log2"] if k == "best_speedup" else f["sd"]
             out.append({"world": name, "world_seed": world_seed, "config": text, "figure": k,
                         "centre": centre, "sd": sd, "truth": truth[k],
-                        "m": new_searches, "successes": successes})
+                        "m": new_searches, "successes": successes,
+                        "improving": improving})
     return out
 
 
