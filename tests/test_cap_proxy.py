@@ -190,3 +190,29 @@ def test_the_command_serves_until_interrupted_and_says_what_was_spent(tmp_path):
     assert proc.returncode == 0, first + rest
     assert f"local/{up.model}@{url}" in first + rest
     assert "1 forwarded, 0 refused" in rest and "cap not reached" in rest
+
+
+def test_in_front_of_the_real_vllm_server_the_cap_settles_its_reported_usage(tmp_path,
+                                                                            vllm_server):
+    """The repository's vLLM CPU server (the tiny model) as the upstream, at $1 a token in and
+    out: each call reserves its prompt (a token per 3 characters) and its 8 output tokens,
+    settles at the tokens vLLM reported (its chat template's prompt tokens included), and
+    once what is spent plus a reservation would pass $150, nothing more reaches vLLM."""
+    cap = DollarCap(150.0, tmp_path / "ledger.jsonl", generator_usd_per_m=(1e6, 1e6))
+    ask = {"model": vllm_server.model, "max_tokens": 8, "temperature": 0.0,
+           "messages": [{"role": "user", "content": "Write a Triton softmax kernel."}]}
+    with CapProxy(cap, vllm_server.url, log=tmp_path / "proxy.jsonl") as proxy:
+        replies = [httpx.post(proxy.url + "/chat/completions", json=ask, timeout=120)
+                   for _ in range(12)]
+    sent = [r for r in _log(tmp_path / "proxy.jsonl") if r["forwarded"]]
+    assert 2 <= len(sent) < 12
+    assert [r.status_code for r in replies] == [200] * len(sent) + [402] * (12 - len(sent))
+    reserved = {r["id"]: r["usd"] for r in _ledger(cap) if r["kind"] == "open"}
+    for rec, reply in zip(sent, replies):
+        usage = reply.json()["usage"]
+        tokens = usage["prompt_tokens"] + usage["completion_tokens"]
+        assert rec["settled_usd"] == pytest.approx(float(tokens))
+        assert tokens != pytest.approx(reserved[rec["ticket"]])  # (the estimate is not it)
+    st = cap.status()
+    assert st["spent_usd"] == pytest.approx(sum(r["settled_usd"] for r in sent))
+    assert st["spent_usd"] <= 150.0 and st["in_flight"] == 0 and st["reached"]
