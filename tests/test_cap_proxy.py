@@ -180,11 +180,16 @@ def test_the_command_serves_until_interrupted_and_says_what_was_spent(tmp_path):
              str(tmp_path / "run.ledger"), "--upstream", up.url, "--model", up.model],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
-            first = proc.stdout.readline() + proc.stdout.readline()
-            url = first.split()[first.split().index("at") + 1]
+            # (its first lines say where it serves; a warning on stderr may come before them)
+            first = ""
+            while "ShinkaEvolve's name" not in first:
+                line = proc.stdout.readline()
+                assert line, f"cap-proxy ended before serving:\n{first}"
+                first += line
+            url = first.split("gfsim cap-proxy at ", 1)[1].split()[0]
             assert httpx.post(url + "/chat/completions", json=ASK).status_code == 200
             proc.send_signal(signal.SIGINT)
-            rest = proc.communicate(timeout=20)[0]
+            rest = proc.communicate(timeout=120)[0]  # (a hang guard)
         finally:
             proc.kill()
     assert proc.returncode == 0, first + rest
