@@ -178,9 +178,10 @@ def test_the_command_serves_until_interrupted_and_says_what_was_spent(tmp_path):
         proc = subprocess.Popen(
             [sys.executable, "-m", "gfsim", "cap-proxy", "--usd", "5", "--ledger",
              str(tmp_path / "run.ledger"), "--upstream", up.url, "--model", up.model],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            cwd=tmp_path)  # (not the checkout: its gfsim/ would shadow the installed one)
         try:
-            # (its first lines say where it serves; a warning on stderr may come before them)
+            # (its first lines say where it serves)
             first = ""
             while "ShinkaEvolve's name" not in first:
                 line = proc.stdout.readline()
