@@ -193,6 +193,26 @@ def test_a_plan_from_one_real_run_covers_the_dollars_of_its_sister_run(oe_pair):
         assert usd["lo"] <= actual[b] <= usd["hi"], (a.name, usd, actual[b])
 
 
+def test_a_plan_from_one_real_shinka_run_covers_the_dollars_of_its_sister_run(tmp_path):
+    """The two real ShinkaEvolve 0.0.7 runs of the same configuration (10 generations, seeds 0
+    and 1: tests/data/shinka and tests/data/shinka-sister), planned from each other: the
+    dollars are covered both ways; the run with no improving child is warned as unable to
+    predict its sister's best (1.76x), the other's interval holds its sister's 1.0x."""
+    from gfsim.importers.shinka import import_shinka
+
+    paths = []
+    for name in ("shinka", "shinka-sister"):
+        paths.append(tmp_path / f"{name}.jsonl")
+        import_shinka(DATA / name / "run", paths[-1])
+    actual = {p: gfsim.compare(str(p), "all", driver="closed").to_dict() for p in paths}
+    for a, b in (paths, paths[::-1]):
+        out = gfsim.plan(str(a), "usd=5", ["log"])
+        usd, best = out["configs"][0]["usd"], out["configs"][0]["best_speedup"]
+        assert usd["lo"] <= actual[b]["usd"] <= usd["hi"], (a.name, usd, actual[b]["usd"])
+        covered = best["lo"] <= actual[b]["best_speedup"] <= best["hi"]
+        assert covered != out["evidence"][0]["few"], (a.name, best, out["evidence"])
+
+
 def test_the_command_prints_each_figure_at_80_columns_and_its_json(oe_pair):
     runner = CliRunner()
     res = runner.invoke(app, ["plan", "--log", str(oe_pair[0]), "--log", str(oe_pair[1]),
