@@ -338,3 +338,40 @@ def test_a_trial_is_beyond_the_total_when_as_many_before_it_count(tmp_path):
     assert not beyond_total(first, 2)
     assert beyond_total(second, 2)
     assert not beyond_total(second, 3)
+
+
+class _RacedObjective:
+    """A trial function whose first trial another worker completes first, as happens when
+    two workers pop the same waiting trial from SQLite (no row locks: optuna#4621)."""
+
+    heartbeat, retries, total = None, 1, None
+
+    def __init__(self, url: str, name: str):
+        self.url, self.name, self.calls = url, name, 0
+
+    def __call__(self, trial):
+        import optuna
+
+        self.calls += 1
+        x = trial.suggest_float("x", 0.0, 1.0)
+        if self.calls == 1:  # the other worker, through its own handle, tells it first
+            optuna.load_study(study_name=self.name, storage=self.url).tell(trial.number, 1.0)
+        return x
+
+    def close(self):
+        pass
+
+
+def test_a_trial_another_worker_completed_first_is_dropped_and_the_worker_goes_on(tmp_path):
+    import optuna
+
+    from gfsim.tuning.study import _worker
+
+    url = f"sqlite:///{tmp_path}/race.db"
+    optuna.create_study(study_name="race", storage=url)
+    objective = _RacedObjective(url, "race")
+    _worker((url, "race", "tpe", 0, False, objective, 3))  # raised ValueError before
+    trials = optuna.load_study(study_name="race", storage=url).trials
+    assert objective.calls >= 3  # the share was run on after the trial told twice
+    assert trials[0].state == optuna.trial.TrialState.COMPLETE and trials[0].value == 1.0
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)

@@ -304,9 +304,24 @@ def _worker(args, stop=None, parent: tuple | None = None):
     stops = [check]
     try:
         with _storage_errors(storage):
-            s.optimize(objective, n_trials=share, callbacks=stops)
+            while True:
+                try:
+                    s.optimize(objective, n_trials=share, callbacks=stops)
+                    break
+                except ValueError as exc:
+                    if not _told_twice(exc):
+                        raise
+                    # SQLite has no row locks, so two workers can pop the same waiting trial
+                    # (a retried one: claims.fail_lost_trials enqueues it) and run it both
+                    # (optuna#4621); the other told it first, so this run of it is dropped
+                    # and the worker goes on (the study's total still stops it).
     finally:
         objective.close()
+
+
+def _told_twice(exc: ValueError) -> bool:
+    """Whether ``exc`` is Optuna refusing to tell a trial that another worker completed."""
+    return str(exc).startswith("Cannot tell a COMPLETE trial")
 
 
 def _worker_main(args, stop, conn, parent: tuple | None = None) -> None:
