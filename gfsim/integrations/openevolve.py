@@ -326,6 +326,13 @@ class Surrogate:
             return metrics
         return EvaluationResult(metrics=metrics, artifacts={"gfsim": why})
 
+    def _timed(self, t0: float, ticket: str | None) -> float:
+        """The evaluation's seconds since ``t0``, settled on the cap's ``ticket`` if any."""
+        wall = time.perf_counter() - t0
+        if ticket is not None:
+            self.cap.settle(ticket, self.cap.eval_usd(wall), wall)
+        return wall
+
     def _measure(self, cid: str, program_path, first: bool, ticket: str | None = None):
         from gfsim.importers.openevolve import outcome_of
 
@@ -333,18 +340,14 @@ class Surrogate:
         try:
             result = self.user_evaluate(program_path)
         except BaseException as exc:
-            if ticket is not None:
-                wall = time.perf_counter() - t0
-                self.cap.settle(ticket, self.cap.eval_usd(wall), wall)
+            wall = self._timed(t0, ticket)
             with self._locked():
                 self._append({"kind": "evaluation", "candidate_id": cid,
-                              "outcome": "runtime_error", "wall_s": time.perf_counter() - t0,
+                              "outcome": "runtime_error", "wall_s": wall,
                               "reason": f"the evaluator raised {type(exc).__name__}: "
                                         f"{str(exc)[:1000]}"})
             raise
-        wall = time.perf_counter() - t0
-        if ticket is not None:
-            self.cap.settle(ticket, self.cap.eval_usd(wall), wall)
+        wall = self._timed(t0, ticket)
         metrics = getattr(result, "metrics", result)
         metrics = metrics if isinstance(metrics, dict) else {}
         outcome, value, error = outcome_of(metrics, self.runtime_metric)
