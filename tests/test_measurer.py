@@ -3,6 +3,7 @@ hostile-candidate suite is tests/test_hostile.py; the GPU stages run on the H200
 gpu-marked tests and experiments/hostile_suite.py)."""
 
 import hashlib
+import os
 import socket
 import threading
 from dataclasses import dataclass
@@ -185,3 +186,24 @@ def test_a_machine_without_the_sandbox_refuses_untrusted_code(tmp_path):
     finally:
         trusted.close()
     assert r["outcome"] == CORRECT_UNTIMED and r["network_isolated"] is False
+
+
+def test_the_watchdog_counts_a_sandbox_tmpfs_only_once_it_is_mounted(tmp_path):
+    """Until a starting sandbox has mounted its /dev/shm and folder tmpfs, the paths the
+    watchdog reads them at are the host's (its /dev/shm, the disk under the folder): their used
+    bytes are not the sandbox's memory. CI once killed two starting sandboxes "for memory" this
+    way on a loaded machine (the disk's gigabytes counted); reproduced by delaying the mounts."""
+    from gfsim.live.measurer import _own_tmpfs_kb
+
+    assert _own_tmpfs_kb(tmp_path, tmp_path) == 0.0  # not mounted over: the host's disk
+    assert _own_tmpfs_kb(tmp_path / "gone", tmp_path) == 0.0
+    shm = "/dev/shm"
+    if not os.path.isdir(shm) or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("no /dev/shm of its own here")
+    held = os.path.join(shm, f"gfsim-test-{os.getpid()}")
+    with open(held, "wb") as f:
+        f.write(b"\1" * (4 << 20))
+    try:
+        assert _own_tmpfs_kb(shm, tmp_path) >= 4 << 10  # a filesystem of its own: counted
+    finally:
+        os.unlink(held)

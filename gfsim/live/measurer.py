@@ -382,7 +382,8 @@ class _Sandbox:
         the limits (where no group holds: what the fallback leaves to watch)."""
         while not self._stop.wait(0.05):
             with _QUIET:
-                kb, n = _namespace_usage(self.pid, self.ns, self.view if self.tmpfs else None)
+                kb, n = _namespace_usage(self.pid, self.ns, self.view if self.tmpfs else None,
+                                         self.dir)
             group = self.group
             over = ("memory" if kb > self.limit_kb or (group and group.oom_kills()) else
                     "processes" if n > self.max_tasks or (group and group.tasks_refused())
@@ -582,11 +583,17 @@ def _gpu_nodes() -> bool:
     return bool(glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/kfd"))
 
 
-def _namespace_usage(pid: int | None, ns: int | None,
-                     folder: Path | None = None) -> tuple[float, int]:
+def _namespace_usage(pid: int | None, ns: int | None, folder: Path | None = None,
+                     host_folder: Path | None = None) -> tuple[float, int]:
     """(resident kB, threads) of a sandbox: every process in its PID namespace, plus what
     its private /dev/shm and its folder's tmpfs (``folder``, as this process sees it) hold;
-    without a namespace, the process group of ``pid``."""
+    without a namespace, the process group of ``pid``.
+
+    Each of the two counts only once it is the sandbox's own filesystem: until the sandbox's
+    init has mounted them (it reports its pid first, then mounts), ``/proc/<pid>/root/dev/shm``
+    and ``folder`` are the host's ``/dev/shm`` and the disk holding ``host_folder``, whose
+    used bytes are not the sandbox's (on a loaded machine the watchdog saw the disk's
+    gigabytes there and killed a starting sandbox "for memory")."""
     if pid is None:
         return 0.0, 0
     total, count = 0.0, 0
@@ -610,14 +617,27 @@ def _namespace_usage(pid: int | None, ns: int | None,
         except (OSError, ValueError, IndexError):
             continue
     if ns is not None:
-        for held in (f"/proc/{pid}/root/dev/shm", folder):
+        for held, host in ((f"/proc/{pid}/root/dev/shm", "/dev/shm"), (folder, host_folder)):
+            if held is not None:
+                total += _own_tmpfs_kb(held, host)
+    return total, count
+
+
+def _own_tmpfs_kb(held, host) -> float:
+    """The kB used on ``held`` where it is a filesystem of its own, not the one ``host`` (the
+    same path as this process sees it) lies on; 0 before the sandbox mounted it, or if gone."""
+    try:
+        dev = os.stat(held).st_dev
+        if host is not None:
             try:
-                if held is not None:
-                    st = os.statvfs(held)
-                    total += (st.f_blocks - st.f_bfree) * st.f_frsize / 1024
+                if os.stat(host).st_dev == dev:
+                    return 0.0
             except OSError:
                 pass
-    return total, count
+        st = os.statvfs(held)
+        return (st.f_blocks - st.f_bfree) * st.f_frsize / 1024
+    except OSError:
+        return 0.0
 
 
 # -- what a worker says and leaves: read without trust ------------------------------------------
