@@ -506,6 +506,7 @@ def test_counterfactual_json_is_the_same_on_one_process_and_on_two():
         assert res.exit_code == 0, res.output
         out = json.loads(res.stdout)
         assert out.pop("settings")["options"]["jobs"] == int(jobs)  # how each was made
+        assert out.pop("ran_on")["workers"] == int(jobs)  # and where it ran
         outs.append(json.dumps(out))
     assert outs[0] == outs[1]
     out = json.loads(outs[0])

@@ -15,6 +15,7 @@ def counterfactual(world: str | Sequence[str] = ("family",), *,
                    split: str = "heldout", replay_seeds: int = 4, direct_reps: int = 2,
                    fresh_seeds: int = 6, steps: int = 40, cost: str = "serverless-a100",
                    children: str = "fallback", forecaster: str | None = None, jobs: int = 0,
+                   cluster: str | None = None,
                    progress: Callable[[int, int], None] | None = None) -> dict:
     """Log a standard search on each world, replay each (policy, F) from the log, run it
     directly on the world under the same budget, and measure how far the replay is off and
@@ -29,12 +30,15 @@ def counterfactual(world: str | Sequence[str] = ("family",), *,
         overgen: the overgeneration factors compared, a list or ``"1,2,4"``.
         seeds: world seeds (>= 2: regret scores a pick on other seeds).
         jobs: processes (0: one per core).
+        cluster: run the world seeds on a Ray cluster instead: ``"ray"`` (the one at
+            ``$RAY_ADDRESS``) or ``"ray://HOST:PORT"``; the same results, seed for seed.
         progress: called as ``progress(done, total)`` as world seeds finish.
 
     Returns:
         What ``gfsim counterfactual --json`` prints: per world (``worlds``) the cells and
         its ``measures``: the rank agreement, the coverage of the predictive intervals, the
-        recommendation's regret and each target asked and found (``measures["targets"]``).
+        recommendation's regret and each target asked and found (``measures["targets"]``);
+        ``ran_on``: where the work ran.
 
     Examples:
         >>> import gfsim
@@ -96,16 +100,21 @@ def counterfactual(world: str | Sequence[str] = ("family",), *,
         runnable.append(name)
     if not runnable:
         raise GfsimError("no world could be loaded: " + "; ".join(skipped.values()))
+    from gfsim.core.executor import make_executor
+
     n_jobs = jobs if jobs > 0 else bm.default_jobs()
-    results = bm.run_benchmark(runnable, seed_list, spec, jobs=n_jobs,
-                               progress=progress)
+    with make_executor(min(n_jobs, len(runnable) * len(seed_list)), cluster,
+                       shared=spec) as executor:
+        results = bm.run_benchmark(runnable, seed_list, spec, executor=executor,
+                                   progress=progress)
+        ran_on = executor.describe()
     out = {"benchmark": "gfsim counterfactual", "family": family()["family"],
            "split": split if seed_list[0] != 0 or split == "dev" else "user",
            "spec": spec.as_dict(), "world_seeds": seed_list, "worlds": results,
            "skipped": skipped,
            **({"against_fallback": bm.compare_sources(results)}
               if "fallback" in spec.children and len(spec.children) > 1 else {}),
-           "note": _note(results)}
+           "note": _note(results), "ran_on": ran_on}
     return out
 
 

@@ -18,7 +18,7 @@ def recommend(log: ReplayLog | str | Path | None = None,
               driver: str = "closed", search: str | None = None, forecaster: str | None = None,
               children: str = "auto", simulate: bool = False, seeds: int = 8,
               fresh_seeds: int = 8, seed: int = 0, level: float = 0.9,  # fresh: NEW_SEARCHES
-              prices: bool = True, jobs: int = 0) -> dict:
+              prices: bool = True, jobs: int = 0, cluster: str | None = None) -> dict:
     """Which of ``candidates`` (``POLICY[@F]``) to run next time instead of ``incumbent``:
     each one's expected gain (what adopting it gives, with its interval: the recommendation
     decides on it) and one new search's gain (where a single run lands), the recommendation,
@@ -34,11 +34,14 @@ def recommend(log: ReplayLog | str | Path | None = None,
             ``log`` for the search as it ran.
         jobs: processes the configurations are replayed in (0: one per core, at most one per
             configuration; 1: this process); the answer is the same whatever their number.
+        cluster: replay them on a Ray cluster instead: ``"ray"`` (the one at
+            ``$RAY_ADDRESS``) or ``"ray://HOST:PORT"``; the same answer.
 
     Returns:
         What ``gfsim recommend --json`` prints: ``recommendation`` (its ``verdict``, the
         chosen configuration, each candidate's predicted gain with its interval, the
-        break-even prices) beside the log, cost model, driver and budget.
+        break-even prices) beside the log, cost model, driver and budget; ``ran_on``: where
+        the replays ran.
 
     Examples:
         >>> import gfsim
@@ -78,16 +81,23 @@ def recommend(log: ReplayLog | str | Path | None = None,
     n = seeds if varies else 1
     if jobs < 0:
         raise GfsimError(f"--jobs must be >= 0, got {jobs}")
-    rec = recommendation(setup, configs, base, range(seed, seed + n),
-                         fresh_seeds=range(seed + n, seed + n + fresh_seeds), level=level,
-                         prices=prices, jobs=jobs or _cores())
+    from gfsim.core.executor import make_executor
+    from gfsim.tuning.trials import SeedPool
+
+    distinct = {(c.spec, c.search) for c in configs} | {(base.spec, base.search)}
+    with make_executor(min(jobs or _cores(), len(distinct)), cluster, shared=setup) as ex:
+        pool = None if ex.kind == "in-process" else SeedPool(setup, ex.workers, executor=ex)
+        rec = recommendation(setup, configs, base, range(seed, seed + n),
+                             fresh_seeds=range(seed + n, seed + n + fresh_seeds), level=level,
+                             prices=prices, pool=pool)
+        ran_on = ex.describe()
     from gfsim.replay_logs.shipped import log_caveats
 
     out = {"log": the_log.name, "synthetic_log": the_log.is_synthetic,
            "log_caveats": log_caveats(the_log), "cost_model": cost,
            "driver": driver, **_chosen(the_log, driver), "budget": the_budget.as_dict(),
            **({"children": children} if is_closed_loop(driver) else {}),
-           "recommendation": rec}
+           "recommendation": rec, "ran_on": ran_on}
     if notes:
         out["notes"] = notes
     if varies is None:

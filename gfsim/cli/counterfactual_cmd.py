@@ -10,6 +10,7 @@ import typer
 
 from gfsim.cli.common import console, esc, handles_errors, print_json
 from gfsim.cli.common import CONFIG_HELP, load_config
+from gfsim.core.executor import CLUSTER_HELP
 
 __all__ = ["counterfactual"]
 
@@ -69,6 +70,8 @@ def counterfactual(
              "costmodel[:k=v,...], the learned cost model, trained in each search (direct and "
              "replayed) on what that search measured."),
     jobs: int = typer.Option(0, "--jobs", "-j", help="Processes (0: one per core, at most 8)."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=CLUSTER_HELP,
+                                          metavar="ray|ray://HOST:PORT"),
     as_json: bool = typer.Option(False, "--json", help="Print every figure as JSON.", metavar=""),
     list_worlds: bool = typer.Option(False, "--list-worlds", help="List built-in worlds.",
                                      metavar=""),
@@ -111,7 +114,7 @@ def counterfactual(
 
     kwargs = dict(policies=policies, overgen=overgen, seeds=seeds, split=split,
                   replay_seeds=replay_seeds, direct_reps=direct_reps, fresh_seeds=fresh_seeds,
-                  steps=steps, cost=cost, children=children, forecaster=forecaster, jobs=jobs)
+                  steps=steps, cost=cost, children=children, forecaster=forecaster, jobs=jobs, cluster=cluster)
     if as_json:
         out = run_benchmark(world, **kwargs)
     else:
@@ -201,6 +204,10 @@ def _print(out: dict) -> None:
               f"{spec['replay_seeds']} replays and {spec['direct_reps']} direct runs per seed, "
               f"children: {', '.join(spec['children'])}, cost: {spec['cost']}", markup=False,
               highlight=False)
+    where = out.get("ran_on", {})
+    if where.get("executor") == "ray":
+        con.print(f"ran on the Ray cluster at {where['address']}: {where['nodes']} nodes, "
+                  f"{where['workers']} CPUs", markup=False, highlight=False)
     for name, why in out["skipped"].items():
         con.print(f"skipped {name}: {why}", markup=False, highlight=False)
     for w in out["worlds"]:

@@ -17,6 +17,7 @@ from gfsim.cli.common import (
     load_config,
     print_json,
 )
+from gfsim.core.executor import CLUSTER_HELP
 
 __all__ = ["recommend", "print_recommendation", "INCUMBENT_HELP"]
 
@@ -74,6 +75,8 @@ def recommend(
                              help="Processes the configurations are replayed in (0: one per "
                                   "core, at most one per configuration; 1: this process). "
                                   "The answer is the same whatever their number."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=CLUSTER_HELP,
+                                          metavar="ray|ray://HOST:PORT"),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object.", metavar=""),
     config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP, is_eager=True,
                                           callback=load_config),
@@ -90,7 +93,7 @@ def recommend(
                             driver=driver, search=search, forecaster=forecaster,
                             children=children, simulate=simulate, seeds=seeds,
                             fresh_seeds=fresh_seeds, seed=seed, level=level, prices=prices,
-                            jobs=jobs)
+                            jobs=jobs, cluster=cluster)
     rec = out["recommendation"]
     if as_json:
         print_json(out)
@@ -107,6 +110,10 @@ def recommend(
     for caveat in out.get("log_caveats", []):  # (a CPU-clock best is a candidate's own word)
         style = "bold red" if caveat.startswith("UNTRUSTED") else "yellow"
         con.print(f"[{style}]{esc(caveat, 1000)}[/{style}]")
+    where = out.get("ran_on", {})
+    if where.get("executor") == "ray":
+        con.print(f"ran on the Ray cluster at {esc(where['address'])}: {where['nodes']} nodes, "
+                  f"{where['workers']} CPUs", highlight=False)
     print_recommendation(con, rec)
     for note in out.get("notes", []):
         con.print(f"[dim]note: {esc(note, 1000)}[/dim]")

@@ -359,57 +359,49 @@ def trial_draws(setup: TrialSetup, spec: str, search) -> dict:
     return {**draw_shares(results), "best_evidence": best_evidence(every)}
 
 
-_INSTALLED: dict = {}  # in a SeedPool's processes: the setup they replay
+def _seed_chunk(setup: TrialSetup, job):
+    spec, search, seeds = job
+    return _seed_rows(setup, spec, search, seeds)
 
 
-def _seed_chunk(args):
-    spec, search, seeds = args
-    return _seed_rows(_INSTALLED["setup"], spec, search, seeds)
-
-
-def _installed_call(args):
-    fn, item = args
-    return fn(_INSTALLED["setup"], item)
+def _installed_call(setup: TrialSetup, job):
+    fn, item = job
+    return fn(setup, item)
 
 
 class SeedPool:
-    """Processes that each receive the trial setup (the log, the cost model) once, when they
+    """Workers that each receive the trial setup (the log, the cost model) once, when they
     start, and then only (spec, search, seeds) per trial: a trial's seeds are split into one
-    contiguous chunk per process, and the rows come back in seed order. Each process keeps its
-    traces (``cached_traces``) and per-candidate plans across trials."""
+    contiguous chunk per worker, and the rows come back in seed order. Each worker keeps its
+    traces (``cached_traces``) and per-candidate plans across trials. The workers are ``jobs``
+    local processes, or ``executor``'s (a ``gfsim.core.executor.Executor`` whose shared input
+    is ``setup``: a Ray cluster's)."""
 
-    def __init__(self, setup: TrialSetup, jobs: int, initializer=None, initargs=()):
-        from concurrent.futures import ProcessPoolExecutor
+    def __init__(self, setup: TrialSetup, jobs: int, initializer=None, initargs=(),
+                 executor=None):
+        from gfsim.core.executor import LocalProcesses
 
+        self.executor = executor if executor is not None else \
+            LocalProcesses(jobs, setup, initializer, initargs)
         self.jobs = jobs
-        self._pool = ProcessPoolExecutor(jobs, initializer=_start,
-                                         initargs=(setup, initializer, initargs))
 
     def run(self, spec: str, search, seeds: list[int]) -> list:
         n = len(seeds)
         bounds = [n * k // self.jobs for k in range(self.jobs + 1)]
         chunks = [seeds[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
-        return [row for part in self._pool.map(_seed_chunk, [(spec, search, c) for c in chunks])
+        return [row for part in self.executor.map(_seed_chunk, [(spec, search, c)
+                                                                for c in chunks])
                 for row in part]
 
     def map(self, fn, items: list):
-        """``fn(setup, item)`` of every item in the processes (``fn`` a module's function),
+        """``fn(setup, item)`` of every item in the workers (``fn`` a module's function),
         one item a task, the results in the items' order (``gfsim recommend``: one
         configuration a task)."""
-        return self._pool.map(_installed_call, [(fn, item) for item in items])
+        return self.executor.map(_installed_call, [(fn, item) for item in items])
 
     def shutdown(self, cancel: bool = False) -> None:
-        """End the processes, after the tasks given (``cancel``: after the running ones)."""
-        self._pool.shutdown(cancel_futures=cancel)
-
-
-def _start(setup: TrialSetup, initializer, initargs) -> None:
-    from gfsim.core.lifeline import die_with_parent
-
-    die_with_parent()  # a trial's seed process ends with the worker that started it
-    _INSTALLED["setup"] = setup
-    if initializer is not None:
-        initializer(*initargs)
+        """End the workers, after the tasks given (``cancel``: after the running ones)."""
+        self.executor.close(cancel=cancel)
 
 
 def aggregate(metric: str, block: np.ndarray) -> float:

@@ -604,7 +604,7 @@ def default_jobs() -> int:
     return max(1, min(len(os.sched_getaffinity(0)), 8))
 
 
-def _job(args) -> dict:
+def _job(spec: BenchSpec, item) -> dict:
     """One (world, seed) of the benchmark, with no cyclic garbage collection until it is done:
     its searches make hundreds of thousands of acyclic objects (children, plans, rows), and
     every collection walked all of them alive; each replay's own pause ended as it returned,
@@ -613,35 +613,31 @@ def _job(args) -> dict:
     memory: a job leaves no cycles (a collection after one found none)."""
     from gfsim.core.memory import no_cyclic_gc
 
-    world_spec, seed, spec = args
+    world_spec, seed = item
     with no_cyclic_gc():
         return run_world_seed(world_spec, seed, spec)
 
 
 def run_benchmark(worlds: list[str], seeds: list[int], spec: BenchSpec, *, jobs: int = 1,
-                  progress=None, rows_out: dict | None = None) -> list[dict]:
+                  executor=None, progress=None, rows_out: dict | None = None) -> list[dict]:
     """``summarize_world`` of every world and child source (world by world, sources in the
-    spec's order), its seeds run on ``jobs`` processes; ``progress(done, total)`` after each
-    (world, seed)."""
-    work = [(w, s, spec) for w in worlds for s in seeds]
-    rows: dict[str, list[dict]] = {w: [] for w in worlds}
-    done = 0
-    if jobs <= 1 or len(work) == 1:
-        for job in work:
-            rows[job[0]].append(_job(job))
-            done += 1
-            if progress:
-                progress(done, len(work))
-    else:
-        from concurrent.futures import ProcessPoolExecutor, as_completed
+    spec's order), its seeds run on ``jobs`` processes, or by ``executor`` (a
+    ``gfsim.core.executor.Executor`` whose shared input is ``spec``: a Ray cluster's);
+    ``progress(done, total)`` after each (world, seed). The rows are the same, seed for seed,
+    wherever they ran."""
+    from gfsim.core.executor import make_executor
 
-        with ProcessPoolExecutor(min(jobs, len(work))) as pool:
-            futures = {pool.submit(_job, job): job for job in work}
-            for fut in as_completed(futures):
-                rows[futures[fut][0]].append(fut.result())
-                done += 1
-                if progress:
-                    progress(done, len(work))
+    work = [(w, s) for w in worlds for s in seeds]
+    rows: dict[str, list[dict]] = {w: [] for w in worlds}
+    own = executor is None
+    if own:
+        executor = make_executor(min(jobs, len(work)), shared=spec)
+    try:
+        for (world, _), row in zip(work, executor.map(_job, work, progress=progress)):
+            rows[world].append(row)
+    finally:
+        if own:
+            executor.close()
     if rows_out is not None:  # the raw rows, for measures recomputed later
         rows_out.update(rows)
     return [summarize_world(rows[w], spec, c) for w in worlds for c in spec.children]
