@@ -50,7 +50,8 @@ def _test_all(tmp_path: Path, *args: str) -> list[list[str]]:
         py.chmod(0o755)
         pythons += ["--python", str(py)]
     env = {**os.environ, "GFSIM_VLLM_URL": "http://127.0.0.1:9/v1",
-           "GFSIM_POSTGRES_URL": "postgresql+psycopg://nobody@127.0.0.1:9/none"}
+           "GFSIM_POSTGRES_URL": "postgresql+psycopg://nobody@127.0.0.1:9/none",
+           "GFSIM_RAY_ADDRESS": "127.0.0.1:9"}
     res = subprocess.run(["bash", str(ROOT / "scripts" / "test-all"), *pythons, *args],
                          capture_output=True, text=True, timeout=HANG_S, env=env)
     assert res.returncode == 0, res.stderr[-1500:]
