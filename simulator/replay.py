@@ -755,22 +755,26 @@ def _driver_words(result: ReplayResult) -> str:
            if k in fields}) for e in extras])
 
 
-def _seed_job(args):
-    log, policy_spec, baseline, model, seed, kwargs = args
+def _seed_job(shared, seed: int):
+    log, policy_spec, baseline, model, kwargs = shared
     result, base = replay_with_baseline(log, make_policy(policy_spec), model, baseline=baseline,
                                         seed=seed, orphans_dropped=False, **kwargs)
     return result, base
 
 
 def replay_seeds(log: ReplayLog, policy_spec: str, model: PresetCostModel, seeds, *,
-                 baseline: str = "all", jobs: int = 1, **kwargs):
-    """The policy and its baseline replayed for every seed (``jobs`` processes); returns the
-    per-seed (result, baseline) pairs in seed order."""
-    seeds = list(seeds)
-    jobs_args = [(log, policy_spec, baseline, model, s, kwargs) for s in seeds]
-    if jobs <= 1:
-        return [_seed_job(a) for a in jobs_args]
-    from concurrent.futures import ProcessPoolExecutor
+                 baseline: str = "all", jobs: int = 1, cluster: str | None = None,
+                 ran_on: dict | None = None, **kwargs):
+    """The policy and its baseline replayed for every seed (``jobs`` processes, or the Ray
+    cluster ``cluster`` names: ``gfsim.core.executor``; the log travels once to each); returns
+    the per-seed (result, baseline) pairs in seed order. ``ran_on``: filled with where they
+    ran."""
+    from gfsim.core.executor import make_executor
 
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(_seed_job, jobs_args))
+    seeds = list(seeds)
+    shared = (log, policy_spec, baseline, model, kwargs)
+    with make_executor(min(jobs, len(seeds)), cluster, shared=shared) as executor:
+        pairs = executor.run(_seed_job, seeds)
+        if ran_on is not None:
+            ran_on.update(executor.describe())
+    return pairs

@@ -149,3 +149,55 @@ def test_a_cluster_running_other_gfsim_sources_is_refused_before_any_work(monkey
         with executor.RayCluster(ADDRESS, str(tmp_path)) as ex:
             ex.run(die_once, [1])
     assert "\n" not in str(got.value) and not (tmp_path / "ran-1").exists()
+
+
+def test_a_plan_and_savings_on_the_cluster_are_the_local_ones():
+    import gfsim
+
+    def plan(**kw):
+        return gfsim.plan("synthetic-mini", "usd=5", ["log", "topk:2@2"], replays=2,
+                          new_searches=4, **kw)
+
+    local, remote = plan(jobs=2), plan(cluster=ADDRESS_SPEC)
+    assert remote.pop("ran_on")["executor"] == "ray" and local.pop("ran_on")
+    assert remote == local
+
+    def saved(**kw):
+        return gfsim.savings("synthetic-mini", "topk:2", driver="closed", seeds=3, **kw)
+
+    local, remote = saved(jobs=2), saved(cluster=ADDRESS_SPEC)
+    assert remote.pop("ran_on")["executor"] == "ray" and local.pop("ran_on")
+    assert remote == local
+
+
+def test_tune_runs_its_trial_workers_as_cluster_tasks_against_postgresql(postgres_url):
+    """Six trials on the cluster's tasks, against PostgreSQL; each trial's value is its own
+    replay's whatever process ran it: the same tau tuned here gives the same value."""
+    import uuid
+
+    import gfsim
+    from gfsim.tuning.claims import WORKER_ATTR
+
+    kw = dict(trials=6, seeds=2, storage=postgres_url, heartbeat=5, recommend=False)
+    space = ["tau=0.5|0.7|0.9"]
+    t = gfsim.tune("synthetic-mini", "threshold", space, cluster=ADDRESS_SPEC,
+                   study=f"cluster-{uuid.uuid4().hex[:10]}", **kw)
+    out = t.to_dict()
+    assert out["ran_on"]["executor"] == "ray" and out["ran_on"]["workers"] >= 2
+    assert out["trials"] == 6 and out["ran_now"] == 6
+    done = [tr for tr in t.study.trials if tr.state.name == "COMPLETE"]
+    assert len(done) == 6
+    assert all(tr.user_attrs[WORKER_ATTR]["pid"] != os.getpid() for tr in done)  # not here
+    here = gfsim.tune("synthetic-mini", "threshold", space, study=f"here-{uuid.uuid4().hex[:10]}",
+                      **kw).study.trials
+    values = {tr.params["tau"]: tr.value for tr in here if tr.state.name == "COMPLETE"}
+    shared = [tr for tr in done if tr.params["tau"] in values]
+    assert shared and all(tr.value == values[tr.params["tau"]] for tr in shared)
+
+
+def test_tune_on_a_cluster_refuses_a_study_only_this_host_reaches(tmp_path):
+    import gfsim
+
+    with pytest.raises(GfsimError, match="--cluster: the trial workers .* postgresql"):
+        gfsim.tune("synthetic-mini", "threshold", ["tau=0.3:0.95"], trials=2,
+                   storage=f"sqlite:///{tmp_path}/s.db", cluster=ADDRESS_SPEC)

@@ -148,10 +148,11 @@ def test_a_cluster_whose_workers_run_another_gfsim_is_refused():
     assert "other gfsim sources" in _mismatch(mine, {**mine, "source": "0" * 16})
 
 
-def test_the_source_fingerprint_is_the_same_in_a_fresh_process():
+def test_the_source_fingerprint_is_the_same_in_a_fresh_process(tmp_path):
+    # (-P and another folder: the checkout's gfsim/ must not shadow the install under test)
     code = "from gfsim.core.executor import source_fingerprint; print(source_fingerprint())"
-    fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           timeout=120, check=True).stdout.strip()
+    fresh = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True,
+                           timeout=120, check=True, cwd=tmp_path).stdout.strip()
     assert fresh == source_fingerprint() and len(fresh) == 16
 
 
@@ -171,3 +172,23 @@ def test_the_commands_refuse_an_unreachable_cluster_in_one_line(tmp_path):
         assert got.exit_code == 2, got.output
         lines = [line for line in got.output.splitlines() if line.strip()]
         assert len(lines) == 1 and "--cluster" in lines[0], got.output
+
+
+def _without_where(out: dict) -> dict:
+    where = out.pop("ran_on")
+    assert where["executor"] in ("in-process", "local-processes", "ray")
+    return out
+
+
+def test_a_plan_and_savings_are_the_same_on_one_process_and_on_two():
+    """Their replays go through the seam: (configuration, log) cells for a plan, seeds for
+    savings; the figures must not depend on where they ran."""
+    import gfsim
+
+    plans = [_without_where(gfsim.plan("synthetic-mini", "usd=5", ["log", "topk:2@2"],
+                                       replays=2, new_searches=4, jobs=jobs))
+             for jobs in (1, 2)]
+    assert plans[0] == plans[1] and len(plans[0]["configs"]) == 2
+    saved = [_without_where(gfsim.savings("synthetic-mini", "topk:2", driver="closed",
+                                          seeds=3, jobs=jobs)) for jobs in (1, 2)]
+    assert saved[0] == saved[1]

@@ -17,7 +17,7 @@ def plan(logs: ReplayLog | str | Path | Sequence[ReplayLog | str | Path] | None 
          cost: str = "serverless-a100", steps: int | None = None,
          forecaster: str | None = None, children: str = "auto", replays: int = 8,
          new_searches: int = 32, seed: int = 0, level: float = 0.9, prices: str = "run",
-         simulate: bool = False, jobs: int = 0) -> dict:
+         simulate: bool = False, jobs: int = 0, cluster: str | None = None) -> dict:
     """One new search like the past runs ``logs``, predicted under ``budget`` for each of
     ``candidates`` (``POLICY[@F]``, or ``log``: the runs as they ran): its dollars (LLM
     tokens, forecasts, evaluations), GPU-hours, wall-clock and best speedup, each with its
@@ -35,6 +35,9 @@ def plan(logs: ReplayLog | str | Path | Sequence[ReplayLog | str | Path] | None 
         prices: ``run`` (the generator's token prices as each run recorded them, else the
             catalog's for the model it names, else the cost model's) or ``preset`` (the cost
             model's).
+        jobs: processes the replays run in (0: one per core; 1: this process).
+        cluster: run them on a Ray cluster instead: ``"ray"`` (the one at ``$RAY_ADDRESS``)
+            or ``"ray://HOST:PORT"``; the same plan.
 
     Returns:
         What ``gfsim plan --json`` prints: per configuration ``usd`` (with its ``parts``),
@@ -51,6 +54,7 @@ def plan(logs: ReplayLog | str | Path | Sequence[ReplayLog | str | Path] | None 
     """
     from gfsim.api.options import replay_inputs
     from gfsim.core.errors import GfsimError
+    from gfsim.core.executor import cores
     from gfsim.tuning.plan import parse_plan_budget
     from gfsim.tuning.plan import plan as run_plan
     from gfsim.tuning.recommend import parse_config
@@ -75,7 +79,7 @@ def plan(logs: ReplayLog | str | Path | Sequence[ReplayLog | str | Path] | None 
     recommended = None
     if candidates is None:
         recommended, note = _recommended(given[0], forecaster, children, the_budget, seed,
-                                         level, jobs, simulate, cost)
+                                         level, jobs, cluster, simulate, cost)
         notes.append(note)
         if recommended is not None:
             configs.append(parse_config(recommended, "closed", first.search,
@@ -84,7 +88,8 @@ def plan(logs: ReplayLog | str | Path | Sequence[ReplayLog | str | Path] | None 
                    seeds=range(seed, seed + replays),
                    fresh_seeds=range(seed + replays, seed + replays + new_searches),
                    level=level, children=first.children, prices=prices == "run",
-                   forecaster=first.forecaster, simulate=simulate)
+                   forecaster=first.forecaster, simulate=simulate,
+                   jobs=jobs or cores(), cluster=cluster)
     out["cost_model"] = cost
     out["synthetic_logs"] = [i.log.name for i in inputs if i.log.is_synthetic]
     out["recommended"] = recommended
@@ -96,7 +101,7 @@ def plan(logs: ReplayLog | str | Path | Sequence[ReplayLog | str | Path] | None 
 
 
 def _recommended(log, forecaster, children: str, budget, seed: int, level: float, jobs: int,
-                 simulate: bool, cost: str) -> tuple[str | None, str]:
+                 cluster: str | None, simulate: bool, cost: str) -> tuple[str | None, str]:
     """What ``gfsim recommend`` adopts on ``log`` against the runs as they ran (``log``),
     under the plan's budget, in ``POLICY@F`` form (None: it keeps them), and a line saying
     so."""
@@ -107,7 +112,7 @@ def _recommended(log, forecaster, children: str, budget, seed: int, level: float
                       "gpu_hours, gpu_evals or seconds budget, and this one counts candidates")
     out = recommend(log, None, "log", cost=cost, budget=budget.text, driver="closed",
                     forecaster=forecaster, children=children, simulate=simulate, seed=seed,
-                    level=level, prices=False, jobs=jobs)
+                    level=level, prices=False, jobs=jobs, cluster=cluster)
     rec = out["recommendation"]
     said = f"gfsim recommend on {out['log']}: {rec['verdict']}"
     if rec["keeps_incumbent"]:

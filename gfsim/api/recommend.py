@@ -81,11 +81,11 @@ def recommend(log: ReplayLog | str | Path | None = None,
     n = seeds if varies else 1
     if jobs < 0:
         raise GfsimError(f"--jobs must be >= 0, got {jobs}")
-    from gfsim.core.executor import make_executor
+    from gfsim.core.executor import cores, make_executor
     from gfsim.tuning.trials import SeedPool
 
     distinct = {(c.spec, c.search) for c in configs} | {(base.spec, base.search)}
-    with make_executor(min(jobs or _cores(), len(distinct)), cluster, shared=setup) as ex:
+    with make_executor(min(jobs or cores(), len(distinct)), cluster, shared=setup) as ex:
         pool = None if ex.kind == "in-process" else SeedPool(setup, ex.workers, executor=ex)
         rec = recommendation(setup, configs, base, range(seed, seed + n),
                              fresh_seeds=range(seed + n, seed + n + fresh_seeds), level=level,
@@ -103,16 +103,6 @@ def recommend(log: ReplayLog | str | Path | None = None,
     if varies is None:
         out["seeds_note"] = "no seed can change these replays: each configuration replayed once"
     return out
-
-
-def _cores() -> int:
-    """The cores this process may run on."""
-    import os
-
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # (not on every platform)
-        return max(1, os.cpu_count() or 1)
 
 
 def _chosen(log, driver: str) -> dict:

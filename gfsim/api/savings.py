@@ -18,7 +18,8 @@ def savings(log: ReplayLog | str | Path | None = None, policy: str = "threshold:
             baseline: str = "all", *, cost: str = "serverless-a100", budget: str | None = None,
             driver: str = "trace", search: str | None = None, overgen: int | None = None,
             forecaster: str | None = None, children: str = "auto", simulate: bool = False,
-            seeds: int | None = None, seed: int = 0, jobs: int = 1) -> dict:
+            seeds: int | None = None, seed: int = 0, jobs: int = 1,
+            cluster: str | None = None) -> dict:
     """Dollars, seconds and joules ``policy`` saves per search against ``baseline`` on
     ``log``, with 95% intervals over seeds and tasks; the cost to reach speedup targets; the
     speedup at equal cost; the break-even prices.
@@ -29,13 +30,16 @@ def savings(log: ReplayLog | str | Path | None = None, policy: str = "threshold:
         log: a ``ReplayLog``, a path, or a shipped log's name; None: the shipped default.
         policy: the policy spec; baseline: what it is compared with (``"all"``).
         seeds: paired seeds (default 32 where a seed can change the replay, else 1).
+        jobs: processes the seeds are replayed in; cluster: a Ray cluster instead (``"ray"``,
+            the one at ``$RAY_ADDRESS``, or ``"ray://HOST:PORT"``); the same figures.
 
     Returns:
         What ``gfsim savings --json`` prints: ``usd_saved_per_search``,
         ``seconds_saved_per_search`` and ``joules_saved_per_search`` (baseline minus policy:
         positive is saved, with ``lo``/``hi``), the per-search figures of each side, the cost
         to reach targets, the speedup at equal cost, break-even prices, ``inputs`` (what was
-        replayed) and ``notes`` (where each figure came from).
+        replayed), ``notes`` (where each figure came from) and ``ran_on`` (where the seeds
+        after the first were replayed).
 
     Examples:
         >>> import gfsim
@@ -67,10 +71,12 @@ def savings(log: ReplayLog | str | Path | None = None, policy: str = "threshold:
     pairs = replay_seeds(the_log, policy, model, [seed], **kwargs)
     varies = seed_dependence(policies, driver=driver, results=pairs[0])
     wanted = seeds if seeds is not None else DEFAULT_SEEDS if varies else 1
+    ran_on = {"executor": "in-process", "workers": 1}
     if varies and wanted > 1:
         pairs += replay_seeds(the_log, policy, model, range(seed + 1, seed + wanted),
-                              jobs=jobs, **kwargs)
+                              jobs=jobs, cluster=cluster, ran_on=ran_on, **kwargs)
     out = compute(pairs, seed=seed)
+    out["ran_on"] = ran_on
     out["seed_dependence"] = varies
     if varies is None:
         out["seeds_note"] = (

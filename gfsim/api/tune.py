@@ -66,7 +66,7 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
          children: str = "auto", simulate: bool = False, seeds: int = 8, seed: int = 0,
          trials: int = 50, sampler: str = "tpe", storage: str | None = None,
          study: str | None = None, workers: int = 1, heartbeat: int = 30, retries: int = 1,
-         jobs: int = 1, top: int = 3, validate_seeds: int | None = None,
+         jobs: int = 1, cluster: str | None = None, top: int = 3, validate_seeds: int | None = None,
          incumbent: str | None = None, recommend: bool = True, plot=None,
          progress: Callable[[int, int], None] | None = None,
          run_record: dict | None = None) -> Tuning:
@@ -87,6 +87,9 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
             working folder).
         study: the study's name (default: named by a hash of its settings, so the same
             settings resume the same study).
+        cluster: run the trial workers as tasks of a Ray cluster (``"ray"``, the one at
+            ``$RAY_ADDRESS``, or ``"ray://HOST:PORT"``), ``workers`` of them (1: one per
+            cluster CPU), against ``storage``, a PostgreSQL or MySQL server every host reaches.
         progress: called as ``progress(done, total)`` after each trial.
         run_record: what to keep of this run in the study (``gfsim_runs``); the command
             passes its effective settings, a call from Python a record of its arguments.
@@ -157,6 +160,10 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
     study = study or default_study_name(settings)
     the_sampler = make_sampler(sampler, seed, limit is not None)
     url = storage_url(storage, study, workers)
+    if cluster and url.split(":", 1)[0].split("+", 1)[0] not in ("postgresql", "mysql"):
+        raise GfsimError(f"--cluster: the trial workers on a cluster's hosts need a study they "
+                         f"all reach, not {url}: give --storage postgresql+psycopg://USER@HOST/DB "
+                         "(or a MySQL URL)")
     from gfsim.tuning.recorded import check_recorded
 
     the_study = open_study(make_storage(url, heartbeat or None, retries), study,
@@ -171,13 +178,23 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
         constraint=constraint, cost=cost, budget=budget, driver=driver, seeds=seeds, seed=seed,
         trials=trials), log=the_log)][-50:])
     obj = Objective(setup, params, objectives, limit, jobs, heartbeat or None, retries)
+    from gfsim.core.executor import make_executor
+
+    executor = make_executor(cluster=cluster) if cluster else None
     try:  # the trials' seed processes, warm, replay what follows them too
+        if executor is not None:
+            workers = workers if workers > 1 else executor.workers
         ran = run_study(the_study, obj, trials=trials, workers=workers, storage=url,
-                        sampler_name=sampler, seed=seed, progress=progress, keep_pool=True)
+                        sampler_name=sampler, seed=seed, progress=progress, keep_pool=True,
+                        executor=executor)
+        ran_on = executor.describe() if executor is not None else {
+            "executor": "local-processes" if workers > 1 else "in-process", "workers": workers}
         out = _after_trials(the_study, obj, objectives, setup, seeded, seeds, seed,
                             validate_seeds, top, recommend, base)
     finally:
         obj.close()
+        if executor is not None:
+            executor.close()
     rows, fresh, oos, loto, rec, rec_note = out
     lead = rows[0]
     draws = {}
@@ -197,7 +214,7 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
             "deterministic configuration: each trial replayed once; seeds cannot change it "
             f"({_why_seed_free(driver, policy, params)})"),
         "seed_dependence": seeded, "configuration": settings,
-        "trials": len(rows), "ran_now": ran, "best": rows[0] if len(objectives) == 1 else None,
+        "trials": len(rows), "ran_now": ran, "ran_on": ran_on, "best": rows[0] if len(objectives) == 1 else None,
         "pareto_front": [r for r in rows if r["pareto"]] if len(objectives) > 1 else None,
         "top": rows[:max(top, 5)], "out_of_sample": oos, "fresh_seeds": fresh,
         "leave_one_task_out": loto, "recommendation": rec,

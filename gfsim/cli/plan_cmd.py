@@ -17,6 +17,7 @@ from gfsim.cli.common import (
     load_config,
     print_json,
 )
+from gfsim.core.executor import CLUSTER_HELP
 
 __all__ = ["plan", "print_plan"]
 
@@ -58,8 +59,10 @@ def plan(
     seed: int = typer.Option(0, "--seed", help="First seed."),
     level: float = typer.Option(0.9, "--level", min=0.5, max=0.99, help="The intervals' level."),
     jobs: int = typer.Option(0, "--jobs", "-j", min=0,
-                             help="Processes the default recommendation is worked out in (0: "
-                                  "one per core; 1: this process); the same answer."),
+                             help="Processes the replays and the default recommendation run "
+                                  "in (0: one per core; 1: this process); the same answer."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=CLUSTER_HELP,
+                                          metavar="ray|ray://HOST:PORT"),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object.", metavar=""),
     config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP, is_eager=True,
                                           callback=load_config),
@@ -75,7 +78,7 @@ def plan(
         out = run_plan(log or None, budget, candidate or None, cost=cost, steps=steps,
                        forecaster=forecaster, children=children, replays=replays,
                        new_searches=new_searches, seed=seed, level=level, prices=prices,
-                       simulate=simulate, jobs=jobs)
+                       simulate=simulate, jobs=jobs, cluster=cluster)
     if as_json:
         print_json(out)
         return

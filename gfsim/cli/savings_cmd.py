@@ -17,6 +17,7 @@ from gfsim.cli.common import (
     load_config,
     print_json,
 )
+from gfsim.core.executor import CLUSTER_HELP
 
 __all__ = ["savings"]
 
@@ -46,6 +47,8 @@ def savings(
                                              "configuration is replayed once)."),
     seed: int = typer.Option(0, "--seed", help="First seed."),
     jobs: int = typer.Option(1, "--jobs", help="Processes for the seeds."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=CLUSTER_HELP,
+                                          metavar="ray|ray://HOST:PORT"),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object.", metavar=""),
     config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP, is_eager=True,
                                           callback=load_config),
@@ -60,7 +63,7 @@ def savings(
         out = compute_savings(log, policy, baseline, cost=cost, budget=budget, driver=driver,
                               search=search, overgen=overgen, forecaster=forecaster,
                               children=children, simulate=simulate, seeds=seeds, seed=seed,
-                              jobs=jobs)
+                              jobs=jobs, cluster=cluster)
     if as_json:
         print_json(out)
         return

@@ -19,6 +19,7 @@ from gfsim.cli.common import (
     print_json,
 )
 from gfsim.cli.recommend_cmd import INCUMBENT_HELP
+from gfsim.core.executor import CLUSTER_HELP
 
 __all__ = ["tune"]
 
@@ -78,7 +79,12 @@ def tune(
                                              "same command resumes its study). An existing "
                                              "study resumes if made with the same settings; "
                                              "else it is refused."),
-    workers: int = typer.Option(1, "--workers", help="Processes running trials on this host."),
+    workers: int = typer.Option(1, "--workers", help="Processes running trials on this host "
+                                "(with --cluster: the cluster's tasks; 1: one per CPU there)."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=CLUSTER_HELP + " The trial "
+                                          "workers run there against --storage, a PostgreSQL "
+                                          "or MySQL server every host reaches.",
+                                          metavar="ray|ray://HOST:PORT"),
     heartbeat: int = typer.Option(30, "--heartbeat",
                                   help="Seconds between a running trial's heartbeats; a trial "
                                        "silent for three is a killed worker's: failed and "
@@ -113,7 +119,7 @@ def tune(
                   forecaster=forecaster, cost=cost, budget=budget, driver=driver,
                   search=search, children=children, simulate=simulate, seeds=seeds, seed=seed,
                   trials=trials, sampler=sampler, storage=storage, study=study, workers=workers,
-                  heartbeat=heartbeat, retries=retries, jobs=jobs, top=top,
+                  cluster=cluster, heartbeat=heartbeat, retries=retries, jobs=jobs, top=top,
                   validate_seeds=validate_seeds, incumbent=incumbent, recommend=recommend,
                   plot=plot, run_record=current_settings())
     if as_json:

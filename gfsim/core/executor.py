@@ -30,9 +30,10 @@ from typing import Any, Callable, Iterable, Iterator
 from gfsim.core.errors import GfsimError
 
 __all__ = ["Executor", "InProcess", "LocalProcesses", "RayCluster", "make_executor",
-           "parse_cluster", "source_fingerprint", "RETRIES", "CLUSTER_HELP"]
+           "parse_cluster", "source_fingerprint", "cores", "RETRIES", "CLUSTER_HELP"]
 
 RETRIES = 3  # a map's re-runs after killed workers, before it gives up
+POLL_S = 0.5  # how often a map's ``poll`` is called while tasks run elsewhere
 CLUSTER_HELP = ("Run the work on a Ray cluster instead of local processes: 'ray' joins the "
                 "cluster at $RAY_ADDRESS (or the one started on this machine), "
                 "'ray://HOST:PORT' a named one through Ray Client (pip install "
@@ -41,6 +42,10 @@ CLUSTER_HELP = ("Run the work on a Ray cluster instead of local processes: 'ray'
 Progress = Callable[[int, int], None]
 
 _INSTALLED: dict = {}  # in a worker process: the shared input of the map it serves
+
+
+def _nothing() -> None:
+    pass
 
 
 class Executor:
@@ -58,12 +63,15 @@ class Executor:
     def workers(self) -> int:
         return 1
 
-    def map(self, fn: Callable, items: Iterable, *, progress: Progress | None = None) -> Iterator:
+    def map(self, fn: Callable, items: Iterable, *, progress: Progress | None = None,
+            poll: Callable[[], None] | None = None) -> Iterator:
         """``fn(shared, item)`` of every item, yielded in the items' order as soon as each one
-        and those before it are done; ``progress(done, total)`` after each task. The tasks
-        are handed out at the call (where they run elsewhere), not at the first ``next``."""
+        and those before it are done; ``progress(done, total)`` after each task, ``poll()``
+        about every ``POLL_S`` while tasks run elsewhere. The tasks are handed out at the
+        call (where they run elsewhere), not at the first ``next``."""
         items = list(items)
-        return self._in_order(self._start_tasks(fn, items), len(items), progress)
+        return self._in_order(self._start_tasks(fn, items, poll or _nothing), len(items),
+                              progress)
 
     @staticmethod
     def _in_order(completed: Iterator, total: int, progress: Progress | None) -> Iterator:
@@ -77,14 +85,16 @@ class Executor:
                 yield waiting.pop(turn)
                 turn += 1
 
-    def run(self, fn: Callable, items: Iterable, *, progress: Progress | None = None) -> list:
+    def run(self, fn: Callable, items: Iterable, *, progress: Progress | None = None,
+            poll: Callable[[], None] | None = None) -> list:
         """``map``'s results as a list."""
-        return list(self.map(fn, items, progress=progress))
+        return list(self.map(fn, items, progress=progress, poll=poll))
 
-    def _start_tasks(self, fn: Callable, items: list) -> Iterator[tuple[int, Any]]:
+    def _start_tasks(self, fn: Callable, items: list, poll: Callable[[], None]
+                     ) -> Iterator[tuple[int, Any]]:
         """Hand out the tasks; (index, result) pairs as they finish, in any order, each index
-        once."""
-        return ((index, fn(self.shared, item)) for index, item in enumerate(items))
+        once; ``poll()`` about every ``POLL_S`` while waiting."""
+        return ((index, fn(self.shared, item)) for index, item in enumerate(items))  # (no poll)
 
     def describe(self) -> dict:
         """Where the work ran (the JSON outputs' ``ran_on``)."""
@@ -149,22 +159,27 @@ class LocalProcesses(Executor):
         pool = self._start()
         return {pool.submit(_local_call, fn, item): index for index, item in pending.items()}
 
-    def _start_tasks(self, fn: Callable, items: list) -> Iterator[tuple[int, Any]]:
+    def _start_tasks(self, fn: Callable, items: list, poll: Callable[[], None]
+                     ) -> Iterator[tuple[int, Any]]:
         pending = dict(enumerate(items))
-        return self._collect(fn, pending, self._submit(fn, pending))
+        return self._collect(fn, pending, self._submit(fn, pending), poll)
 
-    def _collect(self, fn: Callable, pending: dict, futures: dict) -> Iterator:
-        from concurrent.futures import as_completed
+    def _collect(self, fn: Callable, pending: dict, futures: dict, poll) -> Iterator:
+        from concurrent.futures import FIRST_COMPLETED, wait
         from concurrent.futures.process import BrokenProcessPool
 
         broken, total = 0, len(pending)
         while pending:
             try:
-                for future in as_completed(futures):
-                    result = future.result()
-                    index = futures[future]
-                    del pending[index]
-                    yield index, result
+                waiting = set(futures)
+                while waiting:
+                    done, waiting = wait(waiting, timeout=POLL_S, return_when=FIRST_COMPLETED)
+                    poll()
+                    for future in done:
+                        result = future.result()
+                        index = futures[future]
+                        del pending[index]
+                        yield index, result
             except BrokenProcessPool:
                 # A worker died (killed, or out of memory): the pool is unusable, and the
                 # tasks not yet taken run again in a fresh one.
@@ -342,16 +357,18 @@ class RayCluster(Executor):
             raise GfsimError(f"--cluster: refused: {why}")
         return theirs
 
-    def _start_tasks(self, fn: Callable, items: list) -> Iterator[tuple[int, Any]]:
+    def _start_tasks(self, fn: Callable, items: list, poll: Callable[[], None]
+                     ) -> Iterator[tuple[int, Any]]:
         ray = self._join()
         refs = {self._task.remote(self._box, fn, item): index for index, item in enumerate(items)}
-        return self._collect(ray, refs)
+        return self._collect(ray, refs, poll)
 
-    def _collect(self, ray, refs: dict) -> Iterator:
+    def _collect(self, ray, refs: dict, poll) -> Iterator:
         pending = list(refs)
         try:
             while pending:
-                ready, pending = ray.wait(pending, num_returns=1)
+                ready, pending = ray.wait(pending, num_returns=1, timeout=POLL_S)
+                poll()
                 for ref in ready:
                     try:
                         result = ray.get(ref)
@@ -393,6 +410,14 @@ def _mismatch(mine: dict, theirs: dict) -> str | None:
         return (f"its workers run other gfsim sources (fingerprint {theirs.get('source')}, "
                 f"this {mine['source']}): the results would not be this gfsim's")
     return None
+
+
+def cores() -> int:
+    """The cores this process may run on (``--jobs 0``)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # (not on every platform)
+        return max(1, os.cpu_count() or 1)
 
 
 def make_executor(jobs: int = 1, cluster: str | None = None, shared: Any = None, *,

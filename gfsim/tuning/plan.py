@@ -161,12 +161,15 @@ class _LogRun:
 def plan(logs: list, configs: list, model, budget: PlanBudget, *, steps: int | None = None,
          seeds=range(REPLAYS), fresh_seeds=range(REPLAYS, REPLAYS + NEW_SEARCHES),
          level: float = 0.9, children: str = "model", prices: bool = True,
-         forecaster: str | None = None, simulate: bool = False) -> dict:
+         forecaster: str | None = None, simulate: bool = False, jobs: int = 1,
+         cluster: str | None = None) -> dict:
     """The plan of ``configs`` (``recommend.Config``s, the incumbent first) for one new search
     like those of ``logs`` under ``budget`` and cost model ``model``: per configuration each
     figure's centre and ``level`` interval, what it rests on, and the chance that the budget
     stops the search early. ``steps``: each search's planned steps (None: its own).
-    ``prices``: the generator's token prices as each run paid them where it recorded them."""
+    ``prices``: the generator's token prices as each run paid them where it recorded them.
+    ``jobs`` processes, or the Ray cluster ``cluster`` names (``gfsim.core.executor``), replay
+    the (configuration, log) cells; the same plan wherever they ran (``ran_on``)."""
     from gfsim.cost_models.paid import paid_generator
     from gfsim.simulator.predictive import fresh_children
     from gfsim.tuning.trials import TrialSetup
@@ -185,34 +188,37 @@ def plan(logs: list, configs: list, model, budget: PlanBudget, *, steps: int | N
         setup = TrialSetup(log, priced, "all", "closed", budget.budget, seeds,
                            forecaster=forecaster, children=children, simulate=simulate)
         runs.append(_LogRun(log, setup, source))
-    rows = []
-    surprise = []
-    for k, config in enumerate(configs):
-        search = config.search if steps is None else replace(config.search, steps=steps)
-        per_log, stops, rests = [], [], []
-        for run in runs:
-            setup = _with_candidates(run, search, budget)
-            rq_res = setup.replay(config.spec, search, seeds)
-            rq = _per_replay(rq_res, run.setup.model)
-            fz_res = setup.replay(config.spec, search, fresh_seeds,
-                                  children=fresh_children(children))
-            fz = _per_replay(fz_res, run.setup.model)
-            if k == 0:  # the incumbent (the runs as they ran): the log's surprise
-                from gfsim.simulator.predictive import log_surprise
+    shared = _PlanInputs(runs, budget, seeds, fresh_seeds, children)
+    cells = [(k, config.spec, config.search if steps is None else
+              replace(config.search, steps=steps), j)
+             for k, config in enumerate(configs) for j in range(len(runs))]
+    from gfsim.core.executor import make_executor
 
-                surprise.append(float(log_surprise(float(rq["log2_best"].mean()),
-                                                   fz["log2_best"])))
-            per_log.append((rq, fz))
-            stops.append(fz["stopped"])
-            rests.append(_rests_on(rq_res, rq))
-        rows.append(_row(config, per_log, stops, rests, surprise, budget, level, k == 0))
+    with make_executor(min(jobs, len(cells)), cluster, shared=shared) as executor:
+        if executor.kind == "in-process":  # (its replays tick the progress listener here)
+            done = list(executor.map(_plan_cell, cells))
+        else:
+            from gfsim.simulator.progress import tick
+
+            done = []
+            for got, steps_done in executor.map(_ticked_plan_cell, cells):
+                tick(steps_done)  # a worker's ticks, heard here as its cell comes back
+                done.append(got)
+        ran_on = executor.describe()
+    surprise = [got[4] for (k, *_), got in zip(cells, done) if k == 0]
+    rows = []
+    for k, config in enumerate(configs):
+        mine = [got for (i, *_), got in zip(cells, done) if i == k]
+        rows.append(_row(config, [(rq, fz) for rq, fz, *_ in mine], [g[2] for g in mine],
+                         [g[3] for g in mine], surprise, budget, level, k == 0))
     return {"level": level, "budget": budget.as_dict(), "logs": [r.log.display_name for r in runs],
             "prices": [{"log": r.log.display_name, **r.prices} for r in runs],
             "evidence": [{"log": r.log.display_name, **improving_children(r.traces)}
                          for r in runs],
             "replays_per_log": len(seeds), "new_searches_per_log": len(fresh_seeds),
             "log_surprise": surprise, "configs": rows, "over": _over(len(runs), len(seeds),
-                                                                   len(fresh_seeds), level)}
+                                                                   len(fresh_seeds), level),
+            "ran_on": ran_on}
 
 
 def improving_children(traces) -> dict:
@@ -230,6 +236,47 @@ def improving_children(traces) -> dict:
             improving += outcome == "success" and t.speedup[i] > parent
     return {"measured_children": measured, "improving_children": improving,
             "few": improving <= FEW_IMPROVING}
+
+
+@dataclass
+class _PlanInputs:
+    """What every (configuration, log) cell of a plan reads."""
+
+    runs: list
+    budget: PlanBudget
+    seeds: list
+    fresh_seeds: list
+    children: str
+
+
+def _plan_cell(inputs: _PlanInputs, item) -> tuple:
+    """One configuration replayed on one log (``item``: the configuration's index, spec and
+    search, the log's index): its per-replay figures on the log's seeds and on
+    new searches, whether the budget stopped each new search, what it rests on, and (for the
+    incumbent, index 0) the log's surprise."""
+    from gfsim.simulator.predictive import fresh_children, log_surprise
+
+    k, spec, search, j = item
+    run = inputs.runs[j]
+    setup = _with_candidates(run, search, inputs.budget)
+    rq_res = setup.replay(spec, search, inputs.seeds)
+    rq = _per_replay(rq_res, run.setup.model)
+    fz_res = setup.replay(spec, search, inputs.fresh_seeds,
+                          children=fresh_children(inputs.children))
+    fz = _per_replay(fz_res, run.setup.model)
+    surprise = float(log_surprise(float(rq["log2_best"].mean()), fz["log2_best"])) \
+        if k == 0 else None  # the incumbent (the runs as they ran): the log's surprise
+    return rq, fz, fz["stopped"], _rests_on(rq_res, rq), surprise
+
+
+def _ticked_plan_cell(inputs: _PlanInputs, item) -> tuple:
+    """In a worker: ``_plan_cell`` and the search steps its replays ticked."""
+    from gfsim.simulator.progress import listening
+
+    steps = [0]
+    with listening(lambda n: steps.__setitem__(0, steps[0] + n)):
+        got = _plan_cell(inputs, item)
+    return got, steps[0]
 
 
 def _with_candidates(run: _LogRun, search, budget: PlanBudget):

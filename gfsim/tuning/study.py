@@ -10,6 +10,7 @@ too) runs only the rest.
 
 from __future__ import annotations
 
+import copy
 import os
 import signal
 import time
@@ -452,12 +453,14 @@ def _run_workers(jobs: list, poll) -> None:
 
 def run_study(study, objective, *, trials: int, workers: int = 1, storage=None,
               sampler_name: str = "tpe", seed: int = 0, progress=None,
-              keep_pool: bool = False) -> int:
+              keep_pool: bool = False, executor=None) -> int:
     """Run until the study holds ``trials`` finished trials; returns how many ran now.
     ``progress(done, total)`` is called as trials finish. Several ``workers`` are processes
-    of their own (``_run_workers``); a storage that fails, or a worker that dies, ends it in
-    one line (``GfsimError``), and the same command resumes the study. ``keep_pool``: the
-    objective's seed processes stay up for the caller (who then calls ``objective.close()``)."""
+    of their own (``_run_workers``), or the tasks of ``executor`` (a Ray cluster's,
+    ``gfsim.core.executor``; the storage a server every host reaches); a storage that fails,
+    or a local worker that dies, ends it in one line (``GfsimError``), and the same command
+    resumes the study. ``keep_pool``: the objective's seed processes stay up for the caller
+    (who then calls ``objective.close()``)."""
     from gfsim.tuning.claims import fail_lost_trials
 
     objective.total = trials
@@ -469,6 +472,11 @@ def run_study(study, objective, *, trials: int, workers: int = 1, storage=None,
         progress(before, trials)
     if todo == 0:
         return 0
+    poll = (lambda: progress(_finished(study), trials)) if progress else None
+    if executor is not None:
+        _run_workers_on(executor, _worker_args(study, objective, storage, sampler_name, seed,
+                                               todo, workers, seed_jobs=1), poll)
+        return _finished(study) - before
     if workers <= 1:
         def cb(s, t):
             done = _finished(s)
@@ -485,13 +493,36 @@ def run_study(study, objective, *, trials: int, workers: int = 1, storage=None,
             if not keep_pool:
                 objective.close()
         return _finished(study) - before
-    constrained = objective.constraint is not None
-    # Each worker runs its share of what is left (a count, not a race on the total).
-    shares = [todo // workers + (w < todo % workers) for w in range(workers)]
-    args = [(storage, study.study_name, sampler_name, seed + 1000 * w, constrained, objective,
-             share) for w, share in enumerate(shares) if share]
-    _run_workers(args, lambda: progress(_finished(study), trials) if progress else None)
+    _run_workers(_worker_args(study, objective, storage, sampler_name, seed, todo, workers),
+                 poll or (lambda: None))
     return _finished(study) - before
+
+
+def _worker_args(study, objective, storage, sampler_name: str, seed: int, todo: int,
+                 workers: int, seed_jobs: int | None = None) -> list:
+    """``_worker``'s arguments for each of ``workers``: each runs its share of the ``todo``
+    trials left (a count, not a race on the total), its sampler seeded apart; ``seed_jobs``:
+    the processes each trial's seeds replay in there (None: the objective's own)."""
+    if seed_jobs is not None and seed_jobs != objective.jobs:
+        objective = copy.copy(objective)
+        objective.jobs, objective._pool = seed_jobs, None
+    constrained = objective.constraint is not None
+    shares = [todo // workers + (w < todo % workers) for w in range(workers)]
+    return [(storage, study.study_name, sampler_name, seed + 1000 * w, constrained, objective,
+             share) for w, share in enumerate(shares) if share]
+
+
+def _run_workers_on(executor, jobs: list, poll) -> None:
+    """Run each of ``jobs`` (``_worker``'s arguments) as a task of ``executor``, calling
+    ``poll()`` about every half second. A worker killed mid-trial costs a rerun of its task
+    (its share goes on; Optuna's heartbeat fails the trial it held and retries it); an error
+    in one is raised here once the others are cancelled."""
+    executor.run(_task_worker, jobs, poll=poll)
+
+
+def _task_worker(_shared, args) -> None:
+    """A tune worker as a cluster's task (``_run_workers_on``)."""
+    _worker(args)
 
 
 def trial_rows(study, objectives) -> list[dict]:
