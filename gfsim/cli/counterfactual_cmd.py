@@ -114,7 +114,8 @@ def counterfactual(
 
     kwargs = dict(policies=policies, overgen=overgen, seeds=seeds, split=split,
                   replay_seeds=replay_seeds, direct_reps=direct_reps, fresh_seeds=fresh_seeds,
-                  steps=steps, cost=cost, children=children, forecaster=forecaster, jobs=jobs, cluster=cluster)
+                  steps=steps, cost=cost, children=children, forecaster=forecaster, jobs=jobs,
+                  cluster=cluster)
     if as_json:
         out = run_benchmark(world, **kwargs)
     else:
