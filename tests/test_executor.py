@@ -335,7 +335,8 @@ def test_tune_runs_its_trial_workers_as_cluster_tasks_against_postgresql(ray_add
     import gfsim
     from gfsim.tuning.claims import WORKER_ATTR
 
-    kw = dict(trials=6, seeds=2, storage=postgres_url, heartbeat=5, recommend=False)
+    kw = dict(trials=6, seeds=2, storage=postgres_url, heartbeat=5, recommend=False,
+              driver="closed", validate_seeds=2)  # (closed loop: seeds matter, scored again)
     space = ["tau=0.5|0.7|0.9"]
     t = gfsim.tune("synthetic-mini", "threshold", space, cluster="ray",
                    study=f"cluster-{uuid.uuid4().hex[:10]}", **kw)
@@ -346,10 +347,16 @@ def test_tune_runs_its_trial_workers_as_cluster_tasks_against_postgresql(ray_add
     assert len(done) == 6
     assert all(tr.user_attrs[WORKER_ATTR]["pid"] != os.getpid() for tr in done)  # not here
     here = gfsim.tune("synthetic-mini", "threshold", space, study=f"here-{uuid.uuid4().hex[:10]}",
-                      **kw).study.trials
-    values = {tr.params["tau"]: tr.value for tr in here if tr.state.name == "COMPLETE"}
+                      **kw)
+    values = {tr.params["tau"]: tr.value for tr in here.study.trials
+              if tr.state.name == "COMPLETE"}
     shared = [tr for tr in done if tr.params["tau"] in values]
     assert shared and all(tr.value == values[tr.params["tau"]] for tr in shared)
+    # The out-of-sample scores, replayed on the cluster after the trials: per spec, the same.
+    oos = {r["spec"]: r["fresh_seeds"] for r in here.to_dict()["out_of_sample"]}
+    theirs = [r for r in out["out_of_sample"] if r["spec"] in oos]
+    assert theirs and all(r["fresh_seeds"] == oos[r["spec"]] for r in theirs), (
+        out["out_of_sample"], here.to_dict()["out_of_sample"])
 
 
 @pytest.mark.slow

@@ -89,7 +89,8 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
             settings resume the same study).
         cluster: run the trial workers as tasks of a Ray cluster (``"ray"``, the one at
             ``$RAY_ADDRESS``, or ``"ray://HOST:PORT"``), ``workers`` of them (1: one per
-            cluster CPU), against ``storage``, a PostgreSQL or MySQL server every host reaches.
+            cluster CPU), against ``storage``, a PostgreSQL or MySQL server every host reaches;
+            the out-of-sample scores and the recommendation run there too.
         progress: called as ``progress(done, total)`` after each trial.
         run_record: what to keep of this run in the study (``gfsim_runs``); the command
             passes its effective settings, a call from Python a record of its arguments.
@@ -179,14 +180,19 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
         trials=trials), log=the_log)][-50:])
     obj = Objective(setup, params, objectives, limit, jobs, heartbeat or None, retries)
     from gfsim.core.executor import make_executor
+    from gfsim.tuning.trials import SeedPool
 
-    executor = make_executor(cluster=cluster) if cluster else None
+    # On a cluster its tasks run the trial workers, then (the setup in its object store) what
+    # follows them: the out-of-sample scores and the recommendation.
+    executor = make_executor(cluster=cluster, shared=setup) if cluster else None
     try:  # the trials' seed processes, warm, replay what follows them too
         if executor is not None:
             workers = workers if workers > 1 else executor.workers
         ran = run_study(the_study, obj, trials=trials, workers=workers, storage=url,
                         sampler_name=sampler, seed=seed, progress=progress, keep_pool=True,
                         executor=executor)
+        if executor is not None:
+            obj.use_pool(SeedPool(setup, executor.workers, executor=executor))
         ran_on = executor.describe() if executor is not None else {
             "executor": "local-processes" if workers > 1 else "in-process", "workers": workers}
         out = _after_trials(the_study, obj, objectives, setup, seeded, seeds, seed,

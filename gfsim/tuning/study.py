@@ -204,6 +204,12 @@ class Objective:
             self._pool = SeedPool(self.setup, self.jobs)
         return self._pool
 
+    def use_pool(self, pool) -> None:
+        """Replay what follows the trials in ``pool`` (a ``SeedPool``; a cluster's), closed
+        with this objective."""
+        self.close()
+        self._pool = pool
+
     def _evaluate(self, trial):
         values = {p.name: p.suggest(trial) for p in self.params}
         spec, search = self.setup.spec(values, self.params)
