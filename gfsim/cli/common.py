@@ -9,13 +9,14 @@ import functools
 import re
 import sys
 import warnings
-from typing import Any, Callable
+from typing import Annotated, Any, Callable, Optional
 
 import typer
 import typer.core
 
 from gfsim.api.options import parse_capacities, search_config
 from gfsim.core.errors import GfsimError
+from gfsim.core.executor import CLUSTER_HELP
 
 __all__ = ["handles_errors", "print_json", "json_parts", "console", "esc", "one_line",
            "search_config",
@@ -326,6 +327,10 @@ SIMULATE_HELP = ("puct: simulate PUCT even on a log whose search it does not rep
 
 
 # -- one settings file ------------------------------------------------------------------------
+# --cluster, declared once for every command that fans its work out (gfsim.core.executor).
+ClusterOption = Annotated[Optional[str], typer.Option("--cluster", help=CLUSTER_HELP,
+                                                      metavar="ray|ray://HOST:PORT")]
+
 CONFIG_HELP = ("A TOML file of this command's options (names as on the command line, without "
                "the dashes: policy = \"threshold:0.7\", seeds = 4, budget = {usd = 2}); a "
                "[COMMAND] table applies to that command only. Options given on the command "

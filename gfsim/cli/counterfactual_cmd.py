@@ -8,9 +8,8 @@ from typing import Optional
 
 import typer
 
-from gfsim.cli.common import console, esc, handles_errors, print_json
+from gfsim.cli.common import ClusterOption, console, esc, handles_errors, print_json
 from gfsim.cli.common import CONFIG_HELP, load_config
-from gfsim.core.executor import CLUSTER_HELP
 
 __all__ = ["counterfactual"]
 
@@ -70,8 +69,7 @@ def counterfactual(
              "costmodel[:k=v,...], the learned cost model, trained in each search (direct and "
              "replayed) on what that search measured."),
     jobs: int = typer.Option(0, "--jobs", "-j", help="Processes (0: one per core, at most 8)."),
-    cluster: Optional[str] = typer.Option(None, "--cluster", help=CLUSTER_HELP,
-                                          metavar="ray|ray://HOST:PORT"),
+    cluster: ClusterOption = None,
     as_json: bool = typer.Option(False, "--json", help="Print every figure as JSON.", metavar=""),
     list_worlds: bool = typer.Option(False, "--list-worlds", help="List built-in worlds.",
                                      metavar=""),

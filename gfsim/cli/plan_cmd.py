@@ -11,13 +11,13 @@ from gfsim.cli.common import (
     CHILDREN_HELP,
     CONFIG_HELP,
     SIMULATE_HELP,
+    ClusterOption,
     console,
     esc,
     handles_errors,
     load_config,
     print_json,
 )
-from gfsim.core.executor import CLUSTER_HELP
 
 __all__ = ["plan", "print_plan"]
 
@@ -61,8 +61,7 @@ def plan(
     jobs: int = typer.Option(0, "--jobs", "-j", min=0,
                              help="Processes the replays and the default recommendation run "
                                   "in (0: one per core; 1: this process); the same answer."),
-    cluster: Optional[str] = typer.Option(None, "--cluster", help=CLUSTER_HELP,
-                                          metavar="ray|ray://HOST:PORT"),
+    cluster: ClusterOption = None,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object.", metavar=""),
     config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP, is_eager=True,
                                           callback=load_config),

@@ -11,13 +11,13 @@ from gfsim.cli.common import (
     CHILDREN_HELP,
     CONFIG_HELP,
     SIMULATE_HELP,
+    ClusterOption,
     console,
     esc,
     handles_errors,
     load_config,
     print_json,
 )
-from gfsim.core.executor import CLUSTER_HELP
 
 __all__ = ["recommend", "print_recommendation", "INCUMBENT_HELP"]
 
@@ -75,8 +75,7 @@ def recommend(
                              help="Processes the configurations are replayed in (0: one per "
                                   "core, at most one per configuration; 1: this process). "
                                   "The answer is the same whatever their number."),
-    cluster: Optional[str] = typer.Option(None, "--cluster", help=CLUSTER_HELP,
-                                          metavar="ray|ray://HOST:PORT"),
+    cluster: ClusterOption = None,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object.", metavar=""),
     config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP, is_eager=True,
                                           callback=load_config),

@@ -11,13 +11,13 @@ from gfsim.cli.common import (
     CHILDREN_HELP,
     CONFIG_HELP,
     SIMULATE_HELP,
+    ClusterOption,
     console,
     esc,
     handles_errors,
     load_config,
     print_json,
 )
-from gfsim.core.executor import CLUSTER_HELP
 
 __all__ = ["savings"]
 
@@ -47,8 +47,7 @@ def savings(
                                              "configuration is replayed once)."),
     seed: int = typer.Option(0, "--seed", help="First seed."),
     jobs: int = typer.Option(1, "--jobs", help="Processes for the seeds."),
-    cluster: Optional[str] = typer.Option(None, "--cluster", help=CLUSTER_HELP,
-                                          metavar="ray|ray://HOST:PORT"),
+    cluster: ClusterOption = None,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object.", metavar=""),
     config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP, is_eager=True,
                                           callback=load_config),

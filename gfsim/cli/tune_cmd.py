@@ -11,6 +11,7 @@ from gfsim.cli.common import (
     CHILDREN_HELP,
     CONFIG_HELP,
     SIMULATE_HELP,
+    ClusterOption,
     console,
     current_settings,
     esc,
@@ -19,7 +20,6 @@ from gfsim.cli.common import (
     print_json,
 )
 from gfsim.cli.recommend_cmd import INCUMBENT_HELP
-from gfsim.core.executor import CLUSTER_HELP
 
 __all__ = ["tune"]
 
@@ -81,10 +81,7 @@ def tune(
                                              "else it is refused."),
     workers: int = typer.Option(1, "--workers", help="Processes running trials on this host "
                                 "(with --cluster: the cluster's tasks; 1: one per CPU there)."),
-    cluster: Optional[str] = typer.Option(None, "--cluster", help=CLUSTER_HELP + " The trial "
-                                          "workers run there against --storage, a PostgreSQL "
-                                          "or MySQL server every host reaches.",
-                                          metavar="ray|ray://HOST:PORT"),
+    cluster: ClusterOption = None,
     heartbeat: int = typer.Option(30, "--heartbeat",
                                   help="Seconds between a running trial's heartbeats; a trial "
                                        "silent for three is a killed worker's: failed and "
