@@ -463,7 +463,8 @@ def run_study(study, objective, *, trials: int, workers: int = 1, storage=None,
     """Run until the study holds ``trials`` finished trials; returns how many ran now.
     ``progress(done, total)`` is called as trials finish. Several ``workers`` are processes
     of their own (``_run_workers``), or the tasks of ``executor`` (a Ray cluster's,
-    ``gfsim.core.executor``; the storage a server every host reaches); a storage that fails,
+    ``gfsim.core.executor``, whose shared input is the objective's setup; the storage a
+    server every host reaches); a storage that fails,
     or a local worker that dies, ends it in one line (``GfsimError``), and the same command
     resumes the study. ``keep_pool``: the objective's seed processes stay up for the caller
     (who then calls ``objective.close()``)."""
@@ -520,14 +521,23 @@ def _worker_args(study, objective, storage, sampler_name: str, seed: int, todo: 
 
 def _run_workers_on(executor, jobs: list, poll) -> None:
     """Run each of ``jobs`` (``_worker``'s arguments) as a task of ``executor``, calling
-    ``poll()`` about every half second. A worker killed mid-trial costs a rerun of its task
-    (its share goes on; Optuna's heartbeat fails the trial it held and retries it); an error
-    in one is raised here once the others are cancelled."""
-    executor.run(_task_worker, jobs, poll=poll)
+    ``poll()`` about every half second. The objective travels without its trial setup, which
+    each task reads from the executor's shared input (the log once per worker, not once per
+    task). A worker killed mid-trial costs a rerun of its task (its share goes on; Optuna's
+    heartbeat fails the trial it held and retries it); an error in one is raised here once the
+    others are cancelled."""
+    light = []
+    for args in jobs:
+        objective = copy.copy(args[5])
+        objective.setup = None
+        light.append((*args[:5], objective, *args[6:]))
+    executor.run(_task_worker, light, poll=poll)
 
 
-def _task_worker(_shared, args) -> None:
-    """A tune worker as a cluster's task (``_run_workers_on``)."""
+def _task_worker(setup, args) -> None:
+    """A tune worker as a cluster's task (``_run_workers_on``): its objective given back the
+    trial setup (``setup``, the executor's shared input)."""
+    args[5].setup = setup
     _worker(args)
 
 
