@@ -770,11 +770,12 @@ def replay_seeds(log: ReplayLog, policy_spec: str, model: PresetCostModel, seeds
     the per-seed (result, baseline) pairs in seed order. ``ran_on``: filled with where they
     ran."""
     from gfsim.core.executor import make_executor
+    from gfsim.simulator.progress import ticked_map
 
     seeds = list(seeds)
     shared = (log, policy_spec, baseline, model, kwargs)
     with make_executor(min(jobs, len(seeds)), cluster, shared=shared) as executor:
-        pairs = executor.run(_seed_job, seeds)
+        pairs = list(ticked_map(executor, _seed_job, seeds))
         if ran_on is not None:
             ran_on.update(executor.describe())
     return pairs

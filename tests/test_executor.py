@@ -195,6 +195,27 @@ def test_a_plan_and_savings_are_the_same_on_one_process_and_on_two():
     assert saved[0] == saved[1]
 
 
+
+def test_the_search_steps_replayed_in_other_processes_are_heard_here():
+    """A progress bar counts the steps every replay ticks; a worker's ticks come back with
+    its task (simulator.progress.ticked_map): the same count on one process and on two."""
+    import gfsim
+    from gfsim.simulator.progress import listening
+
+    def steps(call) -> int:
+        n = [0]
+        with listening(lambda k: n.__setitem__(0, n[0] + k)):
+            call()
+        return n[0]
+
+    for call in (lambda jobs: gfsim.savings("synthetic-mini", "topk:2", driver="closed",
+                                            seeds=3, jobs=jobs),
+                 lambda jobs: gfsim.plan("synthetic-mini", "usd=5", ["log", "topk:2@2"],
+                                         replays=2, new_searches=4, jobs=jobs)):
+        call(1)  # (a first call ticks some steps once per process: what it then caches)
+        here, there = steps(lambda: call(1)), steps(lambda: call(2))
+        assert here > 0 and there == here
+
 # -- the same on a real Ray cluster ---------------------------------------------------------------
 # The one scripts/test-all starts (a head and a second worker process on loopback,
 # GFSIM_RAY_ADDRESS), or any a developer names there; these tests are marked slow (CI runs them).

@@ -194,16 +194,10 @@ def plan(logs: list, configs: list, model, budget: PlanBudget, *, steps: int | N
              for k, config in enumerate(configs) for j in range(len(runs))]
     from gfsim.core.executor import make_executor
 
-    with make_executor(min(jobs, len(cells)), cluster, shared=shared) as executor:
-        if executor.kind == "in-process":  # (its replays tick the progress listener here)
-            done = list(executor.map(_plan_cell, cells))
-        else:
-            from gfsim.simulator.progress import tick
+    from gfsim.simulator.progress import ticked_map
 
-            done = []
-            for got, steps_done in executor.map(_ticked_plan_cell, cells):
-                tick(steps_done)  # a worker's ticks, heard here as its cell comes back
-                done.append(got)
+    with make_executor(min(jobs, len(cells)), cluster, shared=shared) as executor:
+        done = list(ticked_map(executor, _plan_cell, cells))
         ran_on = executor.describe()
     surprise = [got[4] for (k, *_), got in zip(cells, done) if k == 0]
     rows = []
@@ -267,16 +261,6 @@ def _plan_cell(inputs: _PlanInputs, item) -> tuple:
     surprise = float(log_surprise(float(rq["log2_best"].mean()), fz["log2_best"])) \
         if k == 0 else None  # the incumbent (the runs as they ran): the log's surprise
     return rq, fz, fz["stopped"], _rests_on(rq_res, rq), surprise
-
-
-def _ticked_plan_cell(inputs: _PlanInputs, item) -> tuple:
-    """In a worker: ``_plan_cell`` and the search steps its replays ticked."""
-    from gfsim.simulator.progress import listening
-
-    steps = [0]
-    with listening(lambda n: steps.__setitem__(0, steps[0] + n)):
-        got = _plan_cell(inputs, item)
-    return got, steps[0]
 
 
 def _with_candidates(run: _LogRun, search, budget: PlanBudget):

@@ -19,13 +19,13 @@ new search will do better than measuring every child at F = 1. ``recommendation`
 
 from __future__ import annotations
 
-from gfsim.core.drivers import is_closed_loop
-
+import functools
 import math
 from dataclasses import dataclass, replace
 
 import numpy as np
 
+from gfsim.core.drivers import is_closed_loop
 from gfsim.core.errors import GfsimError
 
 __all__ = ["Config", "parse_config", "config_label", "recommendation", "PRICE_STEPS"]
@@ -248,30 +248,13 @@ def _recommendation(setup, configs: list[Config], seeds, fresh_seeds, level, pri
 
 
 def _map(pool, setup, fn, items: list):
-    """``fn(setup, item)`` of every item, in order: in ``pool``'s processes (``SeedPool.map``;
-    the search steps each replayed are ticked here as it comes in), or here (None)."""
+    """``fn(setup, item)`` of every item, in order: in ``pool``'s workers (a ``SeedPool``; the
+    search steps each replayed are ticked here as it comes in), or here (None)."""
     if pool is None:
         return [_without_gc(fn, setup, item) for item in items]
+    from gfsim.simulator.progress import ticked_map
 
-    def results():
-        from gfsim.simulator.progress import tick
-
-        for got, steps in pool.map(_counting, [(fn, item) for item in items]):
-            tick(steps)
-            yield got
-    return results()
-
-
-def _counting(setup, job) -> tuple:
-    """In a pool's process: ``fn(setup, item)`` and the search steps it ticked (the parent's
-    progress listener does not hear this process's ticks)."""
-    from gfsim.simulator.progress import listening
-
-    fn, item = job
-    steps = [0]
-    with listening(lambda n: steps.__setitem__(0, steps[0] + n)):
-        got = _without_gc(fn, setup, item)
-    return got, steps[0]
+    return ticked_map(pool.executor, functools.partial(_without_gc, fn), items)
 
 
 def _without_gc(fn, setup, item):

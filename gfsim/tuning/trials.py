@@ -364,18 +364,14 @@ def _seed_chunk(setup: TrialSetup, job):
     return _seed_rows(setup, spec, search, seeds)
 
 
-def _installed_call(setup: TrialSetup, job):
-    fn, item = job
-    return fn(setup, item)
-
-
 class SeedPool:
     """Workers that each receive the trial setup (the log, the cost model) once, when they
     start, and then only (spec, search, seeds) per trial: a trial's seeds are split into one
     contiguous chunk per worker, and the rows come back in seed order. Each worker keeps its
     traces (``cached_traces``) and per-candidate plans across trials. The workers are ``jobs``
     local processes, or ``executor``'s (a ``gfsim.core.executor.Executor`` whose shared input
-    is ``setup``: a Ray cluster's)."""
+    is ``setup``: a Ray cluster's); ``executor`` also runs a recommendation's configurations,
+    one a task."""
 
     def __init__(self, setup: TrialSetup, jobs: int, initializer=None, initargs=(),
                  executor=None):
@@ -392,12 +388,6 @@ class SeedPool:
         return [row for part in self.executor.map(_seed_chunk, [(spec, search, c)
                                                                 for c in chunks])
                 for row in part]
-
-    def map(self, fn, items: list):
-        """``fn(setup, item)`` of every item in the workers (``fn`` a module's function),
-        one item a task, the results in the items' order (``gfsim recommend``: one
-        configuration a task)."""
-        return self.executor.map(_installed_call, [(fn, item) for item in items])
 
     def shutdown(self, cancel: bool = False) -> None:
         """End the workers, after the tasks given (``cancel``: after the running ones)."""
