@@ -387,3 +387,18 @@ def test_tune_on_a_cluster_refuses_a_study_only_this_host_reaches(ray_address, t
     with pytest.raises(GfsimError, match="--cluster: the trial workers .* postgresql"):
         gfsim.tune("synthetic-mini", "threshold", ["tau=0.3:0.95"], trials=2,
                    storage=f"sqlite:///{tmp_path}/s.db", cluster="ray")
+
+
+@pytest.mark.slow
+def test_the_commands_say_they_ran_on_the_cluster(ray_address):
+    from typer.testing import CliRunner
+
+    from gfsim.cli.main import app
+
+    for args in (["plan", "--log", "synthetic-mini", "--budget", "usd=5", "--candidate", "log",
+                  "--replays", "2", "--new-searches", "4"],
+                 ["savings", "--log", "synthetic-mini", "--policy", "topk:2", "--driver",
+                  "closed", "--seeds", "3"]):
+        got = CliRunner().invoke(app, [*args, "--cluster", "ray"])
+        assert got.exit_code == 0, got.output
+        assert f"ran on the Ray cluster at {ray_address}: " in " ".join(got.output.split())

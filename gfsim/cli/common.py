@@ -331,6 +331,15 @@ SIMULATE_HELP = ("puct: simulate PUCT even on a log whose search it does not rep
 ClusterOption = Annotated[Optional[str], typer.Option("--cluster", help=CLUSTER_HELP,
                                                       metavar="ray|ray://HOST:PORT")]
 
+
+def print_ran_on(con, out: dict) -> None:
+    """Where a command's work ran (its JSON's ``ran_on``), where that was a Ray cluster:
+    local processes are the default and go unsaid."""
+    where = out.get("ran_on") or {}
+    if where.get("executor") == "ray":
+        con.print(f"ran on the Ray cluster at {where['address']}: {where['nodes']} nodes, "
+                  f"{where['workers']} CPUs", markup=False, highlight=False)
+
 CONFIG_HELP = ("A TOML file of this command's options (names as on the command line, without "
                "the dashes: policy = \"threshold:0.7\", seeds = 4, budget = {usd = 2}); a "
                "[COMMAND] table applies to that command only. Options given on the command "

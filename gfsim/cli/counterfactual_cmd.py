@@ -8,7 +8,14 @@ from typing import Optional
 
 import typer
 
-from gfsim.cli.common import ClusterOption, console, esc, handles_errors, print_json
+from gfsim.cli.common import (
+    ClusterOption,
+    console,
+    esc,
+    handles_errors,
+    print_json,
+    print_ran_on,
+)
 from gfsim.cli.common import CONFIG_HELP, load_config
 
 __all__ = ["counterfactual"]
@@ -203,10 +210,7 @@ def _print(out: dict) -> None:
               f"{spec['replay_seeds']} replays and {spec['direct_reps']} direct runs per seed, "
               f"children: {', '.join(spec['children'])}, cost: {spec['cost']}", markup=False,
               highlight=False)
-    where = out.get("ran_on", {})
-    if where.get("executor") == "ray":
-        con.print(f"ran on the Ray cluster at {where['address']}: {where['nodes']} nodes, "
-                  f"{where['workers']} CPUs", markup=False, highlight=False)
+    print_ran_on(con, out)
     for name, why in out["skipped"].items():
         con.print(f"skipped {name}: {why}", markup=False, highlight=False)
     for w in out["worlds"]:

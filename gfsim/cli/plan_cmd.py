@@ -17,6 +17,7 @@ from gfsim.cli.common import (
     handles_errors,
     load_config,
     print_json,
+    print_ran_on,
 )
 
 __all__ = ["plan", "print_plan"]
@@ -88,6 +89,7 @@ def plan(
     if out["synthetic_logs"]:
         con.print("[yellow]SYNTHETIC log: a demonstration, not a plan for a real "
                   "search[/yellow]")
+    print_ran_on(con, out)
     print_plan(con, out)
     for note in out.get("notes", []):
         con.print(f"[dim]note: {esc(note, 1000)}[/dim]")

@@ -17,6 +17,7 @@ from gfsim.cli.common import (
     handles_errors,
     load_config,
     print_json,
+    print_ran_on,
 )
 
 __all__ = ["recommend", "print_recommendation", "INCUMBENT_HELP"]
@@ -109,10 +110,7 @@ def recommend(
     for caveat in out.get("log_caveats", []):  # (a CPU-clock best is a candidate's own word)
         style = "bold red" if caveat.startswith("UNTRUSTED") else "yellow"
         con.print(f"[{style}]{esc(caveat, 1000)}[/{style}]")
-    where = out.get("ran_on", {})
-    if where.get("executor") == "ray":
-        con.print(f"ran on the Ray cluster at {esc(where['address'])}: {where['nodes']} nodes, "
-                  f"{where['workers']} CPUs", highlight=False)
+    print_ran_on(con, out)
     print_recommendation(con, rec)
     for note in out.get("notes", []):
         con.print(f"[dim]note: {esc(note, 1000)}[/dim]")

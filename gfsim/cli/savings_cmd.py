@@ -17,6 +17,7 @@ from gfsim.cli.common import (
     handles_errors,
     load_config,
     print_json,
+    print_ran_on,
 )
 
 __all__ = ["savings"]
@@ -97,6 +98,7 @@ def _report(out: dict) -> None:
     con.print(f"[bold]gfsim savings[/bold]  {esc(i['policy'])} vs {esc(i['baseline'])}  "
               f"log={esc(i['log'], 400)}  cost={esc(i['cost_model'])}  driver={i['driver']}  "
               + (f"{out['seeds']} paired seeds" if out["seed_dependence"] else "1 replay"))
+    print_ran_on(con, out)
     if "seeds_note" in out:
         con.print(out["seeds_note"], markup=False, highlight=False)
     con.print(f"[bold]{esc(out['verdict'], 2000)}[/bold]")

@@ -18,6 +18,7 @@ from gfsim.cli.common import (
     handles_errors,
     load_config,
     print_json,
+    print_ran_on,
 )
 from gfsim.cli.recommend_cmd import INCUMBENT_HELP
 
@@ -170,6 +171,7 @@ def _report(out: dict) -> None:
     con.print(f"[bold]gfsim tune[/bold]  study={esc(out['study'])} ({esc(out['storage'], 400)})"
               f"  log={esc(out['log'], 400)}  policy={esc(out['policy'])}  "
               f"driver={out['driver']}  cost={esc(out['cost_model'])}")
+    print_ran_on(con, out)
     con.print(f"{_count(out['trials'], 'finished trial')} ({out['ran_now']} now), "
               f"{_count(out['seeds'], 'seed')} each; objectives "
               f"{', '.join(f'{n} ({d})' for n, d in out['objectives'])}"
