@@ -464,10 +464,9 @@ def run_study(study, objective, *, trials: int, workers: int = 1, storage=None,
     ``progress(done, total)`` is called as trials finish. Several ``workers`` are processes
     of their own (``_run_workers``), or the tasks of ``executor`` (a Ray cluster's,
     ``gfsim.core.executor``, whose shared input is the objective's setup; the storage a
-    server every host reaches); a storage that fails,
-    or a local worker that dies, ends it in one line (``GfsimError``), and the same command
-    resumes the study. ``keep_pool``: the objective's seed processes stay up for the caller
-    (who then calls ``objective.close()``)."""
+    server every host reaches); a storage that fails, or a local worker that dies, ends it
+    in one line (``GfsimError``), and the same command resumes the study. ``keep_pool``: the
+    objective's seed processes stay up for the caller (who then calls ``objective.close()``)."""
     from gfsim.tuning.claims import fail_lost_trials
 
     objective.total = trials
