@@ -381,6 +381,63 @@ def test_tune_runs_its_trial_workers_as_cluster_tasks_against_postgresql(ray_add
 
 
 @pytest.mark.slow
+def test_on_the_cluster_a_trial_workers_killed_trial_is_failed_and_retried(ray_address,
+                                                                          postgres_url):
+    """A cluster task running trials is killed (SIGKILL, its Ray worker process) mid-trial:
+    Ray runs the task again, the trial it held is failed by its missed heartbeats and retried
+    once with its parameters, and the study ends with every trial it asked for."""
+    import threading
+    import uuid
+
+    import optuna
+
+    import gfsim
+    from gfsim.tuning.claims import WORKER_ATTR
+    from gfsim.tuning.study import make_storage, retry_of
+
+    name = f"cluster-kill-{uuid.uuid4().hex[:10]}"
+    done: dict = {}
+
+    def tune():
+        try:
+            done["out"] = gfsim.tune("synthetic-puct-v1", "random", ["p=0.1:0.9"], trials=3,
+                                     seeds=400, storage=postgres_url, study=name, heartbeat=1,
+                                     recommend=False, validate_seeds=0, workers=1,
+                                     cluster="ray")
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            done["error"] = exc
+
+    thread = threading.Thread(target=tune)
+    thread.start()
+    running, deadline = None, time.time() + 180
+    while running is None and time.time() < deadline and thread.is_alive():
+        time.sleep(0.5)
+        try:
+            trials = optuna.load_study(study_name=name,
+                                       storage=make_storage(postgres_url)).trials
+        except Exception:  # noqa: BLE001 - the study is not created yet
+            continue
+        running = next((t for t in trials if t.state == optuna.trial.TrialState.RUNNING
+                        and t.params and (t.user_attrs.get(WORKER_ATTR) or {}).get("pid")),
+                       None)
+    assert running is not None, done.get("error") or "no trial ever ran on the cluster"
+    pid = running.user_attrs[WORKER_ATTR]["pid"]
+    assert pid != os.getpid()
+    time.sleep(1.0)
+    os.kill(pid, signal.SIGKILL)  # (the cluster runs on this host: its worker is a process here)
+    thread.join(600)
+    assert not thread.is_alive() and "error" not in done, done.get("error")
+    study = optuna.load_study(study_name=name, storage=make_storage(postgres_url))
+    by_number = {t.number: t for t in study.trials}
+    assert by_number[running.number].state == optuna.trial.TrialState.FAIL
+    retries = [t for t in study.trials if retry_of(t) == running.number]
+    assert len(retries) == 1 and retries[0].state == optuna.trial.TrialState.COMPLETE
+    assert retries[0].params == running.params
+    assert not [t for t in study.trials if t.state == optuna.trial.TrialState.RUNNING]
+    assert done["out"].to_dict()["ran_on"]["executor"] == "ray"
+
+
+@pytest.mark.slow
 def test_tune_on_a_cluster_refuses_a_study_only_this_host_reaches(ray_address, tmp_path):
     import gfsim
 

@@ -153,6 +153,18 @@ def live(
              "need only replace the timing loop in its process). The log's header, each "
              "evaluation (timing_trusted false) and the summary say so. Without it such a run "
              "refuses to start.", metavar=""),
+    cluster: Optional[str] = typer.Option(
+        None, "--cluster", metavar="ray|ray://HOST:PORT",
+        help="Measure on the GPUs of a Ray cluster instead of this machine's: 'ray' joins the "
+             "one at $RAY_ADDRESS, 'ray://HOST:PORT' a named one; one sandboxed measurer per "
+             "GPU, on any host (pip install 'gfsim[cluster]'; every host needs the same "
+             "gfsim and the sandbox)."),
+    gpus: Optional[int] = typer.Option(
+        None, "--gpus", min=1,
+        help="Measure on this many GPUs at once, one Ray actor each, placed by Ray on any host "
+             "of --cluster (default: every GPU the cluster has); each candidate goes to a free "
+             "one. Under --measurer interpret, CPU measurers (default 2). Without --cluster: "
+             "1, this machine's GPU."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
     config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP, is_eager=True,
                                           callback=load_config),
@@ -220,7 +232,10 @@ def live(
     interpret = measurer == "interpret"
     if clock not in ("auto", "gpu", "wall"):
         raise GfsimError(f"--clock {clock!r}: expected auto, gpu or wall")
-    if not interpret and not torch.cuda.is_available():
+    if gpus is not None and gpus > 1 and not cluster:
+        raise GfsimError(f"--gpus {gpus}: more than one GPU needs --cluster (one Ray actor per "
+                         "GPU; on one machine: ray start --head, then --cluster ray)")
+    if not interpret and not cluster and not torch.cuda.is_available():
         raise GfsimError("--measurer triton needs a CUDA GPU, and torch sees none; use "
                          "--measurer interpret to run the kernels under the Triton "
                          "interpreter on the CPU (interpreter times, not GPU times, which a "
@@ -232,21 +247,25 @@ def live(
                              energy_window_s=0.0 if interpret else energy_window,
                              interpret=interpret, cpu_timing=interpret,
                              trust_candidates=trust_candidates, clock=clock)
+    from gfsim.live.gpus import local_pool, on_cluster, ray_pool
     from gfsim.live.sandbox import MISSING_HELP, probe_subprocess
 
-    facilities = probe_subprocess()
-    missing = facilities.missing()
-    if missing and not trust_candidates:
-        raise GfsimError(f"this machine cannot confine candidate code: no {', '.join(missing)}"
-                         f" ({'; '.join(facilities.errors) or 'see gfsim.live.sandbox'}); "
-                         f"{MISSING_HELP}")
-    if missing:
-        import sys as _sys
-
-        print(f"sandbox incomplete, running anyway (--trust-candidates): no "
-              f"{', '.join(missing)}", file=_sys.stderr)
     hardware = _environment(interpret)
-    hardware["sandbox"] = facilities.as_dict()
+    if cluster:  # the candidates run on the cluster's hosts, each probed by its measurer
+        pool = ray_pool(cluster, mconfig, gpus, trust_candidates=trust_candidates)
+        on_cluster(pool, hardware)
+    else:
+        facilities = probe_subprocess()
+        missing = facilities.missing()
+        if missing and not trust_candidates:
+            why = "; ".join(facilities.errors) or "see gfsim.live.sandbox"
+            raise GfsimError(f"this machine cannot confine candidate code: no "
+                             f"{', '.join(missing)} ({why}); {MISSING_HELP}")
+        if missing:
+            print(f"sandbox incomplete, running anyway (--trust-candidates): no "
+                  f"{', '.join(missing)}", file=sys.stderr)
+        hardware["sandbox"] = facilities.as_dict()
+        pool = local_pool(lambda task_name: TritonMeasurer(task_name, mconfig), interpret)
     timing = {"protocol": "cpu-wallclock" if interpret else protocol,
               "l2_flush": protocol == "gfsim" and not interpret,
               "input_clone_timed": protocol == "reference" and not interpret,
@@ -256,7 +275,9 @@ def live(
     note = ("a live gfsim search: every evaluation was measured by gfsim's TritonMeasurer" +
             (" under the Triton interpreter on a CPU, timed by wall clock: the speedups are "
              "interpreter speedups and say nothing about a GPU" if interpret else
-             f" on a {hardware['device_name']}"))
+             f" on a {hardware['device_name']}") +
+            (f", {pool.size} measurers of a Ray cluster at once (hosts "
+             f"{', '.join(pool.placement['hosts'])})" if cluster else ""))
     provenance = {"kind": "measured", "source": "gfsim live", "note": note,
                   "command": " ".join(["gfsim", *sys.argv[1:]]),
                   "date": datetime.date.today().isoformat(),
@@ -268,12 +289,13 @@ def live(
             "assumption); no LLM forecaster ran")
     elif the_forecaster is not None:
         provenance["forecasts"] = f"live forecaster {the_forecaster.describe()}"
-
-    def measurer_for(task_name: str):
-        return TritonMeasurer(task_name, mconfig)
-
-    run = LiveRun(out, options, the_source, measurer_for, the_forecaster, resume=resume,
-                  hardware=hardware, provenance=provenance, timing_protocol=timing)
+    try:
+        run = LiveRun(out, options, the_source, None, the_forecaster, resume=resume,
+                      hardware=hardware, provenance=provenance, timing_protocol=timing,
+                      pool=pool)
+    except BaseException:
+        pool.close()
+        raise
     if as_json:
         summary = run.run()
     else:
@@ -363,6 +385,13 @@ def _print(summary: dict) -> None:
                   "resuming")
     if summary.get("timing_trust"):
         con.print(f"[bold red]{esc(summary['timing_trust'], 1000)}[/bold red]")
+    placed = summary.get("measurers") or {}
+    if placed.get("placement") == "ray":
+        con.print(f"measured on {placed['measurers']} measurers of the Ray cluster at "
+                  f"{placed['address']} (hosts {', '.join(placed['hosts'])})"
+                  + (f"; {len(placed['lost'])} lost mid-run, their candidates measured again "
+                     "elsewhere (each evaluation's 'lost')" if placed.get("lost") else ""),
+                  markup=False, highlight=False)
     t = Table("search", "steps", "candidates", "measured", "seed", "best", "live s",
               "GPU busy s", "stopped by")
     for s in summary["searches"]:
@@ -372,6 +401,12 @@ def _print(summary: dict) -> None:
                   f"{s['live_wall_s']:.1f}", f"{s['live_gpu_busy_s']:.1f}",
                   str(s["stopped_by"] or "-"))
     con.print(t)
+    for s in summary["searches"]:
+        if s.get("seed_speedup_by_measurer"):
+            each = s["seed_speedup_by_measurer"]
+            con.print(f"{esc(s['search_id'], 80)}: the seed on each of {len(each)} measurers "
+                      f"{', '.join(f'{v:.3f}x' for v in each)} (spread "
+                      f"{s['seed_spread']:.1%} of the median)", markup=False, highlight=False)
     fid = summary.get("fidelity") or {}
     if "error" in fid:
         con.print(f"fidelity: not compared ({esc(fid['error'], 2000)})")

@@ -298,10 +298,12 @@ class RayCluster(Executor):
 
     @property
     def workers(self) -> int:
-        self._join()
+        self.join()
         return int(self._ray.cluster_resources().get("CPU", 0))
 
-    def _join(self):
+    def join(self):
+        """Join the cluster (once; ``_check`` refuses a cluster unfit for this gfsim) and
+        return the ``ray`` module, connected."""
         if self._ray is not None:
             return self._ray
         try:
@@ -359,7 +361,7 @@ class RayCluster(Executor):
 
     def _start_tasks(self, fn: Callable, items: list, poll: Callable[[], None]
                      ) -> Iterator[tuple[int, Any]]:
-        ray = self._join()
+        ray = self.join()
         refs = {self._task.remote(self._box, fn, item): index for index, item in enumerate(items)}
         return self._collect(ray, refs, poll)
 
@@ -385,7 +387,7 @@ class RayCluster(Executor):
                 ray.cancel(ref, force=True)
 
     def describe(self) -> dict:
-        ray = self._join()
+        ray = self.join()
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         return {"executor": self.kind, "address": self.address, "nodes": len(nodes),
                 "workers": self.workers, "hosts": sorted({n["NodeManagerHostname"]
