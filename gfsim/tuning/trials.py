@@ -373,12 +373,10 @@ class SeedPool:
     is ``setup``: a Ray cluster's); ``executor`` also runs a recommendation's configurations,
     one a task."""
 
-    def __init__(self, setup: TrialSetup, jobs: int, initializer=None, initargs=(),
-                 executor=None):
+    def __init__(self, setup: TrialSetup, jobs: int, executor=None):
         from gfsim.core.executor import LocalProcesses
 
-        self.executor = executor if executor is not None else \
-            LocalProcesses(jobs, setup, initializer, initargs)
+        self.executor = executor if executor is not None else LocalProcesses(jobs, setup)
         self.jobs = jobs
 
     def run(self, spec: str, search, seeds: list[int]) -> list:
