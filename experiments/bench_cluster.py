@@ -94,6 +94,7 @@ def main() -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     load0 = os.getloadavg()
     local_s, local = run([*common, "--jobs", "2"], env)
+    print(f"--jobs 2: {local_s:.1f} s", flush=True)
     head = tmp = None
     address = a.address
     if address is None:
