@@ -62,6 +62,34 @@ def _grab(args) -> int:
     return got
 
 
+def test_the_ledger_read_as_it_grows_is_the_ledger_read_whole(tmp_path):
+    """Each reservation folds in only the lines appended since the last read (this process's
+    reading is kept); what it finds equals a reading of the whole file, written by another
+    process or by this one, and a ledger replaced by another is read afresh."""
+    import gfsim.integrations.cap as capmod
+
+    path = tmp_path / "ledger.jsonl"
+    cap = DollarCap(100.0, path, gpu_usd_per_hour=3600.0)
+    for k in range(30):
+        t = cap.reserve("evaluation" if k % 3 else "proposal", 0.5, f"w{k}")
+        if k % 4:  # (some stay in flight)
+            cap.settle(t, 0.25, seconds=0.1 * k if k % 3 else None)
+        if k % 7 == 0:  # another process's reading of the same file, from scratch
+            here = cap.status()
+            capmod._LEDGERS.clear()
+            assert cap.status() == here
+    whole = cap.status()
+    assert capmod._LEDGERS[str(path.resolve())].offset == path.stat().st_size
+    capmod._LEDGERS.clear()
+    assert cap.status() == whole and whole["in_flight"] == 8
+    assert whole["longest_evaluation_s"] == pytest.approx(2.9)
+    # replaced by a ledger of its own (another inode): read afresh, not appended to the old
+    fresh = tmp_path / "fresh.jsonl"
+    DollarCap(100.0, fresh).settle(DollarCap(100.0, fresh).reserve("proposal", 1.0), 0.5)
+    fresh.replace(path)
+    assert cap.status()["spent_usd"] == pytest.approx(0.5)
+
+
 def test_processes_sharing_a_cap_never_pass_it(tmp_path):
     cap = DollarCap(15.0, tmp_path / "ledger.jsonl")
     with mp.get_context("fork").Pool(4) as pool:  # (spawn cannot import this test file)

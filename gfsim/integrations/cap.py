@@ -168,33 +168,15 @@ class DollarCap:
             return self._status()
 
     def _status(self) -> dict:
-        opened: dict[str, dict] = {}
-        settled = {"proposal": 0.0, "forecast": 0.0, "evaluation": 0.0}
-        longest, reached = None, None
-        path = Path(self.ledger)
-        lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-        for k, line in enumerate(lines, 1):
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                raise GfsimError(f"{path}:{k}: not a JSON line of a gfsim dollar-cap ledger "
-                                 "(give each run a ledger of its own)") from None
-            kind = rec.get("kind")
-            if kind == "open":
-                opened[rec["id"]] = rec
-            elif kind == "close":
-                was = opened.pop(rec["id"], None)
-                if was is not None:
-                    settled[was["what"]] += float(rec["usd"])
-                    if was["what"] == "evaluation" and rec.get("seconds") is not None:
-                        longest = max(longest or 0.0, float(rec["seconds"]))
-            elif kind == "reached" and reached is None and \
-                    float(rec.get("cap_usd", math.inf)) >= self.usd:
-                reached = rec  # (a larger cap, on resuming, is not reached by it)
-        in_flight = sum(float(r["usd"]) for r in opened.values())
-        return {"cap_usd": self.usd, "spent_usd": sum(settled.values()), "settled": settled,
-                "in_flight_usd": in_flight, "in_flight": len(opened),
-                "longest_evaluation_s": longest, "reached": reached}
+        st = _ledger_state(Path(self.ledger))
+        reached = next((r for r in st.reached
+                        if float(r.get("cap_usd", math.inf)) >= self.usd), None)
+        # (a larger cap, on resuming, is not reached by a refusal under a smaller one)
+        return {"cap_usd": self.usd, "spent_usd": sum(st.settled.values()),
+                "settled": dict(st.settled),
+                "in_flight_usd": sum(float(r["usd"]) for r in st.opened.values()),
+                "in_flight": len(st.opened), "longest_evaluation_s": st.longest,
+                "reached": reached}
 
     def reserve(self, what: str, usd: float | None, about: str = "") -> str:
         """Reserve ``usd`` for a piece of work (``proposal``, ``forecast`` or ``evaluation``;
@@ -241,3 +223,66 @@ class DollarCap:
     def _eval_reservation(self, st: dict) -> float:
         longest = st["longest_evaluation_s"]
         return self.eval_usd(self.eval_reserve_s if longest is None else longest)
+
+
+class _LedgerState:
+    """A ledger's account as read so far, up to byte ``offset``: reservations open, dollars
+    settled per kind of work, the longest evaluation, every refusal. Each read under the lock
+    folds in only the lines appended since (the ledger is append-only), so a reservation costs
+    the lines written since the last, not the whole run's."""
+
+    def __init__(self, identity: tuple):
+        self.identity = identity  # (device, inode): a ledger replaced is read afresh
+        self.offset = 0
+        self.lines = 0
+        self.opened: dict[str, dict] = {}
+        self.settled = {"proposal": 0.0, "forecast": 0.0, "evaluation": 0.0}
+        self.longest: float | None = None
+        self.reached: list[dict] = []
+
+    def fold(self, path: Path, data: bytes) -> None:
+        for line in data.splitlines():
+            self.lines += 1
+            try:
+                rec = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                raise GfsimError(f"{path}:{self.lines}: not a JSON line of a gfsim dollar-cap "
+                                 "ledger (give each run a ledger of its own)") from None
+            kind = rec.get("kind")
+            if kind == "open":
+                self.opened[rec["id"]] = rec
+            elif kind == "close":
+                was = self.opened.pop(rec["id"], None)
+                if was is not None:
+                    self.settled[was["what"]] += float(rec["usd"])
+                    if was["what"] == "evaluation" and rec.get("seconds") is not None:
+                        self.longest = max(self.longest or 0.0, float(rec["seconds"]))
+            elif kind == "reached":
+                self.reached.append(rec)
+        self.offset += len(data)
+
+
+_LEDGERS: dict[str, _LedgerState] = {}  # this process's reading of each ledger, by path
+
+
+def _ledger_state(path: Path) -> _LedgerState:
+    """The account of the ledger at ``path`` (call under its lock), brought up to date."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        _LEDGERS.pop(str(path), None)
+        return _LedgerState((None, None))
+    identity = (info.st_dev, info.st_ino)
+    st = _LEDGERS.get(str(path))
+    if st is None or st.identity != identity or info.st_size < st.offset:
+        st = _LEDGERS[str(path)] = _LedgerState(identity)
+    if info.st_size > st.offset:
+        with open(path, "rb") as f:
+            f.seek(st.offset)
+            data = f.read(info.st_size - st.offset)
+        try:
+            st.fold(path, data)
+        except GfsimError:
+            _LEDGERS.pop(str(path), None)  # (read afresh next time, and fail the same way)
+            raise
+    return st

@@ -58,10 +58,11 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 from gfsim.core.errors import GfsimError
+from gfsim.integrations.jsonhttp import JsonHandler
 
 __all__ = ["CapProxy", "REFUSALS", "REFUSED_MODEL"]
 
@@ -230,10 +231,7 @@ class CapProxy:
 
 
 def _handler(proxy: CapProxy):
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):  # quiet
-            pass
-
+    class Handler(JsonHandler):
         def _route(self) -> str:
             path = self.path.split("?", 1)[0].rstrip("/")
             return path[3:] if path.startswith("/v1") else path
@@ -243,27 +241,17 @@ def _handler(proxy: CapProxy):
             out = {k: v for k, v in self.headers.items() if k.lower() in keep}
             return {**out, "Content-Type": "application/json"}
 
-        def _send(self, status: int, body, extra: dict | None = None) -> None:
-            data = body if isinstance(body, bytes) else json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for k, v in (extra or {}).items():
-                self.send_header(k, v)
-            self.end_headers()
-            self.wfile.write(data)
-
         def do_GET(self):  # noqa: N802 - http.server's name
             try:
-                self._send(*proxy.get(self._route(), self._headers()))
+                self.send_json(*proxy.get(self._route(), self._headers()))
             except Exception as exc:  # noqa: BLE001 - a bug answers as one, never hangs
-                self._send(*_error(500, f"gfsim cap proxy: {type(exc).__name__}: {exc}"))
+                self.send_json(*_error(500, f"gfsim cap proxy: {type(exc).__name__}: {exc}"))
 
         def do_POST(self):  # noqa: N802
             raw = self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
             try:
-                self._send(*proxy.post(self._route(), raw, self._headers()))
+                self.send_json(*proxy.post(self._route(), raw, self._headers()))
             except Exception as exc:  # noqa: BLE001
-                self._send(*_error(500, f"gfsim cap proxy: {type(exc).__name__}: {exc}"))
+                self.send_json(*_error(500, f"gfsim cap proxy: {type(exc).__name__}: {exc}"))
 
     return Handler

@@ -29,7 +29,9 @@ import json
 import re
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
+
+from gfsim.integrations.jsonhttp import JsonHandler
 
 __all__ = ["MutationServer", "MODEL", "parent_candidate", "answer"]
 
@@ -103,41 +105,30 @@ class MutationServer:
         self._np = np
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):  # quiet
-                pass
-
-            def _send(self, code: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
+        class Handler(JsonHandler):
             def do_GET(self):  # noqa: N802 - http.server's name
                 if self.path.rstrip("/") in ("/health", ""):
-                    self._send(200, {"status": "ok"})
+                    self.send_json(200, {"status": "ok"})
                 elif self.path.rstrip("/").endswith("/models"):
-                    self._send(200, {"object": "list", "data": [
+                    self.send_json(200, {"object": "list", "data": [
                         {"id": server.model, "object": "model", "owned_by": "gfsim"}]})
                 else:
-                    self._send(404, {"error": {"message": f"no route {self.path}"}})
+                    self.send_json(404, {"error": {"message": f"no route {self.path}"}})
 
             def do_POST(self):  # noqa: N802
                 if not self.path.rstrip("/").endswith("/chat/completions"):
-                    self._send(404, {"error": {"message": f"no route {self.path}"}})
+                    self.send_json(404, {"error": {"message": f"no route {self.path}"}})
                     return
                 try:
                     body = json.loads(self.rfile.read(int(self.headers.get("Content-Length",
                                                                            0))))
                     messages = body["messages"]
                 except (ValueError, KeyError, TypeError):
-                    self._send(400, {"error": {"message": "expected a chat-completions body"}})
+                    self.send_json(400, {"error": {"message": "expected a chat-completions body"}})
                     return
                 if server.delay_s > 0:
                     time.sleep(server.delay_s)
-                self._send(200, server._complete(messages))
+                self.send_json(200, server._complete(messages))
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._httpd.daemon_threads = True
