@@ -262,3 +262,20 @@ def test_more_than_one_gpu_without_a_cluster_is_refused_in_one_line(tmp_path):
     assert res.exit_code != 0
     assert "more than one GPU needs --cluster" in res.output
     assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_a_cluster_that_cannot_be_reached_is_refused_before_anything_is_written(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    pytest.importorskip("ray")
+    from typer.testing import CliRunner
+
+    from gfsim.cli.main import app
+
+    out = tmp_path / "x.jsonl"
+    res = CliRunner().invoke(app, ["live", "--tasks", "softmax", "--measurer", "interpret",
+                                   "--trust-cpu-clock", "--cluster", "ray://127.0.0.1:1",
+                                   "--out", str(out)])
+    assert res.exit_code != 0
+    assert "cannot be reached" in res.output and "127.0.0.1:1" in res.output
+    assert not out.exists()
