@@ -332,6 +332,11 @@ ClusterOption = Annotated[Optional[str], typer.Option("--cluster", help=CLUSTER_
                                                       metavar="ray|ray://HOST:PORT")]
 
 
+# --json, declared once for the commands whose JSON is their whole output as one object.
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print the output as one JSON object.",
+                                        metavar="")]
+
+
 def print_ran_on(con, out: dict) -> None:
     """Where a command's work ran (its JSON's ``ran_on``), where that was a Ray cluster:
     local processes are the default and go unsaid."""

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from gfsim.cli.common import console, handles_errors, print_json
+from gfsim.cli.common import JsonFlag, console, handles_errors, print_json
 
 __all__ = ["costs"]
 
@@ -117,7 +117,7 @@ def _print_model(out: dict) -> None:
 @handles_errors
 def costs(
     spec: Optional[str] = typer.Argument(None, metavar="[PRESET_SPEC]", help=SPEC_HELP + "."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON.", metavar=""),
+    as_json: JsonFlag = False,
 ) -> None:
     """List cost presets and LLM endpoints, or every figure of one cost model with its source."""
     if spec is None:

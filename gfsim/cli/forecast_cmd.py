@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from gfsim.cli.common import console, esc, handles_errors, print_json
+from gfsim.cli.common import JsonFlag, console, esc, handles_errors, print_json
 
 __all__ = ["forecast"]
 
@@ -38,7 +38,7 @@ def forecast(
                                        metavar=""),
     limit: Optional[int] = typer.Option(None, "--limit", help="Forecast at most N candidates "
                                                                "this run."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
+    as_json: JsonFlag = False,
 ) -> None:
     """Add a forecaster's forecasts to a log (resumable): a live one for candidates with code,
     or a what-if one for candidates with a measured speedup (``gfsim.forecast`` in Python)."""

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from gfsim.cli.common import CONTEXT, GfsimCommand, console, esc, handles_errors, print_json
+from gfsim.cli.common import JsonFlag, CONTEXT, GfsimCommand, console, esc, handles_errors, print_json
 from gfsim.core.docs import docs_url
 
 __all__ = ["app"]
@@ -61,7 +61,7 @@ def kernel_tuner(
                                             help="key=value,... of the configuration speedups "
                                                  "are against (default: the file's first "
                                                  "configuration that ran)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
+    as_json: JsonFlag = False,
 ) -> None:
     """A Kernel Tuner cache or T4 file as a config_space log (every configuration a
     candidate with its compile, verification and benchmark times)."""
@@ -90,7 +90,7 @@ def search(
     provenance: str = typer.Option("measured", "--provenance",
                                    help="measured, synthetic or mixed: where the numbers came "
                                         "from, said in the log's header."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
+    as_json: JsonFlag = False,
 ) -> None:
     """Your own search tool's output as a trajectory log (the smallest record set: one JSON
     object per candidate)."""
@@ -131,7 +131,7 @@ def openevolve(
         None, "--trace", help="The run's evolution trace (default: evolution_trace.jsonl in "
                               "the run folder, when there is one): children the checkpoints "
                               "dropped, and failed iterations."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
+    as_json: JsonFlag = False,
 ) -> None:
     """An OpenEvolve run as a trajectory log: every checkpoint's programs, parents, the
     log's iteration order and seconds, failures with their error text."""
@@ -176,7 +176,7 @@ def shinka(
         None, "--surrogate-log", help="The log gfsim's gate (gfsim.integrations.shinka) wrote "
                                       "during the run: its forecasts join the programs by "
                                       "code."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
+    as_json: JsonFlag = False,
 ) -> None:
     """A ShinkaEvolve run as a trajectory log: its programs with parents and islands, the
     proposals that failed before evaluation, seconds, tokens and API dollars."""
@@ -213,7 +213,7 @@ def kernelbench(
                                     "generation_config.yaml, or the baseline was timed on "
                                     "another GPU than the results (said in the log's "
                                     "header).", metavar=""),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
+    as_json: JsonFlag = False,
 ) -> None:
     """KernelBench results as a trajectory log: every sample of every problem, a child of
     the reference, with KernelBench's speedup and its failures by kind."""
@@ -248,7 +248,7 @@ def gpu_forecasters_events(
                                                              "kernel_task, or the file name)."),
     device: Optional[str] = typer.Option(None, "--device", help="GPU name, where the events "
                                                                  "do not say."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
+    as_json: JsonFlag = False,
 ) -> None:
     """The reference's search events (standard or filtered) as a trajectory log."""
     from gfsim.importers.gpu_forecasters import import_events
@@ -267,7 +267,7 @@ def gpu_forecasters_eval_set(
                                                help="Predictions (.jsonl[.gz] or .parquet)."),
     hf: bool = typer.Option(False, "--hf", help="Download both from the HuggingFace hub with "
                                                 "`datasets` (needs the network).", metavar=""),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
+    as_json: JsonFlag = False,
 ) -> None:
     """The paper's evaluation pairs and predictions as a pairs log for `gfsim score`."""
     from gfsim.core.errors import GfsimError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from gfsim.cli.common import console, esc, handles_errors, print_json
+from gfsim.cli.common import JsonFlag, console, esc, handles_errors, print_json
 
 __all__ = ["validate", "logs", "policies"]
 
@@ -33,7 +33,7 @@ def _log_summary(log) -> dict:
 @handles_errors
 def validate(
     path: str = typer.Argument(..., help="Log file (.jsonl or .jsonl.gz) or shipped log name."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object.", metavar=""),
+    as_json: JsonFlag = False,
     allow_truncated: bool = typer.Option(False, "--allow-truncated",
                                          help="Accept a log whose end a crash cut (its "
                                               "complete records are kept), exit 0.", metavar=""),
@@ -65,7 +65,7 @@ def validate(
 
 
 @handles_errors
-def logs(as_json: bool = typer.Option(False, "--json", help="Print JSON.", metavar="")) -> None:
+def logs(as_json: JsonFlag = False) -> None:
     """List the logs shipped with gfsim (usable as --log NAME)."""
     import textwrap
 
@@ -99,7 +99,7 @@ def logs(as_json: bool = typer.Option(False, "--json", help="Print JSON.", metav
 
 
 @handles_errors
-def policies(as_json: bool = typer.Option(False, "--json", help="Print JSON.", metavar="")) -> None:
+def policies(as_json: JsonFlag = False) -> None:
     """List policies, their parameters and defaults (spec: NAME:VALUE or NAME:key=value,...)."""
     from gfsim.policies import POLICIES
 

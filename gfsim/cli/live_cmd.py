@@ -10,6 +10,7 @@ import typer
 
 from gfsim.cli.common import (
     CONFIG_HELP,
+    JsonFlag,
     console,
     esc,
     handles_errors,
@@ -165,7 +166,7 @@ def live(
              "of --cluster (default: every GPU the cluster has); each candidate goes to a free "
              "one. Under --measurer interpret, CPU measurers (default 2). Without --cluster: "
              "1, this machine's GPU."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
+    as_json: JsonFlag = False,
     config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP, is_eager=True,
                                           callback=load_config),
 ) -> None:
@@ -418,7 +419,7 @@ def _print(summary: dict) -> None:
 def merge(
     logs: list[str] = typer.Argument(..., help="Logs to merge (their searches must differ)."),
     out: Path = typer.Option(..., "--out", "-o", help="The merged log (must not exist)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
+    as_json: JsonFlag = False,
 ) -> None:
     """Merge logs of the same hardware and timing protocol (e.g. live runs with different seeds
     or tasks) into one; every input is validated first, and the output written atomically."""

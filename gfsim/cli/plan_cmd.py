@@ -12,6 +12,7 @@ from gfsim.cli.common import (
     CONFIG_HELP,
     SIMULATE_HELP,
     ClusterOption,
+    JsonFlag,
     console,
     esc,
     handles_errors,
@@ -63,7 +64,7 @@ def plan(
                              help="Processes the replays and the default recommendation run "
                                   "in (0: one per core; 1: this process); the same answer."),
     cluster: ClusterOption = None,
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object.", metavar=""),
+    as_json: JsonFlag = False,
     config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP, is_eager=True,
                                           callback=load_config),
 ) -> None:

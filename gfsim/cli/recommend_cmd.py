@@ -12,6 +12,7 @@ from gfsim.cli.common import (
     CONFIG_HELP,
     SIMULATE_HELP,
     ClusterOption,
+    JsonFlag,
     console,
     esc,
     handles_errors,
@@ -77,7 +78,7 @@ def recommend(
                                   "core, at most one per configuration; 1: this process). "
                                   "The answer is the same whatever their number."),
     cluster: ClusterOption = None,
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object.", metavar=""),
+    as_json: JsonFlag = False,
     config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP, is_eager=True,
                                           callback=load_config),
 ) -> None:

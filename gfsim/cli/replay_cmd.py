@@ -14,6 +14,7 @@ from gfsim.cli.common import (
     CHILDREN_HELP,
     CONFIG_HELP,
     SIMULATE_HELP,
+    JsonFlag,
     console,
     esc,
     handles_errors,
@@ -116,7 +117,7 @@ def replay(
     candidates_out: Optional[Path] = typer.Option(None, "--candidates-out",
                                                   help="Write the per-candidate table "
                                                        "(.csv or .parquet)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object.", metavar=""),
+    as_json: JsonFlag = False,
     detail: bool = typer.Option(False, "--detail",
                                 help="With --json: every anytime row of every search (one "
                                      "per measurement), not at most 100 per search.", metavar=""),

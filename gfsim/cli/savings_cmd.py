@@ -12,6 +12,7 @@ from gfsim.cli.common import (
     CONFIG_HELP,
     SIMULATE_HELP,
     ClusterOption,
+    JsonFlag,
     console,
     esc,
     handles_errors,
@@ -49,7 +50,7 @@ def savings(
     seed: int = typer.Option(0, "--seed", help="First seed."),
     jobs: int = typer.Option(1, "--jobs", help="Processes for the seeds."),
     cluster: ClusterOption = None,
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object.", metavar=""),
+    as_json: JsonFlag = False,
     config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP, is_eager=True,
                                           callback=load_config),
 ) -> None:

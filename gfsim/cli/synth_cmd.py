@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from gfsim.cli.common import console, handles_errors, print_json
+from gfsim.cli.common import JsonFlag, console, handles_errors, print_json
 
 __all__ = ["synth"]
 
@@ -35,7 +35,7 @@ def synth(
                                         help="Search this world instead of the landscape "
                                              "(puct driver): a built-in name, "
                                              "kernel-tuner:CACHE, PATH.py:NAME or module:NAME."),
-    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON.", metavar=""),
+    as_json: JsonFlag = False,
 ) -> None:
     """Write a SYNTHETIC log (nothing measured): same arguments, same bytes.
 

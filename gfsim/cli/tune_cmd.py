@@ -12,6 +12,7 @@ from gfsim.cli.common import (
     CONFIG_HELP,
     SIMULATE_HELP,
     ClusterOption,
+    JsonFlag,
     console,
     current_settings,
     esc,
@@ -102,7 +103,7 @@ def tune(
                                         "objective only)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Folder for history and Pareto "
                                                              "front PNGs."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object.", metavar=""),
+    as_json: JsonFlag = False,
     config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP, is_eager=True,
                                           callback=load_config),
 ) -> None:
