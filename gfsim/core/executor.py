@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from gfsim.core.errors import GfsimError
 
-__all__ = ["Executor", "InProcess", "LocalProcesses", "RayCluster", "make_executor",
+__all__ = ["Executor", "InProcess", "LocalProcesses", "RayCluster", "make_executor", "task_error",
            "parse_cluster", "source_fingerprint", "cores", "RETRIES", "CLUSTER_HELP"]
 
 RETRIES = 3  # a map's re-runs after killed workers, before it gives up
@@ -375,9 +375,7 @@ class RayCluster(Executor):
                     try:
                         result = ray.get(ref)
                     except ray.exceptions.RayTaskError as exc:  # fn raised: not retried
-                        cause = getattr(exc, "cause", None)
-                        raise (cause if isinstance(cause, BaseException)
-                               else exc.as_instanceof_cause()) from None
+                        raise task_error(exc) from None
                     except ray.exceptions.WorkerCrashedError:
                         raise GfsimError(f"a task's Ray worker died {self.retries + 1} times; "
                                          "was it killed, or out of memory?") from None
@@ -399,6 +397,13 @@ class RayCluster(Executor):
             if self._owns:
                 self._ray.shutdown()
             self._ray = None
+
+
+def task_error(exc) -> BaseException:
+    """What a Ray task or actor method raised (a ``RayTaskError``'s cause), to raise here as
+    it was raised there."""
+    cause = getattr(exc, "cause", None)
+    return cause if isinstance(cause, BaseException) else exc.as_instanceof_cause()
 
 
 def _mismatch(mine: dict, theirs: dict) -> str | None:

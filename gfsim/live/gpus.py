@@ -118,8 +118,10 @@ class MeasurerActor:
     interpreter, one CPU): ``TritonMeasurer``s made as tasks come, kept warm for the run."""
 
     def __init__(self, config):
+        from gfsim.live.measurer import TritonMeasurer
+
         self.config = config
-        self._measurers: dict = {}
+        self._slot = LocalSlot(lambda task: TritonMeasurer(task, config), {})
 
     def where(self) -> dict:
         """Where this actor measures, and what its host's kernel lets the sandbox do."""
@@ -131,17 +133,10 @@ class MeasurerActor:
         return out
 
     def measure(self, task: str, code: str) -> dict:
-        from gfsim.live.candidates import CodeCandidate
-        from gfsim.live.measurer import TritonMeasurer
-
-        if task not in self._measurers:
-            self._measurers[task] = TritonMeasurer(task, self.config)
-        return self._measurers[task].measure(CodeCandidate(task, code))
+        return self._slot.measure(task, code)
 
     def close(self) -> None:
-        for m in self._measurers.values():
-            m.close()
-        self._measurers.clear()
+        self._slot.close()
 
 
 class RaySlot(Slot):
@@ -157,9 +152,9 @@ class RaySlot(Slot):
         try:
             return ray.get(self.actor.measure.remote(task, code))
         except ray.exceptions.RayTaskError as exc:  # the measurer raised: its error, here
-            cause = getattr(exc, "cause", None)
-            raise (cause if isinstance(cause, BaseException)
-                   else exc.as_instanceof_cause()) from None
+            from gfsim.core.executor import task_error
+
+            raise task_error(exc) from None
         except (ray.exceptions.RayActorError, ray.exceptions.ObjectLostError,
                 ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError) as exc:
             raise SlotLost(_first_line(exc)) from None
@@ -219,8 +214,7 @@ class MeasurerPool:
             self._cond.notify()
 
     def _drop(self, slot: Slot, why: str) -> dict:
-        lost = {**{k: v for k, v in slot.where.items() if k != "sandbox_missing"},
-                "error": why}
+        lost = {**slot.where, "error": why}
         with self._cond:
             self._alive -= 1
             self.lost.append(lost)
@@ -237,7 +231,7 @@ class MeasurerPool:
         lost: list[dict] = []
         while True:
             slot = self._take()
-            where = {k: v for k, v in slot.where.items() if k != "sandbox_missing"}
+            where = slot.where
             try:
                 if on_try is not None:
                     on_try(where)
@@ -285,8 +279,7 @@ class MeasurerPool:
             if isinstance(answer, BaseException):
                 error = error or answer
             else:
-                out.append((answer, {k: v for k, v in slot.where.items()
-                                     if k != "sandbox_missing"}))
+                out.append((answer, slot.where))
         if error is not None:
             raise error
         if not out:
@@ -295,8 +288,7 @@ class MeasurerPool:
 
     def describe(self) -> dict:
         return {**self.placement, "measurers": len(self.slots),
-                "where": [{k: v for k, v in s.where.items() if k != "sandbox_missing"}
-                          for s in self.slots],
+                "where": [s.where for s in self.slots],
                 **({"lost": self.lost} if self.lost else {})}
 
     def close(self) -> None:
@@ -367,7 +359,8 @@ def ray_pool(cluster: str, config, gpus: int | None = None, *,
         if wrong:
             raise GfsimError(f"--cluster: the measurer placed on {wrong[0]['host']} sees no "
                              "CUDA GPU, though Ray gave it one")
-        slots = [RaySlot(ray, a, {"measurer": k, **w})
+        slots = [RaySlot(ray, a, {"measurer": k, **{f: v for f, v in w.items()
+                                                    if f != "sandbox_missing"}})
                  for k, (a, w) in enumerate(zip(actors, wheres))]
     except BaseException:
         conn.close()
