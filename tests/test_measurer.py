@@ -6,7 +6,7 @@ import hashlib
 import os
 import socket
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -81,10 +81,18 @@ def test_every_candidate_gets_a_fresh_process(measurer):
 
 
 @pytest.mark.slow
-def test_a_hanging_candidate_times_out(measurer):
-    r = measurer.measure(Code("def run(x):\n    while True:\n        pass\n"))
-    assert r["outcome"] == "timeout" and "no answer within" in r["reason"]
-    assert measurer.measure(Code(CORRECT))["outcome"] == CORRECT_UNTIMED
+def test_a_hanging_candidate_times_out(measurer, tmp_path):
+    # Its own measurer, with a compile limit of 10 s instead of the fixture's 60 (which waits
+    # for slow Triton compiles): this candidate hangs in its first call; the honest one after it
+    # compiles in about 0.1 s.
+    m = TritonMeasurer("softmax", replace(measurer.config, compile_timeout_s=10),
+                       workdir=tmp_path)
+    try:
+        r = m.measure(Code("def run(x):\n    while True:\n        pass\n"))
+        assert r["outcome"] == "timeout" and "no answer within 10 s" in r["reason"]
+        assert m.measure(Code(CORRECT))["outcome"] == CORRECT_UNTIMED
+    finally:
+        m.close()
 
 
 def test_a_crashing_candidate_is_a_runtime_error(measurer):
