@@ -1,6 +1,7 @@
 """Replay throughput on a real Kernel Tuner cache, beside Kernel Tuner's own simulation mode.
 
-    python experiments/bench_kernel_tuner.py [--cache gfsim/worlds/data/kernel_tuner/dedispersion_milo_A100.json.gz] [--repeats 3]
+    python experiments/bench_kernel_tuner.py [--repeats 3] \
+        [--cache gfsim/worlds/data/kernel_tuner/dedispersion_milo_A100.json.gz]
 
 Both replay the same configurations (brute force over the cached ones), cold: Kernel Tuner with
 ``tune_kernel(..., cache=..., simulation_mode=True)``, which reads its cache file on every

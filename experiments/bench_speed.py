@@ -553,9 +553,9 @@ def main() -> None:
             kernel_tuner(rows, results)
     header = (f"# Benchmarks\n\nMade by `python experiments/bench_speed.py"
               f"{' --million' if args.million else ''}"
-              f"{' --counterfactual' if args.counterfactual else ''}` on a SYNTHETIC log (`gfsim synth --seed "
-              f"5 --candidates {args.candidates:,} --tasks {args.tasks}`; nothing in it was "
-              "measured on a GPU). Ratios compare two figures of the same run.")
+              f"{' --counterfactual' if args.counterfactual else ''}` on a SYNTHETIC log "
+              f"(`gfsim synth --seed 5 --candidates {args.candidates:,} --tasks {args.tasks}`; "
+              "nothing in it was measured on a GPU). Ratios compare two figures of the same run.")
     text = report(rows, started, header)
     print(text)
     if args.markdown:

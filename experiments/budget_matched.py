@@ -174,7 +174,8 @@ def main() -> None:
         print(f"**{p}**: equal evaluations = {args.evals} GPU evaluations per search; equal "
               f"USD = ${usd_cap[p]:.2f} per search ({args.usd_share:.0%} of paper-standard's "
               "spend)\n")
-        print(f"| search | policy | F | {args.children} draws | 40 steps: best, evals, USD per search "
+        print(f"| search | policy | F | {args.children} draws "
+              "| 40 steps: best, evals, USD per search "
               f"| <= {args.evals} evals: best | vs standard "
               + ("| landscape, same search " if direct else "")
               + f"| <= ${usd_cap[p]:.0f}: best | vs standard "

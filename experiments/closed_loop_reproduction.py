@@ -18,7 +18,6 @@ import argparse
 import tempfile
 from pathlib import Path
 
-import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 

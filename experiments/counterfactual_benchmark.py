@@ -4,9 +4,10 @@ docs/experiments/counterfactual-benchmark.md.
     python experiments/counterfactual_benchmark.py --seeds 12 --jobs 2
     python experiments/counterfactual_benchmark.py --from experiments/data/counterfactual_model.json
 
-Runs ``gfsim counterfactual`` (held-out world seeds, every built-in world, the default policies
-and F; the fallback pool and the world model replayed against the same direct runs) and writes every figure to ``--json`` and the tables between the markers of
-``--doc``. ``--from`` re-renders the tables from a saved JSON without running anything.
+Runs ``gfsim counterfactual`` (held-out world seeds, every built-in world, the default policies and
+F; the fallback pool and the world model replayed against the same direct runs) and writes every
+figure to ``--json`` and the tables between the markers of ``--doc``. ``--from`` re-renders the
+tables from a saved JSON without running anything.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ On ``gfsim.worlds.replica.replica_log(0)`` (424 bin-balanced pairs x 3 repeats, 
 preset: sigma by bisection until gfsim's speedup recovered meets the published figure (it
 falls as sigma grows), then the temperature by bisection until the ECE meets its figure (it falls
 as temp grows), alternating four times since a low temperature coarsens the ranking; temp stays
-1 where the paper gives no ECE. beta (0.7) and parse_fail (0.01) are fixed assumptions. Prints the fitted values
-(pasted into gfsim/forecasts/whatif.py PRESETS) and the scores they reach.
+1 where the paper gives no ECE. beta (0.7) and parse_fail (0.01) are fixed assumptions.
+Prints the fitted values (pasted into gfsim/forecasts/whatif.py PRESETS) and the scores they reach.
 """
 
 from __future__ import annotations

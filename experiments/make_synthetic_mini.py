@@ -102,7 +102,8 @@ def assumptions() -> dict:
                                    "sigma": GEN_SERVICE_SIGMA}, "mutation tokens are not modelled"),
         "evaluation_stage_s": a({"lognormal_medians": STAGE_MEDIAN_S, "sigma": STAGE_SIGMA},
                                 "medians sum to ~5.4 min, the reference's ~5-6 GPU-minutes per "
-                                "evaluation (REFERENCE.md section 4); a failure stops after its stage; a timeout hangs in timing until "
+                                "evaluation (REFERENCE.md section 4); a failure stops after "
+                                "its stage; a timeout hangs in timing until "
                                 f"wall_s = {TIMEOUT_S}; an infrastructure failure costs only the "
                                 "cold start"),
         "forecast_shape": a(

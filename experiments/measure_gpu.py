@@ -27,6 +27,10 @@ def _median(xs):
     return statistics.median(xs) if xs else None
 
 
+def fmt(v, f: str) -> str:
+    return "-" if v is None else format(v, f)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", default="gpu-measurements.json")
@@ -92,7 +96,6 @@ def main() -> None:
           " | J/call | GPU-s per candidate | run-to-run CV | best speedup |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, t in report["tasks"].items():
-        fmt = (lambda v, f: "-" if v is None else format(v, f))
         print(f"| {name} | {t['outcomes']} | {fmt(t['median_compile_s'], '.2f')} | "
               f"{fmt(t['median_timing_s_gfsim'], '.3f')} | "
               f"{fmt(t['median_timing_s_reference'], '.3f')} | "

@@ -22,25 +22,34 @@ def run_variant(fn, inputs, flush, mode, reps=100):
         if flush is not None:
             flush.zero_()
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if mode == "presync_end_then_sync":
+            torch.cuda.synchronize()
+        s.record()
+        fn(*inputs)
         if mode == "sync_then_end":
-            s.record(); fn(*inputs); torch.cuda.synchronize(); e.record(); e.synchronize()
-        elif mode == "end_then_sync":
-            s.record(); fn(*inputs); e.record(); torch.cuda.synchronize()
-        elif mode == "presync_end_then_sync":
-            torch.cuda.synchronize(); s.record(); fn(*inputs); e.record(); torch.cuda.synchronize()
+            torch.cuda.synchronize()
+            e.record()
+            e.synchronize()
+        else:  # end_then_sync, presync_end_then_sync
+            e.record()
+            torch.cuda.synchronize()
         times.append(s.elapsed_time(e))
     return times
+
+
+def cv(xs) -> float:
+    return statistics.stdev(xs) / statistics.fmean(xs)
 
 
 def main():
     task = get_task("softmax")
     cand = task.candidates()[0]
-    ns = {}
     path = "/tmp/diag_candidate.py"
     open(path, "w").write(cand.code)
     import importlib.util
     spec = importlib.util.spec_from_file_location("diag_candidate", path)
-    mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
     fn = mod.run
     for dims in task.bench_shapes:
         inputs = task.make_inputs(dims, 0, "cuda")
@@ -54,10 +63,10 @@ def main():
                 t0 = time.perf_counter()
                 for _ in range(5):
                     t = run_variant(fn, inputs, flush if use_flush else None, mode)
-                    means.append(statistics.fmean(t)); medians.append(statistics.median(t))
+                    means.append(statistics.fmean(t))
+                    medians.append(statistics.median(t))
                     cvs.append(statistics.stdev(t) / statistics.fmean(t))
                 wall = (time.perf_counter() - t0) / 5
-                cv = lambda xs: statistics.stdev(xs) / statistics.fmean(xs)
                 print(f"{str(dims):28s} flush={use_flush!s:5s} {mode:22s} rep-CV "
                       f"{statistics.fmean(cvs):6.2%} mean {statistics.fmean(means)*1e3:8.1f}us "
                       f"run-CV(mean) {cv(means):6.2%} run-CV(median) {cv(medians):6.2%} "

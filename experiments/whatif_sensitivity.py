@@ -3,15 +3,14 @@
     python experiments/whatif_sensitivity.py --seeds 8 --jobs 2 --plot docs/whatif_sensitivity.png
 
 On a shipped log (default: the SYNTHETIC ``synthetic-puct-v1``), the policy (default
-``threshold:0.7``) reads a what-if forecaster (``gfsim.forecasts.whatif``) instead of the logged one, for a
-grid of spreads sigma and temperatures (beta 0.7), two other slopes beta, two parse-failure
-rates, and the five
-``paper:`` presets; under serverless A100 and reserved H100 prices. For each: the forecaster's
-accuracy and ECE on the log's measured candidates, and ``gfsim savings`` against measuring
-everything: USD saved per search and the best speedup at equal spend (baseline = 1), with
-bootstrap 95% intervals over tasks, then seeds. Each seed draws the forecasts afresh (forecast
-seed = replay seed), so the intervals include the forecaster's own noise. The puct driver
-(paper-standard, closed loop) by default: a skipped candidate never enters the archive, so a
+``threshold:0.7``) reads a what-if forecaster (``gfsim.forecasts.whatif``) instead of the logged
+one, for a grid of spreads sigma and temperatures (beta 0.7), two other slopes beta, two
+parse-failure rates, and the five ``paper:`` presets; under serverless A100 and reserved H100
+prices. For each: the forecaster's accuracy and ECE on the log's measured candidates, and ``gfsim
+savings`` against measuring everything: USD saved per search and the best speedup at equal spend
+(baseline = 1), with bootstrap 95% intervals over tasks, then seeds. Each seed draws the forecasts
+afresh (forecast seed = replay seed), so the intervals include the forecaster's own noise. The puct
+driver (paper-standard, closed loop) by default: a skipped candidate never enters the archive, so a
 policy bears what it skips; ``--driver trace`` keeps the logged order, where skipped parents'
 children are still replayed (orphans) and a poor forecaster looks better than it is.
 """

@@ -6,20 +6,20 @@ its tables in Arrow IPC files, in a folder named after the log file and a SHA-25
     <log folder>/.gfsim-cache/<log file>.<sha256 prefix>/   (beside the log)
     <user cache>/gfsim/logs/<sha256>/                     (shipped logs, read-only folders)
 
-where the user cache is ``$GFSIM_CACHE_DIR``, else ``$XDG_CACHE_HOME``, else ``~/.cache``.
-A load hashes the log's bytes (about 0.7 s per GB here) and reads the folder only if its
-manifest's seal verifies under this user's key (``replay_logs.seal``: a folder that came with
-the log from someone else is never believed) and the manifest names that hash, this cache
-format and this version of gfsim, so an edited log (one byte is enough) is parsed again and
-its old folder replaced; each table must match the SHA-256 the manifest gives it. A folder is written under
-a temporary name and renamed into place, so a reader never sees half of one; a folder that
-cannot be read is ignored (and replaced). ``GFSIM_LOG_CACHE=off`` turns caching off.
+where the user cache is ``$GFSIM_CACHE_DIR``, else ``$XDG_CACHE_HOME``, else ``~/.cache``. A load
+hashes the log's bytes (about 0.7 s per GB here) and reads the folder only if its manifest's seal
+verifies under this user's key (``replay_logs.seal``: a folder that came with the log from someone
+else is never believed) and the manifest names that hash, this cache format and this version of
+gfsim, so an edited log (one byte is enough) is parsed again and its old folder replaced; each table
+must match the SHA-256 the manifest gives it. A folder is written under a temporary name and renamed
+into place, so a reader never sees half of one; a folder that cannot be read is ignored (and
+replaced). ``GFSIM_LOG_CACHE=off`` turns caching off.
 
-The hash is remembered, sealed, beside the folder (``<log file>.sha256.json``) with the file's status
-(size, inode, device, modification and change times in nanoseconds); a load whose file has
-that status, taken at least two seconds after both times (``known_digest``), skips reading
-and hashing the bytes. Any write changes the change time, so an edited log is hashed again.
-The folder also keeps what replays derive from the log (``replay_logs.derived``).
+The hash is remembered, sealed, beside the folder (``<log file>.sha256.json``) with the file's
+status (size, inode, device, modification and change times in nanoseconds); a load whose file has
+that status, taken at least two seconds after both times (``known_digest``), skips reading and
+hashing the bytes. Any write changes the change time, so an edited log is hashed again. The folder
+also keeps what replays derive from the log (``replay_logs.derived``).
 
 Columns keep their pandas dtype: numbers and booleans as Arrow numbers, strings as Arrow
 strings, and object columns (free-form values such as ``imputed_by`` or unknown fields) as
@@ -228,7 +228,7 @@ def _kind(series: pd.Series) -> str:
     d = series.dtype
     if isinstance(d, pd.StringDtype):
         return "str"
-    if d == object:
+    if d == np.dtype(object):
         return "json"
     return "num"
 

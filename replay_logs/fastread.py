@@ -558,21 +558,20 @@ class _Gather:
         pidx = np.concatenate(self.parent_idx) if self.parent_idx else np.zeros(0, np.int64)
         table = np.empty(len(ids) + 1, dtype=object)
         table[:len(ids)] = ids  # index -1: None
-        cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))
         cand = {"candidate_id": ids, "search_id": self.cand_search, "task_id": self.cand_task,
                 "parent_id": table[pidx].tolist(), "step": self.cand["step"],
                 "seq": self.cand["seq"], "code_sha256": self.cand["code_sha256"],
                 "has_code": self.cand["has_code"], "line": self.cand["line"],
                 **{"gen_" + g: self.cand["gen_" + g] for g in _Generation.__struct_fields__}}
         f = self.fc
-        fc = {"candidate_id": table[cat(self.fc_idx)].tolist(),
+        fc = {"candidate_id": table[_concat(self.fc_idx)].tolist(),
               "forecaster": self.fc_forecaster, "mode": self.fc_mode,
               "raw_probability_sum": f["raw_probability_sum"],
               "predicted_bin": f["predicted_bin"], "parse_failed": f["parse_failed"],
               "input_tokens": f["input_tokens"], "output_tokens": f["output_tokens"],
               "latency_s": f["latency_s"], "repeat": f["repeat"], "line": f["line"]}
         probs = np.concatenate(self.probs) if self.probs else np.zeros((0, 8))
-        ev = {"candidate_id": table[cat(self.ev_idx)].tolist()}
+        ev = {"candidate_id": table[_concat(self.ev_idx)].tolist()}
         for k in FIELDS["evaluation"]:
             if k not in ("candidate_id", "imputed_by"):
                 ev[k] = self.ev_outcome if k == "outcome" else self.ev[k]
@@ -595,3 +594,8 @@ def _as_record(r) -> dict:
         if v is not msgspec.UNSET:
             out[f] = v
     return out
+
+
+def _concat(parts: list, dtype=np.int64) -> np.ndarray:
+    """The arrays in ``parts`` end to end (an empty one of ``dtype`` for none)."""
+    return np.concatenate(parts) if parts else np.zeros(0, dtype)

@@ -574,7 +574,8 @@ def iter_records(path: str | os.PathLike, loaded: tuple[bytes, bool] | None = No
             if maybe_cut:
                 _warn_tail(path, line)
                 return
-            raise LogError(str(path), line, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+            raise LogError(str(path), line,
+                           f"not valid JSON ({exc.msg} at column {exc.colno})") from None
         except _Unrepresentable as exc:
             raise LogError(str(path), line, f"not valid JSON for a log: {exc}") from None
         except RecursionError:

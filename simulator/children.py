@@ -27,7 +27,8 @@ from gfsim.core.rng import transient_stream
 from gfsim.forecasts.bins import speedup_to_bin
 
 __all__ = ["Child", "ChildSource", "LogChildren", "WorldChildren",
-           "LandscapeChildren", "finish_steps", "DRAW_SOURCES", "INVENTED", "shift_probs", "shift_probs_rows",
+           "LandscapeChildren", "finish_steps", "DRAW_SOURCES", "INVENTED", "shift_probs",
+           "shift_probs_rows",
            "probs_cdf", "bin_grid", "shifted_cdf", "held_to_log",
            "INVENTED_HEADROOM", "log_frontier"]
 

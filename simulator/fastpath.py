@@ -822,12 +822,11 @@ class _FastRuns:
             measure.append(d_measure)
             score.append(d_score)
             reason.append(d_reason)
-        cat = (lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt))
-        lp = cat(live_pos, int)
+        lp = _concat(live_pos, int)
         # Restore position order: _commit expects live positions in ascending order.
         o = np.argsort(lp, kind="stable")
-        self._commit(pos, dropped, lp[o], cat(measure, bool)[o], cat(score, float)[o],
-                     cat(reason, object)[o])
+        self._commit(pos, dropped, lp[o], _concat(measure, bool)[o], _concat(score, float)[o],
+                     _concat(reason, object)[o])
 
     def _commit(self, pos, dropped, live_pos, measure, score, reason) -> None:
         """Record decisions and times for whole steps: positions ``pos`` (ascending), of
@@ -1174,3 +1173,8 @@ def run_fast(trace: SearchTrace, policy: Policy, model: PresetCostModel, caps: C
     if isinstance(result, FastPathUnsafe):
         raise result
     return result
+
+
+def _concat(parts: list, dtype) -> np.ndarray:
+    """The arrays in ``parts`` end to end (an empty one of ``dtype`` for none)."""
+    return np.concatenate(parts) if parts else np.zeros(0, dtype)

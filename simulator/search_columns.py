@@ -31,11 +31,12 @@ _FLOATS = ("seed_speedup", "best_speedup", "wall_s", "confirmed_speedup", "true_
 
 class SearchColumns:
     """Every search's figures: ``ints`` and ``floats`` (arrays, one value per search), ``ids``
-    (search_id, task_id, best_candidate_id, stopped_by: lists), ``stages`` (stage -> rows
-    seconds, usd, joules, usd_imputed, coded where few are distinct), ``anytime`` (one array of every search's anytime
-    rows, search i's rows ``anytime[heads[i]:ends[i]]``), ``unforecast`` (candidates decided
-    with no forecast, per search), and ``tables`` (builds search i's per-candidate table on
-    first read). Every search ran on one ``engine``, and none has driver-specific figures."""
+    (search_id, task_id, best_candidate_id, stopped_by: lists), ``stages`` (stage -> rows seconds,
+    usd, joules, usd_imputed, coded where few are distinct), ``anytime`` (one array of every
+    search's anytime rows, search i's rows ``anytime[heads[i]:ends[i]]``), ``unforecast``
+    (candidates decided with no forecast, per search), and ``tables`` (builds search i's
+    per-candidate table on first read). Every search ran on one ``engine``, and none has
+    driver-specific figures."""
 
     def __init__(self, *, ints: dict, floats: dict, ids: dict, stages: dict, anytime: tuple,
                  unforecast: np.ndarray, tables, engine: str = "des", traces=None):

@@ -13,9 +13,10 @@ strategy's pressure parameter is then estimated by maximum likelihood on a grid:
   beam search and hill climbing have none (their likelihood alone is reported).
 
 Its 90% interval is the grid's values within 2.706 / 2 log-likelihood units of the best (the
-likelihood-ratio test with one degree of freedom), the grid refined five times around it. Beside it: how many logged parents the
-archive could not have drawn (``outside_model``: programs its rules had dropped, e.g. by
-OpenEvolve's MAP-Elites cells, which it does not model) and how many PUCT would have chosen.
+likelihood-ratio test with one degree of freedom), the grid refined five times around it. Beside it:
+how many logged parents the archive could not have drawn (``outside_model``: programs its rules had
+dropped, e.g. by OpenEvolve's MAP-Elites cells, which it does not model) and how many PUCT would
+have chosen.
 """
 
 from __future__ import annotations

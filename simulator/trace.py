@@ -19,7 +19,8 @@ from gfsim.replay_logs.derived import Lazy
 from gfsim.simulator.log_seconds import place_cold_starts, split_totals
 from gfsim.replay_logs.log import PROB_COLUMNS, ReplayLog, release_unused_memory
 
-__all__ = ["SearchTrace", "TraceColumns", "build_traces", "columns_of", "pick_forecaster", "ancestor_speedup",
+__all__ = ["SearchTrace", "TraceColumns", "build_traces", "columns_of", "pick_forecaster",
+           "ancestor_speedup",
            "mean_measure_usd"]
 
 # Outcomes after which a stage no longer runs.

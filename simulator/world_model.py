@@ -762,7 +762,7 @@ class ModelChildren(ChildSource):
         rows_of = member.rows() if crb else None
         base = _frame_base(self.t, node_speedup)
         prefix = f"{node_id}/{expansion}."
-        cdf = q = fit = got = None
+        cdf = fit = got = None
         while len(out) < n:
             cid = prefix + str(len(out))
             if kinds and rng.random() < min(len(kinds) / size, 1.0):

@@ -71,7 +71,7 @@ def vllm_server() -> VllmServer:
 
 class FaultProxy:
     """A loopback TCP proxy that injects faults between an HTTP client and a real server.
-    
+
     Each accepted connection whose first request's path contains ``only`` (default: chat
     completions; other requests pass untouched) takes the next fault from ``schedule`` (then
     ``default``):

@@ -210,7 +210,8 @@ Path(base, "cgroup.procs").write_text(str(os.getpid()))
 def own():
     return Path("/proc/self/cgroup").read_text().split("0::", 1)[1].split()[0]
 print(cgroup.hold((controller,)), cgroup.hold((controller,)))  # the second only counts
-print(os.path.basename(own()), cgroup._v2_base() == base, Path(base, "cgroup.procs").read_text().split())
+procs = Path(base, "cgroup.procs").read_text().split()
+print(os.path.basename(own()), cgroup._v2_base() == base, procs)
 cgroup.release()
 print(sorted(p.name for p in Path(base).iterdir() if p.is_dir()))
 cgroup.release()

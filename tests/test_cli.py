@@ -229,7 +229,7 @@ except SystemExit as e:
     assert "replay" in proc.stdout
 
 
-# -- small defects (issue 24) -----------------------------------------------------------------------
+# -- small defects (issue 24) ----------------------------------------------------------------------
 def test_seeds_below_one_are_refused():
     for cmd in (["replay", "--seeds", "0"], ["savings", "--seeds", "0"]):
         res = runner.invoke(app, cmd)

@@ -197,7 +197,8 @@ def test_decide_groups_equals_deciding_batch_by_batch(spec):
     start = 0
     for g, size in enumerate(sizes):
         rows = slice(start, start + size)
-        alone = policy.decide(batch.take(rows), dataclasses.replace(STATE, best_speedup=best[start]))
+        alone = policy.decide(batch.take(rows),
+                              dataclasses.replace(STATE, best_speedup=best[start]))
         assert together.measure[rows].tolist() == alone.measure.tolist(), g
         assert together.reason[start:start + size] == alone.reason, g
         # Exactly: the puct fast path decides a step's batches together and keeps the result

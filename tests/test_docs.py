@@ -1,11 +1,10 @@
-"""The README and the documentation site's pages: every command block says whether it is run
-(``<!-- run -->`` on the line before it, or ``<!-- run: slow -->`` for a block that takes tens
-of seconds, which plain ``pytest`` leaves out: each ``gfsim`` line is run here, in a scratch folder that
-sees the repository's ``tests/``, ``docs/`` and ``experiments/``; ``HANG_S`` guards each
-against a hang and is no timing) or not
-(``<!-- no-run: REASON -->``: each ``gfsim`` line's arguments are still parsed by the command
-itself, and a script it names must exist); every relative link points at a file that exists;
-no page reads outside the repository."""
+"""The README and the documentation site's pages: every command block says whether it is run (``<!--
+run -->`` on the line before it, or ``<!-- run: slow -->`` for a block that takes tens of seconds,
+which plain ``pytest`` leaves out: each ``gfsim`` line is run here, in a scratch folder that sees
+the repository's ``tests/``, ``docs/`` and ``experiments/``; ``HANG_S`` guards each against a hang
+and is no timing) or not (``<!-- no-run: REASON -->``: each ``gfsim`` line's arguments are still
+parsed by the command itself, and a script it names must exist); every relative link points at a
+file that exists; no page reads outside the repository."""
 
 from __future__ import annotations
 

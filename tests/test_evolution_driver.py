@@ -187,7 +187,7 @@ def test_beam_search_stays_on_the_best_for_num_beams_children_and_hill_climbing_
     assert h.select_parents(1)[0].node_id == "c0"
 
 
-# -- both engines, one keyed stream -----------------------------------------------------------------
+# -- both engines, one keyed stream ----------------------------------------------------------------
 @pytest.mark.parametrize("which", ["oe_log", "shinka_log"])
 def test_fast_path_agrees_with_simpy_engine_exactly(which, request):
     log = load_log(request.getfixturevalue(which))
@@ -206,7 +206,7 @@ def test_fast_path_agrees_with_simpy_engine_exactly(which, request):
     assert len({tuple(g[4]) for g in got["fast"]}) > 1  # seeds choose other parents
 
 
-# -- --driver closed chooses from the log --------------------------------------------------------------
+# -- --driver closed chooses from the log ----------------------------------------------------------
 def _replay_json(*args) -> dict:
     res = CliRunner().invoke(app, ["replay", "-p", "all", "--json", *args])
     assert res.exit_code == 0, res.output
@@ -238,7 +238,7 @@ def test_driver_closed_keeps_puct_for_a_puct_log():
     assert closed["gpu_evals"] == puct["gpu_evals"]
 
 
-# -- the configuration that was run reproduces the log -------------------------------------------------
+# -- the configuration that was run reproduces the log ---------------------------------------------
 @pytest.mark.parametrize("which", ["oe_log", "oe_trace_log", "shinka_log"])
 def test_the_configuration_that_ran_reproduces_the_logged_best(which, request):
     """The configuration the log ran (all, F = 1, its own shape), re-run by the run's own
@@ -252,7 +252,7 @@ def test_the_configuration_that_ran_reproduces_the_logged_best(which, request):
     assert math.isfinite(r["lo"]) and math.isfinite(r["hi"]) and r["within_10"] and r["inside"]
 
 
-# -- selection pressure from the log's own parent choices --------------------------------------------
+# -- selection pressure from the log's own parent choices ------------------------------------------
 def _logged_search(config: EvolutionConfig, steps: int, seed: int = 3):
     """A search run by ``config``'s archive, written down as a trace's columns (what
     ``selection_fit`` reads): each child's speedup its parent's times a log-normal step."""

@@ -45,7 +45,7 @@ def valid_args(probs=(0.05, 0.05, 0.1, 0.2, 0.3, 0.1, 0.1, 0.0), b=5) -> dict:
     return {"predicted_bin": b, **dict(zip(P.PROB_FIELDS, probs)), "reasoning": "fused pass"}
 
 
-# -- offline: the prompt, the tool, parsing ---------------------------------------------------------
+# -- offline: the prompt, the tool, parsing --------------------------------------------------------
 def test_the_full_prompt_shows_both_kernels_the_bins_and_the_hardware():
     req = request("layernorm", 1)
     system, user = (m["content"] for m in P.tool_messages(req))
@@ -89,7 +89,8 @@ def test_the_tool_schema_is_flat_and_complete():
     # The compact form of the arguments is what the regex transport constrains to.
     line = json.dumps(valid_args(), separators=(", ", ": "))
     assert re.fullmatch(P.ARGUMENTS_REGEX, line)
-    assert not re.fullmatch(P.ARGUMENTS_REGEX, line.replace('"predicted_bin": 5', '"predicted_bin": 9'))
+    nine = line.replace('"predicted_bin": 5', '"predicted_bin": 9')
+    assert not re.fullmatch(P.ARGUMENTS_REGEX, nine)
 
 
 def test_renormalise_keeps_the_raw_sum_and_rejects_what_is_not_a_distribution():
@@ -149,7 +150,7 @@ def test_forecaster_specs():
             parse_forecaster(spec)
 
 
-# -- a real vLLM server ------------------------------------------------------------------------------
+# -- a real vLLM server ----------------------------------------------------------------------------
 def make(vllm, **kw) -> VllmForecaster:
     kw.setdefault("max_prompt_tokens", TINY_CONTEXT - 16)
     return VllmForecaster(kw.pop("url", vllm.url), vllm.model, **kw)
@@ -212,7 +213,7 @@ def test_a_server_without_a_tool_parser_is_a_clear_error(vllm_server):
         f.forecast(request())
 
 
-# -- faults between client and server ----------------------------------------------------------------
+# -- faults between client and server --------------------------------------------------------------
 def through(vllm_server, proxy_, **kw) -> VllmForecaster:
     """A forecaster that talks through the proxy, one connection per request, so that each
     chat completion meets the proxy's next fault (label and token-count lookups pass)."""

@@ -1,11 +1,10 @@
-"""The fuzz benchmark's regression corpus (``tests/data/fuzz``): mutants of valid logs, each
-run through ``gfsim validate`` and ``gfsim replay`` as ``experiments/fuzz_logs.py`` runs them,
-in worker processes with its hang limit. Files named ``--was-crashed--`` or
-``--was-misreported--`` crashed gfsim (or were accepted by ``validate`` and refused by
-``replay``) before the fixes of issue 23 (``20261205`` ones: of issue 41); ``--sample--`` files are a fixed draw of every
-mutation class. Every one must now pass: no traceback, no hang, no misreport. A small fresh
-draw of the benchmark itself runs too (the 10,000-case runs are in
-docs/experiments/robustness.md)."""
+"""The fuzz benchmark's regression corpus (``tests/data/fuzz``): mutants of valid logs, each run
+through ``gfsim validate`` and ``gfsim replay`` as ``experiments/fuzz_logs.py`` runs them, in worker
+processes with its hang limit. Files named ``--was-crashed--`` or ``--was-misreported--`` crashed
+gfsim (or were accepted by ``validate`` and refused by ``replay``) before the fixes of issue 23
+(``20261205`` ones: of issue 41); ``--sample--`` files are a fixed draw of every mutation class.
+Every one must now pass: no traceback, no hang, no misreport. A small fresh draw of the benchmark
+itself runs too (the 10,000-case runs are in docs/experiments/robustness.md)."""
 
 import importlib.util
 import sys

@@ -4,6 +4,7 @@ schema (docs/concepts/paper.md), not on the published files themselves."""
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from pathlib import Path
 
@@ -85,12 +86,14 @@ def test_the_filtered_dialect_keeps_forecasts_selection_and_deferred(tmp_path):
 
 def test_cli_imports_validate_score_and_replay(tmp_path):
     out = tmp_path / "f.jsonl.gz"
-    res = runner.invoke(app, ["import", "gpu-forecasters-events", str(DATA / "filtered_events.jsonl"),
+    res = runner.invoke(app, ["import", "gpu-forecasters-events",
+                              str(DATA / "filtered_events.jsonl"),
                               "-o", str(out), "--capacity", "gen=1,forecast=1,eval=1", "--json"])
     assert res.exit_code == 0, res.output
     assert runner.invoke(app, ["validate", str(out)]).exit_code == 0
     assert runner.invoke(app, ["replay", "--log", str(out), "--policy", "all"]).exit_code == 0
-    res = runner.invoke(app, ["import", "gpu-forecasters-events", str(DATA / "filtered_events.jsonl"),
+    res = runner.invoke(app, ["import", "gpu-forecasters-events",
+                              str(DATA / "filtered_events.jsonl"),
                               "-o", str(out), "--capacity", "compile=2"])
     assert res.exit_code == 2 and "valid: gen, forecast, gpus" in res.output
 
@@ -156,7 +159,8 @@ def test_eval_set_errors_name_the_line(tmp_path):
         import_eval_set(DATA / "eval_rows.jsonl", bad, tmp_path / "o.jsonl")
 
 
-SETTINGS = settings(max_examples=int(__import__("os").environ.get("GFSIM_HYPOTHESIS_EXAMPLES", "40")), deadline=None,
+SETTINGS = settings(max_examples=int(os.environ.get("GFSIM_HYPOTHESIS_EXAMPLES", "40")),
+                    deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 

@@ -101,7 +101,8 @@ def test_a_file_with_a_cut_last_line_or_nothing_in_it_is_refused(tmp_path):
         import_search(tmp_path / "empty.jsonl", tmp_path / "out.jsonl")
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_any_value_in_any_field_is_a_log_or_one_line(tmp_path_factory, json_values, data):
     tmp = tmp_path_factory.mktemp("byo")

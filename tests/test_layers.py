@@ -69,7 +69,8 @@ def test_the_contracts_are_kept(tree):
 
 def test_a_lower_layer_importing_a_higher_one_breaks_the_layers(tree):
     # Even inside a function: a lazy import is still a dependency.
-    append(tree / "gfsim/replay_logs/io.py", "\n\ndef _peek():\n    from gfsim.simulator import engine\n")
+    append(tree / "gfsim/replay_logs/io.py",
+           "\n\ndef _peek():\n    from gfsim.simulator import engine\n")
     append(tree / "gfsim/simulator/engine.py", "\n\ndef _peek():\n    import gfsim.cli.main\n")
     out = lint(tree)
     assert out.returncode != 0
@@ -78,7 +79,8 @@ def test_a_lower_layer_importing_a_higher_one_breaks_the_layers(tree):
 
 
 def test_an_import_circle_inside_a_package_breaks_the_acyclic_contract(tree):
-    append(tree / "gfsim/live/prompt.py", "\n\ndef _peek():\n    from gfsim.live import forecaster\n")
+    append(tree / "gfsim/live/prompt.py",
+           "\n\ndef _peek():\n    from gfsim.live import forecaster\n")
     out = lint(tree)
     assert out.returncode != 0
     assert "No cycles are allowed in gfsim.live" in out.stdout

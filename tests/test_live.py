@@ -53,10 +53,11 @@ def _live(tmp_path, *args) -> subprocess.Popen:
 
 
 def test_a_live_run_against_vllm_killed_and_resumed_loses_nothing(vllm_server, tmp_path):
-    """Real forecasts from the vLLM server decide (topk:1: the best forecast of each batch), real Triton kernels run
-    under the interpreter in the measurement worker; the run is killed with SIGKILL mid-search,
-    then resumed: every record written before the kill is still there, nothing is asked,
-    decided or measured twice, and the replay of the final log follows the logged search."""
+    """Real forecasts from the vLLM server decide (topk:1: the best forecast of each batch), real
+    Triton kernels run under the interpreter in the measurement worker; the run is killed with
+    SIGKILL mid-search, then resumed: every record written before the kill is still there, nothing
+    is asked, decided or measured twice, and the replay of the final log follows the logged
+    search."""
     out = tmp_path / "run.jsonl.gz"
     spec = (f"vllm:{vllm_server.url},model={vllm_server.model},mode=logprobs,labels=words,"
             f"max_prompt_tokens={TINY_CONTEXT - 16}")

@@ -100,7 +100,8 @@ def test_the_fast_path_reproduces_the_simpy_engine(tmp_path, case):
                           samples_per_parent=int(rng.integers(1, 5)),
                           overgen=int(rng.integers(1, 4)), k_per_parent=int(rng.integers(1, 5)))
     kwargs = dict(driver="puct", search=search, seed=case, capacities=caps,
-                  simulate=True, budget=random_budget(rng), pipeline=parse_pipeline(rng.choice(PIPELINES)),
+                  simulate=True, budget=random_budget(rng),
+                  pipeline=parse_pipeline(rng.choice(PIPELINES)),
                   noise=MeasureNoise(0.1) if case % 3 == 0 else None, orphans_dropped=False)
     policy = str(rng.choice(POLICIES))
     fast = replay(log, make_policy(policy), model, engine="auto", **kwargs)

@@ -5,6 +5,7 @@ never a partial output."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,8 @@ from gfsim.replay_logs import load_log
 from gfsim.testing import LogBuilder
 
 DATA = Path(__file__).parent / "data" / "kernel_tuner"
-SETTINGS = settings(max_examples=int(__import__("os").environ.get("GFSIM_HYPOTHESIS_EXAMPLES", "60")), deadline=None,
+SETTINGS = settings(max_examples=int(os.environ.get("GFSIM_HYPOTHESIS_EXAMPLES", "60")),
+                    deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 

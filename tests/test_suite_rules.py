@@ -46,7 +46,8 @@ def _test_all(tmp_path: Path, *args: str) -> list[list[str]]:
     pythons = []
     for name in ("regular", "editable"):
         py = tmp_path / name
-        py.write_text(f"#!/bin/sh\nprintf '%s\\0' {name} \"$@\" >> {calls}\nprintf '\\n' >> {calls}\n")
+        py.write_text(f"#!/bin/sh\nprintf '%s\\0' {name} \"$@\" >> {calls}\n"
+                      f"printf '\\n' >> {calls}\n")
         py.chmod(0o755)
         pythons += ["--python", str(py)]
     env = {**os.environ, "GFSIM_VLLM_URL": "http://127.0.0.1:9/v1",

@@ -3,7 +3,8 @@
 SYNTHETIC, and small on purpose: it shows what gfsim asks of a world
 (``gfsim.worlds.protocol``). Try it:
 
-    gfsim synth --world docs/examples/tile_world.py:make_world --driver puct --steps 10 -o tile.jsonl
+    gfsim synth --world docs/examples/tile_world.py:make_world --driver puct --steps 10 \
+        -o tile.jsonl
     gfsim counterfactual --world docs/examples/tile_world.py:make_world --seeds 3 --steps 10
 
 Every draw is keyed by (seed, parent, index) through ``gfsim.core.rng.stream``, never taken

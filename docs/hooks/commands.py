@@ -59,8 +59,8 @@ def render(path: str) -> str:
     opts = [p for p in cmd.params if p.param_type_name == "option" and not p.hidden]
     if args:
         lines += ["| argument | type | what it is |", "|---|---|---|"]
-        lines += [f"| `{p.name.upper()}` | {_type(p, ctx)} | {_cell(getattr(p, 'help', '') or '')} |"
-                  for p in args]
+        lines += [f"| `{p.name.upper()}` | {_type(p, ctx)} | "
+                  f"{_cell(getattr(p, 'help', '') or '')} |" for p in args]
         lines.append("")
     lines += ["| option | type | default | what it does |", "|---|---|---|---|"]
     lines += [f"| `{', '.join(p.opts)}` | {_type(p, ctx)} | {_default(p)} | {_cell(p.help or '')} |"

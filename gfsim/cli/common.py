@@ -440,7 +440,6 @@ def effective_settings(ctx) -> dict:
     from (the command line, the --config file, or the default), gfsim's version and, where
     the command reads a log, the SHA-256 of its bytes."""
     import os
-    from pathlib import Path
 
     from gfsim import __version__
 

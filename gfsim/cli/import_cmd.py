@@ -8,7 +8,15 @@ from typing import Optional
 
 import typer
 
-from gfsim.cli.common import JsonFlag, CONTEXT, GfsimCommand, console, esc, handles_errors, print_json
+from gfsim.cli.common import (
+    CONTEXT,
+    GfsimCommand,
+    JsonFlag,
+    console,
+    esc,
+    handles_errors,
+    print_json,
+)
 from gfsim.core.docs import docs_url
 
 __all__ = ["app"]

@@ -282,7 +282,8 @@ def _print_new_search(con, p: dict) -> None:
     surprise = p.get("log_surprise") or {}
     if surprise.get("factor", 1.0) > 1.0:
         con.print(f"the logged search sits off the model's new searches of it ("
-                  f"{2 ** surprise['log_log2']:.3f}x against {2 ** surprise['fresh_log2_mean']:.3f}x"
+                  f"{2 ** surprise['log_log2']:.3f}x against "
+                  f"{2 ** surprise['fresh_log2_mean']:.3f}x"
                   f"): the best speedup's interval is widened x{surprise['factor'] ** 0.5:.2f}",
                   markup=False, highlight=False)
     con.print(f"[dim]over: {esc(p['over'], 1000)}[/dim]")

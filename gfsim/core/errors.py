@@ -1,4 +1,5 @@
-"""Errors a user can cause. The CLI turns every ``GfsimError`` into a one-line message and exit 2."""
+"""Errors a user can cause. The CLI turns every ``GfsimError`` into a one-line message and
+exit 2."""
 
 from __future__ import annotations
 

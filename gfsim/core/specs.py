@@ -43,7 +43,8 @@ class Param:
             else:
                 value = kind(raw)
         except (TypeError, ValueError):
-            raise SpecError(f"{owner}: {self.name}={raw!r} is not a valid {kind.__name__}") from None
+            raise SpecError(f"{owner}: {self.name}={raw!r} is not a valid "
+                            f"{kind.__name__}") from None
         if kind in (int, float):
             if value != value:  # NaN
                 raise SpecError(f"{owner}: {self.name} must be a number, got {raw!r}")
@@ -106,7 +107,8 @@ def parse_kv(text: str, what: str) -> list[tuple[str | None, str]]:
 
 
 def parse_spec(spec: str) -> tuple[str, list[tuple[str | None, str]]]:
-    """``threshold:tau=0.7,score=margin`` -> ("threshold", [("tau", "0.7"), ("score", "margin")])."""
+    """``threshold:tau=0.7,score=margin`` -> ("threshold", [("tau", "0.7"),
+    ("score", "margin")])."""
     if spec is None or not str(spec).strip():
         raise SpecError("empty spec")
     name, _, rest = str(spec).strip().partition(":")

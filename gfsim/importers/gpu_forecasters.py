@@ -318,7 +318,8 @@ def _write(path, out, init, cands, steps, filtered, t0, task, device, capacities
         else "1970-01-01T00:00:00Z",
         "provenance": {"kind": "measured",
                        "note": f"imported by gfsim import gpu-forecasters-events from "
-                               f"{path.name}: the reference's {'filtered' if filtered else 'standard'}"
+                               f"{path.name}: the reference's "
+                               f"{'filtered' if filtered else 'standard'}"
                                " PUCT search; mutation tokens are never logged there, and stage "
                                "times (compile/check/timing) are not split",
                        "source": source_name(path),
@@ -343,8 +344,8 @@ def _write(path, out, init, cands, steps, filtered, t0, task, device, capacities
         header["selection"] = {"rule": "top-k by expected bin index per parent (the "
                                        "reference's filtered search), as logged",
                                "k": max(per_parent.values())}
-    records: list[dict] = [header, {"kind": "run", "search_id": search_id,
-                                    "driver": f"reference-puct-{'filtered' if filtered else 'standard'}"}]
+    driver = f"reference-puct-{'filtered' if filtered else 'standard'}"
+    records: list[dict] = [header, {"kind": "run", "search_id": search_id, "driver": driver}]
     by_step: dict[int, list[_Cand]] = {}
     for c in ordered:
         by_step.setdefault(c.step, []).append(c)

@@ -15,8 +15,8 @@ replays:
 3. the step waits for every batch, then the archive takes each parent's best k children.
 
 The structure is the one the SimPy engine models with the same capacities (generator,
-forecaster, compile on the GPU host, the run's GPUs), so replaying the log with those capacities should
-reproduce the run's wall-clock and GPU-busy time (``gfsim.live.fidelity``).
+forecaster, compile on the GPU host, the run's GPUs), so replaying the log with those
+capacities should reproduce the run's wall-clock and GPU-busy time (``gfsim.live.fidelity``).
 
 Identity and reuse. A candidate is named by its place (``SEARCH/step.batch.slot``) and its code
 by its SHA-256; the log stores each code once. A child whose code this search has measured before
@@ -52,7 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from gfsim.core.errors import GfsimError
-from gfsim.live.candidates import CandidateSource, CodeCandidate, ParentInfo, code_sha256
+from gfsim.live.candidates import CandidateSource, ParentInfo, code_sha256
 from gfsim.simulator.budget import Budget
 from gfsim.simulator.puct import ArchiveNode, ChildResult, PuctArchive
 from gfsim.simulator.puct_engine import SearchConfig, cap_per_parent
@@ -237,11 +237,12 @@ class _Search:
 class LiveRun:
     """Run (or resume) a live search over ``options.tasks``; see the module doc.
 
-    ``measurer_for(task_name)`` makes a ``Measurer`` (a ``TritonMeasurer`` in practice) for
-    this process; ``pool`` (a ``gfsim.live.gpus.MeasurerPool``, such as one Ray actor per GPU
-    of a cluster) replaces it where given. The forecaster is a ``gfsim.live.forecaster.Forecaster``, a ``gfsim.forecasts.whatif.WhatIfForecaster``
-    (its forecasts read the measured speedup, so they are drawn after the measurement and only
-    a policy that does not read forecasts may run on them), or None.
+    ``measurer_for(task_name)`` makes a ``Measurer`` (a ``TritonMeasurer`` in practice) for this
+    process; ``pool`` (a ``gfsim.live.gpus.MeasurerPool``, such as one Ray actor per GPU of a
+    cluster) replaces it where given. The forecaster is a ``gfsim.live.forecaster.Forecaster``, a
+    ``gfsim.forecasts.whatif.WhatIfForecaster`` (its forecasts read the measured speedup, so they
+    are drawn after the measurement and only a policy that does not read forecasts may run on them),
+    or None.
     """
 
     def __init__(self, out, options: LiveOptions, source: CandidateSource, measurer_for,

@@ -92,7 +92,8 @@ def _write_copy(src: Path, out: Path, header: dict, drop_existing: bool) -> None
     from gfsim.replay_logs import LogWriter
     from gfsim.replay_logs.io import iter_records
 
-    tmp = out.with_name(out.stem + ".partial" + out.suffix)  # keeps .gz: LogWriter compresses by suffix
+    # (keeps .gz: LogWriter compresses by suffix)
+    tmp = out.with_name(out.stem + ".partial" + out.suffix)
     if tmp.exists():
         tmp.unlink()
     batch = [header]

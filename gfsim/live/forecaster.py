@@ -15,15 +15,15 @@ with every forecast and never pooled:
   new request after a parse failure.
 
 Failures are kept apart: an answer that cannot be parsed is a *parse failure* (``parse_failed``,
-probabilities all zero); no answer at all (server down, timeouts, HTTP errors, a body that is
-not JSON), after ``retries`` retries with exponential backoff, is an *error*: the record carries
-``error`` and the candidate counts as unforecast (policies measure it unless told otherwise).
-So is a request the server refuses (an HTTP 4xx: a prompt too long for the model, say), unless
-the refusal says the server itself is misconfigured (an unknown model or route, no tool-call
-parser), or the first ``REFUSALS_TO_STOP`` requests were all refused: then the run stops with a
-``ForecasterError``. An answer of any other shape (strings where numbers belong, a log
-probability above 0, tool calls that are not objects) is a parse failure. Nothing is dropped. Tokens and latency add over every attempt (what the forecasts cost);
-``attempts`` says how many there were.
+probabilities all zero); no answer at all (server down, timeouts, HTTP errors, a body that is not
+JSON), after ``retries`` retries with exponential backoff, is an *error*: the record carries
+``error`` and the candidate counts as unforecast (policies measure it unless told otherwise). So is
+a request the server refuses (an HTTP 4xx: a prompt too long for the model, say), unless the refusal
+says the server itself is misconfigured (an unknown model or route, no tool-call parser), or the
+first ``REFUSALS_TO_STOP`` requests were all refused: then the run stops with a ``ForecasterError``.
+An answer of any other shape (strings where numbers belong, a log probability above 0, tool calls
+that are not objects) is a parse failure. Nothing is dropped. Tokens and latency add over every
+attempt (what the forecasts cost); ``attempts`` says how many there were.
 
 An answer is read within the size and time limits of ``gfsim.live.client`` (``MAX_ANSWER_BYTES``
 on the wire and inflated, the request's ``timeout_s``); one that breaks them is an *error* like
@@ -49,6 +49,7 @@ from gfsim.live.client import (
     new_tally,
     server_spec,
 )
+from gfsim.live.prompt import PromptTooLong, fit_prompt, renormalise
 
 # Refusals (HTTP 4xx) in a row, with no answer ever, after which a server is taken to be
 # misconfigured rather than refusing one candidate.
@@ -56,7 +57,6 @@ REFUSALS_TO_STOP = 5
 # What reading a malformed answer can raise; any of them makes the forecast a parse failure.
 _MALFORMED = (AttributeError, TypeError, KeyError, IndexError, ValueError, OverflowError,
               RecursionError)
-from gfsim.live.prompt import PromptTooLong, fit_prompt, renormalise
 
 __all__ = ["Forecaster", "ForecastRequest", "Forecast", "VllmForecaster", "VllmLocalForecaster",
            "ForecasterError", "MAX_ANSWER_BYTES",
@@ -428,8 +428,8 @@ _VLLM_KEYS = {"model": str, "mode": str, "concurrency": int, "timeout": float, "
 def parse_forecaster(spec: str) -> Forecaster:
     """``vllm:URL,model=M,mode=logprobs|tool[,concurrency=4,timeout=60,retries=3,backoff=0.5,
     labels=digits|words,top_logprobs=20,max_tokens=2048,temperature=0,max_prompt_tokens=N,
-    server=vllm|openai,tool_transport=tools|json|regex,name=NAME,api_key_env=VAR]``. The API key is read from the environment
-    variable ``api_key_env`` names, never from the command line."""
+    server=vllm|openai,tool_transport=tools|json|regex,name=NAME,api_key_env=VAR]``. The API
+    key is read from the environment variable ``api_key_env`` names, never from the command line."""
     kind, sep, rest = (spec or "").partition(":")
     if kind != "vllm" or not sep:
         raise SpecError(f"--forecaster: expected vllm:URL,model=NAME,...; got {spec!r}")

@@ -240,7 +240,8 @@ def _sitecustomize(ctx):
     return textwrap.dedent(f'''
         import os, sys
         _wrote = []
-        for d in {dirs!r} + [p for p in sys.path if p] + os.environ.get("PYTHONPATH", "").split(":"):
+        for d in ({dirs!r} + [p for p in sys.path if p]
+                  + os.environ.get("PYTHONPATH", "").split(":")):
             try:
                 with open(os.path.join(d, "sitecustomize.py"), "w") as f:
                     f.write("import time\\ntime.sleep(2)  # {ctx.marker}\\n")
@@ -372,7 +373,8 @@ def _environ(ctx):
         for pid in os.listdir("/proc"):
             if pid.isdigit():
                 try:
-                    _found.append(open(f"/proc/{pid}/environ", "rb").read().decode(errors="replace"))
+                    raw = open(f"/proc/{pid}/environ", "rb").read()
+                    _found.append(raw.decode(errors="replace"))
                 except OSError:
                     pass
         _found.append(repr(dict(os.environ)))

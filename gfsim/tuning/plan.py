@@ -171,7 +171,6 @@ def plan(logs: list, configs: list, model, budget: PlanBudget, *, steps: int | N
     ``jobs`` processes, or the Ray cluster ``cluster`` names (``gfsim.core.executor``), replay
     the (configuration, log) cells; the same plan wherever they ran (``ran_on``)."""
     from gfsim.cost_models.paid import paid_generator
-    from gfsim.simulator.predictive import fresh_children
     from gfsim.tuning.trials import TrialSetup
 
     if not logs:

@@ -132,7 +132,7 @@ def parse_param(text: str, policy: str, driver: str) -> TunedParam:
         raise SpecError(f"--param {text!r}: {name} takes whole numbers")
     if "log" in flags and low <= 0:
         raise SpecError(f"--param {text!r}: a log scale needs LOW > 0")
-    if target == "policy" and not (known[name].kind in (int, float)):
+    if target == "policy" and known[name].kind not in (int, float):
         raise SpecError(f"--param {name}: not numeric; give choices A|B|C")
     if target == "policy":
         for v in (low, high):

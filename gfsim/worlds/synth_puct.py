@@ -20,7 +20,8 @@ from gfsim.simulator.puct_engine import SEARCH_PRESETS, SearchConfig
 from gfsim.simulator.replay import simulate_puct
 from gfsim.worlds.landscape import Landscape
 
-__all__ = ["run_on_world", "run_on_world_many", "run_on_landscape", "puct_search_records", "PUCT_RULE"]
+__all__ = ["run_on_world", "run_on_world_many", "run_on_landscape", "puct_search_records",
+           "PUCT_RULE"]
 
 PUCT_RULE = ("the reference PUCT search (REFERENCE.md section 4) as gfsim's puct driver runs it: "
              "rank-prior scores, lineage-blocked parents, top-k admission; every child measured")
