@@ -51,11 +51,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-# Run from the checkout's root, every child this starts (`python -m gfsim.cli.main`, `python -c`)
-# would put the root first on its path, where the checkout's gfsim/ folder shadows the installed
-# package: a regular install's gfsim.simulator, .policies, .cost_models and .replay_logs exist
-# only in site-packages (the install maps those top-level folders into gfsim). Python's safe-path
-# mode (-P) leaves the working folder off the path of every child, whatever folder it runs from.
+# This process imports the installed gfsim (its path starts at experiments/, not the working
+# folder); every child it starts (`python -m gfsim.cli.main`, `python -c`) would put the working
+# folder first, so that from the checkout's root the children would time the checkout's gfsim/
+# beside a parent timing a regular install. Python's safe-path mode (-P) leaves the working
+# folder off every child's path: parent and children time the same package.
 os.environ["PYTHONSAFEPATH"] = "1"
 
 from bench_replay import best_of  # noqa: E402  (experiments are scripts, not a package)

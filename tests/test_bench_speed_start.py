@@ -1,10 +1,8 @@
 """``experiments/bench_speed.py`` runs from the checkout's root, as its docstring and the
-benchmarks page tell a user to run it. There, the checkout's ``gfsim/`` folder lacks
-``gfsim.simulator``, ``.policies``, ``.cost_models`` and ``.replay_logs`` (an install maps those
-top-level folders into ``gfsim``), so a child ``python -m gfsim.cli.main`` or ``python -c`` that
-puts the working folder first on its path fails against a regular install. This test runs the
-smallest section (one-candidate searches, each a fresh ``gfsim replay --json`` process); CI runs
-it against both installs."""
+benchmarks page tell a user to run it, and its children (``python -m gfsim.cli.main``,
+``python -c``, which would put the working folder first on their path) time the same gfsim as
+the script itself (it sets Python's safe-path mode for them). This test runs the smallest
+section (one-candidate searches, each a fresh ``gfsim replay --json`` process)."""
 
 import subprocess
 import sys

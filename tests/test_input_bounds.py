@@ -25,7 +25,7 @@ OPENEVOLVE_RUN = DATA / "openevolve" / "run"
 CAP = 1 << 30  # address space of each command: gfsim's own needs stay under 0.5 GiB
 HANG_S = 60  # a guard against a hang, not a timing: each command takes a few seconds
 # Commands run from here, not the checkout's root: there `python -c` would import the checkout's
-# gfsim/, which lacks the sub-packages a regular install maps into it (gfsim.replay_logs, ...).
+# gfsim/ instead of the install under test.
 HERE = Path(__file__).parent
 
 

@@ -1,1 +1,0 @@
-../../../gfsim/testing.py
