@@ -1,4 +1,4 @@
-"""Run the hostile-candidate suite (gfsim.live.hostile) against the sandboxed measurer and print
+"""Run the hostile-candidate suite (experiments/hostile.py) against the sandboxed measurer and print
 its table: every row must be contained. On a machine without CUDA the rows run under the Triton
 interpreter's CPU mode, timed by wall clock; with a GPU every row runs, side streams included.
 
@@ -27,7 +27,7 @@ import json
 import sys
 import time
 
-from gfsim.live.hostile import ROWS, Context, format_table, honest_code, run_suite
+from hostile import ROWS, Context, format_table, honest_code, run_suite  # (beside this script)
 from gfsim.live.measurer import MeasurerConfig, TritonMeasurer
 from gfsim.live.tasks import get_task
 

@@ -1,6 +1,9 @@
-"""The hostile-candidate suite (gfsim.live.hostile) on CPU: each row is a kernel that tries to
+"""The hostile-candidate suite (experiments/hostile.py) on CPU: each row is a kernel that tries to
 forge its timing, cheat the checks, or escape the sandbox, and each must be contained. The GPU
 rows and the H200 figures: experiments/hostile_suite.py, docs/concepts/live-measurement.md."""
+
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -8,7 +11,9 @@ pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from gfsim.live.candidates import CodeCandidate  # noqa: E402
-from gfsim.live.hostile import ROWS, Context, format_table, honest_code, run_row  # noqa: E402
+# The rows are test-only code, kept with the experiment that runs them on a GPU.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+from hostile import ROWS, Context, format_table, honest_code, run_row  # noqa: E402
 from gfsim.live.measurer import MeasurerConfig, TritonMeasurer  # noqa: E402
 from gfsim.live.tasks import get_task  # noqa: E402
 

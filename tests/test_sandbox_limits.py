@@ -6,6 +6,7 @@ kernel holds both; without one (``cgroups=False``, as on such a machine) seccomp
 memfd and SysV shm. Each hoard aims half a GiB past a 1.5 GB limit."""
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,9 @@ pytest.importorskip("triton")
 
 from gfsim.live import cgroup  # noqa: E402
 from gfsim.live.candidates import CodeCandidate  # noqa: E402
-from gfsim.live.hostile import ROWS, Context, format_table, honest_code, run_row  # noqa: E402
+# The rows are test-only code, kept with the experiment that runs them on a GPU.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+from hostile import ROWS, Context, format_table, honest_code, run_row  # noqa: E402
 from gfsim.live.measurer import MeasurerConfig, TritonMeasurer  # noqa: E402
 from gfsim.live.sandbox import probe_subprocess  # noqa: E402
 from gfsim.live.tasks import get_task  # noqa: E402
