@@ -22,8 +22,8 @@ PYPROJECT = ROOT / "pyproject.toml"
 def stage(dest: Path) -> Path:
     """Copy the package's modules (the linked folders' too) into ``dest``."""
     def not_modules(folder: str, names: list[str]) -> list[str]:
-        return [n for n in names if not n.endswith(".py") and not (Path(folder) / n).is_dir()
-                or n == "__pycache__"]
+        return [n for n in names if n == "__pycache__"
+                or not (n.endswith(".py") or (Path(folder) / n).is_dir())]
 
     shutil.copytree(ROOT / "gfsim", dest / "gfsim", ignore=not_modules)
     return dest
