@@ -60,13 +60,18 @@ def test_after_the_hostile_rows_an_honest_kernel_measures_as_before(suite, tmp_p
     if again["runtime_ns"] < 3 * ctx.honest_ns:
         return
     # Slower than before: the rows' doing, or the machine's? A measurer that never saw a
-    # hostile row times the same kernel now, under the same load: this one must keep up.
+    # hostile row times the same kernel under the same load: this one must keep up. The two
+    # take turns, three times each, and the fastest of each is compared, so that a burst of
+    # load on two busy cores (one CI run: 96 ms against 9.5 ms, never seen again in five
+    # runs) falls on both alike.
     fresh = TritonMeasurer("softmax", m.config, workdir=tmp_path)
+    after, control = [again], []
     try:
-        control = fresh.measure(CodeCandidate("softmax", code))
+        for turn in range(3):
+            control.append(fresh.measure(CodeCandidate("softmax", code + f"# control {turn}\n")))
+            after.append(m.measure(CodeCandidate("softmax", code + f"# again {turn}\n")))
     finally:
         fresh.close()
-    assert control["outcome"] == "success", control
-    again = min((again, m.measure(CodeCandidate("softmax", code + "# and again\n"))),
-                key=lambda r: r["runtime_ns"])
-    assert again["runtime_ns"] < 3 * control["runtime_ns"], (again, control, ctx.honest_ns)
+    assert all(r["outcome"] == "success" for r in after + control), (after, control)
+    fastest = min(r["runtime_ns"] for r in after)
+    assert fastest < 3 * min(r["runtime_ns"] for r in control), (after, control, ctx.honest_ns)
