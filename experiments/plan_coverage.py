@@ -98,13 +98,27 @@ def one_world_seed(world_spec: str, world_seed: int, steps: int, direct: int,
                 truth[k].append(float(np.mean([g[key] for g in figs])))
         for k in FIGURES:
             f = row[k]
-            centre = math.log2(f["mean"]) if k == "best_speedup" else f["mean"]
+            centre = f["centre_log2"] if k == "best_speedup" else f["mean"]
             sd = f["sd_log2"] if k == "best_speedup" else f["sd"]
             out.append({"world": name, "world_seed": world_seed, "config": text, "figure": k,
                         "centre": centre, "sd": sd, "truth": truth[k],
                         "m": new_searches, "successes": successes,
-                        "improving": improving})
+                        "improving": improving, "improvement": f.get("improvement")})
     return out
+
+
+def _inside(r: dict, t: float, level: float) -> bool:
+    """Whether ``t`` lies in row ``r``'s plan interval at ``level``."""
+    if r["figure"] == "best_speedup" and r.get("improvement") is not None:
+        from gfsim.tuning.plan import best_interval
+
+        imp = r["improvement"]
+        lo, hi = best_interval(r["centre"], r["sd"] ** 2, level, imp["prior_weight"],
+                               imp["seed_log2"], imp["no_gain"])
+        return lo <= t <= hi
+    z = abs(t - r["centre"]) / r["sd"] if r["sd"] > 0 else (0.0 if t == r["centre"]
+                                                            else math.inf)
+    return z <= _half_scale(level, r["figure"], r["m"])
 
 
 def coverage(rows: list[dict]) -> dict:
@@ -114,14 +128,11 @@ def coverage(rows: list[dict]) -> dict:
     for r in rows:
         key = (r["world"], r["config"], r["figure"])
         for t in r["truth"]:
-            z = abs(t - r["centre"]) / r["sd"] if r["sd"] > 0 else (0.0 if t == r["centre"]
-                                                                    else math.inf)
-            table.setdefault(key, []).append((z, r["m"]))
+            table.setdefault(key, []).append([_inside(r, t, lv) for lv in LEVELS])
     out = {}
-    for key, zs in table.items():
-        out[key] = {lv: float(np.mean([z <= _half_scale(lv, key[2], m) for z, m in zs]))
-                    for lv in LEVELS}
-        out[key]["n"] = len(zs)
+    for key, hits in table.items():
+        out[key] = {lv: float(np.mean([h[i] for h in hits])) for i, lv in enumerate(LEVELS)}
+        out[key]["n"] = len(hits)
     return out
 
 
@@ -160,6 +171,17 @@ def main(argv=None) -> int:
         print(f"all worlds, {f}: " + ", ".join(f"{lv:.0%} {np.mean([v[lv] for v in per_world]):.0%}"
                                                for lv in LEVELS)
               + f"; the 90% interval's width times {needed_scale(rows, f):.2f} would cover 90%")
+    from gfsim.tuning.plan import FEW_IMPROVING
+
+    for few in (True, False):  # the best speedup by what the logs showed of improvement
+        hits = [[_inside(r, t, lv) for lv in LEVELS] for r in rows
+                if r["figure"] == "best_speedup" and (r["improving"] <= FEW_IMPROVING) == few
+                for t in r["truth"]]
+        if hits:
+            shown = ", ".join(f"{lv:.0%} {np.mean([h[i] for h in hits]):.0%}"
+                              for i, lv in enumerate(LEVELS))
+            print(f"best_speedup, logs with {'<=' if few else '>'} {FEW_IMPROVING} improving "
+                  f"children ({len(hits)} runs): {shown}")
     if args.save:
         import gzip
         import json

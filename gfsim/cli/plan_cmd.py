@@ -129,13 +129,21 @@ def print_plan(con, out: dict) -> None:
                   f"{_usd(p['forecasts']['mean'])}, evaluations {_usd(p['evaluations']['mean'])};"
                   f" {rest['usd_imputed_share']:.0%} priced from priors (assumed usage); "
                   f"{rest['invented_share']:.0%} of the replays' children invented")
+        imp = r["best_speedup"].get("improvement") or {}
+        if imp.get("prior_weight", 0) > 0:
+            con.print(f"  best speedup: {imp['prior_weight']:.0%} of its law rests on a prior "
+                      f"(assumed): a new search improves with chance {imp['p_improve']:.0%} "
+                      f"from the logs' children, the world model's {imp['model_improved']:.0%}; "
+                      "what improving searches found is the benchmark's dev worlds' "
+                      "(SYNTHETIC)")
     for e in out["evidence"]:
         if e["few"]:
             con.print(f"[yellow]{esc(e['log'], 200)}: {e['improving_children']} of its "
                       f"{e['measured_children']} measured children beat their parent. The "
-                      "world model invents children from the log's own steps, so the best "
-                      "speedup's interval cannot hold a search that finds much more; plan "
-                      "from more runs (--log) or a longer one to settle it.[/yellow]")
+                      "world model invents children from the log's own steps, so what a new "
+                      "search may find beyond them rests on a prior (the best speedup's "
+                      "interval says how much); plan from more runs (--log) or a longer one "
+                      "to settle it.[/yellow]")
     for p in out["prices"]:
         con.print(f"[dim]token prices ({esc(p['log'], 200)}): {esc(p['source'], 1000)}[/dim]")
     con.print(f"[dim]intervals: {esc(out['over'], 2000)}[/dim]")

@@ -20,6 +20,14 @@ variance with a t quantile over the new searches (normal theory; the wall-clock'
 ``COST_SCALE``) for dollars, hours and seconds. Several logs add
 their run-to-run spread: the centres' variance, times 1 + 1/L. How often these intervals hold
 a new search on the benchmark's worlds: ``experiments/plan_coverage.py``.
+
+Past runs with ``FEW_IMPROVING`` or fewer children faster than their parent cannot show what a
+new search may find: the world model invents children from their own steps. There the best
+speedup's law is a mixture: the world model's, and with the weight the world model's searches
+fall short of ``p_improve`` (the chance that a new search finds an improving child, from the
+runs' measured and improving children), the seed's speedup times ``IMPROVEMENT_LAW`` (what
+improving sister runs of such logs found on the benchmark's dev worlds: a prior, and the plan
+says how much of the interval rests on it; ``experiments/fit_improvement_law.py``).
 """
 
 from __future__ import annotations
@@ -34,7 +42,8 @@ from gfsim.core.errors import GfsimError, SpecError
 
 __all__ = ["PlanBudget", "parse_plan_budget", "plan", "search_figures", "PLAN_KEYS",
            "REPLAYS", "NEW_SEARCHES", "COST_SCALE", "BEST_SCALE", "FEW_IMPROVING",
-           "improving_children"]
+           "IMPROVED_LOG2", "IMPROVEMENT_LAW", "improving_children", "p_improve",
+           "best_interval"]
 
 REPLAYS = 8  # replays of each log per configuration (the centre)
 NEW_SEARCHES = 32  # searches simulated wholly on the world model per log and configuration
@@ -57,6 +66,14 @@ FEW_IMPROVING = 2  # a log with this many children faster than their parent, or 
 # there, over every length pooled) it holds 54 / 80 / 90 / 95% at 50 / 80 / 90 / 95%
 # (experiments/plan_coverage.py --steps N [--one-task]; docs/how-to/plan-a-search.md).
 BEST_SCALE = 1.3
+IMPROVED_LOG2 = 0.01  # a search whose best passes its seed's by more (log2; 0.7%) improved
+# What new searches that improved found (log2 of their best over their seed's speedup) where
+# their past run had FEW_IMPROVING or fewer improving children: quantiles at 0, 0.05, ..., 1,
+# from the sisters of 1-step to 24-step logs of one search on the counterfactual benchmark's
+# dev worlds (SYNTHETIC but for the Kernel Tuner runtimes; experiments/fit_improvement_law.py
+# --fit). A prior: the output says how much of the interval rests on it.
+IMPROVEMENT_LAW = (0.02, 0.038, 0.055, 0.101, 0.129, 0.141, 0.158, 0.185, 0.187, 0.242, 0.323,
+                   0.342, 0.404, 0.468, 0.63, 0.66, 0.735, 0.876, 1.026, 1.278, 2.273)
 
 
 @dataclass(frozen=True)
@@ -108,6 +125,7 @@ def search_figures(search, model) -> dict:
     return {"usd": total.usd, **{f"usd_{k}": v for k, v in usd.items()},
             "gpu_hours": sum(stages[s].seconds for s in gpu) / 3600.0,
             "wall_s": search.wall_s, "log2_best": math.log2(search.best_speedup),
+            "log2_seed": math.log2(search.seed_speedup), "gpu_evals": search.gpu_evals,
             "usd_imputed": total.usd_imputed, "stopped": search.stopped_by is not None}
 
 
@@ -115,8 +133,12 @@ def _per_replay(results, model) -> dict[str, np.ndarray]:
     """Each figure per replay (seed): the mean over its searches (one new search like the
     log's); ``stopped``: the share of its searches a budget stopped."""
     rows = [[search_figures(s, model) for s in r.searches] for r in results]
-    keys = (*_FIGURES, "log2_best", "usd_imputed", "stopped")
-    return {k: np.array([np.mean([float(f[k]) for f in fs]) for fs in rows]) for k in keys}
+    keys = (*_FIGURES, "log2_best", "log2_seed", "gpu_evals", "usd_imputed", "stopped")
+    out = {k: np.array([np.mean([float(f[k]) for f in fs]) for fs in rows]) for k in keys}
+    # (whether it improved: any of its searches, as a share of them)
+    out["improved"] = np.array([np.mean([f["log2_best"] - f["log2_seed"] > IMPROVED_LOG2
+                                         for f in fs]) for fs in rows])
+    return out
 
 
 def _centre_var(rq: np.ndarray, fz: np.ndarray, surprise: float = 1.0) -> tuple[float, float]:
@@ -199,19 +221,89 @@ def plan(logs: list, configs: list, model, budget: PlanBudget, *, steps: int | N
         done = list(ticked_map(executor, _plan_cell, cells))
         ran_on = executor.describe()
     surprise = [got[4] for (k, *_), got in zip(cells, done) if k == 0]
+    evidence = [{"log": r.log.display_name, **improving_children(r.traces)} for r in runs]
+    together = {k: sum(e[k] for e in evidence)
+                for k in ("measured_children", "improving_children")}
     rows = []
     for k, config in enumerate(configs):
         mine = [got for (i, *_), got in zip(cells, done) if i == k]
         rows.append(_row(config, [(rq, fz) for rq, fz, *_ in mine], [g[2] for g in mine],
-                         [g[3] for g in mine], surprise, budget, level, k == 0))
+                         [g[3] for g in mine], surprise, budget, level, k == 0, together))
     return {"level": level, "budget": budget.as_dict(), "logs": [r.log.display_name for r in runs],
             "prices": [{"log": r.log.display_name, **r.prices} for r in runs],
-            "evidence": [{"log": r.log.display_name, **improving_children(r.traces)}
-                         for r in runs],
+            "evidence": evidence,
             "replays_per_log": len(seeds), "new_searches_per_log": len(fresh_seeds),
             "log_surprise": surprise, "configs": rows, "over": _over(len(runs), len(seeds),
                                                                    len(fresh_seeds), level),
             "ran_on": ran_on}
+
+
+def p_improve(measured: int, improving: int, children: float) -> float:
+    """The chance that a new search measuring ``children`` children finds at least one
+    faster than its parent, where a past run found ``improving`` of its ``measured``: the
+    rate's posterior under Jeffreys' prior (Beta(1/2, 1/2)), integrated (a beta-binomial).
+    On the benchmark's dev worlds it said 33% where 22% of sister runs improved (logs with no
+    improving child) and 76% where 75% did (one or two)."""
+    from scipy.special import betaln
+
+    a, b = improving + 0.5, measured - improving + 0.5
+    return float(-math.expm1(betaln(a, b + max(children, 0.0)) - betaln(a, b)))
+
+
+def _law_cdf(x: float) -> float:
+    """``IMPROVEMENT_LAW``'s cumulative probability at log2 gain ``x`` (linear between its
+    quantiles)."""
+    qs = IMPROVEMENT_LAW
+    if x <= qs[0]:
+        return 0.0
+    if x >= qs[-1]:
+        return 1.0
+    return float(np.interp(x, qs, np.linspace(0.0, 1.0, len(qs))))
+
+
+def best_interval(centre: float, var: float, level: float, weight: float = 0.0,
+                  seed_log2: float = 0.0, no_gain: float = 0.0) -> tuple[float, float]:
+    """The best speedup's ``level`` interval, in log2: the world model's law (a t law of
+    ``predictive_interval``'s, centred on ``centre``, its variance ``var``, widened by
+    ``BEST_SCALE``) and, with ``weight``, ``seed_log2`` plus ``IMPROVEMENT_LAW``. A search
+    that improves on nothing ends at its seed's speedup (``seed_log2``): where that is the
+    chance ``no_gain``, at least (1 - level) / 2, the interval reaches down to it."""
+    lo, hi = _mixture_interval(centre, var, level, weight, seed_log2)
+    if no_gain >= (1 - level) / 2:
+        lo = min(lo, seed_log2)
+    return lo, hi
+
+
+def _mixture_interval(centre, var, level, weight, seed_log2) -> tuple[float, float]:
+    from scipy.stats import t as student
+
+    from gfsim.simulator.predictive import ERROR_DF, ERROR_SCALE, _t
+
+    if weight <= 0 or not math.isfinite(var):  # (a law without a finite spread: all of it)
+        half = BEST_SCALE * ERROR_SCALE * _t(0.5 + level / 2, ERROR_DF) * math.sqrt(var)
+        return centre - half, centre + half
+    scale = BEST_SCALE * ERROR_SCALE * math.sqrt(var)
+
+    def cdf(x: float) -> float:
+        own = float(student.cdf((x - centre) / scale, ERROR_DF)) if scale > 0 else \
+            float(x >= centre)
+        return (1 - weight) * own + weight * _law_cdf(x - seed_log2)
+
+    wide = scale * _t(0.9995, ERROR_DF) + 1.0
+    lo_x = min(centre - wide, seed_log2 + IMPROVEMENT_LAW[0]) - 1.0
+    hi_x = max(centre + wide, seed_log2 + IMPROVEMENT_LAW[-1]) + 1.0
+
+    def quantile(u: float) -> float:
+        a, b = lo_x, hi_x
+        for _ in range(60):  # bisection: 2^-60 of the bracket
+            m = 0.5 * (a + b)
+            if cdf(m) < u:
+                a = m
+            else:
+                b = m
+        return 0.5 * (a + b)
+
+    return quantile((1 - level) / 2), quantile((1 + level) / 2)
 
 
 def improving_children(traces) -> dict:
@@ -295,9 +387,11 @@ def _rests_on(results, rq) -> dict:
             "usd_imputed_share": float(rq["usd_imputed"].mean()) / usd if usd > 0 else 0.0}
 
 
-def _row(config, per_log, stops, rests, surprise, budget, level, incumbent) -> dict:
-    """One configuration's plan: each figure's centre and interval, pooled over the logs."""
-    from gfsim.simulator.predictive import ERROR_DF, ERROR_SCALE, _t
+def _row(config, per_log, stops, rests, surprise, budget, level, incumbent,
+         evidence: dict) -> dict:
+    """One configuration's plan: each figure's centre and interval, pooled over the logs
+    (``evidence``: the logs' measured and improving children, together)."""
+    from gfsim.simulator.predictive import _t
 
     m = min(len(fz["usd"]) for _, fz in per_log)
     q_cost = _t(0.5 + level / 2, m - 1)
@@ -313,9 +407,14 @@ def _row(config, per_log, stops, rests, surprise, budget, level, incumbent) -> d
                      "sd": math.sqrt(var)}
     centre, var = _pooled([_centre_var(rq["log2_best"], fz["log2_best"], s)
                            for (rq, fz), s in zip(per_log, surprise or [1.0] * len(per_log))])
-    half = BEST_SCALE * ERROR_SCALE * _t(0.5 + level / 2, ERROR_DF) * math.sqrt(var)
-    out["best_speedup"] = {"mean": 2.0 ** centre, "lo": 2.0 ** (centre - half),
-                           "hi": 2.0 ** (centre + half), "sd_log2": math.sqrt(var)}
+    improvement = _improvement(per_log, evidence)
+    lo, hi = best_interval(centre, var, level, improvement["prior_weight"],
+                           improvement["seed_log2"], improvement["no_gain"])
+    w = improvement["prior_weight"]
+    mean = centre if w <= 0 else (1 - w) * centre + w * (improvement["seed_log2"] + _law_mean())
+    out["best_speedup"] = {"mean": 2.0 ** mean, "lo": 2.0 ** lo, "hi": 2.0 ** hi,
+                           "centre_log2": centre, "sd_log2": math.sqrt(var),
+                           "improvement": improvement}
     parts = {p: out.pop(f"usd_{p}") for p in PARTS}
     out["usd"] = {**out.pop("usd"), "parts": parts}
     for name in ("gpu_hours", "wall_s", "best_speedup"):  # (the JSON's order: dollars first)
@@ -325,8 +424,32 @@ def _row(config, per_log, stops, rests, surprise, budget, level, incumbent) -> d
     out["rests_on"] = {
         "invented_share": float(np.mean([r["invented_share"] for r in rests])),
         "usd_imputed_share": float(np.mean([r["usd_imputed_share"] for r in rests])),
-        "new_searches": "every child invented by the world model fitted to the log"}
+        "new_searches": "every child invented by the world model fitted to the log",
+        "best_speedup_prior_weight": w}
     return out
+
+
+def _law_mean() -> float:
+    """``IMPROVEMENT_LAW``'s mean (linear between its quantiles: each span's midpoint)."""
+    qs = np.asarray(IMPROVEMENT_LAW)
+    return float(np.mean((qs[1:] + qs[:-1]) / 2))
+
+
+def _improvement(per_log, evidence: dict) -> dict:
+    """How much of a configuration's best-speedup law the improvement prior carries: where
+    the logs together hold ``FEW_IMPROVING`` or fewer improving children, the chance that a
+    new search of theirs finds one (``p_improve``, with the new searches' evaluations) less
+    the share of the world model's new searches that did, if positive; else nothing. And the
+    chance that a new search improves on nothing (``no_gain``): the world model's searches
+    that did not, of what the prior leaves them."""
+    evals = float(np.mean([fz["gpu_evals"].mean() for _, fz in per_log]))
+    model = float(np.mean([fz["improved"].mean() for _, fz in per_log]))
+    seed = float(np.mean([fz["log2_seed"].mean() for _, fz in per_log]))
+    chance = p_improve(evidence["measured_children"], evidence["improving_children"], evals)
+    few = evidence["improving_children"] <= FEW_IMPROVING
+    weight = max(0.0, chance - model) if few else 0.0
+    return {"p_improve": chance, "model_improved": model, "seed_log2": seed,
+            "prior_weight": weight, "no_gain": (1 - weight) * (1 - model)}
 
 
 def _over(logs: int, seeds: int, fresh: int, level: float) -> str:
@@ -340,6 +463,8 @@ def _over(logs: int, seeds: int, fresh: int, level: float) -> str:
             "speedup's quantile fitted on the counterfactual benchmark's dev worlds (times "
             f"the log's surprise, widened {BEST_SCALE}x for the plan, fitted there too), the "
             "others' a t quantile over the new searches (normal theory; the wall-clock's "
-            "widened 1.12x, fitted there too); "
+            "widened 1.12x, fitted there too); where the logs hold "
+            f"{FEW_IMPROVING} or fewer improving children, the best speedup's law also holds "
+            "what improving new searches found there (a prior: best_speedup.improvement); "
             "p_budget_exhausted: the share of the new searches a budget stopped before their "
             "planned steps")
