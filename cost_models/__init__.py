@@ -15,6 +15,7 @@ from gfsim.cost_models.presets import (
     PresetCostModel,
     Priors,
     load_cost_model,
+    register_cost_model,
 )
 from gfsim.cost_models.usage import STAGES, ZERO_COST, Cost, Usage
 
@@ -32,6 +33,7 @@ __all__ = [
     "Usage",
     "figures",
     "load_cost_model",
+    "register_cost_model",
     "parse_gen_tokens",
     "source_of",
     "with_prices",

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from gfsim.core.docs import docs_url
 from gfsim.core.errors import GfsimError, SpecError
+from gfsim.core.plugins import PluginError, Registry
 from gfsim.core.specs import Param, bind_params, format_spec, parse_spec
 from gfsim.cost_models import catalog
 from gfsim.cost_models.catalog import GPUS, SOURCES
@@ -50,6 +51,7 @@ __all__ = [
     "SPEC_PARAMS",
     "DEFAULT_LLM",
     "load_cost_model",
+    "register_cost_model",
 ]
 
 DEFAULT_LLM = "gemini-3-flash"
@@ -206,7 +208,23 @@ def _build(billing: str, key: str, **options) -> PresetCostModel:
 _ORDER = [("serverless", "a100"), ("reserved", "h100")] + [
     (b, k) for b in ("serverless", "reserved") for k in GPUS
     if (b, k) not in (("serverless", "a100"), ("reserved", "h100"))]
-PRESETS = {f"{b}-{k}": functools.partial(_build, b, k) for b, k in _ORDER}
+PRESETS = Registry("gfsim.cost_models", "cost model",
+                   {f"{b}-{k}": functools.partial(_build, b, k) for b, k in _ORDER},
+                   check=lambda name, factory: _plugin_factory(name, factory))
+
+
+def _plugin_factory(name, factory) -> str:
+    if not callable(factory):
+        raise PluginError(f"cost model plug-in {factory!r}: not callable (a plug-in cost model "
+                          "is a function of no arguments returning a PresetCostModel)")
+    return name
+
+
+def register_cost_model(name: str, factory, *, replace: bool = False):
+    """Make ``factory`` (a function of no arguments returning a ``PresetCostModel``) a cost
+    model that specs name ``name``: ``load_cost_model(name)``, ``--cost name``. Returns it."""
+    PRESETS.register(factory, name, replace=replace)
+    return factory
 _SECTIONS = {"gpu": GpuSpec, "cpu": CpuSpec, "generator": LlmSpec, "forecaster": LlmSpec,
              "priors": Priors, "capacities": Capacities}
 _TOML_OPTIONS = {"provider": "provider", "forecaster_llm": "forecaster",
@@ -233,13 +251,15 @@ def _unknown_preset(name: str) -> SpecError:
     return SpecError(f"unknown cost preset {name!r}; valid: {', '.join(PRESETS)}, or a .toml file")
 
 
-def load_cost_model(spec: str | None) -> PresetCostModel:
+def load_cost_model(spec: str | PresetCostModel | None) -> PresetCostModel:
     """A cost model from a preset, a preset with overrides, or a TOML file (see the module
     docstring; ``gfsim costs`` lists presets, keys and every figure's source).
 
     Args:
         spec: ``PRESET`` (``"serverless-a100"``), ``PRESET:key=value,...``
-            (``"reserved-h100:gpus=2"``) or the path of a ``.toml`` file; None: the default.
+            (``"reserved-h100:gpus=2"``), the path of a ``.toml`` file, a plug-in's name
+            (``register_cost_model``, the ``gfsim.cost_models`` entry point), or a cost model
+            (returned as it is); None: the default.
 
     Returns:
         The cost model: prices, powers, capacities and priors, each with its source in
@@ -251,13 +271,29 @@ def load_cost_model(spec: str | None) -> PresetCostModel:
         >>> m.name, m.capacities.gpus
         ('reserved-h100:gpus=2', 2)
     """
+    if isinstance(spec, PresetCostModel):
+        return spec
     spec = str(spec or "serverless-a100").strip()
     if spec.endswith(".toml"):
         return _load_toml(spec)
     name, pairs = parse_spec(spec)
     if name not in PRESETS:
         raise _unknown_preset(name)
+    if not PRESETS.builtin(name):
+        return _plugin_model(name, pairs)
     return PRESETS[name](**bind_params(name, SPEC_PARAMS, pairs))
+
+
+def _plugin_model(name: str, pairs) -> PresetCostModel:
+    """A plug-in's cost model (``register_cost_model``): its factory called with nothing."""
+    if pairs:
+        raise SpecError(f"cost model {name!r} is a plug-in's, which takes no keys; got "
+                        f"{', '.join(k for k, _ in pairs)}")
+    model = PRESETS[name]()
+    if not isinstance(model, PresetCostModel):
+        raise PluginError(f"cost model plug-in {name!r}: its factory returned "
+                          f"{type(model).__name__}, not a PresetCostModel")
+    return model
 
 
 def _load_toml(spec: str) -> PresetCostModel:
@@ -270,8 +306,9 @@ def _load_toml(spec: str) -> PresetCostModel:
     if not isinstance(base, str):
         raise GfsimError(f"{spec}: base must be a preset name, got {base!r}")
     base_name, pairs = parse_spec(base)
-    if base_name not in PRESETS:
-        raise GfsimError(f"{spec}: base {base!r} is not a preset; valid: {', '.join(PRESETS)}")
+    if base_name not in PRESETS or not PRESETS.builtin(base_name):
+        raise GfsimError(f"{spec}: base {base!r} is not a preset; valid: "
+                         f"{', '.join(n for n in PRESETS if PRESETS.builtin(n))}")
     options = bind_params(f"{spec}: base", SPEC_PARAMS, pairs)
     for key, param in _TOML_OPTIONS.items():
         if key in data:

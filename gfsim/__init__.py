@@ -3,12 +3,12 @@
 The package is layered; a layer imports only the layers below it (``tests/test_layers.py``
 checks the contracts in ``pyproject.toml``'s ``[tool.importlinter]``), from the bottom up:
 
-- ``gfsim.core``: errors, keyed randomness, the spec grammar;
+- ``gfsim.core``: errors, keyed randomness, the spec grammar, the plug-in registries;
 - ``gfsim.replay_logs`` (schema, reader, writer) and ``gfsim.cost_models`` (seconds, USD and
   joules of each stage), independent of each other;
 - ``gfsim.forecasts``: speedup bins, forecast quality, what-if forecasters;
 - ``gfsim.policies`` (which candidates go to the GPU), ``gfsim.importers`` (other tools' logs)
-  and ``gfsim.testing`` (building small logs in code);
+  and ``gfsim.testing`` (building small logs in code; the contract tests a plug-in subclasses);
 - ``gfsim.simulator``: traces, the SimPy engine, the fast paths, the PUCT search, budgets;
 - ``gfsim.worlds`` (synthetic landscapes and ground truth), ``gfsim.tuning`` (Optuna) and
   ``gfsim.analysis`` (intervals, savings, plots);
@@ -20,7 +20,9 @@ checks the contracts in ``pyproject.toml``'s ``[tool.importlinter]``), from the 
 - ``gfsim.cli``: the ``gfsim`` command, a thin layer over them.
 
 ``replay_logs``, ``cost_models``, ``policies`` and ``simulator`` live in top-level folders of
-the repository of the same names; they are mapped into this one namespace at install.
+the repository of the same names; ``gfsim/`` links to them (relative symlinks), so the
+checkout imports as the installed package does. Other packages add policies, cost models and
+worlds by name (``gfsim.core.plugins``; ``docs/how-to/write-a-plugin.md``).
 """
 
 __version__ = "0.1.0"

@@ -97,8 +97,10 @@ def test_validate_and_listing_commands():
     res = invoke("logs")
     assert res.exit_code == 0 and "synthetic-mini" in res.output
     res = invoke("policies", "--json")
-    names = [p["name"] for p in json.loads(res.output)]
+    rows = json.loads(res.output)
+    names = [p["name"] for p in rows if not p["plugin"]]  # (an installed plug-in's come after)
     assert names == ["all", "random", "oracle", "topk", "threshold", "ev"]
+    assert [p["plugin"] for p in rows] == sorted(p["plugin"] for p in rows)
 
 
 def corrupt_copy(tmp_path):

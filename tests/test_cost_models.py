@@ -75,7 +75,8 @@ BOARD = {"a100": 400, "l40s": 350, "h100": 700, "h200": 700, "b200": 1000}
 
 
 def test_every_gpu_has_a_serverless_and_a_reserved_preset():
-    assert set(PRESETS) == {f"{b}-{g}" for b in ("serverless", "reserved") for g in MODAL}
+    assert set(PRESETS.builtins()) == {
+        f"{b}-{g}" for b in ("serverless", "reserved") for g in MODAL}
     assert set(LLMS) == {"gemini-3-flash", "gpt-oss-120b", "gpt-oss-20b", "deepseek-v4-flash",
                          "self-hosted-gpt-oss-20b"}
 
@@ -191,7 +192,8 @@ SOURCE_WORDS = ("assumption", "estimate", "modal.com", "docs.runpod.io", "vendor
                 "set by the cost spec")
 
 
-@pytest.mark.parametrize("spec", [*PRESETS, "serverless-b200:runpod,generator=gpt-oss-20b,gpus=3",
+@pytest.mark.parametrize("spec", [*PRESETS.builtins(),
+                                  "serverless-b200:runpod,generator=gpt-oss-20b,gpus=3",
                                   "reserved-l40s:forecaster=self-hosted-gpt-oss-20b"])
 def test_every_figure_has_a_source_or_says_assumption(spec):
     m = with_gen_tokens(load_cost_model(spec), "1000,2000")
@@ -255,7 +257,7 @@ def test_costs_lists_every_preset_and_llm():
 
     res = runner.invoke(app, ["costs"])
     assert res.exit_code == 0, res.output
-    for name in [*PRESETS, *LLMS]:
+    for name in [*PRESETS.builtins(), *LLMS]:
         assert name in res.output
     res = runner.invoke(app, ["costs", "--json"])
     out = json.loads(res.output)

@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from gfsim.cost_models import PresetCostModel
+    from gfsim.policies import Policy
     from gfsim.replay_logs import ReplayLog
 
 __all__ = ["compare", "Comparison"]
@@ -82,10 +84,10 @@ class Comparison:
                 f"gpu_evals={d['gpu_evals']})")
 
 
-def compare(log: ReplayLog | str | Path | None = None, policy: str = "threshold:0.7",
-            baseline: str = "all", *,
-            cost: str = "serverless-a100", budget: str | None = None, seed: int = 0,
-            seeds: int = 1, jobs: int = 1, capacity: str | None = None,
+def compare(log: ReplayLog | str | Path | None = None,
+            policy: str | Policy = "threshold:0.7", baseline: str | Policy = "all", *,
+            cost: str | PresetCostModel = "serverless-a100", budget: str | None = None,
+            seed: int = 0, seeds: int = 1, jobs: int = 1, capacity: str | None = None,
             gen_tokens: str | None = None, pipeline: str | None = None,
             driver: str = "trace", search: str | None = None, steps: int | None = None,
             parents_per_step: int | None = None, samples_per_parent: int | None = None,
@@ -101,9 +103,11 @@ def compare(log: ReplayLog | str | Path | None = None, policy: str = "threshold:
     Args:
         log: a ``ReplayLog``, a path, or a shipped log's name (``gfsim logs``); None: the
             shipped default.
-        policy: the policy spec, e.g. ``"threshold:0.7"``, ``"topk:4"`` (``gfsim policies``).
+        policy: the policy spec, e.g. ``"threshold:0.7"``, ``"topk:4"`` (``gfsim policies``),
+            or a ``Policy`` (a plug-in's: ``docs/how-to/write-a-plugin.md``).
         baseline: what the policy is compared with; ``"all"`` measures every candidate.
-        cost: a cost preset (``"serverless-a100"``, ``"reserved-h100:gpus=2"``) or a TOML file.
+        cost: a cost preset (``"serverless-a100"``, ``"reserved-h100:gpus=2"``), a TOML file, a
+            plug-in's name, or a cost model.
         budget: per-search limits, e.g. ``"usd=2,steps=10"``.
         seed: the first seed of every keyed random stream.
         seeds: replay seeds ``seed .. seed + seeds - 1`` and add 95% intervals over them

@@ -22,14 +22,16 @@ def _catalog() -> dict:
     presets = []
     for name in PRESETS:
         m = load_cost_model(name)
-        g = next(f for f in catalog.GPUS.values() if f.name == m.gpu.name)
+        g = next((f for f in catalog.GPUS.values() if f.name == m.gpu.name), None)
         presets.append({
             "name": name, "billing": m.billing, "gpu": m.gpu.name,
             "usd_per_hour": m.gpu.usd_per_hour,
             "runpod_usd_per_hour": (round(g.runpod_usd_per_s * 3600, 6)
-                                    if m.billing == "serverless" else None),
+                                    if m.billing == "serverless" and g is not None else None),
             "board_w": m.gpu.board_w, "compile_on": m.compile_on,
-            "gpus": m.capacities.gpus, "price_source": m.sources["gpu.usd_per_hour"],
+            "gpus": m.capacities.gpus,
+            "price_source": m.sources.get("gpu.usd_per_hour", "not given by the plug-in"),
+            "plugin": not PRESETS.builtin(name),
         })
     llms = [{"name": name, "kind": catalog.LLMS[name].kind, "label": catalog.LLMS[name].label,
              "usd_per_m_input": s.usd_per_m_input, "usd_per_m_output": s.usd_per_m_output,
@@ -61,7 +63,8 @@ def _print_catalog(out: dict) -> None:
                          no_wrap=numeric or col == "name")
     for p in out["presets"]:
         runpod = p["runpod_usd_per_hour"]
-        table.add_row(p["name"], p["billing"], p["gpu"], f"{p['usd_per_hour']:.2f}",
+        name = p["name"] + (" (plug-in)" if p.get("plugin") else "")
+        table.add_row(name, p["billing"], p["gpu"], f"{p['usd_per_hour']:.2f}",
                       "-" if runpod is None else f"{runpod:.2f}", f"{p['board_w']:g}",
                       "GPU host" if p["compile_on"] == "gpu_host" else "CPU")
     con.print(table)

@@ -109,13 +109,15 @@ def policies(as_json: JsonFlag = False) -> None:
                    "type": list(p.kind) if isinstance(p.kind, tuple) else p.kind.__name__}
                   for p in cls.params]
         rows.append({"name": name, "summary": cls.summary, "needs_forecast": cls.needs_forecast,
-                     "params": params})
+                     "params": params, "plugin": not POLICIES.builtin(name)})
     if as_json:
         print_json(rows)
         return
     con = console()
     for r in rows:
-        con.print(f"[bold]{r['name']}[/bold]  {r['summary']}")
+        plugin = f"  [dim](plug-in: {esc(POLICIES[r['name']].__module__, 200)})[/dim]" \
+            if r["plugin"] else ""
+        con.print(f"[bold]{esc(r['name'])}[/bold]  {esc(r['summary'], 400)}{plugin}")
         for p in r["params"]:
             kind = "|".join(p["type"]) if isinstance(p["type"], list) else p["type"]
             con.print(f"    {p['name']}={p['default']}  ({kind}) {p['help']}")

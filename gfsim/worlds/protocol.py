@@ -5,7 +5,8 @@ of a kernel and a GPU that measures them. gfsim uses a world two ways: to *log* 
 search (``gfsim synth --world``), and to run any policy and overgeneration factor *directly*
 on it, as the truth a replay of that log is checked against (``gfsim counterfactual``). The
 synthetic landscape (``gfsim.worlds.landscape``) is one world; ``gfsim.worlds.nk`` and
-``gfsim.worlds.kernel_tuner`` are two more; a user can bring their own.
+``gfsim.worlds.kernel_tuner`` are two more; a user can bring their own (``MODULE:NAME``, a
+``.py`` file, or a plug-in's name: ``register_world``, the ``gfsim.worlds`` entry point).
 
 A world has tasks and a keyed tree of kernels per task:
 
@@ -57,8 +58,10 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from gfsim.core.errors import GfsimError
+from gfsim.core.plugins import PluginError, Registry
 
-__all__ = ["World", "WorldNode", "WorldTask", "WorldFactory", "resolve_world", "code_id",
+__all__ = ["World", "WorldNode", "WorldTask", "WorldFactory", "WORLDS", "register_world",
+           "resolve_world", "code_id",
            "REPLICATE_STRIDE", "EXPANSION_STRIDE"]
 
 EXPANSION_STRIDE = 1000  # child index = replicate * REPLICATE_STRIDE + expansion * 1000 + slot
@@ -173,6 +176,31 @@ def _load_object(spec: str):
     return getattr(module, name)
 
 
+def _plugin_world(name: str | None, obj) -> str:
+    from gfsim.worlds.family import is_builtin
+
+    if name is None:
+        raise PluginError(f"world plug-in {obj!r}: give it a name")
+    if is_builtin(name) or name in ("h200", "kernel-tuner"):
+        raise PluginError(f"world plug-in {obj!r}: {name!r} is one of gfsim's own worlds")
+    if not callable(obj) and not isinstance(obj, World):
+        raise PluginError(f"world plug-in {name!r}: {type(obj).__name__} is neither a world "
+                          "nor a callable that makes one from a seed")
+    return name
+
+
+# Worlds of other packages (``register_world``, the ``gfsim.worlds`` entry point): a name -> a
+# world, or a function of ``seed`` that makes one. gfsim's own are resolved before these.
+WORLDS = Registry("gfsim.worlds", "world", {}, check=_plugin_world)
+
+
+def register_world(name: str, world, *, replace: bool = False):
+    """Make ``world`` (a ``World``, or a function ``seed -> World``) a world that ``--world``
+    and ``gfsim.counterfactual`` name ``name``; returns it."""
+    WORLDS.register(world, name, replace=replace)
+    return world
+
+
 def resolve_world(spec: str) -> tuple[str, WorldFactory, bool]:
     """(display name, factory seed -> World, whether the seed changes the world) for a
     ``--world`` spec (see the module docstring)."""
@@ -183,6 +211,9 @@ def resolve_world(spec: str) -> tuple[str, WorldFactory, bool]:
     spec = spec.strip()
     if is_builtin(spec):
         return spec, builtin_factory(spec), True
+    if ":" not in spec and "/" not in spec and not spec.endswith(".py") and spec in WORLDS:
+        factory, seeded = _as_factory(WORLDS[spec], spec)
+        return spec, factory, seeded
     if spec.startswith("kernel-tuner:"):
         from gfsim.worlds.kernel_tuner import KernelTunerWorld
 
