@@ -23,7 +23,7 @@ ALL_SPECS = [s for specs in SPECS.values() for s in specs]
 
 
 def test_every_registered_policy_has_specs_here():
-    assert set(SPECS) == set(POLICIES)
+    assert set(SPECS) == set(POLICIES.builtins())
 
 
 def _frozen(a):
@@ -95,7 +95,7 @@ def test_a_candidate_without_a_usable_forecast_is_measured_by_default(spec):
     assert d.reason[0] == "parse-failed"
 
 
-@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("name", sorted(POLICIES.builtins()))
 def test_unknown_keys_list_the_valid_ones(name):
     with pytest.raises(SpecError) as info:
         make_policy(f"{name}:nosuchkey=1")
@@ -107,7 +107,8 @@ def test_every_probability_share_or_confidence_parameter_is_bounded_to_0_1():
     """threshold:1.5 was accepted: tau is a confidence (maxprob, negentropy, margin), in [0, 1],
     but had no upper bound. A parameter whose help says it is a probability, fraction, share,
     confidence or promise must be refused outside [0, 1]."""
-    unit = [(name, p) for name, cls in POLICIES.items() for p in cls.params
+    unit = [(name, p) for name, cls in ((n, POLICIES[n]) for n in POLICIES.builtins())
+            for p in cls.params
             if p.kind is float and any(w in p.help for w in ("probability", "fraction", "share",
                                                             "confidence", "promise"))]
     assert len(unit) >= 6  # random p, oracle p, tau, rho, coverage, cal_frac
@@ -127,7 +128,7 @@ def toml_model(tmp_path):
 
 
 # Every preset, spec options (another provider, LLM and GPU count) and a TOML file.
-MODELS = [*PRESETS, "serverless-h200:forecaster=gpt-oss-20b,provider=runpod",
+MODELS = [*PRESETS.builtins(), "serverless-h200:forecaster=gpt-oss-20b,provider=runpod",
           "reserved-b200:generator=self-hosted-gpt-oss-20b,gpus=2", "toml"]
 
 
@@ -238,3 +239,15 @@ def test_price_many_equals_cost_row_by_row(model, stage):
         c = model.cost(Usage(stage, float(secs[i]), float(tin[i]), float(tout[i]), e,
                              bool(imputed[i])))
         assert (usd[i], joules[i], imp[i]) == pytest.approx((c.usd, c.joules, c.usd_imputed))
+
+
+# -- the plug-in contracts (gfsim.testing), on gfsim's own policies and cost models -------------
+from gfsim.testing import CostModelContract, PolicyContract  # noqa: E402
+
+
+class TestBuiltinPoliciesKeepThePluginContract(PolicyContract):
+    specs = tuple(ALL_SPECS)
+
+
+class TestBuiltinCostModelsKeepThePluginContract(CostModelContract):
+    names = ("serverless-a100", "reserved-h100")

@@ -1,4 +1,6 @@
-"""Helpers for tests: build small, exact replay logs in code (as optuna.testing does for samplers).
+"""Helpers for tests: build small, exact replay logs in code (as optuna.testing does for
+samplers), and the contract tests a plug-in's own suite subclasses (``PolicyContract``,
+``CostModelContract``: ``gfsim.testing.contracts``).
 
     b = LogBuilder(tasks={"t": 1.0})
     root = b.candidate("t", step=0, outcome="success", speedup=1.5, probs=b.onehot(5))
@@ -13,7 +15,15 @@ from pathlib import Path
 from gfsim.forecasts.bins import PAPER_EDGES
 from gfsim.replay_logs.io import LogWriter
 
-__all__ = ["LogBuilder"]
+__all__ = ["CostModelContract", "LogBuilder", "PolicyContract"]
+
+
+def __getattr__(name: str):
+    if name in ("PolicyContract", "CostModelContract"):  # (they import the policies)
+        from gfsim.testing import contracts
+
+        return getattr(contracts, name)
+    raise AttributeError(f"module 'gfsim.testing' has no attribute {name!r}")
 
 
 class LogBuilder:
