@@ -1,0 +1,238 @@
+"""Plug-ins (gfsim.core.plugins): policies, cost models and worlds of other packages, registered
+in code or found through entry points, and the contract classes a plug-in's tests subclass."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from importlib.metadata import PackageNotFoundError, distribution
+
+import numpy as np
+import pytest
+
+from gfsim.core.errors import SpecError
+from gfsim.core.plugins import PluginError, Registry
+from gfsim.policies import POLICIES, Decisions, Policy, make_policy, register_policy
+from gfsim.testing import PolicyContract
+
+
+class _Never(Policy):
+    name = "test-never"
+    state_fields = ()
+
+    def decide(self, batch, state):
+        n = len(batch)
+        return Decisions.build(np.zeros(n, bool), np.zeros(n), ("never",) * n)
+
+
+def test_a_registry_keeps_gfsim_s_names_and_refuses_to_lose_a_plugin_s():
+    reg = Registry("gfsim.test-nothing", "thing", {"own": 1})
+    assert reg.register(2, "mine") == "mine" and reg["mine"] == 2
+    assert list(reg) == ["own", "mine"] and reg.builtins() == ["own"]
+    with pytest.raises(PluginError, match="'own' names gfsim's own thing;"):
+        reg.register(3, "own")
+    with pytest.raises(PluginError, match="'mine' is taken by 2"):
+        reg.register(3, "mine")
+    reg.register(3, "mine", replace=True)
+    assert reg["mine"] == 3
+    for bad in ("", "a:b", "a b", "x,y", None):
+        with pytest.raises(PluginError, match="its name must be"):
+            reg.register(4, bad)
+    reg.unregister("mine")
+    assert "mine" not in reg
+    with pytest.raises(PluginError):
+        reg.unregister("own")
+
+
+def test_a_policy_registered_in_code_is_a_spec_everywhere():
+    register_policy(_Never)
+    try:
+        assert make_policy("test-never") == _Never()
+        assert "test-never" in POLICIES and not POLICIES.builtin("test-never")
+        import gfsim
+
+        out = gfsim.compare(None, "test-never").to_dict()
+        assert out["policy"] == "test-never" and out["gpu_evals"] == 0
+        same = gfsim.compare(None, _Never()).to_dict()  # an object: the same replay
+        assert same["best_speedup"] == out["best_speedup"]
+    finally:
+        POLICIES.unregister("test-never")
+    with pytest.raises(SpecError, match="unknown policy 'test-never'"):
+        make_policy("test-never")
+
+
+def test_what_is_not_a_policy_is_refused_with_its_reason():
+    with pytest.raises(PluginError, match="not a subclass of gfsim.policies.Policy"):
+        register_policy(dict)
+
+    class NoDecide(Policy):
+        name = "test-no-decide"
+
+    with pytest.raises(PluginError, match="does not define decide"):
+        register_policy(NoDecide)
+
+    class Shadow(_Never):
+        name = "threshold"
+
+    with pytest.raises(PluginError, match="'threshold' names gfsim's own policy"):
+        register_policy(Shadow)
+    with pytest.raises(SpecError, match="a policy is a spec"):
+        make_policy(3)
+
+
+def test_a_cost_model_and_a_world_registered_in_code_are_names():
+    from gfsim.cost_models import PRESETS, load_cost_model, register_cost_model
+    from gfsim.worlds.family import builtin_factory
+    from gfsim.worlds.protocol import WORLDS, register_world, resolve_world
+
+    base = load_cost_model("reserved-h100")
+    register_cost_model("test-mine", lambda: base)
+    register_world("test-world", builtin_factory("nk-heavy"))
+    try:
+        assert load_cost_model("test-mine") is base and load_cost_model(base) is base
+        with pytest.raises(SpecError, match="a plug-in's, which takes no keys"):
+            load_cost_model("test-mine:gpus=2")
+        name, factory, seeded = resolve_world("test-world")
+        assert name == "test-world" and seeded and factory(3).tasks
+        with pytest.raises(PluginError, match="one of gfsim's own worlds"):
+            register_world("nk-heavy", builtin_factory("nk-heavy"))
+    finally:
+        PRESETS.unregister("test-mine")
+        WORLDS.unregister("test-world")
+
+
+PLUGIN = '''
+import numpy as np
+from gfsim.core.specs import Param
+from gfsim.policies import Decisions, Policy
+
+
+class Coin(Policy):
+    """Measure a candidate when its keyed coin (from its id) lands heads."""
+
+    name = "coin"
+    summary = "measure each candidate with probability p, by its id"
+    params = (Param("p", float, 0.5, "the probability of measuring", low=0.0, high=1.0),)
+    state_fields = ()
+
+    def decide(self, batch, state):
+        n = len(batch)
+        u = np.array([(hash(c) % 1000) / 1000 for c in batch.candidate_ids])
+        return Decisions.build(u < self.p, u, ("coin",) * n)
+
+
+def spot():
+    import dataclasses
+    from gfsim.cost_models import load_cost_model
+    base = load_cost_model("serverless-a100")
+    return dataclasses.replace(base, name="spot")
+'''
+
+
+def _fake_distribution(tmp_path, entry_points: str):
+    """A package on a path of its own with a dist-info holding ``entry_points``: what an
+    installed plug-in looks like to importlib.metadata."""
+    (tmp_path / "fake_gfsim_plugin.py").write_text(PLUGIN)
+    info = tmp_path / "fake_gfsim_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-gfsim-plugin\n"
+                                   "Version: 0.1\n")
+    (info / "entry_points.txt").write_text(textwrap.dedent(entry_points))
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), PYTHONHASHSEED="0")
+    return env
+
+
+def _gfsim(args, env, cwd):
+    return subprocess.run([sys.executable, "-m", "gfsim.cli.main", *args], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_entry_points_make_another_package_s_policy_and_cost_model_specs(tmp_path):
+    env = _fake_distribution(tmp_path, """
+        [gfsim.policies]
+        coin = fake_gfsim_plugin:Coin
+        [gfsim.cost_models]
+        spot = fake_gfsim_plugin:spot
+        """)
+    got = _gfsim(["replay", "--policy", "coin:0.3", "--cost", "spot", "--json"], env, tmp_path)
+    assert got.returncode == 0, got.stderr
+    out = json.loads(got.stdout)
+    assert out["policy"] == "coin:p=0.3" and out["cost_model"] == "spot"
+    assert 0 < out["gpu_evals"] < out["baseline"]["gpu_evals"]
+    listed = _gfsim(["policies"], dict(env, COLUMNS="200"), tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert "coin" in listed.stdout and "(plug-in: fake_gfsim_plugin)" in listed.stdout
+
+
+def test_a_broken_entry_point_is_an_error_that_names_it(tmp_path):
+    env = _fake_distribution(tmp_path, """
+        [gfsim.policies]
+        coin = fake_gfsim_plugin:NoSuchThing
+        heads = fake_gfsim_plugin:Coin
+        """)
+    got = _gfsim(["replay", "--policy", "coin", "--json"], env, tmp_path)
+    assert got.returncode != 0
+    said = " ".join(got.stderr.split())
+    assert "entry point coin = fake_gfsim_plugin:NoSuchThing (group gfsim.policies)" in said
+    got = _gfsim(["replay", "--policy", "heads", "--json"], env, tmp_path)
+    assert got.returncode != 0
+    assert "the object is named 'coin', not 'heads'" in " ".join(got.stderr.split())
+    ok = _gfsim(["replay", "--policy", "threshold:0.7", "--json"], env, tmp_path)
+    assert ok.returncode == 0, ok.stderr  # gfsim's own names never touch the broken one
+
+
+class _LiesAboutState(_Never):
+    """Says its decisions read no state field, but reads the step."""
+
+    name = "test-liar"
+
+    def decide(self, batch, state):
+        n = len(batch)
+        return Decisions.build(np.full(n, state.step < 10), np.zeros(n), ("liar",) * n)
+
+
+class _WritesIntoItsInput(_Never):
+    name = "test-writer"
+
+    def decide(self, batch, state):
+        batch.probs[:, 0] = 0.0
+        return super().decide(batch, state)
+
+
+def test_the_contract_catches_a_policy_that_breaks_it():
+    register_policy(_LiesAboutState)
+    register_policy(_WritesIntoItsInput)
+    try:
+        class Liar(PolicyContract):
+            specs = ("test-liar",)
+
+        class Writer(PolicyContract):
+            specs = ("test-writer",)
+
+        Liar().test_one_decision_per_row()  # it keeps the rest
+        with pytest.raises(AssertionError, match="step"):
+            Liar().test_state_fields_name_what_decisions_read()
+        with pytest.raises(ValueError, match="read-only"):
+            Writer().test_decisions_are_deterministic_and_pure()
+        with pytest.raises(AssertionError, match="set specs"):
+            PolicyContract().test_one_decision_per_row()
+    finally:
+        POLICIES.unregister("test-liar")
+        POLICIES.unregister("test-writer")
+
+
+def test_the_example_plugin_installed_is_found_by_its_entry_points():
+    """examples/plugin, which CI installs beside gfsim (its own tests run there too)."""
+    try:
+        distribution("gfsim-plugin-example")
+    except PackageNotFoundError:
+        if os.environ.get("GFSIM_REQUIRE_PLUGIN_EXAMPLE") == "1":
+            pytest.fail("examples/plugin is not installed (GFSIM_REQUIRE_PLUGIN_EXAMPLE=1)")
+        pytest.skip("examples/plugin is not installed (pip install ./examples/plugin)")
+    from gfsim.cost_models import load_cost_model
+
+    policy = make_policy("budget-share:0.25")
+    assert type(policy).__module__ == "gfsim_plugin_example" and policy.share == 0.25
+    assert load_cost_model("spot-a100").gpu.usd_per_hour < \
+        load_cost_model("serverless-a100").gpu.usd_per_hour
