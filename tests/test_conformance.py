@@ -7,8 +7,8 @@ import pytest
 
 from gfsim.core.errors import SpecError
 from gfsim.cost_models import PRESETS, STAGES, Usage, load_cost_model
-from gfsim.forecasts.bins import PAPER_EDGES
-from gfsim.policies import POLICIES, Batch, SearchState, make_policy
+from gfsim.policies import POLICIES, SearchState, make_policy
+from gfsim.testing.contracts import contract_batch
 
 SPECS = {
     "all": ["all"],
@@ -26,26 +26,8 @@ def test_every_registered_policy_has_specs_here():
     assert set(SPECS) == set(POLICIES.builtins())
 
 
-def _frozen(a):
-    a = np.array(a)
-    a.setflags(write=False)  # a policy that writes into its inputs fails loudly
-    return a
-
-
-def make_batch(n, seed=0, unusable=()):
-    rng = np.random.default_rng(seed)
-    has = np.ones(n, bool)
-    parse_failed = np.zeros(n, bool)
-    for i in unusable:
-        parse_failed[i] = True
-    probs = rng.dirichlet(np.full(8, 0.5), size=n)
-    probs[parse_failed] = 0.0
-    truth = np.where(rng.random(n) < 0.2, np.nan, rng.lognormal(0, 0.7, n))
-    return Batch(
-        candidate_ids=tuple(f"c{seed}-{i}" for i in range(n)),
-        probs=_frozen(probs), has_forecast=_frozen(has), parse_failed=_frozen(parse_failed),
-        base_speedup=_frozen(np.ones(n)), bin_edges=PAPER_EDGES, true_speedup=_frozen(truth),
-    )
+# The contract's own batch (gfsim.testing): random forecasts and truths, read-only arrays.
+make_batch = contract_batch
 
 
 STATE = SearchState("s", "t", step=3, best_speedup=1.3, gpu_evals=10, seed=11, measure_usd=0.2)
