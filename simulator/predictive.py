@@ -24,9 +24,12 @@ two searches meet the same node: common random numbers).
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from gfsim.policies import Policy
 
 __all__ = ["replay_interval", "predictive_interval", "expected_gain", "expected_gain_scale",
            "ExpectedGain", "recommend", "adopted", "predict_new_search", "reproduce_log",
@@ -274,7 +277,8 @@ def surprise_of_log(log, model, seeds, fresh_seeds, *, children: str = "model",
             "fresh_log2_mean": float(f.mean()) if len(f) else None}
 
 
-def predict_new_search(log, policy: str, baseline: str, model, pairs, seeds, *,
+def predict_new_search(log, policy: str | Policy, baseline: str | Policy, model, pairs,
+                       seeds, *,
                        children: str = "model", level: float = LEVEL, **kwargs) -> dict:
     """What one new search like the logged one gives under ``policy``, and its gain over
     ``baseline`` (the incumbent), at ``level``: the centre from ``pairs`` (the (policy,

@@ -590,7 +590,8 @@ def seed_free_reason(policies, driver: str) -> str:
 
 
 def replay_with_baseline(log: ReplayLog, policy: Policy, model: PresetCostModel, *,
-                         baseline: str = "all", **kwargs) -> tuple[ReplayResult, ReplayResult]:
+                         baseline: str | Policy = "all",
+                         **kwargs) -> tuple[ReplayResult, ReplayResult]:
     """The policy and the baseline replayed with the same seed (common random numbers). Under
     the puct driver the baseline search does not overgenerate (paper-standard beside
     paper-filtered)."""
@@ -762,8 +763,8 @@ def _seed_job(shared, seed: int):
     return result, base
 
 
-def replay_seeds(log: ReplayLog, policy_spec: str, model: PresetCostModel, seeds, *,
-                 baseline: str = "all", jobs: int = 1, cluster: str | None = None,
+def replay_seeds(log: ReplayLog, policy_spec: str | Policy, model: PresetCostModel, seeds, *,
+                 baseline: str | Policy = "all", jobs: int = 1, cluster: str | None = None,
                  ran_on: dict | None = None, **kwargs):
     """The policy and its baseline replayed for every seed (``jobs`` processes, or the Ray
     cluster ``cluster`` names: ``gfsim.core.executor``; the log travels once to each); returns

@@ -225,9 +225,12 @@ def _add_selection_fit(out: dict, result, log, model, forecaster) -> None:
     evo = {s.search_id for s in result.searches if s.extra.get("driver") == "evolution"}
     if not evo:
         return
-    out["selection_fit"] = {
-        t.search_id: fit_selection(t, selection_for(log, t.search_id, "closed"))
-        for t in cached_traces(log, model, forecaster) if t.search_id in evo}
+    fits = {}
+    for t in cached_traces(log, model, forecaster):
+        config = selection_for(log, t.search_id, "closed") if t.search_id in evo else None
+        if config is not None:
+            fits[t.search_id] = fit_selection(t, config)
+    out["selection_fit"] = fits
 
 
 def _seed_pairs(log, policy, baseline, model, seed, seeds, jobs, kwargs) -> list:

@@ -45,7 +45,8 @@ def learning_spec(forecaster: str | None):
     what the replayed search measured (``replay_many``'s ``learning``); else None."""
     from gfsim.forecasts.costmodel import is_costmodel, parse_costmodel
 
-    return parse_costmodel(forecaster) if is_costmodel(forecaster) else None
+    return parse_costmodel(forecaster) if forecaster is not None and is_costmodel(forecaster) \
+        else None
 
 
 def search_config(driver: str, preset: str | None, log=None, **knobs):
@@ -88,6 +89,8 @@ def parse_capacities(text: str | None, option: str, keys=CAPACITY_KEYS) -> dict[
 
     out: dict[str, int] = {}
     for key, raw in parse_kv(text or "", option):
+        if key is None:
+            raise SpecError(f"{option}: {raw!r} needs a key (KEY=N; keys: {', '.join(keys)})")
         canon = _CAPACITY_ALIASES.get(key, key)
         if canon not in keys:
             raise SpecError(f"{option}: unknown key {key!r}; valid: {', '.join(keys)}")

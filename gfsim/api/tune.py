@@ -195,13 +195,13 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
             obj.use_pool(SeedPool(setup, executor.workers, executor=executor))
         ran_on = executor.describe() if executor is not None else {
             "executor": "local-processes" if workers > 1 else "in-process", "workers": workers}
-        out = _after_trials(the_study, obj, objectives, setup, seeded, seeds, seed,
-                            validate_seeds, top, recommend, base)
+        after = _after_trials(the_study, obj, objectives, setup, seeded, seeds, seed,
+                              validate_seeds, top, recommend, base)
     finally:
         obj.close()
         if executor is not None:
             executor.close()
-    rows, fresh, oos, loto, rec, rec_note = out
+    rows, fresh, oos, loto, rec, rec_note = after
     lead = rows[0]
     draws = {}
     if is_closed_loop(driver):
@@ -268,7 +268,8 @@ def _after_trials(study, objective, objectives, setup, seeded, seeds: int, seed:
         n_fresh = 0
     fresh = list(range(seed + seeds, seed + seeds + n_fresh))
     pool = objective.seed_pool()
-    rec, rec_note, replayed = None, None, {}
+    rec, rec_note = None, None
+    replayed: dict = {}
     if not recommend:
         pass
     elif [n for n, _ in objectives] != ["best_speedup"]:

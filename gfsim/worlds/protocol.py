@@ -90,7 +90,8 @@ class WorldNode(Protocol):
 class World(Protocol):
     """See the module docstring for what each method must return."""
 
-    tasks: Sequence[Any]
+    @property
+    def tasks(self) -> Sequence[Any]: ...
 
     def task(self, task_id: str) -> Any: ...
 
@@ -157,6 +158,8 @@ def _load_object(spec: str):
         module = sys.modules.get(mod_name)
         if module is None:
             loader_spec = importlib.util.spec_from_file_location(mod_name, path)
+            if loader_spec is None or loader_spec.loader is None:
+                raise GfsimError(f"--world {spec}: {path}: not a Python file it can import")
             module = importlib.util.module_from_spec(loader_spec)
             sys.modules[mod_name] = module
             try:
