@@ -11,7 +11,7 @@ from importlib.metadata import PackageNotFoundError, distribution
 import numpy as np
 import pytest
 
-from gfsim.core.errors import SpecError
+from gfsim.core.errors import GfsimError, SpecError
 from gfsim.core.plugins import PluginError, Registry
 from gfsim.policies import POLICIES, Decisions, Policy, make_policy, register_policy
 from gfsim.testing import PolicyContract
@@ -127,6 +127,14 @@ def spot():
     from gfsim.cost_models import load_cost_model
     base = load_cost_model("serverless-a100")
     return dataclasses.replace(base, name="spot")
+
+
+def lines(source, task="t"):
+    from gfsim.testing import LogBuilder
+    b = LogBuilder(tasks={task: 1.0})
+    for line in open(source).read().split():
+        b.candidate(task, step=0, speedup=float(line))
+    return [b.header, *b.records]
 '''
 
 
@@ -154,7 +162,20 @@ def test_entry_points_make_another_package_s_policy_and_cost_model_specs(tmp_pat
         coin = fake_gfsim_plugin:Coin
         [gfsim.cost_models]
         spot = fake_gfsim_plugin:spot
+        [gfsim.importers]
+        lines = fake_gfsim_plugin:lines
         """)
+    (tmp_path / "speedups.txt").write_text("1.5\n0.8\n2.25\n")
+    got = _gfsim(["import", "plugin", "lines", "speedups.txt", "-o", "lines.jsonl", "--option",
+                  "task=softmax", "--json"], env, tmp_path)
+    assert got.returncode == 0, got.stderr
+    assert json.loads(got.stdout)["candidates"] == 3
+    got = _gfsim(["replay", "--log", "lines.jsonl", "--policy", "all", "--json"], env, tmp_path)
+    assert got.returncode == 0 and json.loads(got.stdout)["best_speedup"] == 2.25, got.stderr
+    got = _gfsim(["import", "plugin", "lines", "speedups.txt", "-o", "x.jsonl", "--option",
+                  "colour=red"], env, tmp_path)
+    assert got.returncode != 0 and "unexpected keyword argument 'colour'" in got.stderr
+    assert not (tmp_path / "x.jsonl").exists()
     got = _gfsim(["replay", "--policy", "coin:0.3", "--cost", "spot", "--json"], env, tmp_path)
     assert got.returncode == 0, got.stderr
     out = json.loads(got.stdout)
@@ -236,3 +257,40 @@ def test_the_example_plugin_installed_is_found_by_its_entry_points():
     assert type(policy).__module__ == "gfsim_plugin_example" and policy.share == 0.25
     assert load_cost_model("spot-a100").gpu.usd_per_hour < \
         load_cost_model("serverless-a100").gpu.usd_per_hour
+
+
+def test_an_importer_plugin_writes_a_whole_log_or_nothing(tmp_path):
+    from gfsim.importers.plugins import IMPORTERS, import_with, register_importer
+    from gfsim.replay_logs import load_log
+    from gfsim.testing import LogBuilder
+
+    def good(source, task="t"):
+        b = LogBuilder(tasks={task: 1.0})
+        b.candidate(task, step=0, speedup=1.5)
+        return [b.header, *b.records]
+
+    def broken(source):
+        records = good(source)
+        del records[0]["tasks"]  # a header without its tasks
+        return records
+
+    register_importer("test-good", good)
+    register_importer("test-broken", broken)
+    register_importer("test-nothing", lambda source: [])
+    source = tmp_path / "run.txt"
+    source.write_text("x")
+    try:
+        summary = import_with("test-good", source, tmp_path / "good.jsonl", {"task": "k"})
+        assert summary["candidates"] == 1 and load_log(tmp_path / "good.jsonl").tasks
+        with pytest.raises(GfsimError, match="do not validate"):
+            import_with("test-broken", source, tmp_path / "broken.jsonl")
+        assert not list(tmp_path.glob("broken*"))
+        with pytest.raises(PluginError, match="not a non-empty list of records"):
+            import_with("test-nothing", source, tmp_path / "nothing.jsonl")
+        with pytest.raises(SpecError, match="unknown importer plug-in 'nope'"):
+            import_with("nope", source, tmp_path / "nope.jsonl")
+        with pytest.raises(PluginError, match="names gfsim's own importer"):
+            register_importer("openevolve", good)
+    finally:
+        for name in ("test-good", "test-broken", "test-nothing"):
+            IMPORTERS.unregister(name)

@@ -292,6 +292,30 @@ def gpu_forecasters_eval_set(
     _done(summary, as_json)
 
 
+@app.command("plugin")
+@handles_errors
+def plugin(
+    name: str = typer.Argument(..., help="The importer plug-in's name (its package's "
+                                         "gfsim.importers entry point)."),
+    source: Path = typer.Argument(..., help="What it reads: a file or a folder."),
+    out: Path = typer.Option(..., "--out", "-o", help="The log to write."),
+    option: list[str] = typer.Option([], "--option", help="KEY=VALUE passed to the importer "
+                                                          "as a string; repeat for more."),
+    as_json: JsonFlag = False,
+) -> None:
+    """Another package's importer: its records written and checked as a log, all or nothing."""
+    from gfsim.core.errors import SpecError
+    from gfsim.importers.plugins import import_with
+
+    options = {}
+    for item in option:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise SpecError(f"--option {item!r}: expected KEY=VALUE")
+        options[key.strip()] = value
+    _done(import_with(name, source, out, options), as_json)
+
+
 # The line `gfsim import -h` shows for each (click would cut a longer first sentence).
 _SHORT = {
     "kernel-tuner": "A Kernel Tuner cache or T4 results file.",
@@ -301,6 +325,7 @@ _SHORT = {
     "kernelbench": "KernelBench results (eval_results.json).",
     "gpu-forecasters-events": "The reference's search events.",
     "gpu-forecasters-eval-set": "The paper's evaluation pairs and predictions.",
+    "plugin": "Another package's importer (an entry point).",
 }
 # Each command's page on the documentation site (a pip install has no docs/), shown under its
 # description on a line of its own ("\b": click leaves it unwrapped, so the URL stays whole).
@@ -311,6 +336,7 @@ _GUIDE = {
     "shinka": "how-to/replay-shinka.md",
     "kernelbench": "how-to/replay-kernelbench.md",
     "gpu-forecasters-events": "how-to/import-event-log.md",
+    "plugin": "how-to/write-a-plugin.md",
 }
 for _info in app.registered_commands:  # readable metavars (gfsim.cli.common.GfsimCommand)
     _info.cls = GfsimCommand

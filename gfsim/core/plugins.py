@@ -11,10 +11,10 @@ for one kind of plug-in. gfsim fills it with its own; another package adds its o
       [project.entry-points."gfsim.policies"]
       coin = "my_package.policies:CoinPolicy"
 
-The entry-point groups are ``gfsim.policies``, ``gfsim.cost_models`` and ``gfsim.worlds``
-(``GROUPS``). A plug-in cannot take a name gfsim already uses; a broken entry point is an
-error that names it, raised when it is first needed, not when gfsim starts. ``docs/how-to/
-write-a-plugin.md`` shows a whole plug-in package, ``examples/plugin`` its code.
+The entry-point groups are ``gfsim.policies``, ``gfsim.cost_models``, ``gfsim.worlds`` and
+``gfsim.importers`` (``GROUPS``). A plug-in cannot take a name gfsim already uses; a broken
+entry point is an error that names it, raised when it is first needed, not when gfsim starts.
+``docs/how-to/write-a-plugin.md`` shows a whole plug-in package, ``examples/plugin`` its code.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from gfsim.core.errors import GfsimError
 
 __all__ = ["GROUPS", "PluginError", "Registry"]
 
-GROUPS = ("gfsim.policies", "gfsim.cost_models", "gfsim.worlds")
+GROUPS = ("gfsim.policies", "gfsim.cost_models", "gfsim.worlds", "gfsim.importers")
 
 
 class PluginError(GfsimError):

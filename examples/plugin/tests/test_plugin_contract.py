@@ -16,3 +16,15 @@ def test_a_replay_names_the_plugin_by_its_spec():
     out = gfsim.compare(None, "budget-share:0.3", cost="spot-a100").to_dict()
     assert out["policy"] == "budget-share:share=0.3"
     assert out["cost_model"] == "spot-a100"
+
+
+def test_the_importer_writes_a_log_gfsim_replays(tmp_path):
+    from gfsim.importers.plugins import import_with
+
+    runs = tmp_path / "runs.csv"
+    runs.write_text("id,parent,step,runtime_ns\na,,0,800\nb,,0,\nc,a,1,500\nd,a,1,900\n")
+    summary = import_with("runs-csv", runs, tmp_path / "runs.jsonl",
+                          {"task": "softmax", "seed_runtime_ns": "1000"})
+    assert summary["candidates"] == 4 and summary["evaluations"] == 4
+    out = gfsim.compare(str(tmp_path / "runs.jsonl"), "all", driver="closed").to_dict()
+    assert out["best_speedup"] == 2.0  # 1000 / 500

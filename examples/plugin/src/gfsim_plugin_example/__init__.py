@@ -1,14 +1,18 @@
-"""An example gfsim plug-in (docs/how-to/write-a-plugin.md): one policy, one cost model.
+"""An example gfsim plug-in (docs/how-to/write-a-plugin.md): a policy, a cost model, an importer.
 
 - ``budget-share:0.5``: measure a candidate only while the step's share of the budget left
   allows, the most promising first (by the forecast's expected bin index);
 - ``spot-a100``: the ``serverless-a100`` preset with GPU-hours at a spot price (an assumed
-  60% discount, not a quoted one).
+  60% discount, not a quoted one);
+- ``runs-csv``: a search written as a CSV file (``id,parent,step,runtime_ns``; an empty
+  runtime: the kernel failed its check) as a trajectory log, ``gfsim import plugin runs-csv``.
 """
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 
@@ -16,7 +20,7 @@ from gfsim.core.specs import Param
 from gfsim.cost_models import PresetCostModel, load_cost_model
 from gfsim.policies import Batch, Decisions, Policy, SearchState
 
-__all__ = ["BudgetSharePolicy", "spot_a100"]
+__all__ = ["BudgetSharePolicy", "import_runs_csv", "spot_a100"]
 
 
 class BudgetSharePolicy(Policy):
@@ -54,3 +58,40 @@ def spot_a100() -> PresetCostModel:
     sources = {**base.sources,
                "gpu.usd_per_hour": "assumed: 40% of serverless-a100's (a spot discount)"}
     return dataclasses.replace(base, name="spot-a100", gpu=gpu, sources=sources)
+
+
+def import_runs_csv(source: Path, task: str = "kernel", seed_runtime_ns: str = "") -> list[dict]:
+    """One search from a CSV file (``id,parent,step,runtime_ns``; ``parent`` empty for a child
+    of the seed kernel, ``runtime_ns`` empty for a kernel that failed its check) as a log's
+    records: speedups over the seed kernel's runtime (``seed_runtime_ns``, else the first
+    row's), nothing else measured (no stage seconds, tokens or forecasts: gfsim prices them
+    from its priors and says so)."""
+    with open(source, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        raise ValueError(f"{source}: no rows")
+    runtimes = [float(r["runtime_ns"]) for r in rows if r["runtime_ns"]]
+    seed_ns = float(seed_runtime_ns) if seed_runtime_ns else runtimes[0]
+    search = f"{task}-csv"
+    records: list[dict] = [
+        {"kind": "header", "schema_version": 1, "log_id": f"runs-csv-{Path(source).stem}",
+         "created_at": "2026-01-01T00:00:00Z",
+         "provenance": {"kind": "measured", "note": f"imported from {Path(source).name} by "
+                                                    "gfsim-plugin-example's runs-csv"},
+         "log_shape": "trajectory", "label_bin_convention": "reference-code",
+         "hardware": {"device_name": "unknown (the CSV does not say)"},
+         "tasks": [{"task_id": task, "reference_runtime_ns": seed_ns, "seed_speedup": 1.0}]},
+        {"kind": "run", "search_id": search, "driver": "runs-csv"}]
+    seq: dict[int, int] = {}
+    for r in rows:
+        step = int(r["step"])
+        seq[step] = seq.get(step, -1) + 1
+        records.append({"kind": "candidate", "candidate_id": r["id"], "search_id": search,
+                        "task_id": task, "parent_id": r["parent"] or None, "step": step,
+                        "seq": seq[step], "generation": {}})
+        ev = {"kind": "evaluation", "candidate_id": r["id"],
+              "outcome": "success" if r["runtime_ns"] else "incorrect"}
+        if r["runtime_ns"]:
+            ev["speedup"] = seed_ns / float(r["runtime_ns"])
+        records.append(ev)
+    return records
