@@ -22,6 +22,7 @@ import numpy as np
 from gfsim.cost_models.presets import PresetCostModel
 from gfsim.simulator.trace import SearchTrace
 
+from gfsim.core.caches import on_object
 from gfsim.core.libm import log2
 from gfsim.core.rng import transient_stream
 from gfsim.forecasts.bins import speedup_to_bin
@@ -195,10 +196,7 @@ class _LogPool:
 def pool_of(trace: SearchTrace) -> _LogPool:
     """The trace's ``_LogPool``, built on first use and kept on the trace (which engines never
     change): every replay of a log, and every seed and trial of a tuning run, shares it."""
-    pool = trace.__dict__.get("_log_pool")
-    if pool is None:
-        pool = trace.__dict__["_log_pool"] = _LogPool(trace)
-    return pool
+    return on_object(trace, "_log_pool", lambda: _LogPool(trace))
 
 
 def _bin_of(speedup: float) -> int:

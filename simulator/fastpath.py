@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gfsim.core import caches
 from gfsim.cost_models.presets import Capacities, PresetCostModel
 from gfsim.cost_models.usage import STAGES
 from gfsim.policies.base import Batch, Policy, SearchState
@@ -86,11 +87,11 @@ def fast_path_blocker(trace: SearchTrace, policy: Policy, model: PresetCostModel
     """Why the fast path cannot replay this search, or None if it can."""
     if any(not math.isinf(getattr(budget, k)) for k in _LIMITS):
         return "a usd, seconds, joules, gpu_evals or gpu_hours budget"
-    widest = trace.__dict__.get("_fast_widest")
+    widest = caches.kept(trace, "_fast_widest")
     if widest is None:
         widest = max((sum(map(len, batches)) for _, batches in trace.steps), default=0)
         if len(trace) >= _KEEP_LAYOUT:
-            trace.__dict__["_fast_widest"] = widest
+            caches.keep(trace, "_fast_widest", widest)
     slots = {"generator": caps.generator, "GPU": caps.gpus}
     if policy.needs_forecast:
         slots["forecaster"] = caps.forecaster
@@ -112,7 +113,7 @@ def fast_path_blockers(traces: list[SearchTrace], policy: Policy, model: PresetC
                 math.inf, caps.compile_workers if model.compile_on == "cpu" else math.inf)
     out: list[str | None] = []
     for t in traces:
-        widest = t.__dict__.get("_fast_widest")
+        widest = caches.kept(t, "_fast_widest")
         out.append(None if widest is not None and widest <= slots else
                    fast_path_blocker(t, policy, model, caps, budget))
     return out
@@ -312,13 +313,13 @@ class _Layout:
             steps_of[i] = len(steps)
             base = int(off[i])
             if len(t) >= _KEEP_LAYOUT:  # a big search keeps its flattened steps
-                kept = t.__dict__.get("_fast_layout_rows") if steps is t.steps else None
-                if kept is None:
-                    kept = _local_layout(steps)
+                rows = caches.kept(t, "_fast_layout_rows") if steps is t.steps else None
+                if rows is None:
+                    rows = _local_layout(steps)
                     if steps is t.steps:
-                        t.__dict__["_fast_layout_rows"] = kept
+                        caches.keep(t, "_fast_layout_rows", rows)
                 flush()
-                parts.append((kept[0] + base, *kept[1:]))
+                parts.append((rows[0] + base, *rows[1:]))
                 continue
             for s, bs in steps:
                 numbers.append(s)

@@ -33,6 +33,7 @@ from gfsim.simulator.search_columns import (AnytimeRows, SummaryRows, anytime_po
 from gfsim.simulator.trace import SearchTrace, build_traces
 from gfsim.simulator.world_model import child_sources
 
+from gfsim.core.caches import enabled, keep, kept, set_enabled
 from gfsim.core.errors import GfsimError
 
 __all__ = ["ENGINES", "cached_traces", "calibration_batch", "replay", "replay_many",
@@ -76,12 +77,12 @@ ENGINES = ("auto", "des", "fast")
 _RESULT_CLASSES = (SearchResult, Cost)
 _TRACES: dict = {}  # content key -> traces; a few entries per process
 _TRACES_MAX = 8
-_CACHE_ON = [True]  # experiments/bench_tune.py turns it off to time the uncached path
 
 
-def trace_cache(enabled: bool) -> None:
-    """Turn the trace cache on or off in this process (a benchmark's baseline)."""
-    _CACHE_ON[0] = bool(enabled)
+def trace_cache(on: bool) -> None:
+    """Turn every cache on or off in this process (a benchmark's baseline), the trace table
+    emptied (``gfsim.core.caches``; ``caches_off`` for a block)."""
+    set_enabled(on)
     _TRACES.clear()
 
 
@@ -92,16 +93,16 @@ def _content_key(log: ReplayLog) -> tuple:
     import hashlib
 
     fc = log.forecasts
-    kept = log.__dict__.get("_trace_key")
-    if kept is not None and kept[0] is fc and kept[1] is log.candidates:
-        return kept[2]
+    known = kept(log, "_trace_key")
+    if known is not None and known[0] is fc and known[1] is log.candidates:
+        return known[2]
     from gfsim.replay_logs import derived
 
     source = derived.source_of(log)
     if source is not None:  # the tables as loaded from these bytes: their digest names them
         key = (str(log.path), log.header.get("log_id"), len(log.candidates), len(fc),
                "sha256:" + source[0])
-        log.__dict__["_trace_key"] = (fc, log.candidates, key)
+        keep(log, "_trace_key", (fc, log.candidates, key))
         return key
     digest = hashlib.blake2b(digest_size=16)
     if len(fc):
@@ -111,7 +112,7 @@ def _content_key(log: ReplayLog) -> tuple:
         digest.update("\x1f".join(map(str, fc["forecaster"].tolist())).encode())
     key = (str(log.path), log.header.get("log_id"), len(log.candidates), len(fc),
            digest.hexdigest())
-    log.__dict__["_trace_key"] = (fc, log.candidates, key)
+    keep(log, "_trace_key", (fc, log.candidates, key))
     return key
 
 
@@ -121,12 +122,13 @@ def cached_traces(log: ReplayLog, model: PresetCostModel, forecaster: str | None
     on none of them. The key hashes what traces are built from (``_content_key``), so a
     changed log is never served stale traces. Engines only read traces."""
     key = (*_content_key(log), repr(model), forecaster)
-    traces = _TRACES.get(key) if _CACHE_ON[0] else None
+    traces = _TRACES.get(key) if enabled() else None
     if traces is None:
         traces = LogTraces(_stored_traces(log, model, forecaster))
-        if len(_TRACES) >= _TRACES_MAX:
-            _TRACES.pop(next(iter(_TRACES)))
-        _TRACES[key] = traces
+        if enabled():
+            if len(_TRACES) >= _TRACES_MAX:
+                _TRACES.pop(next(iter(_TRACES)))
+            _TRACES[key] = traces
     return traces
 
 
@@ -137,13 +139,13 @@ def _stored_traces(log: ReplayLog, model: PresetCostModel, forecaster: str | Non
     from gfsim.replay_logs import derived
 
     key = {"model": repr(model), "forecaster": forecaster}
-    keep = _CACHE_ON[0] and _worth_keeping(log)
-    if keep:
+    store = enabled() and _worth_keeping(log)
+    if store:
         traces = derived.load(log, "traces", key, (SearchTrace,))
         if traces is not None:
             return traces
     traces = build_traces(log, model, forecaster)
-    if keep:
+    if store:
         derived.store(log, "traces", key, traces, (SearchTrace,), lazy={"SearchTrace": _LAZY})
     return traces
 
@@ -159,13 +161,12 @@ def _worth_keeping(log: ReplayLog) -> bool:
     """Whether traces and replays of ``log`` are kept beside its table cache: not for a log of
     many small searches (the table cache still serves its load)."""
     cands = log.candidates
-    kept = log.__dict__.get("_keep_derived")
-    if kept is None or kept[0] is not cands:
+    known = kept(log, "_keep_derived")
+    if known is None or known[0] is not cands:
         searches = int(cands["search_id"].nunique()) if len(cands) else 0
-        kept = (cands, searches <= _KEEP_MAX_SEARCHES
-                or len(cands) >= _KEEP_MIN_MEAN * searches)
-        log.__dict__["_keep_derived"] = kept
-    return kept[1]
+        known = keep(log, "_keep_derived", (cands, searches <= _KEEP_MAX_SEARCHES
+                                            or len(cands) >= _KEEP_MIN_MEAN * searches))
+    return known[1]
 
 
 # What a replay whose results are kept does not read of its traces: decoded when read.
@@ -380,7 +381,7 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
             # A repeated replay of a cached log reads what the same code simulated before.
             key = _replay_key(policy, model, forecaster, seed, caps, budget, pipeline,
                               engine, noise, orphans_dropped) \
-                if _CACHE_ON[0] and _worth_keeping(log) else None
+                if enabled() and _worth_keeping(log) else None
             kept = derived.load(log, "replay", key, _RESULT_CLASSES,
                                 lambda: _shared_lists(traces)[1]) if key else None
             if kept is not None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, fields, replace
 
+from gfsim.core.caches import on_object
 from gfsim.core.errors import GfsimError
 from gfsim.simulator.puct_engine import SearchConfig
 from gfsim.simulator.trace import SearchTrace
@@ -239,7 +240,7 @@ def reproductions(traces: list[SearchTrace], shapes: list[SearchConfig],
     todo = []
     for t, shape in zip(traces, shapes):
         shape = replace(shape, overgen=1)
-        got = t.__dict__.setdefault("_reproduction", {}).get(shape)
+        got = on_object(t, "_reproduction", dict).get(shape)
         out.append(got)
         if got is None:
             todo.append((len(out) - 1, t, shape))
@@ -252,5 +253,5 @@ def reproductions(traces: list[SearchTrace], shapes: list[SearchConfig],
             draws = res.extra["draws"]
             got = Reproduction(t.search_id, len(t), sum(draws.values()), draws["own"],
                                evidence_pairs(t))
-            t.__dict__["_reproduction"][shape] = out[k] = got
+            on_object(t, "_reproduction", dict)[shape] = out[k] = got
     return out

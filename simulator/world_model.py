@@ -70,6 +70,7 @@ from gfsim.simulator.children import (
 )
 from gfsim.simulator.trace import SearchTrace
 
+from gfsim.core.caches import on_object
 from gfsim.core.errors import GfsimError
 from gfsim.core.libm import log2
 from gfsim.core.rng import stream, transient_stream
@@ -294,9 +295,7 @@ class _Member:
             probs = np.clip(probs, 0, None)
             probs = probs / probs.sum() if probs.sum() > 0 else None
             fit = self.gbm.get(task) or self.gbm[None]
-            res = fit.__dict__.get("_residuals")
-            if res is None:
-                res = fit._residuals = fit.residuals.tolist()
+            res = on_object(fit, "_residuals", fit.residuals.tolist)
             if len(self._gbm_draws) >= _NEAR_KEPT:
                 self._gbm_draws.clear()
             got = self._gbm_draws[key] = (fit, _choice_cdf(probs) if probs is not None
@@ -480,7 +479,7 @@ def world_model(traces: list[SearchTrace], family: str = DEFAULT_FAMILY) -> Worl
     """The ``WorldModel`` of these traces, kept on the first one (every replay and seed of one
     log shares it, as they share the traces)."""
     key = ("world-model", family, tuple(id(t) for t in traces))
-    cache = traces[0].__dict__.setdefault("_world_models", {})
+    cache = on_object(traces[0], "_world_models", dict)
     got = cache.get(key)
     if got is None:
         got = cache[key] = WorldModel(traces, family)
@@ -602,10 +601,7 @@ class _Templates:
 
 
 def _templates(t: SearchTrace, p: _Pairs) -> _Templates:
-    got = p.__dict__.get("_templates")
-    if got is None:
-        got = p.__dict__["_templates"] = _Templates(t, p)
-    return got
+    return on_object(p, "_templates", lambda: _Templates(t, p))
 
 
 class _Shifts:
