@@ -69,6 +69,68 @@ def vllm_server() -> VllmServer:
     return VllmServer(url, model, parsed.hostname, parsed.port)
 
 
+@pytest.fixture(scope="session")
+def vllm_long_server(tmp_path_factory) -> VllmServer:
+    """A vLLM CPU server with an 8,192-token context, for a real OpenEvolve run's prompts (the
+    session's ``vllm_server`` serves the tiny model at 512, which its forecaster tests read):
+    ``GFSIM_VLLM_LONG_URL`` where one runs, else started here from ``GFSIM_VLLM_PYTHON`` and
+    ``GFSIM_VLLM_MODEL_DIR`` (scripts/test-all sets both), stopped at the session's end."""
+    import signal
+    import subprocess
+    from urllib.parse import urlparse
+
+    import httpx
+
+    def up(url: str) -> bool:
+        try:
+            return httpx.get(url[:-3] + "/health", timeout=5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    given = os.environ.get("GFSIM_VLLM_LONG_URL", "").rstrip("/")
+    if given and up(given):
+        parsed = urlparse(given)
+        yield VllmServer(given, "tiny", parsed.hostname, parsed.port)
+        return
+    python, model_dir = os.environ.get("GFSIM_VLLM_PYTHON"), os.environ.get(
+        "GFSIM_VLLM_MODEL_DIR")
+    if not (python and model_dir):
+        msg = ("no long-context vLLM server: set GFSIM_VLLM_LONG_URL, or GFSIM_VLLM_PYTHON and "
+               "GFSIM_VLLM_MODEL_DIR (vLLM's python, the tiny model) to start one")
+        if os.environ.get("GFSIM_REQUIRE_VLLM") == "1":
+            pytest.fail(msg + " (GFSIM_REQUIRE_VLLM=1)")
+        pytest.skip(msg)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path_factory.mktemp("vllm-long") / "server.log"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+           "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
+             "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
+             "--dtype", "float32", "--enforce-eager", "--max-model-len", "8192",
+             "--max-num-seqs", "4"], stdout=out, stderr=subprocess.STDOUT, env=env,
+            start_new_session=True)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 600  # a hang guard: it starts in about a minute
+        while not up(url):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the long-context vLLM server did not start:\n"
+                            f"{log.read_text()[-3000:]}")
+            time.sleep(1)
+        yield VllmServer(url, "tiny", "127.0.0.1", port)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=60)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 class FaultProxy:
     """A loopback TCP proxy that injects faults between an HTTP client and a real server.
 

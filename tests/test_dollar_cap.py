@@ -102,16 +102,17 @@ def test_an_llm_call_settles_its_usage_else_its_reservation(tmp_path):
     """``llm_call``, which OpenEvolve's capped client, the surrogate's forecasts and the cap
     proxy share: the usage reported where there is one, the reservation where there is none or
     the call failed, and no ticket at all where the cap refuses."""
-    cap = DollarCap(10.0, tmp_path / "ledger.jsonl", generator_usd_per_m=(3e5, 1e6))
-    assert cap.llm_reserve("generator", 30, 2) == pytest.approx(5.0)  # 10 tokens in, 2 out
+    cap = DollarCap(6.0, tmp_path / "ledger.jsonl", generator_usd_per_m=(1e4, 1e6))
+    # 30 bytes of prompt: 30 + TEMPLATE_TOKENS (64) tokens in at $0.01, 2 out at $1
+    assert cap.llm_reserve("generator", 30, 2) == pytest.approx(2.94)
     with cap.llm_call("generator", 30, 2, "a") as bill:
         bill.usd = cap.usage_usd("generator", {"prompt_tokens": 5, "completion_tokens": 1})
     with cap.llm_call("generator", 3, 1, "b"):
-        pass  # no usage reported: its reservation, $1.3
+        pass  # no usage reported: its reservation, $1.67
     with pytest.raises(RuntimeError), cap.llm_call("generator", 3, 1, "c"):
         raise RuntimeError("the server went away")  # failed: its reservation too
     closed = [r["usd"] for r in _records(cap) if r["kind"] == "close"]
-    assert closed == pytest.approx([2.5, 1.3, 1.3])
+    assert closed == pytest.approx([1.05, 1.67, 1.67])  # then $4.39 + $2.94 would pass $6
     with pytest.raises(CapReached), cap.llm_call("generator", 30, 2, "d"):
         raise AssertionError("a refused call never starts")
     assert cap.status()["in_flight"] == 0 and cap.usage_usd("generator", None) is None
@@ -126,15 +127,17 @@ def test_the_surrogate_s_forecasts_are_held_to_the_cap(tmp_path):
 
     class Fixed(Forecaster):
         name, mode, max_tokens = "fixed", "logprobs", 10
+        prompt_overhead_bytes = 0  # its prompt is the code, the reference and the task
 
         def forecast(self, request):
             return Forecast(candidate_id=request.candidate_id, forecaster=self.name,
                             mode=self.mode, probs=[0.0] * 7 + [1.0], input_tokens=100,
                             output_tokens=2)
 
-    # $0.01 a forecast token: a forecast of a program and the reference, 120 characters each,
-    # reserves 80 + 10 tokens ($0.90) and settles the 102 it reported ($1.02)
-    cap = DollarCap(3.5, tmp_path / "ledger.jsonl", forecaster_usd_per_m=(1e4, 1e4),
+    # $0.01 a forecast token: a forecast of a program and the reference, 120 bytes each, and
+    # no task, reserves 3 x 16 + 240 + 64 tokens in and 10 out ($3.62) and settles the 102 it
+    # reported ($1.02)
+    cap = DollarCap(6.0, tmp_path / "ledger.jsonl", forecaster_usd_per_m=(1e4, 1e4),
                     gpu_usd_per_hour=0.0)
     gate = Surrogate(lambda path: {"runtime_ns": 1.0}, runtime_metric="runtime_ns",
                      policy="threshold:0.5", forecaster=Fixed(), log=tmp_path / "log.jsonl",
@@ -146,10 +149,10 @@ def test_the_surrogate_s_forecasts_are_held_to_the_cap(tmp_path):
         outs.append(gate.stage1(program))
     closed = {r["id"]: r["usd"] for r in _records(cap) if r["kind"] == "close"}
     forecasts = [r for r in _records(cap) if r["kind"] == "open" and r["what"] == "forecast"]
-    assert [r["usd"] for r in forecasts] == pytest.approx([0.9] * len(forecasts))
+    assert [r["usd"] for r in forecasts] == pytest.approx([3.62] * len(forecasts))
     assert all(closed[r["id"]] == pytest.approx(1.02) for r in forecasts)
     # the first program is the reference (no forecast); after three forecasts ($3.06) a fourth
-    # would pass $3.50: the fifth program is skipped with the cap as its reason
+    # would pass $6.00: the fifth program is skipped with the cap as its reason
     assert len(forecasts) == 3
     skipped = [getattr(o, "metrics", o).get("gfsim_skipped", False) for o in outs]
     assert skipped == [False] * 4 + [True]
@@ -173,3 +176,38 @@ def test_a_run_resumed_with_a_larger_cap_goes_on_from_what_was_spent(tmp_path):
         DollarCap(1.0, ledger).reserve("proposal", 0.01)
     with pytest.raises(CapReached, match=r"\$2 is reached"):
         DollarCap(1.5, ledger).reserve("proposal", 0.01)
+
+
+def test_a_prompt_s_reservation_bounds_its_tokens():
+    """A prompt is reserved at a token per UTF-8 byte plus the chat template's tokens
+    (``chat_bytes``, ``TEMPLATE_TOKENS``): more than any byte-falling-back tokenizer makes of
+    it, whatever the script. Checked here with tiktoken's byte-level BPE where it is installed
+    (it is with vLLM's and OpenAI's clients), and for gfsim's own forecast prompts, whose text
+    besides the code, the reference and the task stays within PROMPT_TEMPLATE_BYTES."""
+    from gfsim.integrations.cap import MESSAGE_TOKENS, chat_bytes, text_bytes
+    from gfsim.live.forecaster import ForecastRequest
+    from gfsim.live.prompt import PROMPT_TEMPLATE_BYTES, label_messages, tool_messages
+
+    texts = ["def softmax(x):\n    return x.exp() / x.exp().sum()\n", "日本語のカーネル " * 40,
+             "émigré naïve café " * 50, "🚀" * 100, "\t \n" * 200]
+    for t in texts:
+        assert chat_bytes([t]) == text_bytes(t) + MESSAGE_TOKENS >= len(t)
+    try:
+        import tiktoken
+    except ImportError:
+        tiktoken = None
+    if tiktoken is not None:
+        try:
+            enc = tiktoken.get_encoding("cl100k_base")
+        except Exception:  # noqa: BLE001 - its tables are downloaded on first use
+            enc = None
+        for t in texts if enc is not None else ():
+            assert len(enc.encode(t)) <= text_bytes(t)
+    code, reference, task = "x = 1\n" * 50, "y = 2\n" * 40, "softmax over the rows"
+    request = ForecastRequest(candidate_id="c", candidate_code=code, reference_code=reference,
+                              task=task, hardware={"device_name": "NVIDIA H100 80GB HBM3"},
+                              search_id="s", task_name="softmax")
+    for messages in (tool_messages(request), label_messages(request, list("12345678"))):
+        around = sum(text_bytes(m["content"]) for m in messages) - sum(
+            text_bytes(x) for x in (code, reference, task))
+        assert 0 < around <= PROMPT_TEMPLATE_BYTES

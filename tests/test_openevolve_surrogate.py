@@ -5,6 +5,7 @@ OpenEvolve's database as not evaluated (never a success) and come back from
 ``gfsim import openevolve`` as not_measured; the wrapper's own log is a valid trajectory log."""
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -48,11 +49,13 @@ evaluate = surrogate.stage1
 
 def run_openevolve(tmp_path: Path, policy: str, forecaster, iterations: int,
                    thresholds=(0.5,), evaluator: str | None = None, cap=None,
-                   max_tokens: int | None = None):
-    """A real OpenEvolve run in ``tmp_path`` (the mutation server as its LLM) with
-    ``evaluator`` as its evaluator file (default: ``EVALUATOR``, stage 1 gated by ``policy``);
-    ``cap``: a ``DollarCap`` its LLM is held to. Returns (the surrogate's log, the LLM
-    requests the server answered)."""
+                   max_tokens: int | None = None, llm=None):
+    """A real OpenEvolve run in ``tmp_path`` (the mutation server as its LLM, or ``llm``: a
+    ``VllmServer``, whose tiny random model writes no program, so that OpenEvolve ends the run
+    with its EvolutionFailedError, taken here as its end) with ``evaluator`` as its evaluator
+    file (default: ``EVALUATOR``, stage 1 gated by ``policy``); ``cap``: a ``DollarCap`` its
+    LLM is held to. Returns (the surrogate's log, the LLM requests the mutation server
+    answered; None for ``llm``)."""
     from openevolve import OpenEvolve
     from openevolve.config import Config
 
@@ -67,13 +70,16 @@ def run_openevolve(tmp_path: Path, policy: str, forecaster, iterations: int,
     root = logging.getLogger()
     root_state = (list(root.handlers), root.level)
     model = {"max_tokens": max_tokens} if max_tokens else {}
-    with MutationServer(seed=0) as server:
+    if llm is not None:  # greedy: vLLM CPU 0.32's engine dies on a seeded sampler
+        model["temperature"] = 0.0
+    with (MutationServer(seed=0) if llm is None else contextlib.nullcontext()) as server:
+        url, name = (server.url, "gfsim-mutation-operator") if llm is None else \
+            (llm.url, llm.model)
         cfg = Config.from_dict({
             "max_iterations": iterations, "checkpoint_interval": 2, "random_seed": 0,
             "language": "python", "diff_based_evolution": False, "log_level": "INFO",
             "llm": {"api_key": "none", "retries": 0, "timeout": 60,
-                    "models": [{"name": "gfsim-mutation-operator", "api_base": server.url,
-                                **model}]},
+                    "models": [{"name": name, "api_base": url, **model}]},
             "database": {"num_islands": 1, "population_size": 20},
             "evaluator": {"timeout": 120, "max_retries": 0, "cascade_evaluation": True,
                           "cascade_thresholds": list(thresholds), "parallel_evaluations": 1}})
@@ -84,6 +90,9 @@ def run_openevolve(tmp_path: Path, policy: str, forecaster, iterations: int,
                         output_dir=str(tmp_path / "run"))
         try:
             asyncio.run(oe.run(iterations=iterations))
+        except Exception as exc:  # OpenEvolve's own end for a run that made no program
+            if llm is None or type(exc).__name__ != "EvolutionFailedError":
+                raise
         finally:  # OpenEvolve installs its own; they would outlive the run in this process
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
@@ -92,7 +101,7 @@ def run_openevolve(tmp_path: Path, policy: str, forecaster, iterations: int,
                     root.removeHandler(h)
                     h.close()
             root.setLevel(root_state[1])
-        return log, server.requests
+        return log, server.requests if llm is None else None
 
 
 @pytest.mark.slow
@@ -323,7 +332,7 @@ def test_a_dollar_cap_reached_inside_the_run_stops_it_cleanly(tmp_path):
     passed by at most one evaluation's price."""
     from gfsim.integrations.cap import DollarCap
 
-    usd, iterations = 1.5, 12
+    usd, iterations = 3.0, 12
     ledger = tmp_path / "cap.jsonl"
     cap = DollarCap(usd, ledger, generator_usd_per_m=(100.0, 400.0), gpu_usd_per_hour=36.0,
                     eval_reserve_s=5.0)
@@ -353,4 +362,45 @@ def test_a_dollar_cap_reached_inside_the_run_stops_it_cleanly(tmp_path):
     summary = import_openevolve(tmp_path / "run", tmp_path / "imported.jsonl",
                                 runtime_metric="runtime_ns")
     assert summary["candidates"] >= proposals
+    assert sorted((tmp_path / "run" / "checkpoints").glob("checkpoint_*"))
+
+
+
+@pytest.mark.slow
+def test_a_dollar_cap_holds_a_run_whose_llm_is_a_real_vllm_server(tmp_path, vllm_long_server):
+    """Issue 55, item 3, with a real LLM server: OpenEvolve's LLM the vLLM CPU server (the tiny,
+    random model: its proposals hold no program). The cap settles each proposal at the tokens
+    vLLM reported, never more than it reserved (a reservation of a token per 3 characters was
+    passed here: 4,804 prompt tokens where 1,847 were reserved, and the run spent $1.22 of a
+    $1 cap), is reached mid-run, and nothing starts after it; the run ends with its
+    checkpoints."""
+    from gfsim.integrations.cap import DollarCap
+
+    usd, iterations, max_tokens = 1.5, 12, 64
+    prices = (100.0, 400.0)
+    ledger = tmp_path / "cap.jsonl"
+    cap = DollarCap(usd, ledger, generator_usd_per_m=prices, gpu_usd_per_hour=36.0,
+                    eval_reserve_s=5.0)
+    evaluator = CAPPED.replace("USD", repr(usd)).replace("LEDGER", repr(str(ledger)))
+    run_openevolve(tmp_path, "all", None, iterations, evaluator=evaluator, cap=cap,
+                   max_tokens=max_tokens, llm=vllm_long_server)
+    records = [json.loads(line) for line in ledger.read_text().splitlines()]
+    reached = [i for i, r in enumerate(records) if r["kind"] == "reached"]
+    assert reached, "the cap was meant to be reached mid-run"
+    assert not any(r["kind"] == "open" for r in records[reached[0]:])
+    opened = {r["id"]: r for r in records if r["kind"] == "open" and r["what"] == "proposal"}
+    closed = {r["id"]: r for r in records if r["kind"] == "close" and r["id"] in opened}
+    assert 2 <= len(opened) < iterations and set(closed) == set(opened)
+    # Settled at what vLLM reported, within the reservation (the prompt at a token per UTF-8
+    # byte, with the chat template's tokens, and max_tokens out): the cap is not passed.
+    least_prompt = prices[0] / 1e6  # a prompt of at least a token
+    for ticket, close in closed.items():
+        assert least_prompt < close["usd"] < opened[ticket]["usd"], (close, opened[ticket])
+    st = cap.status()
+    assert st["in_flight_usd"] == 0
+    evals = [r["usd"] for r in records if r["kind"] == "close" and r.get("seconds") is not None]
+    assert st["spent_usd"] <= usd + max(evals, default=0.0)
+    summary = import_openevolve(tmp_path / "run", tmp_path / "imported.jsonl",
+                                runtime_metric="runtime_ns")
+    assert summary["candidates"] >= 1
     assert sorted((tmp_path / "run" / "checkpoints").glob("checkpoint_*"))

@@ -1,18 +1,21 @@
 """A hard dollar cap over a whole search run: the LLM's proposals, the forecasts and the
 evaluations, with the work in flight counted, shared by every process of the run.
 
-Each piece of work reserves its price before it starts and settles what it cost when it ends,
-in a ledger file (JSON lines, appended under a file lock, as the surrogate's log is): a
-proposal reserves its prompt (about a token per 3 characters) and ``max_output_tokens`` at the
-generator's prices, a forecast the same at the forecaster's, an evaluation the longest
-evaluation so far (``eval_reserve_s`` before the first) at the GPU's. A reservation that would
-take what is settled plus what is in flight past ``usd`` is refused, the refusal is written with
-why, and from then on every reservation is refused: once the cap is reached, no proposal,
-forecast or evaluation starts. Work already in flight finishes; the cap can be passed only by an
-evaluation that runs longer than it reserved (at most one evaluation's price with one in
-flight at a time). The ledger keeps the run's account across restarts: a run resumed on the same
-ledger with a larger ``usd`` goes on from what was spent (a cap stays reached for the ``usd`` it
-was reached at and any smaller one).
+Each piece of work reserves its price before it starts and settles what it cost when it ends, in
+a ledger file (JSON lines, appended under a file lock, as the surrogate's log is): a proposal
+reserves its prompt and ``max_output_tokens`` at the generator's prices, a forecast the same at
+the forecaster's, an evaluation the longest evaluation so far (``eval_reserve_s`` before the
+first) at the GPU's. A prompt is reserved at a token per byte of its UTF-8 text plus
+``TEMPLATE_TOKENS`` a call and ``MESSAGE_TOKENS`` a message (a chat template's own tokens): no
+tokenizer that falls back to bytes makes more (a token per 3 characters, reserved before, was
+passed by a real server's tokenizer: 4,804 prompt tokens where 1,847 were reserved). A
+reservation that would take what is settled plus what is in flight past ``usd`` is refused, the
+refusal is written with why, and from then on every reservation is refused: once the cap is
+reached, no proposal, forecast or evaluation starts. Work already in flight finishes; the cap
+can be passed only by an evaluation that runs longer than it reserved (at most one evaluation's
+price with one in flight at a time). The ledger keeps the run's account across restarts: a run
+resumed on the same ledger with a larger ``usd`` goes on from what was spent (a cap stays
+reached for the ``usd`` it was reached at and any smaller one).
 
 ``gfsim.integrations.openevolve`` puts it in front of OpenEvolve's LLM (``openevolve_client``)
 and its evaluator (``Surrogate(cap=...)``); ``gfsim.integrations.cap_proxy`` in front of any
@@ -34,10 +37,14 @@ from typing import Iterator
 
 from gfsim.core.errors import GfsimError
 
-__all__ = ["DollarCap", "CapReached", "LLMBill", "CHARS_PER_TOKEN", "chat_chars"]
+__all__ = ["DollarCap", "CapReached", "LLMBill", "TEMPLATE_TOKENS", "MESSAGE_TOKENS",
+           "chat_bytes", "text_bytes"]
 
-CHARS_PER_TOKEN = 3.0  # a prompt's tokens, reserved from its characters (fewer chars per token
-#                        than usual, so the reservation errs high)
+# A prompt's tokens are reserved as its UTF-8 bytes (a byte-level BPE, a SentencePiece with
+# byte fallback or a character-level tokenizer makes at most a token a byte), plus the chat
+# template's special tokens: at most TEMPLATE_TOKENS a call and MESSAGE_TOKENS a message.
+TEMPLATE_TOKENS = 64
+MESSAGE_TOKENS = 16
 
 
 class CapReached(GfsimError):
@@ -47,17 +54,23 @@ class CapReached(GfsimError):
 WORK = {"generator": "proposal", "forecaster": "forecast"}  # an LLM role's kind of work
 
 
-def chat_chars(messages) -> int:
-    """The characters of a chat's messages (their text parts; anything else as its ``str``),
-    which a call's reservation prices at ``CHARS_PER_TOKEN``."""
+def text_bytes(text) -> int:
+    """The UTF-8 bytes of ``text`` (anything not a string: its ``str``)."""
+    return len((text if isinstance(text, str) else str(text or "")).encode("utf-8", "replace"))
+
+
+def chat_bytes(messages) -> int:
+    """What a chat's messages reserve as prompt tokens: the UTF-8 bytes of their text parts
+    (anything else as its ``str``), plus ``MESSAGE_TOKENS`` a message."""
     n = 0
     for m in messages or ():
         content = m.get("content", "") if isinstance(m, dict) else m
         if isinstance(content, list):
-            n += sum(len(p["text"]) if isinstance(p, dict) and isinstance(p.get("text"), str)
-                     else len(str(p)) for p in content)
+            n += sum(text_bytes(p["text"]) if isinstance(p, dict) and
+                     isinstance(p.get("text"), str) else text_bytes(p) for p in content)
         else:
-            n += len(content) if isinstance(content, str) else len(str(content or ""))
+            n += text_bytes(content)
+        n += MESSAGE_TOKENS
     return n
 
 
@@ -113,9 +126,10 @@ class DollarCap:
             self.forecaster_usd_per_m
         return (input_tokens * inp + output_tokens * out) / 1e6
 
-    def llm_reserve(self, role: str, prompt_chars: int, max_tokens: int | None) -> float:
-        """What a call with this prompt may cost at most (its output at most ``max_tokens``)."""
-        return self.llm_usd(role, prompt_chars / CHARS_PER_TOKEN,
+    def llm_reserve(self, role: str, prompt_bytes: int, max_tokens: int | None) -> float:
+        """What a call with this prompt (``prompt_bytes``: ``chat_bytes`` of its messages, or
+        ``text_bytes`` of its text) may cost at most, its output at most ``max_tokens``."""
+        return self.llm_usd(role, prompt_bytes + TEMPLATE_TOKENS,
                             max_tokens or self.max_output_tokens)
 
     def usage_usd(self, role: str, usage) -> float | None:
@@ -127,13 +141,13 @@ class DollarCap:
                             usage.get("completion_tokens") or 0)
 
     @contextmanager
-    def llm_call(self, role: str, prompt_chars: int, max_tokens: int | None,
+    def llm_call(self, role: str, prompt_bytes: int, max_tokens: int | None,
                  about: str = "") -> Iterator[LLMBill]:
         """Hold one LLM call (``role``: ``generator``, a proposal; ``forecaster``, a forecast)
         to the cap: reserves ``llm_reserve`` before the call (``CapReached``: make no call),
         and settles when the block ends, however it ends, at the bill's ``usd`` (else the
         reservation)."""
-        usd = self.llm_reserve(role, prompt_chars, max_tokens)
+        usd = self.llm_reserve(role, prompt_bytes, max_tokens)
         bill = LLMBill(self.reserve(WORK[role], usd, about), usd)
         try:
             yield bill

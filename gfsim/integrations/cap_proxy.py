@@ -4,15 +4,16 @@ of ours: ShinkaEvolve names one ``local/MODEL@URL`` (tested inside a real Shinka
 run: tests/data/shinka-cap).
 
 Each ``POST /v1/chat/completions`` (or ``/v1/completions``) reserves its prompt (a token per
-``CHARS_PER_TOKEN`` characters) and its ``max_tokens`` (``max_completion_tokens``; else the
-cap's ``max_output_tokens``) at the generator's prices before it is forwarded to the upstream
-server, and settles at the usage the upstream reported (the reservation where it reported none:
-a call that failed may still have been billed; nothing where the upstream could not be reached
-at all). Reservations go to the cap's ledger under its file lock, so calls in flight count,
-whichever thread, process or proxy makes them. Once the cap refuses, no call is forwarded: the
-proxy answers itself, saying that the cap is reached and the ledger's why. ``GET /v1/models`` is
-forwarded as it is (it costs nothing); a streamed request is refused (no usage to settle by),
-as is any other route (embeddings are not held to the cap, so they are not carried).
+UTF-8 byte, plus a chat template's tokens: ``cap.chat_bytes``) and its ``max_tokens``
+(``max_completion_tokens``; else the cap's ``max_output_tokens``) at the generator's prices
+before it is forwarded to the upstream server, and settles at the usage the upstream reported
+(the reservation where it reported none: a call that failed may still have been billed; nothing
+where the upstream could not be reached at all). Reservations go to the cap's ledger under its
+file lock, so calls in flight count, whichever thread, process or proxy makes them. Once the cap
+refuses, no call is forwarded: the proxy answers itself, saying that the cap is reached and the
+ledger's why. ``GET /v1/models`` is forwarded as it is (it costs nothing); a streamed request is
+refused (no usage to settle by), as is any other route (embeddings are not held to the cap, so
+they are not carried).
 
 How a refusal is answered (``refusal``):
 
@@ -154,17 +155,17 @@ class CapProxy:
         if body.get("stream"):
             return (*_error(400, "gfsim cap proxy: streamed completions are not carried (they "
                                  "report no usage to settle by): ask with stream false"), {})
-        from gfsim.integrations.cap import CapReached, chat_chars
+        from gfsim.integrations.cap import CapReached, chat_bytes, text_bytes
 
         prompt = body.get("prompt", "")
-        chars = chat_chars(body.get("messages")) if route == "/chat/completions" else \
-            len(prompt) if isinstance(prompt, str) else len(json.dumps(prompt))
+        size = chat_bytes(body.get("messages")) if route == "/chat/completions" else \
+            text_bytes(prompt if isinstance(prompt, str) else json.dumps(prompt))
         limit = body.get("max_completion_tokens") or body.get("max_tokens")
         limit = limit if isinstance(limit, int) and limit > 0 else None
-        record = {"route": route, "model": body.get("model"), "prompt_chars": chars,
+        record = {"route": route, "model": body.get("model"), "prompt_bytes": size,
                   "max_tokens": limit}
         try:
-            with self.cap.llm_call("generator", chars, limit,
+            with self.cap.llm_call("generator", size, limit,
                                    f"{route} model={body.get('model')}") as bill:
                 record.update(ticket=bill.ticket, reserved_usd=bill.reserved_usd,
                               forwarded=True, sent_t=time.time())

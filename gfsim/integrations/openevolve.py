@@ -227,10 +227,16 @@ class Surrogate:
             return self._forecast(cid, code, reference_code), None
         from gfsim.integrations.cap import CapReached
 
+        from gfsim.integrations.cap import chat_bytes
+        from gfsim.live.prompt import PROMPT_TEMPLATE_BYTES
+
         limit = getattr(self.forecaster, "max_tokens", None)
-        chars = len(code) + len(reference_code)
+        # The forecaster's prompt: the code, the reference, the task, and its own text (gfsim's
+        # prompt template, unless the forecaster says how much it adds).
+        around = getattr(self.forecaster, "prompt_overhead_bytes", PROMPT_TEMPLATE_BYTES)
+        size = chat_bytes([code, reference_code, self.task_description or ""]) + around
         try:  # (_forecast raises no CapReached: it turns a forecaster's GfsimError into a record)
-            with self.cap.llm_call("forecaster", chars, limit, cid) as bill:
+            with self.cap.llm_call("forecaster", size, limit, cid) as bill:
                 forecast = self._forecast(cid, code, reference_code)
                 read = forecast.get("input_tokens")  # what it read and wrote, else the reservation
                 if isinstance(read, int) and read > 0:
@@ -405,19 +411,21 @@ def _capped_llm_class():
             self.last_usage = None
 
         async def generate(self, prompt: str, **kwargs) -> str:
-            return await self._call(len(prompt), kwargs,
+            from gfsim.integrations.cap import chat_bytes
+
+            return await self._call(chat_bytes([prompt]), kwargs,
                                     lambda: self.inner.generate(prompt, **kwargs))
 
         async def generate_with_context(self, system_message, messages, **kwargs) -> str:
-            from gfsim.integrations.cap import chat_chars
+            from gfsim.integrations.cap import chat_bytes
 
-            chars = len(system_message or "") + chat_chars(messages)
-            return await self._call(chars, kwargs, lambda: self.inner.generate_with_context(
+            size = chat_bytes([system_message or "", *(messages or ())])
+            return await self._call(size, kwargs, lambda: self.inner.generate_with_context(
                 system_message, messages, **kwargs))
 
-        async def _call(self, chars: int, kwargs: dict, call):
+        async def _call(self, size: int, kwargs: dict, call):
             limit = kwargs.get("max_tokens") or self.max_tokens
-            with self.cap.llm_call("generator", chars, limit, self.name) as bill:
+            with self.cap.llm_call("generator", size, limit, self.name) as bill:
                 out = await call()  # (CapReached before it: no call)
                 self.last_usage = getattr(self.inner, "last_usage", None)
                 bill.usd = self.cap.usage_usd("generator", self.last_usage)

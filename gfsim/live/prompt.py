@@ -26,7 +26,14 @@ from gfsim.forecasts.bins import N_BINS
 
 __all__ = ["SYSTEM", "TOOL", "TOOL_NAME", "PROB_FIELDS", "BINS", "HARDWARE", "TRANSPORTS",
            "ARGUMENTS_REGEX", "tool_messages", "label_messages", "hardware_rows", "tool_request",
-           "read_tool_answer", "renormalise", "fit_prompt", "PromptTooLong", "cut_text"]
+           "read_tool_answer", "renormalise", "fit_prompt", "PromptTooLong", "cut_text",
+           "PROMPT_TEMPLATE_BYTES"]
+
+# What a forecast prompt holds besides the candidate's code, the reference and the task's
+# description, in UTF-8 bytes, at most: its instructions, bin table, hardware rows and answer
+# format (about 2.6 KB; tests/test_dollar_cap.py holds both prompts to it). A dollar cap
+# reserves a forecast's prompt with it.
+PROMPT_TEMPLATE_BYTES = 4096
 
 # (name, range as the prompt states it, plain words); edges are the paper's (docs/concepts/paper.md)
 BINS = (
