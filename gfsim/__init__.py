@@ -40,6 +40,8 @@ _API = {
     "plan": "gfsim.api.plan",
     "score": "gfsim.api.score",
     "forecast": "gfsim.api.forecast",
+    "costs": "gfsim.api.costs",
+    "describe_log": "gfsim.api.describe",
     "load_log": "gfsim.replay_logs",
     "make_policy": "gfsim.policies",
     "load_cost_model": "gfsim.cost_models",

@@ -80,6 +80,7 @@ def test_savings_returns_what_the_command_prints():
 @pytest.mark.parametrize("module", ["gfsim.api.compare", "gfsim.api.tune", "gfsim.api.savings",
                                     "gfsim.api.counterfactual", "gfsim.api.recommend",
                                     "gfsim.api.score", "gfsim.api.forecast",
+                                    "gfsim.api.costs", "gfsim.api.describe",
                                     "gfsim.replay_logs.log", "gfsim.policies.registry",
                                     "gfsim.cost_models.presets"])
 def test_the_api_reference_examples_run(module, tmp_path, monkeypatch):

@@ -7,49 +7,10 @@ from typing import Optional
 
 import typer
 
+from gfsim.api.costs import SPEC_HELP
 from gfsim.cli.common import JsonFlag, console, handles_errors, print_json
 
 __all__ = ["costs"]
-
-SPEC_HELP = ("PRESET, PRESET:key=value,... (keys: provider=modal|runpod for serverless presets, "
-             "forecaster=LLM, generator=LLM, gpus=N) or a TOML file")
-
-
-def _catalog() -> dict:
-    from gfsim.cost_models import LLMS, PRESETS, SPEC_PARAMS, catalog, load_cost_model
-    from gfsim.cost_models.presets import DEFAULT_LLM
-
-    presets = []
-    for name in PRESETS:
-        m = load_cost_model(name)
-        g = next((f for f in catalog.GPUS.values() if f.name == m.gpu.name), None)
-        presets.append({
-            "name": name, "billing": m.billing, "gpu": m.gpu.name,
-            "usd_per_hour": m.gpu.usd_per_hour,
-            "runpod_usd_per_hour": (round(g.runpod_usd_per_s * 3600, 6)
-                                    if m.billing == "serverless" and g is not None else None),
-            "board_w": m.gpu.board_w, "compile_on": m.compile_on,
-            "gpus": m.capacities.gpus,
-            "price_source": m.sources.get("gpu.usd_per_hour", "not given by the plug-in"),
-            "plugin": not PRESETS.builtin(name),
-        })
-    llms = [{"name": name, "kind": catalog.LLMS[name].kind, "label": catalog.LLMS[name].label,
-             "usd_per_m_input": s.usd_per_m_input, "usd_per_m_output": s.usd_per_m_output,
-             "j_per_input_token": s.j_per_input_token,
-             "j_per_output_token": s.j_per_output_token, "source": catalog.LLMS[name].source,
-             "energy_source": catalog.SOURCES["llm_energy"]}
-            for name, s in LLMS.items()]
-    return {
-        "presets": presets,
-        "llms": llms,
-        "cpu": {"usd_per_core_hour": catalog.CPU_USD_PER_CORE_HOUR,
-                "w_per_core": catalog.CPU_W_PER_CORE,
-                "source": catalog.SOURCES["cpu.usd_per_core_hour"]},
-        "spec": SPEC_HELP,
-        "spec_keys": {p.name: (list(p.kind) if isinstance(p.kind, tuple) else p.kind.__name__)
-                      for p in SPEC_PARAMS},
-        "default_llm": DEFAULT_LLM,
-    }
 
 
 def _print_catalog(out: dict) -> None:
@@ -123,18 +84,12 @@ def costs(
     as_json: JsonFlag = False,
 ) -> None:
     """List cost presets and LLM endpoints, or every figure of one cost model with its source."""
-    if spec is None:
-        out = _catalog()
-        if as_json:
-            print_json(out)
-        else:
-            _print_catalog(out)
-        return
-    from gfsim.cost_models import figures, load_cost_model
+    from gfsim.api.costs import costs as catalog
 
-    model = load_cost_model(spec)
-    out = {"spec": spec, **model.describe(), "figures": figures(model)}
+    out = catalog(spec)
     if as_json:
         print_json(out)
+    elif spec is None:
+        _print_catalog(out)
     else:
         _print_model(out)

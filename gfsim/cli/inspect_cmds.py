@@ -9,27 +9,6 @@ from gfsim.cli.common import JsonFlag, console, esc, handles_errors, print_json
 __all__ = ["validate", "logs", "policies"]
 
 
-def _log_summary(log) -> dict:
-    from gfsim.replay_logs import log_caveats
-
-    return {
-        "log": log.name,
-        "path": log.path,
-        "shape": log.shape,
-        "provenance": log.header["provenance"].get("kind"),
-        "tasks": [t["task_id"] for t in log.header["tasks"]],
-        "searches": int(log.candidates["search_id"].nunique()) if len(log.candidates) else 0,
-        "records": log.counts,
-        "candidates": len(log.candidates),
-        "statuses": log.status_counts(),
-        "forecasters": log.forecasters(),
-        "label_bin_convention": log.header["label_bin_convention"],
-        "truncated": log.truncated,
-        "forecast_relative_to": log.header.get("forecast_relative_to"),
-        "caveats": log_caveats(log),
-    }
-
-
 @handles_errors
 def validate(
     path: str = typer.Argument(..., help="Log file (.jsonl or .jsonl.gz) or shipped log name."),
@@ -40,16 +19,11 @@ def validate(
 ) -> None:
     """Check a log against schema v1; exit 2 naming the file, line and field of a problem, or
     saying what a crash cut from its end (unless --allow-truncated)."""
-    from gfsim.core.errors import GfsimError
-    from gfsim.replay_logs import open_log
+    from gfsim.api.describe import describe_log
 
-    log = open_log(path)
-    if log.truncated and not allow_truncated:
-        raise GfsimError(f"{log.truncated}; the records before the cut are valid (pass "
-                         "--allow-truncated to accept them)")
-    summary = _log_summary(log)
+    summary = describe_log(path, allow_truncated=allow_truncated)
     if as_json:
-        print_json({"valid": True, **summary})
+        print_json(summary)
         return
     con = console()
     con.print(f"[green]valid[/green] {esc(summary['path'], 400)}: schema v1, "
@@ -69,13 +43,9 @@ def logs(as_json: JsonFlag = False) -> None:
     """List the logs shipped with gfsim (usable as --log NAME)."""
     import textwrap
 
-    from gfsim.replay_logs import DEFAULT_LOG, SHIPPED_LOGS, open_log
+    from gfsim.api.describe import shipped_logs
 
-    rows = []
-    for name, (_, description) in SHIPPED_LOGS.items():
-        log = open_log(name)
-        rows.append({"name": name, "default": name == DEFAULT_LOG, "description": description,
-                     **_log_summary(log)})
+    rows = shipped_logs()
     if as_json:
         print_json(rows)
         return
@@ -101,22 +71,15 @@ def logs(as_json: JsonFlag = False) -> None:
 @handles_errors
 def policies(as_json: JsonFlag = False) -> None:
     """List policies, their parameters and defaults (spec: NAME:VALUE or NAME:key=value,...)."""
-    from gfsim.policies import POLICIES
+    from gfsim.api.describe import policies as listed
 
-    rows = []
-    for name, cls in POLICIES.items():
-        params = [{"name": p.name, "default": p.default, "help": p.help,
-                   "type": list(p.kind) if isinstance(p.kind, tuple) else p.kind.__name__}
-                  for p in cls.params]
-        rows.append({"name": name, "summary": cls.summary, "needs_forecast": cls.needs_forecast,
-                     "params": params, "plugin": not POLICIES.builtin(name)})
+    rows = listed()
     if as_json:
         print_json(rows)
         return
     con = console()
     for r in rows:
-        plugin = f"  [dim](plug-in: {esc(POLICIES[r['name']].__module__, 200)})[/dim]" \
-            if r["plugin"] else ""
+        plugin = f"  [dim](plug-in: {esc(r['module'], 200)})[/dim]" if r["plugin"] else ""
         con.print(f"[bold]{esc(r['name'])}[/bold]  {esc(r['summary'], 400)}{plugin}")
         for p in r["params"]:
             kind = "|".join(p["type"]) if isinstance(p["type"], list) else p["type"]
