@@ -46,8 +46,8 @@ the same results folder and ledger with the larger cap and N generations in all 
 ShinkaEvolve does when its folder has a database). Under a cap a failed proposal's
 ``gen_N/attempts`` is kept: ShinkaEvolve records its LLM answers there, the proxy's refusals.
 ``--no-vllm``: the mutation server is the only LLM (the vLLM server is not needed). The fixture
-of tests/data/shinka-cap: ``--no-vllm --cap 1.3 --resume-cap 2.5 --resume-generations 16 --out
-tests/data/shinka-cap``.
+of tests/data/shinka-cap: ``--vllm-url URL --cap 4.0 --resume-cap 8.0 --resume-generations 16
+--out tests/data/shinka-cap``, the vLLM server started with ``GFSIM_VLLM_MAX_MODEL_LEN=32768``.
 """
 
 from __future__ import annotations

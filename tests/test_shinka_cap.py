@@ -1,6 +1,7 @@
 """A dollar cap reached inside a real ShinkaEvolve 0.0.7 run (issue 55, item 3), recorded in
-tests/data/shinka-cap by ``experiments/make_shinka_fixture.py --no-vllm --cap 1.3 --resume-cap
-2.5 --resume-generations 16``: ShinkaEvolve's LLM (the mutation server) behind
+tests/data/shinka-cap by ``experiments/make_shinka_fixture.py --vllm-url URL --cap 4.0
+--resume-cap 8.0 --resume-generations 16``: ShinkaEvolve's two LLMs (the vLLM CPU server with
+the tiny model at a 32,768-token context, and the mutation server) each behind
 ``gfsim.integrations.cap_proxy``, its evaluations behind ``ShinkaGate(cap=...)``, one ledger.
 The cap was reached mid-run; then the run was resumed on the same folder and ledger with a
 larger cap. (ShinkaEvolve cannot be installed beside gfsim, so the run is read here, not run.)"""
@@ -112,12 +113,15 @@ def test_shinkaevolve_kept_every_program_and_ended_by_itself(tmp_path):
 
 
 def test_the_run_resumed_with_a_larger_cap_on_the_same_ledger(tmp_path):
-    """Resumable: ShinkaEvolve went on from its database (past the failed generations), and
-    the same ledger went on from what the first run spent, under the larger cap."""
+    """Resumable: ShinkaEvolve went on from its database (past the failed generations: its
+    proposals at the generations after the first run's, each stored or failed), and the same
+    ledger went on from what the first run spent, under the larger cap."""
     assert RESUMED["cap_usd"] > FIRST["cap_usd"] and RESUMED["shinka_returncode"] == 0
-    programs, _ = _programs()
+    programs, failed = _programs()
     resumed = [g for g, _, _ in programs if g >= FIRST["generations"]]
-    assert resumed and max(resumed) < RESUMED["generations"]
+    went_on = set(resumed) | {g for g in failed if g >= FIRST["generations"]}
+    assert went_on and min(went_on) == FIRST["generations"]
+    assert max(went_on) < RESUMED["generations"]
     ledger = [r for r in _lines("cap-ledger.jsonl") if r["t"] > FIRST["ended_t"]]
     assert sum(r["kind"] == "open" and r["what"] == "evaluation" for r in ledger) == \
         len(resumed)

@@ -19,4 +19,4 @@ def evaluate(program_path):
 
 
 ShinkaGate(evaluate, runtime_metric="runtime_ns", policy='all', forecaster=None,
-           log='/tmp/gfsim-shinka-fixture-8f_lnuj0/gfsim-surrogate.jsonl', task="softmax", cap=CAP).main()
+           log='/tmp/gfsim-shinka-fixture-apej7l79/gfsim-surrogate.jsonl', task="softmax", cap=CAP).main()
