@@ -41,6 +41,12 @@ def test_a_registry_keeps_gfsim_s_names_and_refuses_to_lose_a_plugin_s():
             reg.register(4, bad)
     reg.unregister("mine")
     assert "mine" not in reg
+    deferred = type("EntryPoint", (), {"name": "later", "value": "pkg:Thing"})()
+    from gfsim.core.plugins import _Deferred
+
+    reg._items["later"] = _Deferred(deferred, reg)  # an entry point not imported yet
+    with pytest.raises(PluginError, match=r"taken by entry point later = pkg:Thing"):
+        reg.register(5, "later")
     with pytest.raises(PluginError):
         reg.unregister("own")
 

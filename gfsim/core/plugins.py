@@ -118,6 +118,9 @@ class _Deferred:
     def __init__(self, ep, registry: Registry):
         self.ep, self.registry = ep, registry
 
+    def __repr__(self) -> str:
+        return f"entry point {self.ep.name} = {self.ep.value} (group {self.registry.group})"
+
     def load(self) -> Any:
         reg = self.registry
         where = f"entry point {self.ep.name} = {self.ep.value} (group {reg.group})"
