@@ -2,6 +2,7 @@
 forge its timing, cheat the checks, or escape the sandbox, and each must be contained. The GPU
 rows and the H200 figures: experiments/hostile_suite.py, docs/concepts/live-measurement.md."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -74,4 +75,22 @@ def test_after_the_hostile_rows_an_honest_kernel_measures_as_before(suite, tmp_p
         fresh.close()
     assert all(r["outcome"] == "success" for r in after + control), (after, control)
     fastest = min(r["runtime_ns"] for r in after)
-    assert fastest < 3 * min(r["runtime_ns"] for r in control), (after, control, ctx.honest_ns)
+    assert fastest < 3 * min(r["runtime_ns"] for r in control), (
+        [r["runtime_ns"] for r in after], [r["runtime_ns"] for r in control], ctx.honest_ns,
+        _process_state(m._zygote.proc.pid), _process_state(os.getpid()))
+
+
+def _process_state(pid: int) -> dict:
+    """What a row could have changed of a process that outlives it (a failure's evidence)."""
+    state: dict = {"pid": pid}
+    try:
+        state["nice"] = os.getpriority(os.PRIO_PROCESS, pid)
+        state["cpus"] = sorted(os.sched_getaffinity(pid))
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+        state.update(line.split(":", 1) for line in status
+                     if line.split(":")[0] in ("Threads", "VmRSS", "Cpus_allowed_list"))
+        state["cgroup"] = Path(f"/proc/{pid}/cgroup").read_text().strip()
+    except OSError as exc:
+        state["error"] = str(exc)
+    state["loadavg"] = os.getloadavg()
+    return state
