@@ -313,13 +313,13 @@ class _Layout:
             steps_of[i] = len(steps)
             base = int(off[i])
             if len(t) >= _KEEP_LAYOUT:  # a big search keeps its flattened steps
-                rows = caches.kept(t, "_fast_layout_rows") if steps is t.steps else None
-                if rows is None:
-                    rows = _local_layout(steps)
+                layout = caches.kept(t, "_fast_layout_rows") if steps is t.steps else None
+                if layout is None:
+                    layout = _local_layout(steps)
                     if steps is t.steps:
-                        caches.keep(t, "_fast_layout_rows", rows)
+                        caches.keep(t, "_fast_layout_rows", layout)
                 flush()
-                parts.append((rows[0] + base, *rows[1:]))
+                parts.append((layout[0] + base, *layout[1:]))
                 continue
             for s, bs in steps:
                 numbers.append(s)

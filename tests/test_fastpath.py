@@ -188,3 +188,26 @@ def test_segment_sums_and_running_sums_are_numpys_to_the_bit():
         assert _sums(x, starts, sizes).tolist() == want
         running = np.concatenate([np.cumsum(x[a:a + n]) for a, n in zip(starts, sizes)])
         assert _segmented(np.cumsum, x, starts, sizes).tolist() == running.tolist()
+
+
+def test_a_big_search_then_small_ones_that_are_no_views_of_one_log(tmp_path):
+    """Traces that are not views of one log's columns (stored ones, copies) are laid out one
+    by one; a search of at least _KEEP_LAYOUT candidates keeps its layout, and the small
+    searches after it are laid out beside it, each as it replays alone (a big search's kept
+    layout once took the place of the list the small ones were added to)."""
+    import pickle
+
+    model = load_cost_model("serverless-a100")
+    b = LogBuilder(tasks={"big": 1.0, "small": 1.0, "tiny": 1.0})
+    for task, n in (("big", fastpath._KEEP_LAYOUT + 8), ("small", 6), ("tiny", 3)):
+        for i in range(n):
+            b.candidate(task, step=i // 4, speedup=1.0 + (i * 7 % 11) / 10,
+                        probs=b.onehot(1 + i % 8, 0.6))
+    traces = [pickle.loads(pickle.dumps(t))  # (a copy holds its own fields: no view)
+              for t in build_traces(load_log(b.write(tmp_path / "log.jsonl")), model)]
+    policy = make_policy("threshold:0.7")
+    together = run_fast_many(traces, policy, model, WIDE, Budget(), 0)
+    for t, got in zip(traces, together):
+        alone = run_fast(t, policy, model, WIDE, Budget(), 0)
+        assert (got.best_speedup, got.gpu_evals, got.total.usd) == \
+            (alone.best_speedup, alone.gpu_evals, alone.total.usd)
