@@ -32,7 +32,7 @@ def _best(fn, repeat: int) -> float:
 
 def main() -> None:
     from gfsim.forecasts import costmodel
-    from gfsim.forecasts.costmodel import CostModelSpec
+    from gfsim.forecasts.learned import LearnedForecaster
     from gfsim.worlds.protocol import resolve_world
     from gfsim.worlds.synth_puct import paper_standard, run_on_world
 
@@ -47,7 +47,7 @@ def main() -> None:
     world = factory(0)
     task = world.tasks[0].task_id
     config = replace(paper_standard(args.steps), overgen=args.overgen)
-    spec = CostModelSpec()
+    spec = LearnedForecaster()
 
     def search(learning):
         return run_on_world(world, task, config, "threshold:0.7", seed=1, learning=learning)

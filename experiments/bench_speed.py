@@ -231,7 +231,7 @@ def children(repeat: int, lockstep: int, rows: list, results: dict) -> None:
 
     from dataclasses import replace
 
-    from gfsim.forecasts.costmodel import CostModelSpec
+    from gfsim.forecasts.learned import LearnedForecaster
     from gfsim.worlds.protocol import resolve_world
     from gfsim.worlds.synth_puct import paper_standard, run_on_world
 
@@ -239,7 +239,7 @@ def children(repeat: int, lockstep: int, rows: list, results: dict) -> None:
     world = factory(0)
     task = world.tasks[0].task_id
     config = replace(paper_standard(10), overgen=4)
-    spec = CostModelSpec()
+    spec = LearnedForecaster()
 
     def search(learning):
         return run_on_world(world, task, config, "threshold:0.7", seed=1, learning=learning)

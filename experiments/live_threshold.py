@@ -92,8 +92,8 @@ def _bootstrap(obs: dict, pred: dict, key: str, ratio_of_sums: bool, seed: int =
 
 
 def run() -> dict:
-    from gfsim.forecasts.costmodel import parse_costmodel
-    from gfsim.forecasts.whatif import resolve
+    from gfsim.forecasts.learned import parse_learned
+    from gfsim.forecasts.registry import resolve
     from gfsim.live.fidelity import live_cost_model
     from gfsim.policies import make_policy
     from gfsim.replay_logs import open_log
@@ -108,7 +108,7 @@ def run() -> dict:
         assert (c["search"], c["forecaster"], c["seed"] in (0, 1)) == (
             config["search"], config["forecaster"], True), r["search_id"]
     model = live_cost_model(config)
-    spec = parse_costmodel("costmodel")
+    spec = parse_learned("costmodel")
     obs = observed(thr_log)
     base = observed(all_log)
     learned_log, name = resolve(all_log, "costmodel")

@@ -6,7 +6,8 @@ checks the contracts in ``pyproject.toml``'s ``[tool.importlinter]``), from the 
 - ``gfsim.core``: errors, keyed randomness, the spec grammar, the plug-in registries;
 - ``gfsim.replay_logs`` (schema, reader, writer) and ``gfsim.cost_models`` (seconds, USD and
   joules of each stage), independent of each other;
-- ``gfsim.forecasts``: speedup bins, forecast quality, what-if forecasters;
+- ``gfsim.forecasts``: the forecaster protocol and registry, speedup bins, forecast quality,
+  the what-if and learned forecasters;
 - ``gfsim.policies`` (which candidates go to the GPU), ``gfsim.importers`` (other tools' logs)
   and ``gfsim.testing`` (building small logs in code; the contract tests a plug-in subclasses);
 - ``gfsim.simulator``: traces, the SimPy engine, the fast paths, the PUCT search, budgets;
@@ -21,8 +22,8 @@ checks the contracts in ``pyproject.toml``'s ``[tool.importlinter]``), from the 
 
 ``replay_logs``, ``cost_models``, ``policies`` and ``simulator`` live in top-level folders of
 the repository of the same names; ``gfsim/`` links to them (relative symlinks), so the
-checkout imports as the installed package does. Other packages add policies, cost models and
-worlds by name (``gfsim.core.plugins``; ``docs/how-to/write-a-plugin.md``).
+checkout imports as the installed package does. Other packages add policies, forecasters, cost
+models, worlds and importers by name (``gfsim.core.plugins``; ``docs/how-to/write-a-plugin.md``).
 """
 
 __version__ = "0.1.0"
@@ -44,6 +45,7 @@ _API = {
     "describe_log": "gfsim.api.describe",
     "load_log": "gfsim.replay_logs",
     "make_policy": "gfsim.policies",
+    "make_forecaster": "gfsim.forecasts",
     "load_cost_model": "gfsim.cost_models",
 }
 __all__ = ["__version__", *_API]

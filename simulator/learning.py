@@ -43,7 +43,7 @@ def replay_learning(log, policy, model, seed: int, spec, replay_once, memo: dict
     ``spec.name``) until the cost model ``spec`` has learned only from what that replay
     measured. Returns (the final replay's result, the rounds it took)."""
     from gfsim.forecasts.attach import attach_records
-    from gfsim.forecasts.costmodel import prequential_records
+    from gfsim.forecasts.learned import prequential_records
 
     memo = {} if memo is None else memo
     steps = int(log.candidates["step"].nunique()) if len(log.candidates) else 0
@@ -65,17 +65,17 @@ class LearningChildren(ChildSource):
     """A child source whose children carry the cost model's forecasts, learned in the search.
 
     Every child of step s (generation failures aside, which are not forecast) is forecast by
-    a ``CostModel`` fitted on the successes the search measured in steps < s, from its
+    a ``LearnedModel`` fitted on the successes the search measured in steps < s, from its
     features (``meta_of(child)``: its ``source_meta``, or None) and its parent's measured
-    speedup, as ``gfsim.forecasts.costmodel.prequential_records`` does for a log. The forecast
+    speedup, as ``gfsim.forecasts.learned.prequential_records`` does for a log. The forecast
     costs what the features cost to get (their compile seconds, no tokens). One instance per
     search: it holds that search's model."""
 
     def __init__(self, inner: ChildSource, spec, meta_of, model):
-        from gfsim.forecasts.costmodel import CostModel
+        from gfsim.forecasts.learned import LearnedModel
 
         self.inner, self.spec, self.meta_of, self.model = inner, spec, meta_of, model
-        self.cm = CostModel(spec)
+        self.cm = LearnedModel(spec)
         self.pending: dict[str, tuple] = {}  # drawn, not yet reported: (features, centre, learned)
         self.trained_on: dict[str, int] = {}  # child id -> successes its forecast was fitted on
 
@@ -97,7 +97,7 @@ class LearningChildren(ChildSource):
         repeated the same work for every parent of a step (nothing is learned between them:
         a step's measurements arrive after all its draws), and a batch's rows are predicted
         independently, so the forecasts are the same, bit for bit."""
-        from gfsim.forecasts.costmodel import distribution, encode, forecast_seconds
+        from gfsim.forecasts.learned import distribution, encode, forecast_seconds
 
         requests = list(requests)
         inner_step = getattr(self.inner, "draw_step", None)
@@ -158,7 +158,7 @@ def log_meta_of(log):
     logged candidate a child copies (its ``template``); None for one that copies none. Where
     a live cost model recorded how long its forecast of that candidate took, that is the
     forecast's seconds (``features.seconds``), as in the log's own prequential forecasts."""
-    from gfsim.forecasts.costmodel import log_metas, recorded_latency
+    from gfsim.forecasts.learned import log_metas, recorded_latency
 
     latency = recorded_latency(log)
     by_id = {}

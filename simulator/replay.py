@@ -296,7 +296,7 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
     result is what ``replay`` gives for that seed alone. The puct fast path runs every search
     of every seed in lockstep, so that a step's decisions take one policy call.
 
-    ``learning``: a ``CostModelSpec`` whose forecasts the policy reads, learned from what each
+    ``learning``: a ``LearnedForecaster`` whose forecasts the policy reads, learned from what each
     replay measured, not from the whole log (``gfsim.simulator.learning``): by iterating to a
     fixed point under the trace driver, inside the search under the puct driver (the log's
     own prequential forecasts, attached if it lacks them, serve only to fit a policy).
@@ -322,9 +322,9 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
     learns = learning is not None and is_closed_loop(driver) and any(p.needs_forecast
                                                                  for p in policies)
     if learns and forecaster != learning.name:
-        from gfsim.forecasts.costmodel import attach_costmodel
+        from gfsim.forecasts.learned import attach_learned
 
-        log, forecaster = attach_costmodel(log, learning), learning.name
+        log, forecaster = attach_learned(log, learning), learning.name
     traces = cached_traces(log, model, forecaster)
     calibration = calibration_batch(traces)
     for policy, seed in zip(policies, seeds):

@@ -248,7 +248,7 @@ def pick_forecaster(log: ReplayLog, forecaster: str | None) -> str | None:
         raise GfsimError(
             f"{log.display_name}: no forecasts by {forecaster!r}; the log has: "
             f"{', '.join(names) or 'none'}"
-            " (or draw them: paper:PRESET, synthetic:k=v,... or costmodel:...)"
+            " (or draw them: paper:PRESET, synthetic:k=v,... or learned:...)"
         )
     return forecaster
 

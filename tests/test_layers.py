@@ -59,7 +59,16 @@ def test_every_package_is_in_the_checkouts_gfsim_and_the_copy(tree):
 def test_the_contracts_are_kept():
     out = lint(ROOT)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "2 kept, 0 broken" in out.stdout
+    assert "3 kept, 0 broken" in out.stdout
+
+
+def test_the_cli_reaching_past_the_api_breaks_the_thin_cli_contract(tree):
+    append(tree / "gfsim/cli/replay_cmd.py",
+           "\n\ndef _peek():\n    from gfsim.simulator import engine\n")
+    out = lint(tree)
+    assert out.returncode != 0
+    assert "the CLI is thin" in out.stdout and "BROKEN" in out.stdout
+    assert "gfsim.cli.replay_cmd -> gfsim.simulator.engine" in out.stdout
 
 
 def test_a_lower_layer_importing_a_higher_one_breaks_the_layers(tree):

@@ -125,7 +125,7 @@ def test_counterfactual_with_the_learned_cost_model_on_a_measured_world():
         assert runs[None][("topk:2", f)]["direct_log2"] != \
             runs["costmodel"][("topk:2", f)]["direct_log2"]
     res = runner.invoke(app, args + ["--forecaster", "paper:gemini3-flash"])
-    assert res.exit_code == 2 and "a learned cost model" in res.output
+    assert res.exit_code == 2 and "the learned forecaster's" in res.output
 
 
 def _copy(tmp_path: Path, name: str = "layernorm") -> Path:

@@ -1,5 +1,6 @@
-"""Plug-ins (gfsim.core.plugins): policies, cost models and worlds of other packages, registered
-in code or found through entry points, and the contract classes a plug-in's tests subclass."""
+"""Plug-ins (gfsim.core.plugins): policies, forecasters, cost models and worlds of other packages,
+registered in code or found through entry points, and the contract classes a plug-in's tests
+subclass."""
 
 import json
 import os
@@ -14,7 +15,7 @@ import pytest
 from gfsim.core.errors import GfsimError, SpecError
 from gfsim.core.plugins import PluginError, Registry
 from gfsim.policies import POLICIES, Decisions, Policy, make_policy, register_policy
-from gfsim.testing import PolicyContract
+from gfsim.testing import ForecasterContract, PolicyContract
 
 
 class _Never(Policy):
@@ -261,6 +262,10 @@ def test_the_example_plugin_installed_is_found_by_its_entry_points():
 
     policy = make_policy("budget-share:0.25")
     assert type(policy).__module__ == "gfsim_plugin_example" and policy.share == 0.25
+    from gfsim.forecasts import make_forecaster
+
+    forecaster = make_forecaster("parent-prior:0.5")
+    assert type(forecaster).__module__ == "gfsim_plugin_example" and forecaster.width == 0.5
     assert load_cost_model("spot-a100").gpu.usd_per_hour < \
         load_cost_model("serverless-a100").gpu.usd_per_hour
 
@@ -300,3 +305,120 @@ def test_an_importer_plugin_writes_a_whole_log_or_nothing(tmp_path):
     finally:
         for name in ("test-good", "test-broken", "test-nothing"):
             IMPORTERS.unregister(name)
+
+
+# -- forecasters -----------------------------------------------------------------------------
+class TestGfsimsOwnForecasters(ForecasterContract):
+    """gfsim's own forecasters keep the contract a plug-in's must (the live vLLM one is checked
+    against a real server in tests/test_forecaster.py)."""
+
+    specs = ("paper:gemini3-flash", "synthetic:sigma=0.5,beta=0.3", "learned",
+             "costmodel:min_train=4")
+
+
+def _echo_class():
+    """A forecaster plug-in registered in code: every candidate in the bin its parent's
+    speedup falls in (a made-up rule, for the test)."""
+    from gfsim.forecasts import Forecast, Forecaster
+
+    class Echo(Forecaster):
+        prefix, mode, kind = "test-echo", "echo", "assumed"
+
+        def __init__(self, spec="test-echo"):
+            self.name = spec
+
+        def forecast(self, request):
+            probs = [0.0] * 8
+            probs[4 if (request.parent_speedup or 1.0) >= 1.0 else 3] = 1.0
+            return Forecast(request.candidate_id, self.name, self.mode, probs,
+                            raw_probability_sum=1.0, predicted_bin=probs.index(1.0) + 1)
+
+    return Echo
+
+
+def test_a_forecaster_registered_in_code_is_a_spec_and_objects_pass_through(tmp_path):
+    import gfsim
+    from gfsim.api.forecast import make_forecaster as make_for_command
+    from gfsim.forecasts import FORECASTERS, LoggedForecaster, make_forecaster, register_forecaster
+    from gfsim.forecasts.provenance import forecast_source
+    from gfsim.forecasts.registry import kind_of
+
+    echo = register_forecaster(_echo_class())
+    try:
+        made = make_forecaster("test-echo:x")
+        assert isinstance(made, echo) and made.name == "test-echo:x"
+        assert make_forecaster(made) is made and kind_of("test-echo") == "assumed"
+
+        class Contract(ForecasterContract):
+            specs = ("test-echo",)
+
+        Contract().test_forecasts_are_distributions_or_recorded_failures()
+        Contract().test_each_spec_builds_a_named_forecaster_that_offers_something()
+        # It forecasts one candidate at a time, so a replay is told how to get its forecasts.
+        with pytest.raises(GfsimError, match="write its forecasts into the log first"):
+            gfsim.compare(None, "threshold:0.6", forecaster="test-echo")
+        # A name no maker has is a logged forecaster's; `gfsim forecast` refuses it by name.
+        assert isinstance(make_forecaster("my-llm"), LoggedForecaster)
+        with pytest.raises(SpecError, match="no forecaster goes by 'my-llm'; known: paper"):
+            make_for_command("my-llm")
+        # What a plug-in's forecasts rest on is said from its kind, not "origin not recorded".
+        from gfsim.replay_logs import open_log
+        from gfsim.forecasts.attach import attach_records
+        from gfsim.testing.contracts import contract_requests
+
+        log = open_log(None)
+        recs = [f.record() for f in made.forecast_many(contract_requests(3))]
+        for r, cid in zip(recs, log.candidates["candidate_id"]):
+            r["candidate_id"] = cid
+        src = forecast_source(attach_records(log, recs, made.name, made.mode), made.name)
+        assert src["kind"] == "assumed" and "plug-in forecaster test-echo:x" in src["text"]
+    finally:
+        FORECASTERS.unregister("test-echo")
+
+
+def test_the_forecaster_contract_catches_one_that_breaks_it():
+    from gfsim.forecasts import FORECASTERS, Forecast, Forecaster, register_forecaster
+
+    class Unnormalised(Forecaster):
+        prefix, mode = "test-unnormalised", "bad"
+
+        def __init__(self, spec):
+            self.name = spec
+
+        def forecast(self, request):
+            return Forecast(request.candidate_id, self.name, self.mode, [0.5] * 8)
+
+    class Nothing(Unnormalised):
+        prefix = "test-nothing"
+
+        def forecast(self, request):
+            return Forecaster.forecast(self, request)  # refuses, as the base class does
+
+    register_forecaster(Unnormalised)
+    register_forecaster(Nothing)
+    try:
+        class Bad(ForecasterContract):
+            specs = ("test-unnormalised",)
+
+        class Empty(ForecasterContract):
+            specs = ("test-nothing",)
+
+        with pytest.raises(AssertionError):
+            Bad().test_forecasts_are_distributions_or_recorded_failures()
+        with pytest.raises(AssertionError, match="offers neither"):
+            Empty().test_each_spec_builds_a_named_forecaster_that_offers_something()
+        with pytest.raises(PluginError, match="a maker is a callable"):
+            register_forecaster(42, "test-number")
+    finally:
+        FORECASTERS.unregister("test-unnormalised")
+        FORECASTERS.unregister("test-nothing")
+
+
+def test_the_live_forecaster_is_found_through_gfsim_s_own_entry_point():
+    """vllm: plugs in as a plug-in would (its module needs the live extra, loaded when named)."""
+    from gfsim.forecasts import make_forecaster
+    from gfsim.forecasts.registry import kind_of
+
+    assert kind_of("vllm:http://x,model=m") == "llm"
+    f = make_forecaster("vllm:http://127.0.0.1:9,model=m,mode=tool")
+    assert (f.kind, f.mode, type(f).__name__) == ("llm", "tool", "VllmForecaster")

@@ -88,7 +88,7 @@ def test_a_logged_llm_and_the_cost_model_are_not_called_synthetic(tmp_path):
     # The policy `all` reads none, whatever the log holds.
     assert forecast_source(log, read=False)["kind"] == "none"
     cm = forecast_source(open_log("h200-costmodel-all"))
-    assert (cm["kind"], cm["synthetic"]) == ("costmodel", False)
+    assert (cm["kind"], cm["synthetic"]) == ("learned", False)
     assert forecast_source(load_log(measured_log(tmp_path, name="none.jsonl")))["kind"] == "none"
 
 

@@ -141,7 +141,7 @@ def compare(log: ReplayLog | str | Path | None = None,
     )
     from gfsim.core.errors import GfsimError
     from gfsim.cost_models import load_cost_model, with_gen_tokens
-    from gfsim.forecasts.whatif import resolve
+    from gfsim.forecasts.registry import resolve
     from gfsim.policies import make_policy
     from gfsim.simulator import comparison_json, parse_budget, replay_with_baseline
     from gfsim.simulator.noise import parse_noise

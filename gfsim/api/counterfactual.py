@@ -4,9 +4,19 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-__all__ = ["counterfactual"]
+__all__ = ["counterfactual", "worlds"]
 
 DEFAULT_POLICIES = "all,topk:4,threshold:0.7,threshold:coverage=0.5,ev:10"
+
+
+def worlds() -> dict:
+    """The benchmark's worlds: its frozen family (``gfsim.worlds.family.family()``: name, date,
+    each world's kind and axes) and, as ``measured_tables``, the shipped H200 tables a world
+    ``h200:TASK`` can name (not in the family)."""
+    from gfsim.worlds.family import family
+    from gfsim.worlds.measured import shipped_tables
+
+    return {**family(), "measured_tables": list(shipped_tables())}
 
 
 def counterfactual(world: str | Sequence[str] = ("family",), *,

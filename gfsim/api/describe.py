@@ -5,7 +5,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["describe_log", "shipped_logs", "policies"]
+__all__ = ["describe_log", "shipped_logs", "policies", "log_sha256"]
+
+
+def log_sha256(log: str | Path | None) -> str | None:
+    """The SHA-256 of a log's bytes (None: the shipped default's), as its cache knows it where
+    it does; None where the file is not there (a live run's log before it is written)."""
+    from gfsim.core.errors import GfsimError
+    from gfsim.replay_logs import DEFAULT_LOG, resolve_log
+    from gfsim.replay_logs.cache import _digest, known_digest
+    from gfsim.replay_logs.io import read_raw
+
+    try:
+        path = Path(resolve_log(str(log) if log else DEFAULT_LOG))
+        return known_digest(path, path.stat()) or _digest(read_raw(path))
+    except (GfsimError, OSError):
+        return None
 
 
 def describe_log(path: str | Path, *, allow_truncated: bool = False) -> dict:

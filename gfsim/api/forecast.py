@@ -16,8 +16,8 @@ def forecast(log: str | Path, forecaster, out: str | Path, *, repeat: int = 0,
 
     ``forecaster`` is the ``gfsim forecast --forecaster`` spec (or what ``make_forecaster``
     made of one): a real server (``vllm:URL,model=NAME,mode=logprobs``), a what-if one drawn
-    from the measured speedups (``paper:gemini3-flash``, ``synthetic:...``) or a learned cost
-    model (``costmodel``).
+    from the measured speedups (``paper:gemini3-flash``, ``synthetic:...``), the learned one
+    (``learned``, alias ``costmodel``) or a plug-in's (``gfsim.forecasts.registry``).
 
     Args:
         log: a path or a shipped log's name.
@@ -25,7 +25,7 @@ def forecast(log: str | Path, forecaster, out: str | Path, *, repeat: int = 0,
         repeat: the repeat index written into each forecast.
         drop_existing: leave the input's own forecasts out of ``out``.
         limit: a live forecaster asks about at most this many candidates now (a what-if or
-            cost-model forecaster forecasts every candidate it can at once).
+            learned forecaster forecasts every candidate it can at once).
         progress: called as ``progress(total, None)`` once, then ``progress(total, n)``.
 
     Returns:
@@ -39,32 +39,27 @@ def forecast(log: str | Path, forecaster, out: str | Path, *, repeat: int = 0,
         >>> s.get("forecast_now") > 0, s.get("forecaster").get("mode")
         (True, 'whatif')
     """
-    from gfsim.forecasts.costmodel import CostModelSpec
+    from gfsim.forecasts.learned import LearnedForecaster
     from gfsim.live.forecast_log import forecast_log
 
-    the_forecaster = make_forecaster(forecaster) if isinstance(forecaster, str) else forecaster
+    the_forecaster = make_forecaster(forecaster)
     return forecast_log(str(log), the_forecaster, out, repeat=repeat,
                         drop_existing=drop_existing, limit=limit,
                         **({"progress": progress} if progress is not None and
-                           not isinstance(the_forecaster, CostModelSpec) else {}))
+                           not isinstance(the_forecaster, LearnedForecaster) else {}))
 
 
-def make_forecaster(spec: str):
-    """The forecaster a ``--forecaster`` spec names (a cost model's spec, a what-if forecaster
-    or a live one); a live one without the ``live`` extra is refused in one line."""
-    from gfsim.core.errors import GfsimError
-    from gfsim.forecasts.costmodel import is_costmodel, parse_costmodel
-    from gfsim.forecasts.whatif import is_whatif, parse_whatif
+def make_forecaster(spec):
+    """The forecaster a ``gfsim forecast --forecaster`` spec names (``gfsim.forecasts.registry``;
+    a ``Forecaster`` is returned as it is). A name no forecaster goes by is refused in one
+    line that lists the names; a live one without the ``live`` extra is refused in one line."""
+    from gfsim.core.errors import SpecError
+    from gfsim.forecasts import FORECASTERS, LoggedForecaster
+    from gfsim.forecasts import make_forecaster as make
 
-    if is_costmodel(spec):
-        return parse_costmodel(spec)
-    if is_whatif(spec):
-        return parse_whatif(spec)
-    try:
-        import httpx  # noqa: F401 - the live forecaster's client
-    except ImportError as exc:
-        raise GfsimError(f"--forecaster {spec.partition(',')[0]}: a live forecaster needs the "
-                         f"live extra (pip install 'gfsim[live]'): {exc}") from None
-    from gfsim.live.forecaster import parse_forecaster
-
-    return parse_forecaster(spec)
+    made = make(spec)
+    if isinstance(made, LoggedForecaster):
+        raise SpecError(f"--forecaster {spec!r}: no forecaster goes by "
+                        f"{spec.partition(':')[0]!r}; known: {', '.join(FORECASTERS)} (e.g. "
+                        "vllm:URL,model=NAME, paper:gemini3-flash, learned)")
+    return made

@@ -40,13 +40,16 @@ def puct_children(driver: str, children: str, simulate: bool = False) -> dict:
     return {"children": children, "simulate": simulate}
 
 
-def learning_spec(forecaster: str | None):
-    """The cost model's spec where --forecaster names one: the replay lets it learn only from
-    what the replayed search measured (``replay_many``'s ``learning``); else None."""
-    from gfsim.forecasts.costmodel import is_costmodel, parse_costmodel
+def learning_spec(forecaster):
+    """The learned forecaster where --forecaster names one (a spec or the object): the replay
+    lets it learn only from what the replayed search measured (``replay_many``'s
+    ``learning``); else None."""
+    from gfsim.forecasts.learned import LearnedForecaster
+    from gfsim.forecasts.registry import kind_of, make_forecaster
 
-    return parse_costmodel(forecaster) if forecaster is not None and is_costmodel(forecaster) \
-        else None
+    if isinstance(forecaster, str) and kind_of(forecaster) == "learned":
+        forecaster = make_forecaster(forecaster)
+    return forecaster if isinstance(forecaster, LearnedForecaster) else None
 
 
 def search_config(driver: str, preset: str | None, log=None, **knobs):
@@ -142,13 +145,13 @@ class ReplayInputs:
     budget: Any
 
 
-def replay_inputs(log, *, forecaster: str | None, cost: str, driver: str, search: str | None,
+def replay_inputs(log, *, forecaster, cost: str, driver: str, search: str | None,
                   children: str, simulate: bool, budget: str | None,
                   **knobs) -> ReplayInputs:
     """``ReplayInputs`` from the shared options (``knobs``: the PUCT search's, such as
     ``overgen``); each option checked, with a one-line error naming it."""
     from gfsim.cost_models import load_cost_model
-    from gfsim.forecasts.whatif import resolve
+    from gfsim.forecasts.registry import resolve
     from gfsim.simulator import parse_budget
 
     learning = learning_spec(forecaster)

@@ -47,8 +47,7 @@ def cap_proxy(
     dollar cap: each call reserves its prompt and max_tokens at the generator's prices before
     it is forwarded and settles the usage reported; once the cap is reached nothing is
     forwarded. Runs until interrupted (Ctrl-C), then says what was spent."""
-    from gfsim.integrations.cap import DollarCap
-    from gfsim.integrations.cap_proxy import CapProxy
+    from gfsim.api.cap import CapProxy, DollarCap
 
     cap = DollarCap.from_cost_model(usd, ledger, cost)
     if generator_prices is not None:

@@ -470,14 +470,6 @@ def effective_settings(ctx) -> dict:
 def _log_sha256(log: str | None) -> str | None:
     """The SHA-256 of a log's bytes (None: the shipped default's); None where it is not
     there (a run that writes its log, live, before it exists)."""
-    from pathlib import Path
+    from gfsim.api.describe import log_sha256
 
-    try:
-        from gfsim.replay_logs import DEFAULT_LOG, resolve_log
-        from gfsim.replay_logs.cache import _digest, known_digest
-        from gfsim.replay_logs.io import read_raw
-
-        path = Path(resolve_log(log or DEFAULT_LOG))
-        return known_digest(path, path.stat()) or _digest(read_raw(path))
-    except (GfsimError, OSError):
-        return None
+    return log_sha256(log)

@@ -73,8 +73,8 @@ def counterfactual(
     forecaster: Optional[str] = typer.Option(
         None, "--forecaster", "-f",
         help="What forecast-reading policies read: the world's what-if forecasts (default), or "
-             "costmodel[:k=v,...], the learned cost model, trained in each search (direct and "
-             "replayed) on what that search measured."),
+             "learned[:k=v,...] (alias costmodel), the learned forecaster, trained in each "
+             "search (direct and replayed) on what that search measured."),
     jobs: int = typer.Option(0, "--jobs", "-j", help="Processes (0: one per core, at most 8)."),
     cluster: ClusterOption = None,
     as_json: bool = typer.Option(False, "--json", help="Print every figure as JSON.", metavar=""),
@@ -94,10 +94,11 @@ def counterfactual(
     scored on held-out world seeds beside always-F=1-all, and how often the predictive
     intervals (50/80/90/95%) cover single direct runs.
     """
-    from gfsim.worlds.family import family
-
     if list_worlds:
-        fam = family()
+        from gfsim.api.counterfactual import worlds
+
+        fam = worlds()
+        tables = fam.pop("measured_tables")
         if as_json:
             print_json(fam)
             return
@@ -109,10 +110,8 @@ def counterfactual(
         for w in fam["worlds"]:
             con.print(f"  {w['name']:<26} {w['kind']:<13} {w['axes']}", markup=False,
                       highlight=False)
-        from gfsim.worlds.measured import shipped_tables
-
         con.print("measured tables (--world h200:TASK[,TASK...]; not in the family): "
-                  + ", ".join(f"h200:{t}" for t in shipped_tables()), markup=False,
+                  + ", ".join(f"h200:{t}" for t in tables), markup=False,
                   highlight=False, soft_wrap=True)
         return
     from gfsim.api.counterfactual import counterfactual as run_benchmark

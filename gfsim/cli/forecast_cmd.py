@@ -28,9 +28,10 @@ def forecast(
                                         "deepseek-v4, gpt-oss-20b-brier), or synthetic: with "
                                         "keys sigma, beta, temp, parse_fail (both take "
                                         "failed=parent|low, how a failed kernel is seen). Or "
-                                        "a learned cost "
-                                        "model, costmodel (keys min_train, prior_sigma, ...), "
-                                        "trained prequentially on the log's measurements."),
+                                        "the learned forecaster, learned (alias costmodel; "
+                                        "keys min_train, prior_sigma, ...), trained "
+                                        "prequentially on the log's measurements. Or a "
+                                        "plug-in's name (gfsim.forecasters)."),
     out: Path = typer.Option(..., "--out", "-o", help="Output log; an existing one is resumed."),
     repeat: int = typer.Option(0, "--repeat", help="Repeat index written into each forecast."),
     drop_existing: bool = typer.Option(False, "--drop-existing",
@@ -44,20 +45,19 @@ def forecast(
     or a what-if one for candidates with a measured speedup (``gfsim.forecast`` in Python)."""
     from gfsim.api.forecast import forecast as run_forecast
     from gfsim.api.forecast import make_forecaster
-    from gfsim.forecasts.costmodel import is_costmodel
-
-    spec, forecaster = forecaster, make_forecaster(forecaster)  # refused before any output
+    forecaster = make_forecaster(forecaster)  # refused before any output
+    learned = forecaster.kind == "learned"
     kwargs = dict(repeat=repeat, drop_existing=drop_existing, limit=limit)
-    if as_json or is_costmodel(spec):
+    if as_json or learned:
         summary = run_forecast(log, forecaster, out, **kwargs)
         if as_json:
             print_json(summary)
             return
-    if is_costmodel(spec):
+    if learned:
         cm = summary["costmodel"]
         console().print(f"[bold]gfsim forecast[/bold]  {esc(summary['log'], 400)} -> "
                         f"{esc(summary['out'], 400)}  forecaster "
-                        f"{esc(summary['forecaster']['name'])} (costmodel): "
+                        f"{esc(summary['forecaster']['name'])} (learned): "
                         f"{summary['forecast_now']} forecasts now, "
                         f"{summary['already_forecast']} already there; {cm['with_features']} "
                         f"of {cm['candidates']} candidates carry features; {cm['prior']} "

@@ -73,10 +73,10 @@ def kernel_tuner(
 ) -> None:
     """A Kernel Tuner cache or T4 file as a config_space log (every configuration a
     candidate with its compile, verification and benchmark times)."""
-    from gfsim.importers.kernel_tuner import import_kernel_tuner
+    from gfsim.api.imports import import_kernel_tuner
 
     if not cache.exists() and cache.parent == Path("."):
-        from gfsim.worlds.kernel_tuner import find_cache
+        from gfsim.api.imports import find_cache
 
         cache = find_cache(str(cache))  # by name: $GFSIM_KERNEL_TUNER_DIR, ..., the shipped ones
     _done(import_kernel_tuner(cache, out, reference=reference), as_json)
@@ -102,7 +102,7 @@ def search(
 ) -> None:
     """Your own search tool's output as a trajectory log (the smallest record set: one JSON
     object per candidate)."""
-    from gfsim.importers.search import import_search
+    from gfsim.api.imports import import_search
 
     _done(import_search(source, out, reference_runtime_ns=reference_runtime_ns, device=device,
                         provenance=provenance), as_json)
@@ -143,7 +143,7 @@ def openevolve(
 ) -> None:
     """An OpenEvolve run as a trajectory log: every checkpoint's programs, parents, the
     log's iteration order and seconds, failures with their error text."""
-    from gfsim.importers.openevolve import import_openevolve
+    from gfsim.api.imports import import_openevolve
 
     _done(import_openevolve(run_dir, out, runtime_metric=runtime_metric,
                             higher_is_better=higher_is_better,
@@ -188,7 +188,7 @@ def shinka(
 ) -> None:
     """A ShinkaEvolve run as a trajectory log: its programs with parents and islands, the
     proposals that failed before evaluation, seconds, tokens and API dollars."""
-    from gfsim.importers.shinka import import_shinka
+    from gfsim.api.imports import import_shinka
 
     _done(import_shinka(run_dir, out, metric=metric, lower_is_better=lower_is_better,
                         reference=reference, db=db, shinka_version=shinka_version, task=task,
@@ -225,7 +225,7 @@ def kernelbench(
 ) -> None:
     """KernelBench results as a trajectory log: every sample of every problem, a child of
     the reference, with KernelBench's speedup and its failures by kind."""
-    from gfsim.importers.kernelbench import import_kernelbench
+    from gfsim.api.imports import import_kernelbench
 
     _done(import_kernelbench(run_dir, out, baseline=baseline, level=level, device=device,
                              provenance=provenance, force=force), as_json)
@@ -259,7 +259,7 @@ def gpu_forecasters_events(
     as_json: JsonFlag = False,
 ) -> None:
     """The reference's search events (standard or filtered) as a trajectory log."""
-    from gfsim.importers.gpu_forecasters import import_events
+    from gfsim.api.imports import import_events
 
     _done(import_events(events, out, task=task, device=device,
                         capacities=_capacities(capacity)), as_json)
@@ -279,7 +279,7 @@ def gpu_forecasters_eval_set(
 ) -> None:
     """The paper's evaluation pairs and predictions as a pairs log for `gfsim score`."""
     from gfsim.core.errors import GfsimError
-    from gfsim.importers.gpu_forecasters import fetch_hf, import_eval_set
+    from gfsim.api.imports import fetch_hf, import_eval_set
 
     if hf:
         if rows or predictions:
@@ -305,7 +305,7 @@ def plugin(
 ) -> None:
     """Another package's importer: its records written and checked as a log, all or nothing."""
     from gfsim.core.errors import SpecError
-    from gfsim.importers.plugins import import_with
+    from gfsim.api.imports import import_with
 
     options = {}
     for item in option:

@@ -15,62 +15,10 @@ from gfsim.cli.common import (
     esc,
     handles_errors,
     load_config,
-    parse_capacities,
     print_json,
-    search_config,
 )
 
 __all__ = ["live", "merge", "fidelity"]
-
-
-def _environment(interpret: bool) -> dict:
-    """The header's hardware block: the GPU, its driver, and the software versions."""
-    import platform
-
-    import torch
-
-    import gfsim
-
-    hw: dict = {"python": platform.python_version(), "torch": torch.__version__,
-                "gfsim": gfsim.__version__}
-    try:
-        import triton
-
-        hw["triton"] = triton.__version__
-    except ImportError:
-        pass
-    if interpret or not torch.cuda.is_available():
-        hw["device_name"] = "cpu (Triton interpreter)"
-        hw["cpu"] = platform.processor() or platform.machine()
-        return hw
-    hw["device_name"] = torch.cuda.get_device_name(0)
-    hw["cuda"] = torch.version.cuda
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        hw["driver"] = pynvml.nvmlSystemGetDriverVersion()
-        if isinstance(hw["driver"], bytes):
-            hw["driver"] = hw["driver"].decode()
-    except Exception:  # noqa: BLE001 - no NVML: the driver version stays unknown
-        pass
-    return hw
-
-
-def _refuse_cpu_clock(interpret: bool, clock: str, protocol: str, trusted: bool) -> None:
-    """Refuse, before anything starts, a run whose options put its timing on the CPU clock
-    (whose times a candidate can forge) without --trust-cpu-clock. Where the GPU clock merely
-    fails to start, the run refuses after timing its seed kernel (``LiveRun``)."""
-    from gfsim.core.errors import GfsimError
-
-    if trusted:
-        return
-    why = ("--measurer interpret" if interpret else "--clock wall" if clock == "wall" else
-           "--protocol reference" if protocol == "reference" and clock != "gpu" else None)
-    if why:
-        raise GfsimError(f"{why} times candidates on the CPU clock, whose times a candidate's "
-                         "own process reports and can forge; pass --trust-cpu-clock to record "
-                         "such times as successes, marked untrusted")
 
 
 @handles_errors
@@ -85,7 +33,7 @@ def live(
     forecaster: Optional[str] = typer.Option(
         None, "--forecaster", "-f",
         help="vllm:URL,model=NAME,mode=logprobs (a real server; `gfsim forecast -h` lists "
-             "its keys); costmodel "
+             "its keys); learned (alias costmodel) "
              "(gradient-boosted trees over parameters and compile features, trained on this "
              "run's measurements as they come: any policy); or a what-if one, paper:NAME / "
              "synthetic:..., which draws its forecast from the measured speedup and so only "
@@ -172,133 +120,19 @@ def live(
 ) -> None:
     """Run a live search with real parts and write its replay log as it goes; it ends with the
     replay of that log (the simulator checked against the run)."""
-    import datetime
-    import math
-    import sys
+    from gfsim.api.live import live as run_live
 
-    from gfsim.core.errors import GfsimError
-    from gfsim.forecasts.whatif import is_whatif, parse_whatif
-    from gfsim.live.driver import LiveOptions, LiveRun
-    from gfsim.live.sources import parse_source
-    from gfsim.live.tasks import get_task
-    from gfsim.simulator.budget import parse_budget
-
-    if driver != "puct":
-        raise GfsimError(f"--driver {driver}: a live run re-runs the closed-loop search; only "
-                         "puct is live (replay a log with --driver trace)")
-    if measurer not in ("triton", "interpret"):
-        raise GfsimError(f"--measurer {measurer!r}: valid: triton, interpret")
-    from gfsim.core.inputs import check_output
-
-    check_output(out, [config])  # (the settings file it was given)
-    names = [t.strip() for t in tasks.split(",") if t.strip()]
-    for name in names:
-        get_task(name)  # unknown names: an error listing the valid ones
-    if len(set(names)) != len(names):
-        raise GfsimError(f"--tasks {tasks}: a task is named twice")
-    given = parse_capacities(capacity, "--capacity", keys=("gen", "forecast"))
-    caps = {"generator": given.get("gen", 4), "forecaster": given.get("forecast", 4)}
-    search = search_config("puct", preset, steps=steps, parents_per_step=parents_per_step,
-                           samples_per_parent=samples_per_parent, overgen=overgen,
-                           k_per_parent=k_per_parent)
-    options = LiveOptions(tasks=names, search=search, policy=policy, seed=seed,
-                          budget=parse_budget(budget), generator_slots=caps["generator"],
-                          forecaster_slots=caps["forecaster"],
-                          max_session_s=max_minutes * 60 if max_minutes else math.inf,
-                          trust_cpu_clock=trust_cpu_clock)
-    the_forecaster = None
-    if forecaster and forecaster != "none":
-        from gfsim.forecasts.costmodel import is_costmodel
-
-        if is_whatif(forecaster):
-            the_forecaster = parse_whatif(forecaster)
-        elif is_costmodel(forecaster):
-            from gfsim.live.costmodel import make_costmodel
-
-            the_forecaster = make_costmodel(forecaster)
-        else:
-            from gfsim.live.forecaster import parse_forecaster
-
-            the_forecaster = parse_forecaster(forecaster)
-    the_source = parse_source(source)
-
-    try:
-        import torch  # noqa: F401
-        import triton  # noqa: F401
-    except ImportError as exc:
-        raise GfsimError(f"gfsim live needs the live extra (pip install 'gfsim[live]'): "
-                         f"{exc}") from None
-    from gfsim.live.measurer import MeasurerConfig, TritonMeasurer
-
-    interpret = measurer == "interpret"
-    if clock not in ("auto", "gpu", "wall"):
-        raise GfsimError(f"--clock {clock!r}: expected auto, gpu or wall")
-    if gpus is not None and gpus > 1 and not cluster:
-        raise GfsimError(f"--gpus {gpus}: more than one GPU needs --cluster (one Ray actor per "
-                         "GPU; on one machine: ray start --head, then --cluster ray)")
-    if not interpret and not cluster and not torch.cuda.is_available():
-        raise GfsimError("--measurer triton needs a CUDA GPU, and torch sees none; use "
-                         "--measurer interpret to run the kernels under the Triton "
-                         "interpreter on the CPU (interpreter times, not GPU times, which a "
-                         "candidate can forge: with --trust-cpu-clock)")
-    _refuse_cpu_clock(interpret, clock, protocol, trust_cpu_clock)
-    # Under the interpreter a call takes milliseconds to seconds: time it less tightly.
-    mconfig = MeasurerConfig(protocol=protocol, rse_target=0.05 if interpret else rse,
-                             max_reps=min(max_reps, 10) if interpret else max_reps,
-                             energy_window_s=0.0 if interpret else energy_window,
-                             interpret=interpret, cpu_timing=interpret,
-                             trust_candidates=trust_candidates, clock=clock)
-    from gfsim.live.gpus import local_pool, on_cluster, ray_pool
-    from gfsim.live.sandbox import MISSING_HELP, probe_subprocess
-
-    hardware = _environment(interpret)
-    if cluster:  # the candidates run on the cluster's hosts, each probed by its measurer
-        pool = ray_pool(cluster, mconfig, gpus, trust_candidates=trust_candidates)
-        on_cluster(pool, hardware)
-    else:
-        facilities = probe_subprocess()
-        missing = facilities.missing()
-        if missing and not trust_candidates:
-            why = "; ".join(facilities.errors) or "see gfsim.live.sandbox"
-            raise GfsimError(f"this machine cannot confine candidate code: no "
-                             f"{', '.join(missing)} ({why}); {MISSING_HELP}")
-        if missing:
-            print(f"sandbox incomplete, running anyway (--trust-candidates): no "
-                  f"{', '.join(missing)}", file=sys.stderr)
-        hardware["sandbox"] = facilities.as_dict()
-        pool = local_pool(lambda task_name: TritonMeasurer(task_name, mconfig), interpret)
-    timing = {"protocol": "cpu-wallclock" if interpret else protocol,
-              "l2_flush": protocol == "gfsim" and not interpret,
-              "input_clone_timed": protocol == "reference" and not interpret,
-              "statistic": "median" if protocol == "gfsim" or interpret else "mean",
-              "rse_target": mconfig.rse_target, "max_reps": mconfig.max_reps,
-              "ref_retime_every": mconfig.ref_retime_every}
-    note = ("a live gfsim search: every evaluation was measured by gfsim's TritonMeasurer" +
-            (" under the Triton interpreter on a CPU, timed by wall clock: the speedups are "
-             "interpreter speedups and say nothing about a GPU" if interpret else
-             f" on a {hardware['device_name']}") +
-            (f", {pool.size} measurers of a Ray cluster at once (hosts "
-             f"{', '.join(pool.placement['hosts'])})" if cluster else ""))
-    provenance = {"kind": "measured", "source": "gfsim live", "note": note,
-                  "command": " ".join(["gfsim", *sys.argv[1:]]),
-                  "date": datetime.date.today().isoformat(),
-                  "candidates_from": the_source.describe()}
-    if the_forecaster is not None and is_whatif(forecaster):
-        provenance["forecasts"] = (
-            f"what-if forecasts ({the_forecaster.name}): synthetic, drawn after each "
-            "measurement from the measured speedup (gfsim.forecasts.whatif; every parameter an "
-            "assumption); no LLM forecaster ran")
-    elif the_forecaster is not None:
-        provenance["forecasts"] = f"live forecaster {the_forecaster.describe()}"
-    try:
-        run = LiveRun(out, options, the_source, None, the_forecaster, resume=resume,
-                      hardware=hardware, provenance=provenance, timing_protocol=timing,
-                      pool=pool)
-    except BaseException:
-        pool.close()
-        raise
+    kwargs = dict(tasks=tasks, resume=resume, driver=driver, policy=policy,
+                  forecaster=None if forecaster == "none" else forecaster, source=source,
+                  measurer=measurer, preset=preset, steps=steps,
+                  parents_per_step=parents_per_step, samples_per_parent=samples_per_parent,
+                  overgen=overgen, k_per_parent=k_per_parent, budget=budget, seed=seed,
+                  capacity=capacity, protocol=protocol, rse=rse, max_reps=max_reps,
+                  energy_window=energy_window, max_minutes=max_minutes,
+                  trust_candidates=trust_candidates, clock=clock,
+                  trust_cpu_clock=trust_cpu_clock, cluster=cluster, gpus=gpus, config=config)
     if as_json:
-        summary = run.run()
+        summary = run_live(out, **kwargs)
     else:
         from rich.console import Console
         from rich.progress import (
@@ -311,20 +145,15 @@ def live(
 
         with Progress(TextColumn("live {task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=Console(stderr=True)) as bar:
-            job = bar.add_task("steps", total=search.steps * len(names))
+            job = None
 
-            def on_step(s, step):
-                bar.update(job, advance=1, description=f"{s.task.name} step {step}: best "
-                           f"{s.best:.3f}x, {s.evals} measured")
+            def progress(advance, total, text):
+                nonlocal job
+                if job is None:
+                    job = bar.add_task(text, total=total)
+                bar.update(job, advance=advance, description=text)
 
-            run.on_step = on_step
-            summary = run.run()
-    from gfsim.live.fidelity import fidelity
-
-    try:
-        summary["fidelity"] = fidelity(out)
-    except GfsimError as exc:
-        summary["fidelity"] = {"error": str(exc)}
+            summary = run_live(out, progress=progress, **kwargs)
     if as_json:
         print_json(summary)
         return
@@ -338,10 +167,9 @@ def fidelity(
 ) -> None:
     """Replay a live log with the live run's own capacities and compare wall-clock and
     GPU-busy time with what the run recorded, search by search."""
-    from gfsim.live.fidelity import fidelity as compare
-    from gfsim.replay_logs import open_log
+    from gfsim.api.live import fidelity as compare
 
-    result = compare(open_log(log))
+    result = compare(log)
     if as_json:
         print_json(result)
         return
@@ -423,7 +251,7 @@ def merge(
 ) -> None:
     """Merge logs of the same hardware and timing protocol (e.g. live runs with different seeds
     or tasks) into one; every input is validated first, and the output written atomically."""
-    from gfsim.replay_logs.merge import merge_logs
+    from gfsim.api.live import merge as merge_logs
 
     summary = merge_logs(logs, out)
     if as_json:

@@ -123,7 +123,7 @@ def _x(v: float | None) -> str:
 
 def print_recommendation(con, rec: dict) -> None:
     """The configurations against the incumbent, then the verdict and its prices."""
-    from gfsim.analysis.stats import POINT_WORDS, no_spread
+    from gfsim.api.report import POINT_WORDS, no_spread
     from gfsim.cli.common import Table
 
     level = f"{rec['level']:.0%}"

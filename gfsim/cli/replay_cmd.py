@@ -170,7 +170,7 @@ def step_progress(command: str, off: bool):
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from gfsim.simulator.progress import listening
+    from gfsim.api.report import listening
 
     err = Console(stderr=True)
     with Progress(TextColumn(command), BarColumn(),
@@ -202,7 +202,7 @@ _HUMAN = {
 
 
 def _print_intervals(con, iv: dict) -> None:
-    from gfsim.analysis.stats import POINT_WORDS, no_spread
+    from gfsim.api.report import POINT_WORDS, no_spread
     from gfsim.cli.common import Table
 
     table = Table(title=f"{iv['seeds']} seeds: mean [95% interval]", show_edge=False)
@@ -250,7 +250,7 @@ _DRAW_NAMES = {"own": "own", "other_expansion": "other expansions", "fallback": 
 
 def _print_search(con, out: dict) -> None:
     """The closed-loop shape, where it came from, and where the children came from."""
-    from gfsim.simulator.shape import describe
+    from gfsim.api.report import describe_shape as describe
 
     shapes = {repr(sorted(v.items())) for v in out["search_per_search"].values()}
     shape = describe(out["search"]) if len(shapes) == 1 else \
@@ -263,7 +263,7 @@ def _print_search(con, out: dict) -> None:
 
 
 def _print_new_search(con, p: dict) -> None:
-    from gfsim.analysis.stats import POINT_WORDS, no_spread
+    from gfsim.api.report import POINT_WORDS, no_spread
 
     b, g, e = p["best_speedup"], p["gain_over_baseline"], p["expected_gain"]
     point = f"({esc(POINT_WORDS)})"
@@ -303,7 +303,7 @@ def _print_report(out: dict) -> None:
     if "search" in out:
         _print_search(con, out)
     for sid, fit in (out.get("selection_fit") or {}).items():
-        from gfsim.simulator.selection_fit import describe_fit
+        from gfsim.api.report import describe_fit
 
         con.print(describe_fit(sid, fit), markup=False, highlight=False)
     table = Table(show_edge=False)

@@ -91,8 +91,8 @@ def _distinct_targets(targets: dict) -> list[list[str]]:
 def _report(out: dict) -> None:
     from gfsim.cli.common import Table
 
-    from gfsim.analysis.savings import usd_text
-    from gfsim.analysis.stats import POINT_WORDS, no_spread
+    from gfsim.api.report import usd_text
+    from gfsim.api.report import POINT_WORDS, no_spread
 
     con = console()
     i = out["inputs"]

@@ -42,7 +42,7 @@ def synth(
     Every distribution parameter is a stated assumption, recorded in the log's header.
     """
     from gfsim.core.errors import GfsimError
-    from gfsim.worlds.synth import SHAPES, summary_lines, synthesize
+    from gfsim.api.synth import SHAPES, summary_lines, synthesize
 
     if shape not in SHAPES:
         raise GfsimError(f"--shape: unknown shape {shape!r}; valid: {', '.join(SHAPES)}")

@@ -11,9 +11,10 @@ for one kind of plug-in. gfsim fills it with its own; another package adds its o
       [project.entry-points."gfsim.policies"]
       coin = "my_package.policies:CoinPolicy"
 
-The entry-point groups are ``gfsim.policies``, ``gfsim.cost_models``, ``gfsim.worlds`` and
-``gfsim.importers`` (``GROUPS``). A plug-in cannot take a name gfsim already uses; a broken
-entry point is an error that names it, raised when it is first needed, not when gfsim starts.
+The entry-point groups are ``gfsim.policies``, ``gfsim.forecasters``, ``gfsim.cost_models``,
+``gfsim.worlds`` and ``gfsim.importers`` (``GROUPS``). A plug-in cannot take a name gfsim
+already uses; a broken entry point is an error that names it, raised when it is first needed,
+not when gfsim starts.
 ``docs/how-to/write-a-plugin.md`` shows a whole plug-in package, ``examples/plugin`` its code.
 """
 
@@ -26,7 +27,8 @@ from gfsim.core.errors import GfsimError
 
 __all__ = ["GROUPS", "PluginError", "Registry"]
 
-GROUPS = ("gfsim.policies", "gfsim.cost_models", "gfsim.worlds", "gfsim.importers")
+GROUPS = ("gfsim.policies", "gfsim.forecasters", "gfsim.cost_models", "gfsim.worlds",
+          "gfsim.importers")
 
 
 class PluginError(GfsimError):

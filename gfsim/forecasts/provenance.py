@@ -19,8 +19,7 @@ from __future__ import annotations
 import re
 
 from gfsim.cost_models.catalog import GPUS
-from gfsim.forecasts.costmodel import is_costmodel
-from gfsim.forecasts.whatif import is_whatif
+from gfsim.forecasts.registry import kind_of
 from gfsim.replay_logs.shipped import log_caveats
 
 __all__ = ["SOURCE_KINDS", "forecast_source", "hardware_note", "provenance", "provenance_notes",
@@ -29,27 +28,26 @@ __all__ = ["SOURCE_KINDS", "forecast_source", "hardware_note", "provenance", "pr
 # What a forecast can rest on. ``synthetic`` is a synthetic log's own forecasts (drawn by its
 # generator); ``imported`` ones came with a log from outside (``gfsim import``), whose origin
 # gfsim cannot check.
-SOURCE_KINDS = ("llm", "whatif", "costmodel", "synthetic", "imported", "unknown", "none")
+SOURCE_KINDS = ("llm", "whatif", "learned", "synthetic", "imported", "unknown", "none")
+# (a plug-in forecaster's kind is its own word, beside these)
 
 # A forecast record's ``mode`` -> kind. ``logprobs`` and ``tool`` are how an LLM answered (the
 # live forecaster, the paper's logs through the importer).
-_MODE_KIND = {"logprobs": "llm", "tool": "llm", "whatif": "whatif", "costmodel": "costmodel",
+_MODE_KIND = {"logprobs": "llm", "tool": "llm", "whatif": "whatif", "costmodel": "learned",
               "synthetic": "synthetic", "imported": "imported"}
 # Where one forecaster's records carry several modes, the most invented one names them all: a
 # column that is partly what-if is not an LLM's.
-_PRIORITY = ("whatif", "synthetic", "costmodel", "imported", "llm", "unknown")
+_PRIORITY = ("whatif", "synthetic", "learned", "imported", "llm", "unknown")
 
 
 def _kind(name: str, modes: list[str], synthetic_log: bool) -> str:
     if modes:
         kinds = {_MODE_KIND.get(m, "unknown") for m in modes}
         kind = next(k for k in _PRIORITY if k in kinds)
-    elif is_whatif(name):
-        kind = "whatif"
-    elif is_costmodel(name):
-        kind = "costmodel"
-    else:
+    else:  # nothing logged under the name: what its maker makes
         kind = "unknown"
+    if kind == "unknown":  # a plug-in's forecasts: the kind its maker says (any word)
+        kind = kind_of(name)
     # A synthetic log's "LLM" answers were written by its generator, not by any LLM.
     return "synthetic" if kind == "llm" and synthetic_log else kind
 
@@ -71,8 +69,8 @@ def _text(kind: str, name: str, modes: list[str], log) -> str:
         return (f"SYNTHETIC what-if forecasts ({name}): invented by a model from the log's own "
                 f"measured speedups (gfsim.forecasts.whatif, every parameter an assumption); "
                 f"no LLM forecast these candidates{fitted}{_assumed_text(name, log)}")
-    if kind == "costmodel":
-        text = (f"the learned cost model ({name}): gradient-boosted trees trained on the log's "
+    if kind == "learned":
+        text = (f"the learned forecaster ({name}): gradient-boosted trees trained on the log's "
                 "measurements, each forecast from earlier measurements only; no LLM")
         if log.is_synthetic:
             text += "; the log is SYNTHETIC, and so are the measurements it learned from"
@@ -88,6 +86,10 @@ def _text(kind: str, name: str, modes: list[str], log) -> str:
     if kind == "imported":
         return (f"imported forecasts ({name}): they came with the log from outside gfsim, "
                 "which cannot say who made them")
+    if kind != "unknown":
+        return (f"forecasts of the plug-in forecaster {name} (kind {kind!r}, mode "
+                f"{'/'.join(modes) or 'none'}): what they rest on is the plug-in's to say; "
+                "no LLM is known to have answered")
     return f"logged forecasts ({name}, mode {'/'.join(modes) or 'none'}): origin not recorded"
 
 

@@ -42,15 +42,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from gfsim.core.errors import SpecError
 from gfsim.core.rng import keyed_uniforms
 from gfsim.forecasts.bins import PAPER_EDGES, gaussian_bins
+from gfsim.forecasts.protocol import Forecaster
 
 __all__ = ["WhatIfForecaster", "PRESETS", "PAPER_TARGETS", "parse_whatif", "is_whatif",
-           "attach", "resolve", "whatif_records", "whatif_model", "FAILURE_DISTRIBUTIONS",
+           "attach", "whatif_records", "whatif_model", "FAILURE_DISTRIBUTIONS",
            "FAILURE_LOG2_LO", "FAILURE_LOG2_HI", "assumed_forecasts"]
 
 ANCHOR = math.log2(1.19)  # ASSUMPTION: where a biased forecaster's estimates are pulled to
@@ -69,8 +71,13 @@ DEFAULT_FAILED = "parent"
 
 
 @dataclass(frozen=True)
-class WhatIfForecaster:
-    """The generative forecaster; ``name`` goes into every forecast record."""
+class WhatIfForecaster(Forecaster):
+    """The generative forecaster; ``name`` goes into every forecast record. It draws from a
+    candidate's measured speedup, so it forecasts logs (``attach``), never a candidate before
+    it is measured."""
+
+    mode: ClassVar[str] = "whatif"
+    kind: ClassVar[str] = "whatif"
 
     name: str
     sigma: float = 1.0
@@ -150,6 +157,10 @@ class WhatIfForecaster:
         p = np.exp(logp)
         p /= p.sum()
         return p.tolist(), False
+
+    def attach(self, log, repeats: int = 1):
+        """``attach(log, self, repeats)``."""
+        return attach(log, self, repeats)
 
     def params(self) -> dict:
         return {k: v for k, v in asdict(self).items() if k != "name"}
@@ -340,18 +351,3 @@ def attach(log, forecaster: WhatIfForecaster, repeats: int = 1):
 def whatif_model(log, name: str | None) -> WhatIfForecaster | None:
     """The what-if forecaster ``attach`` drew forecasts ``name`` of ``log`` with, if any."""
     return log.__dict__.get("whatif_models", {}).get(name) if name else None
-
-
-def resolve(log, forecaster: str | None):
-    """(log, forecaster name) for ``--forecaster``: a what-if spec is drawn onto the log in
-    memory, a cost-model spec (``gfsim.forecasts.costmodel``) is trained on it prequentially;
-    anything else names a logged forecaster."""
-    from gfsim.forecasts.costmodel import attach_costmodel, is_costmodel, parse_costmodel
-
-    if is_costmodel(forecaster):
-        spec = parse_costmodel(forecaster)
-        return attach_costmodel(log, spec), spec.name
-    if not is_whatif(forecaster):
-        return log, forecaster
-    f = parse_whatif(forecaster)
-    return attach(log, f), f.name

@@ -102,14 +102,13 @@ class Surrogate:
         if self.policy.needs_truth:
             raise GfsimError(f"policy {policy}: an oracle reads true speedups, which a live run "
                              "does not have before it measures")
-        if isinstance(forecaster, str):
-            if forecaster.startswith("paper:") or forecaster.startswith("whatif"):
-                raise GfsimError(f"forecaster {forecaster}: a what-if forecaster draws from the "
-                                 "measured speedup, which a program has not got before it is "
-                                 "measured; give a vllm: forecaster")
-            from gfsim.live.forecaster import parse_forecaster
+        from gfsim.forecasts.registry import make_forecaster
 
-            forecaster = parse_forecaster(forecaster)
+        forecaster = make_forecaster(forecaster)
+        if forecaster is not None and forecaster.kind == "whatif":
+            raise GfsimError(f"forecaster {forecaster.name}: a what-if forecaster draws from the "
+                             "measured speedup, which a program has not got before it is "
+                             "measured; give a vllm: forecaster")
         self.forecaster = forecaster
         if self.policy.needs_forecast and forecaster is None:
             raise GfsimError(f"policy {policy} reads forecasts: give a forecaster")

@@ -124,9 +124,9 @@ def forecast_log(src, forecaster, out, *, repeat: int = 0, drop_existing: bool =
     log = load_log(src)
     if isinstance(forecaster, WhatIfForecaster):
         return _whatif(src, log, forecaster, out, repeat, drop_existing)
-    from gfsim.forecasts.costmodel import CostModelSpec
+    from gfsim.forecasts.learned import LearnedForecaster
 
-    if isinstance(forecaster, CostModelSpec):
+    if isinstance(forecaster, LearnedForecaster):
         return _costmodel(src, log, forecaster, out, drop_existing)
     header, requests, no_code = requests_from_log(src)
     if not requests:
@@ -225,11 +225,11 @@ def _derived_header(src: Path, log, header: dict, entry: dict, drop_existing: bo
 
 def _costmodel(src: Path, log, spec, out: Path, drop_existing: bool) -> dict:
     """Cost-model forecasts need no server: trees trained prequentially on the log's own
-    measurements (``gfsim.forecasts.costmodel``); every candidate with features gets one. A
+    measurements (``gfsim.forecasts.learned``); every candidate with features gets one. A
     rerun rewrites nothing: the forecasts of an existing output are kept."""
     from dataclasses import asdict
 
-    from gfsim.forecasts.costmodel import prequential_records
+    from gfsim.forecasts.learned import prequential_records
     from gfsim.replay_logs import LogWriter
     from gfsim.replay_logs.io import iter_records
 

@@ -35,11 +35,10 @@ from __future__ import annotations
 import math
 import threading
 import time
-from abc import ABC, abstractmethod
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
-from gfsim.core.errors import GfsimError, SpecError
+from gfsim.core.errors import SpecError
+from gfsim.forecasts.protocol import Forecast, Forecaster, ForecasterError, ForecastRequest
+from gfsim.forecasts.registry import maker
 from gfsim.live import prompt as P
 from gfsim.live.client import (
     MAX_ANSWER_BYTES,
@@ -71,71 +70,6 @@ LABEL_SETS = {
 MODES = ("logprobs", "tool")
 
 
-class ForecasterError(GfsimError):
-    """A forecaster that cannot work at all (bad labels, a server that rejects the request
-    format): raised, unlike per-candidate failures, which are recorded."""
-
-
-@dataclass(frozen=True)
-class ForecastRequest:
-    """What a forecaster is shown about one candidate."""
-
-    candidate_id: str
-    candidate_code: str
-    reference_code: str
-    task: str = ""  # the task's description
-    hardware: dict = field(default_factory=dict)  # header hardware: device_name, ...
-    # What a forecaster that learns from the search (gfsim.live.costmodel) also reads:
-    search_id: str = ""
-    task_name: str = ""
-    meta: dict = field(default_factory=dict)  # the candidate's source_meta (variant, params)
-    parent_speedup: float | None = None  # the parent's measured speedup (the seed's: its own)
-
-
-@dataclass
-class Forecast:
-    """One forecast, or the record of why there is none."""
-
-    candidate_id: str
-    forecaster: str
-    mode: str
-    probs: list[float]  # renormalised; all zero on a parse failure or an error
-    raw_probability_sum: float | None = None
-    predicted_bin: int | None = None
-    parse_failed: bool = False
-    parse_error: str | None = None
-    error: str | None = None  # no answer at all: the candidate is unforecast
-    input_tokens: int = 0
-    output_tokens: int = 0
-    latency_s: float = 0.0
-    attempts: int = 0
-    prompt_truncated: bool = False
-    reasoning: str | None = None
-    repeat: int = 0
-    # Further fields a forecaster records beside the schema's (e.g. what a cost model read and
-    # predicted); they never replace a schema field.
-    extra: dict | None = None
-
-    def record(self) -> dict:
-        """The schema-v1 ``forecast`` record (extra fields are kept by readers)."""
-        rec = {"kind": "forecast", "candidate_id": self.candidate_id,
-               "forecaster": self.forecaster, "mode": self.mode,
-               "probs": [float(p) for p in self.probs],
-               "raw_probability_sum": self.raw_probability_sum,
-               "predicted_bin": self.predicted_bin, "parse_failed": self.parse_failed,
-               "input_tokens": int(self.input_tokens), "output_tokens": int(self.output_tokens),
-               "latency_s": float(self.latency_s), "repeat": self.repeat,
-               "attempts": self.attempts}
-        for k in ("parse_error", "error", "reasoning"):
-            if getattr(self, k) is not None:
-                rec[k] = getattr(self, k)
-        if self.prompt_truncated:
-            rec["prompt_truncated"] = True
-        for k, v in (self.extra or {}).items():
-            rec.setdefault(k, v)
-        return {k: v for k, v in rec.items() if v is not None}
-
-
 def _fitted(build, count, limit: int | None):
     """``fit_prompt``, a prompt that cannot fit raised as the forecaster's own error."""
     try:
@@ -144,47 +78,10 @@ def _fitted(build, count, limit: int | None):
         raise ForecasterError(str(exc)) from None
 
 
-class Forecaster(ABC):
-    """Turns ``ForecastRequest``s into ``Forecast``s. ``name`` goes into every record."""
-
-    name: str
-    mode: str
-    concurrency: int = 1
-
-    @abstractmethod
-    def forecast(self, request: ForecastRequest) -> Forecast: ...
-
-    def forecast_many(self, requests, on_result=None) -> list[Forecast]:
-        """Forecasts in request order, ``concurrency`` at a time; ``on_result(forecast)`` is
-        called (from one thread at a time) as each one completes."""
-        requests = list(requests)
-        lock = threading.Lock()
-
-        def one(req):
-            f = self.forecast(req)
-            if on_result is not None:
-                with lock:
-                    on_result(f)
-            return f
-
-        if self.concurrency <= 1 or len(requests) <= 1:
-            return [one(r) for r in requests]
-        with ThreadPoolExecutor(self.concurrency) as pool:
-            return list(pool.map(one, requests))
-
-    def describe(self) -> dict:
-        return {"name": self.name, "mode": self.mode}
-
-    def prepare(self) -> None:  # noqa: B027 - optional
-        """One-time set-up before the first forecast (a live run calls it before its clock
-        starts, so that no candidate's forecast carries it)."""
-
-    def close(self) -> None:  # noqa: B027 - optional
-        pass
-
-
 class VllmForecaster(Forecaster, HttpTransport):
     """Forecasts from a vLLM (or other OpenAI-compatible) server; see the module doc."""
+
+    kind = "llm"
 
     def __init__(self, base_url: str, model: str, *, mode: str = "logprobs",
                  api_key: str | None = None, concurrency: int = 4, timeout_s: float = 60.0,
@@ -425,6 +322,7 @@ _VLLM_KEYS = {"model": str, "mode": str, "concurrency": int, "timeout": float, "
               "tool_transport": str, "api_key_env": str}
 
 
+@maker("llm")
 def parse_forecaster(spec: str) -> Forecaster:
     """``vllm:URL,model=M,mode=logprobs|tool[,concurrency=4,timeout=60,retries=3,backoff=0.5,
     labels=digits|words,top_logprobs=20,max_tokens=2048,temperature=0,max_prompt_tokens=N,
@@ -443,6 +341,8 @@ class VllmLocalForecaster(Forecaster):
     (``logprob_token_ids``) and the answer pinned to the labels (``allowed_token_ids``).
     ``forecast_many`` sends every conversation in one batch. vLLM starts worker processes:
     call it under ``if __name__ == "__main__":``."""
+
+    kind = "llm"
 
     def __init__(self, model: str, *, labels="digits", max_prompt_tokens: int | None = None,
                  name: str | None = None, **llm_kwargs):

@@ -1,6 +1,6 @@
 """Helpers for tests: build small, exact replay logs in code (as optuna.testing does for
 samplers), and the contract tests a plug-in's own suite subclasses (``PolicyContract``,
-``CostModelContract``: ``gfsim.testing.contracts``).
+``ForecasterContract``, ``CostModelContract``: ``gfsim.testing.contracts``).
 
     b = LogBuilder(tasks={"t": 1.0})
     root = b.candidate("t", step=0, outcome="success", speedup=1.5, probs=b.onehot(5))
@@ -15,11 +15,12 @@ from pathlib import Path
 from gfsim.forecasts.bins import PAPER_EDGES
 from gfsim.replay_logs.io import LogWriter
 
-__all__ = ["CostModelContract", "LogBuilder", "PolicyContract"]
+__all__ = ["CostModelContract", "ForecasterContract", "LogBuilder", "PolicyContract"]
 
 
 def __getattr__(name: str):
-    if name in ("PolicyContract", "CostModelContract"):  # (they import the policies)
+    # (they import the policies)
+    if name in ("PolicyContract", "CostModelContract", "ForecasterContract"):
         from gfsim.testing import contracts
 
         return getattr(contracts, name)
@@ -64,11 +65,12 @@ class LogBuilder:
                   forecast_s: float = 5.0, stage_s: tuple[float, float, float, float] = (
                       1.0, 2.0, 3.0, 4.0), gen_failed: bool = False, deferred: bool = False,
                   parse_failed: bool = False, tokens: tuple[int, int] | None = (1000, 2000),
-                  energy_j: float | None = None) -> str:
+                  energy_j: float | None = None, source_meta: dict | None = None) -> str:
         """Add a candidate with its forecast and evaluation; returns its id.
 
         ``stage_s`` = (cold_start, compile, check, timing) seconds; ``outcome=None`` with
-        ``deferred=True`` logs a surrogate's defer decision and no evaluation.
+        ``deferred=True`` logs a surrogate's defer decision and no evaluation;
+        ``source_meta``: what made the candidate (variant, params), as live runs write it.
         """
         self._n += 1
         cid = f"{task}-{self._n:04d}"
@@ -81,7 +83,8 @@ class LogBuilder:
             gen["failed_reason"] = "empty answer"
         self.records.append({"kind": "candidate", "candidate_id": cid, "search_id": f"s-{task}",
                              "task_id": task, "parent_id": parent, "step": step, "seq": seq,
-                             "generation": gen})
+                             "generation": gen,
+                             **({"source_meta": source_meta} if source_meta else {})})
         if gen_failed:
             return cid
         if probs is not None or parse_failed:

@@ -14,7 +14,8 @@ row, pure and deterministic decisions that never write into their inputs, ``deci
 equal to ``decide`` batch by batch, and ``state_fields`` honest (decisions do not move with a
 field it leaves out). gfsim's own policies pass it (``tests/test_conformance.py``).
 ``CostModelContract`` does the same for a cost-model plug-in's names (each loads, prices
-every stage with no negative figure, and loads equal again).
+every stage with no negative figure, and loads equal again), ``ForecasterContract`` for a
+forecaster plug-in's specs (``gfsim.forecasts.protocol``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import numpy as np
 from gfsim.forecasts.bins import PAPER_EDGES
 from gfsim.policies.base import Batch, SearchState
 
-__all__ = ["CostModelContract", "PolicyContract", "contract_batch"]
+__all__ = ["CostModelContract", "ForecasterContract", "PolicyContract", "contract_batch",
+           "contract_requests"]
 
 
 def _frozen(a) -> np.ndarray:
@@ -149,3 +151,108 @@ class CostModelContract:
                                             output_tokens=50.0))
                 assert isinstance(cost, Cost), (name, stage)
                 assert min(cost.seconds, cost.usd, cost.joules) >= 0, (name, stage, cost)
+
+
+def contract_requests(n: int = 5):
+    """``n`` forecast requests of small Triton-like candidates (their code differs)."""
+    from gfsim.forecasts.protocol import ForecastRequest
+
+    ref = "def kernel(x):\n    return x * 2\n"
+    return [ForecastRequest(candidate_id=f"c{i}", candidate_code=ref.replace("2", str(i + 2)),
+                            reference_code=ref, task="t: double a vector",
+                            hardware={"device_name": "test-gpu"}, search_id="s", task_name="t",
+                            meta={"variant": "v", "params": {"BLOCK": 2 ** (i + 5)}},
+                            parent_speedup=1.0)
+            for i in range(n)]
+
+
+def _offers(call) -> tuple[bool, object]:
+    """(offered, result): False where the forecaster refuses the call as the protocol says."""
+    from gfsim.forecasts.protocol import ForecasterError
+
+    try:
+        return True, call()
+    except ForecasterError:
+        return False, None
+
+
+class ForecasterContract:
+    """Subclass it with ``specs``: forecaster specs to check (``register_forecaster`` or the
+    ``gfsim.forecasters`` entry point). Each builds a ``Forecaster`` with a name, a mode and a
+    kind; what it offers of the protocol keeps it: ``forecast`` answers each request with a
+    distribution over the 8 bins (or a recorded parse failure or error, all zeros), in request
+    order through ``forecast_many``; ``attach`` adds its forecasts of a log's candidates under
+    its name and leaves the log it was given as it was. It must offer one of the two."""
+
+    specs: tuple[str, ...] = ()
+
+    def _forecasters(self):
+        from gfsim.forecasts import Forecaster, make_forecaster
+
+        assert self.specs, f"{type(self).__name__}: set specs to the forecasters to check"
+        for spec in self.specs:
+            f = make_forecaster(spec)
+            assert isinstance(f, Forecaster), (spec, f)
+            yield spec, f
+
+    def test_each_spec_builds_a_named_forecaster_that_offers_something(self):
+        for spec, f in self._forecasters():
+            assert isinstance(f.name, str) and f.name, spec
+            assert isinstance(f.mode, str) and f.mode, spec
+            assert isinstance(f.kind, str) and f.kind, spec
+            requests = contract_requests(2)
+            can_forecast, _ = _offers(lambda: f.forecast(requests[0]))
+            can_attach, _ = _offers(lambda: f.attach(_contract_log()))
+            assert can_forecast or can_attach, f"{spec}: offers neither forecast nor attach"
+
+    def test_forecasts_are_distributions_or_recorded_failures(self):
+        from gfsim.forecasts.protocol import Forecast
+
+        requests = contract_requests()
+        for spec, f in self._forecasters():
+            offered, got = _offers(lambda: f.forecast_many(requests))
+            if not offered:
+                continue
+            assert [g.candidate_id for g in got] == [r.candidate_id for r in requests], spec
+            for g in got:
+                assert isinstance(g, Forecast) and g.forecaster == f.name, (spec, g)
+                p = np.asarray(g.probs, dtype=float)
+                assert p.shape == (8,) and np.all(np.isfinite(p)) and np.all(p >= 0), (spec, g)
+                if g.parse_failed or g.error is not None:
+                    assert not p.any(), (spec, g)
+                else:
+                    assert abs(p.sum() - 1.0) < 1e-6, (spec, g)
+
+    def test_attach_adds_its_forecasts_under_its_name_and_keeps_the_input(self):
+        log = _contract_log()
+        before = log.forecasts.copy()
+        for spec, f in self._forecasters():
+            offered, out = _offers(lambda: f.attach(log))
+            if not offered:
+                continue
+            assert log.forecasts.equals(before), f"{spec}: attach changed the log it was given"
+            mine = out.forecasts[out.forecasts["forecaster"] == f.name]
+            assert len(mine), f"{spec}: attach added no forecast named {f.name!r}"
+            assert set(mine["candidate_id"]) <= set(log.candidates["candidate_id"]), spec
+
+
+def _contract_log():
+    """A small log in memory: two searches of measured and failed candidates, with what made
+    each (``source_meta``, which a forecaster that learns reads)."""
+    import tempfile
+    from pathlib import Path
+
+    from gfsim.replay_logs import load_log
+    from gfsim.testing import LogBuilder
+
+    b = LogBuilder(tasks={"a": 1.0, "b": 1.2})
+    for task in ("a", "b"):
+        root = b.candidate(task, 0, speedup=1.1, probs=b.onehot(5, 0.6),
+                           source_meta={"variant": "v", "params": {"BLOCK": 64}})
+        for block, outcome, speedup in ((128, "success", 1.6), (256, "compile_failed", None),
+                                        (32, "success", 0.8)):
+            b.candidate(task, 1, parent=root, outcome=outcome, speedup=speedup,
+                        probs=b.onehot(5, 0.5),
+                        source_meta={"variant": "v", "params": {"BLOCK": block}})
+    with tempfile.TemporaryDirectory() as tmp:
+        return load_log(b.write(Path(tmp) / "contract.jsonl"), cache=False)

@@ -94,19 +94,20 @@ class BenchSpec:
     # New searches simulated wholly on the world model (--children fresh) per cell: the spread
     # of a new search's outcome for the predictive intervals (0: the replay seeds' alone)
     fresh_seeds: int = 6
-    # None: policies read the world's what-if forecasts; a cost-model spec (costmodel[:k=v]):
-    # they read the cost model's, learned in each search (direct and replayed) as it measures
+    # None: policies read the world's what-if forecasts; the learned forecaster's spec
+    # (learned[:k=v], alias costmodel): they read its forecasts, learned in each search (direct
+    # and replayed) as it measures
     forecaster: str | None = None
 
     def __post_init__(self):
         if self.forecaster is not None:
-            from gfsim.forecasts.costmodel import is_costmodel, parse_costmodel
+            from gfsim.forecasts.registry import kind_of, make_forecaster
 
-            if not is_costmodel(self.forecaster):
+            if kind_of(self.forecaster) != "learned":
                 raise GfsimError(f"--forecaster {self.forecaster!r}: a world's searches read "
-                                 "its own what-if forecasts, or a learned cost model "
-                                 "(costmodel[:k=v,...])")
-            parse_costmodel(self.forecaster)
+                                 "its own what-if forecasts, or the learned forecaster's "
+                                 "(learned[:k=v,...])")
+            make_forecaster(self.forecaster)
         if isinstance(self.children, str):
             object.__setattr__(self, "children",
                                tuple(c.strip() for c in self.children.split(",") if c.strip()))
@@ -197,10 +198,10 @@ def run_world_seed(world_spec: str, world_seed: int, spec: BenchSpec) -> dict:
     budget = Budget(usd=usd)
     learning, forecaster = None, None
     if spec.forecaster is not None:  # the log's own prequential forecasts fit the policies
-        from gfsim.forecasts.costmodel import attach_costmodel, parse_costmodel
+        from gfsim.forecasts.registry import make_forecaster
 
-        learning = parse_costmodel(spec.forecaster)
-        log, forecaster = attach_costmodel(log, learning), learning.name
+        learning = make_forecaster(spec.forecaster)
+        log, forecaster = learning.attach(log), learning.name
     batch = calibration_batch(build_traces(log, model, forecaster))
     cells = {c: _Cell() for c in spec.cells}
     tasks = [t.task_id for t in world.tasks]

@@ -48,7 +48,7 @@ from pathlib import Path
 from gfsim.core.errors import GfsimError
 from gfsim.core.rng import stream
 from gfsim.core.spaces import neighbours, point_key
-from gfsim.forecasts.costmodel import BINARY_FEATURES
+from gfsim.forecasts.learned import BINARY_FEATURES
 from gfsim.worlds.kit import KitNode, KitTask, KitWorld, Priors, node_id_of, whatif_of
 
 __all__ = ["MeasuredWorld", "MeasuredTable", "load_table", "shipped_tables", "find_table",

@@ -40,7 +40,7 @@ def run_on_world(world, task_id: str, config: SearchConfig, policy: str | Policy
     replay under reserved billing, where idle GPUs are paid for. ``engine``: the fast path
     (``auto``) or the SimPy engine (``des``), which give the same result. ``replicate`` picks
     a fresh set of the world's draws (0: the draws a logged standard search saw); ``cache``:
-    see ``WorldChildren``. ``learning``: a ``CostModelSpec``: a policy that reads forecasts
+    see ``WorldChildren``. ``learning``: a ``LearnedForecaster``: a policy that reads forecasts
     reads the cost model's, learned in this search from what it measured
     (``simulator.learning.LearningChildren``; the world's ``describe`` gives the features),
     instead of the world's what-if forecasts. The source returned is the world's.

@@ -1,11 +1,20 @@
 """The example plug-in keeps gfsim's contracts, and gfsim finds it by its entry points."""
 
 import gfsim
-from gfsim.testing import CostModelContract, PolicyContract
+from gfsim.testing import CostModelContract, ForecasterContract, PolicyContract
 
 
 class TestBudgetShare(PolicyContract):
     specs = ("budget-share", "budget-share:0.2")
+
+
+class TestParentPrior(ForecasterContract):
+    specs = ("parent-prior", "parent-prior:0.5")
+
+
+def test_a_replay_reads_the_plugin_forecasters_forecasts():
+    out = gfsim.compare(None, "threshold:0.6", forecaster="parent-prior:0.5").to_dict()
+    assert out["forecasts"]["forecaster"] == "parent-prior:0.5"
 
 
 class TestSpotA100(CostModelContract):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from gfsim.forecasts.costmodel import (
+from gfsim.forecasts.learned import (
     BINARY_FEATURES as FEATURES,  # what binary_features reads
 )
 

@@ -1,7 +1,11 @@
-"""An example gfsim plug-in (docs/how-to/write-a-plugin.md): a policy, a cost model, an importer.
+"""An example gfsim plug-in (docs/how-to/write-a-plugin.md): a policy, a forecaster, a cost
+model, an importer.
 
 - ``budget-share:0.5``: measure a candidate only while the step's share of the budget left
   allows, the most promising first (by the forecast's expected bin index);
+- ``parent-prior:1.0``: forecast a candidate as its parent's speedup, give or take a log2 width
+  (an assumption, no model): in a live run from the parent's measured speedup, in a replay from
+  the log's;
 - ``spot-a100``: the ``serverless-a100`` preset with GPU-hours at a spot price (an assumed
   60% discount, not a quoted one);
 - ``runs-csv``: a search written as a CSV file (``id,parent,step,runtime_ns``; an empty
@@ -16,11 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
+from gfsim.core.errors import SpecError
 from gfsim.core.specs import Param
 from gfsim.cost_models import PresetCostModel, load_cost_model
+from gfsim.forecasts import Forecast, Forecaster
+from gfsim.forecasts.bins import gaussian_bins
 from gfsim.policies import Batch, Decisions, Policy, SearchState
 
-__all__ = ["BudgetSharePolicy", "import_runs_csv", "spot_a100"]
+__all__ = ["BudgetSharePolicy", "ParentPriorForecaster", "import_runs_csv", "spot_a100"]
 
 
 class BudgetSharePolicy(Policy):
@@ -49,6 +56,49 @@ class BudgetSharePolicy(Policy):
         measure[order] = True
         reason = tuple("budget-share" if m else "over-share" for m in measure)
         return Decisions.build(measure, np.where(usable, score, np.nan), reason)
+
+
+class ParentPriorForecaster(Forecaster):
+    """``parent-prior[:WIDTH]``: a Gaussian in log2 speedup around the parent's measured
+    speedup (the seed's for a root), WIDTH wide (1 by default: an assumption)."""
+
+    prefix = "parent-prior"  # the spec's head, what the entry point is named
+    mode = "parent-prior"
+    kind = "assumed"
+
+    def __init__(self, spec: str = "parent-prior"):
+        _, _, rest = spec.partition(":")
+        try:
+            self.width = float(rest) if rest else 1.0
+        except ValueError:
+            raise SpecError(f"--forecaster {spec!r}: the width {rest!r} is not a number") from None
+        if not 0 < self.width < 10:
+            raise SpecError(f"--forecaster {spec!r}: the width must be in (0, 10)")
+        self.name = spec
+
+    def _forecast(self, cid: str, parent_speedup: float | None) -> Forecast:
+        centre = np.log2(parent_speedup) if parent_speedup and parent_speedup > 0 else 0.0
+        probs = gaussian_bins([centre], self.width)[0]
+        probs = probs / probs.sum()
+        return Forecast(cid, self.name, self.mode, probs.tolist(),
+                        raw_probability_sum=1.0, predicted_bin=int(probs.argmax()) + 1)
+
+    def forecast(self, request) -> Forecast:
+        return self._forecast(request.candidate_id, request.parent_speedup)
+
+    def attach(self, log):
+        from gfsim.forecasts.attach import attach_records
+
+        ev = log.evaluations
+        ok = ev[ev["outcome"] == "success"]
+        speed = dict(zip(ok["candidate_id"], ok["speedup"]))
+        seeds = {t["task_id"]: t.get("seed_speedup") for t in log.header.get("tasks") or []}
+        c = log.candidates
+        recs = []
+        for cid, parent, task in zip(c["candidate_id"], c["parent_id"], c["task_id"]):
+            base = speed.get(parent) if isinstance(parent, str) else seeds.get(task)
+            recs.append(self._forecast(cid, base).record())
+        return attach_records(log, recs, self.name, self.mode)
 
 
 def spot_a100() -> PresetCostModel:

@@ -13,10 +13,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from gfsim.forecasts.costmodel import CostModel, CostModelSpec, _Boosted, _Forest
+from gfsim.forecasts.learned import LearnedModel, LearnedForecaster, _Boosted, _Forest
 
 
-def _sklearn(x, y, spec: CostModelSpec, min_leaf: int):
+def _sklearn(x, y, spec: LearnedForecaster, min_leaf: int):
     from sklearn.ensemble import HistGradientBoostingRegressor
 
     return HistGradientBoostingRegressor(
@@ -59,7 +59,7 @@ def search_source():
     _, factory, _ = resolve_world("h200:softmax")
     model = load_cost_model("serverless-a100")
     inner = WorldChildren(factory(0), "h200-softmax", model)
-    source = LearningChildren(inner, CostModelSpec(), world_meta_of(inner), model)
+    source = LearningChildren(inner, LearnedForecaster(), world_meta_of(inner), model)
     simulate_puct(source, replace(paper_standard(10), overgen=4), make_policy("threshold:0.7"),
                   model, model.capacities, Budget(), 1, search_id="s", task_id="h200-softmax",
                   bin_edges=PAPER_EDGES)
@@ -73,9 +73,9 @@ def test_the_fit_is_scikit_learn_s_bit_for_bit_on_a_search_s_own_training_sets(s
     cm = search_source.cm
     assert len(cm.y) >= 40
     rng = np.random.default_rng(0)
-    spec = CostModelSpec()
+    spec = LearnedForecaster()
     for n in sorted({cm.spec.min_train, 12, 20, 28, 36, len(cm.y)}):
-        part = CostModel(spec)
+        part = LearnedModel(spec)
         for row, v in zip(cm.rows[:n], cm.y[:n]):
             part.observe(row, v)
         part._columns = sorted({k for r in part.rows for k in r})
@@ -108,7 +108,7 @@ def test_the_fit_is_scikit_learn_s_bit_for_bit_on_awkward_data(case):
     y = rng.standard_normal(n) if case % 4 else np.round(rng.standard_normal(n))  # ties
     if case % 2:  # targets of many magnitudes: a histogram got by subtraction rounds
         y *= 10.0 ** rng.integers(-6, 7, n)  # differently from one summed from its samples
-    spec = CostModelSpec(max_depth=1 + case % 4, learning_rate=[0.1, 0.3, 0.05][case % 3],
+    spec = LearnedForecaster(max_depth=1 + case % 4, learning_rate=[0.1, 0.3, 0.05][case % 3],
                          max_iter=[100, 40, 7][case % 3])
     _assert_same_trees(x, y, spec, max(2, n // 20), rng)
 
@@ -120,12 +120,12 @@ def test_deeper_trees_fall_back_to_scikit_learn_s_fit_and_predict_as_it_does():
     x = rng.standard_normal((150, 6))
     x[rng.random(x.shape) < 0.1] = np.nan
     y = rng.standard_normal(150)
-    spec = CostModelSpec(max_depth=8)
+    spec = LearnedForecaster(max_depth=8)
     assert not _Boosted.handles(spec, x)
     model = _sklearn(x, y, spec, 7)
     probe = _probe(x, rng)
     assert np.array_equal(_Forest(model).predict(probe), model.predict(probe))
-    cm = CostModel(spec)
+    cm = LearnedModel(spec)
     for row, v in zip(x, y):
         cm.observe({f"c{j}": float(c) for j, c in enumerate(row) if c == c}, v)
     cm.predict([{"c0": 0.5}])
@@ -139,7 +139,7 @@ def test_a_step_drawn_in_one_batch_forecasts_as_parent_by_parent_on_a_log_replay
     (``draw_step``): the same children with the same forecasts as the replay's, to the bit;
     and each child's centre is the one the model predicts for it alone."""
     from gfsim.cost_models import load_cost_model
-    from gfsim.forecasts.whatif import resolve
+    from gfsim.forecasts.registry import resolve
     from gfsim.policies import make_policy
     from gfsim.replay_logs import open_log
     from gfsim.simulator.budget import Budget
@@ -148,13 +148,13 @@ def test_a_step_drawn_in_one_batch_forecasts_as_parent_by_parent_on_a_log_replay
     from gfsim.simulator.shape import shapes_for
     from gfsim.simulator.world_model import child_sources
 
-    log, _ = resolve(open_log("h200-costmodel-all"), "costmodel")
+    log, name = resolve(open_log("h200-costmodel-all"), "costmodel")
     model = load_cost_model("reserved-h200")
-    traces = cached_traces(log, model, CostModelSpec().name)
+    traces = cached_traces(log, model, name)
     make, meta_of = child_sources("fallback", traces), log_meta_of(log)
 
     def fresh(t):
-        return LearningChildren(make(t), CostModelSpec(), meta_of, model)
+        return LearningChildren(make(t), LearnedForecaster(), meta_of, model)
 
     compared = 0
     for trace, (config, _) in list(zip(traces, shapes_for(log, traces, None)))[:3]:
@@ -172,7 +172,7 @@ def test_a_step_drawn_in_one_batch_forecasts_as_parent_by_parent_on_a_log_replay
                 steps.append([])
                 super().observe_step(results)
 
-        rec = Recorded(make(trace), CostModelSpec(), meta_of, model)
+        rec = Recorded(make(trace), LearnedForecaster(), meta_of, model)
         simulate_puct(rec, config, make_policy("topk:2"), model, model.capacities, Budget(), 0,
                       search_id=trace.search_id, task_id=trace.task_id,
                       forecast_frame=trace.forecast_frame, bin_edges=trace.bin_edges)
@@ -226,14 +226,14 @@ BEFORE = {
 @pytest.mark.parametrize("policy", ["topk:2", "threshold:0.7"])
 def test_a_closed_loop_log_replay_learning_in_the_search_is_what_it_was(policy):
     from gfsim.cost_models import load_cost_model
-    from gfsim.forecasts.whatif import resolve
+    from gfsim.forecasts.registry import resolve
     from gfsim.policies import make_policy
     from gfsim.replay_logs import open_log
     from gfsim.simulator.replay import replay
 
     attached, name = resolve(open_log("h200-costmodel-all"), "costmodel")
     r = replay(attached, make_policy(policy), load_cost_model("reserved-h200"),
-               learning=CostModelSpec(), seed=0, forecaster=name, driver="puct")
+               learning=LearnedForecaster(), seed=0, forecaster=name, driver="puct")
     digest = hashlib.sha256("".join(_scores(s.table) for s in r.searches).encode()).hexdigest()
     assert (r.trace_hash(), digest) == BEFORE[policy]
 
@@ -245,5 +245,5 @@ def test_a_search_on_a_world_learning_in_the_search_is_what_it_was():
     _, factory, _ = resolve_world("h200:softmax")
     world = factory(0)
     res, _ = run_on_world(world, world.tasks[0].task_id, replace(paper_standard(10), overgen=4),
-                          "threshold:0.7", seed=1, learning=CostModelSpec())
+                          "threshold:0.7", seed=1, learning=LearnedForecaster())
     assert (res.trace_hash, _scores(res.table)) == BEFORE["world"]

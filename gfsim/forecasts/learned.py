@@ -1,5 +1,5 @@
-"""A learned cost-model forecaster: gradient-boosted trees over what a candidate is, trained
-prequentially on what the search has measured so far. No LLM.
+"""The learned forecaster (a surrogate, once called the cost model): gradient-boosted trees
+over what a candidate is, trained prequentially on what the search has measured so far. No LLM.
 
 What it reads about a candidate (its *features*, from the log's candidate records):
 
@@ -33,18 +33,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from gfsim.core.errors import GfsimError, SpecError
 from gfsim.forecasts.bins import PAPER_EDGES, gaussian_bins
+from gfsim.forecasts.protocol import Forecaster
 
-__all__ = ["BINARY_FEATURES", "CostModelSpec", "CostModel", "parse_costmodel", "is_costmodel",
+__all__ = ["BINARY_FEATURES", "LearnedForecaster", "LearnedModel", "parse_learned", "is_learned",
            "encode", "candidate_features", "recorded_features", "recorded_latency", "log_metas",
            "forecast_seconds",
-           "prequential_records", "attach_costmodel", "PREFIX"]
+           "prequential_records", "attach_learned", "PREFIX", "ALIASES", "MODE"]
 
-PREFIX = "costmodel"
+PREFIX = "learned"
+ALIASES = ("costmodel",)  # its name before it was called learned; specs and logs still use it
+# The ``mode`` its forecast records carry in a log (logs written before the rename hold it).
+MODE = "costmodel"
 # What a candidate's ahead-of-time compile reports (gfsim.live.tasks.aot.binary_features): the
 # kernel count, the most registers per thread, dynamic shared memory and local memory (bytes)
 # of any one kernel, and the SASS instructions of all of them.
@@ -52,8 +57,14 @@ BINARY_FEATURES = ("kernels", "regs_max", "shared_max", "local_max", "sass_instr
 
 
 @dataclass(frozen=True)
-class CostModelSpec:
-    """The forecaster's settings (``costmodel:k=v,...``); defaults are stated choices."""
+class LearnedForecaster(Forecaster):
+    """The learned surrogate (``learned:k=v,...``, or ``costmodel:k=v,...`` as it was called):
+    its settings, whose defaults are stated choices. A replay trains it within each search
+    (``attach``; ``gfsim.simulator.learning``); a live run asks ``gfsim.live.learned``'s form
+    of it, which learns as the run measures."""
+
+    mode: ClassVar[str] = MODE
+    kind: ClassVar[str] = "learned"
 
     min_train: int = 8  # successes measured before the trees replace the prior
     prior_sigma: float = 1.0  # log2 width of the prior (an ASSUMPTION)
@@ -64,14 +75,23 @@ class CostModelSpec:
     max_depth: int = 3
     learning_rate: float = 0.1
     seed: int = 0
+    prefix: str = PREFIX  # the name it was asked for by (PREFIX or an alias): its name's head
 
     @property
     def name(self) -> str:
-        base = CostModelSpec()
-        diff = [f"{k}={v:g}" for k, v in asdict(self).items() if getattr(base, k) != v]
-        return PREFIX + (":" + ",".join(diff) if diff else "")
+        base = LearnedForecaster()
+        diff = [f"{k}={v:g}" for k, v in asdict(self).items()
+                if k != "prefix" and getattr(base, k) != v]
+        return self.prefix + (":" + ",".join(diff) if diff else "")
+
+    def attach(self, log):
+        """``log`` with this forecaster's prequential forecasts added (``attach_learned``)."""
+        return attach_learned(log, self)
 
     def __post_init__(self):
+        if self.prefix not in (PREFIX, *ALIASES):
+            raise SpecError(f"--forecaster {self.prefix}: not a name of the learned forecaster "
+                            f"({', '.join((PREFIX, *ALIASES))})")
         for key, lo, hi in (("min_train", 2, 10**6), ("prior_sigma", 1e-3, 10.0),
                             ("min_sigma", 1e-4, 10.0), ("min_errors", 1, 10**6),
                             ("window", 1, 10**6), ("max_iter", 1, 10**5), ("max_depth", 1, 64),
@@ -81,16 +101,22 @@ class CostModelSpec:
                 raise SpecError(f"--forecaster {PREFIX}: {key}={v!r} outside [{lo}, {hi}]")
 
 
-def is_costmodel(spec: str | None) -> bool:
-    return isinstance(spec, str) and (spec == PREFIX or spec.startswith(PREFIX + ":"))
+def is_learned(spec: str | None) -> bool:
+    """Whether ``spec`` names the learned forecaster (``learned[:k=v,...]`` or an alias)."""
+    return isinstance(spec, str) and spec.partition(":")[0] in (PREFIX, *ALIASES)
 
 
-def parse_costmodel(spec: str) -> CostModelSpec:
-    """``costmodel`` or ``costmodel:min_train=8,prior_sigma=1,...`` (``CostModelSpec``)."""
+def parse_learned(spec: str) -> LearnedForecaster:
+    """``learned`` or ``learned:min_train=8,prior_sigma=1,...`` (``LearnedForecaster``; the
+    head may be an alias, ``costmodel``, which the forecaster's name then keeps)."""
     from gfsim.core.specs import parse_kv
 
-    _, _, rest = spec.partition(":")
-    fields = CostModelSpec.__dataclass_fields__
+    head, _, rest = spec.partition(":")
+    if head not in (PREFIX, *ALIASES):
+        raise SpecError(f"--forecaster {spec!r}: not the learned forecaster "
+                        f"({' or '.join((PREFIX, *ALIASES))}[:k=v,...])")
+    fields = {k: f for k, f in LearnedForecaster.__dataclass_fields__.items()
+              if k != "prefix"}
     kw: dict = {}
     for key, raw in parse_kv(rest, "--forecaster") if rest else []:
         if key not in fields:
@@ -102,7 +128,7 @@ def parse_costmodel(spec: str) -> CostModelSpec:
         except ValueError:
             raise SpecError(f"--forecaster {spec!r}: {key}={raw!r} is not "
                             f"{'a whole number' if kind is int else 'a number'}") from None
-    return CostModelSpec(**kw)
+    return LearnedForecaster(**kw, prefix=head)
 
 
 def encode(meta: dict | None, parent_log2: float | None) -> dict[str, float]:
@@ -136,14 +162,14 @@ def candidate_features(extra) -> dict | None:
 
 def recorded_features(log) -> dict[str, dict]:
     """candidate id -> the compile features a live cost model recorded on its forecast of that
-    candidate (``gfsim live --forecaster costmodel`` computes them on the trusted side and keeps
+    candidate (``gfsim live --forecaster learned`` computes them on the trusted side and keeps
     them on the forecast record, not on the candidate's ``source_meta``)."""
     fc = log.forecasts
     if "extra" not in fc or not len(fc):
         return {}
     out: dict[str, dict] = {}
     for cid, mode, e in zip(fc["candidate_id"].tolist(), fc["mode"].tolist(), fc["extra"]):
-        if mode == "costmodel" and isinstance(e, dict) and isinstance(e.get("features"), dict) \
+        if mode == MODE and isinstance(e, dict) and isinstance(e.get("features"), dict) \
                 and e["features"]:
             out.setdefault(cid, e["features"])
     return out
@@ -174,16 +200,16 @@ def recorded_latency(log) -> dict[str, float]:
     out: dict[str, float] = {}
     for cid, mode, s in zip(fc["candidate_id"].tolist(), fc["mode"].tolist(),
                             fc["latency_s"].tolist()):
-        if mode == "costmodel" and isinstance(s, (int, float)) and s == s and s >= 0:
+        if mode == MODE and isinstance(s, (int, float)) and s == s and s >= 0:
             out.setdefault(cid, float(s))
     return out
 
 
-class CostModel:
+class LearnedModel:
     """The online model: ``observe`` measured successes, ``forecast`` a batch, ``score`` the
     batch's outcomes afterwards (for the width)."""
 
-    def __init__(self, spec: CostModelSpec = CostModelSpec()):
+    def __init__(self, spec: LearnedForecaster = LearnedForecaster()):
         self.spec = spec
         self.rows: list[dict[str, float]] = []
         self.y: list[float] = []
@@ -260,7 +286,7 @@ class _Boosted:
     Why: a search refits the model at every step on tens of rows, where those objects (about
     1 ms a tree: nodes, a heap, histogram views parsed from their buffer format, a predictor's
     arrays) were most of a fit and made a closed-loop search reading the cost model cost ~4x
-    one reading the log's what-if forecasts. ``tests/test_costmodel_batch.py`` checks the fit
+    one reading the log's what-if forecasts. ``tests/test_learned_batch.py`` checks the fit
     and the predictions against scikit-learn's own, to the bit."""
 
     @staticmethod
@@ -440,7 +466,7 @@ class _Forest:
     down every tree at once, with the same result as its ``predict``, bit for bit: each row
     goes left where its value is at most the node's threshold (a missing value where the node
     sends them), and its raw prediction is the baseline plus each tree's leaf value in turn,
-    the sum scikit-learn makes (``tests/test_costmodel_batch.py`` checks the equality).
+    the sum scikit-learn makes (``tests/test_learned_batch.py`` checks the equality).
 
     Why: scikit-learn's ``predict`` walks one tree at a time behind per-call checks and
     thread set-up, a few milliseconds for the ~16 children of a step, paid at every step of
@@ -510,7 +536,7 @@ def distribution(centre: np.ndarray, width: float, edges=PAPER_EDGES) -> np.ndar
     return p / p.sum(axis=1, keepdims=True)
 
 
-def prequential_records(log, spec: CostModelSpec, *, train_on: set[str] | None = None,
+def prequential_records(log, spec: LearnedForecaster, *, train_on: set[str] | None = None,
                         memo: dict | None = None) -> tuple[list[dict], dict]:
     """Cost-model forecast records for every candidate of ``log`` (module docstring), and a
     summary: candidates with features, the steps forecast by the prior and by the trees.
@@ -544,7 +570,7 @@ def prequential_records(log, spec: CostModelSpec, *, train_on: set[str] | None =
         by_search.setdefault(col["search_id"][i], []).append(int(i))
     for sid, rows in by_search.items():
         summary["searches"] += 1
-        model = CostModel(spec)
+        model = LearnedModel(spec)
         history: list[str] = []  # the candidates learned from so far, in order
         steps: dict[int, list[int]] = {}
         for i in rows:
@@ -573,7 +599,7 @@ def prequential_records(log, spec: CostModelSpec, *, train_on: set[str] | None =
             for i, c, p in zip(idx, centre, probs):
                 cid = col["candidate_id"][i]
                 recs.append({"kind": "forecast", "candidate_id": cid, "forecaster": spec.name,
-                             "mode": "costmodel", "probs": [round(float(v), 9) for v in p],
+                             "mode": MODE, "probs": [round(float(v), 9) for v in p],
                              "raw_probability_sum": 1.0, "predicted_bin": int(np.argmax(p)) + 1,
                              "parse_failed": False, "repeat": 0,
                              "input_tokens": 0, "output_tokens": 0,
@@ -611,9 +637,9 @@ def forecast_seconds(meta) -> float:
     return round(float(v), 3) if isinstance(v, (int, float)) and v >= 0 else 0.0
 
 
-def attach_costmodel(log, spec: CostModelSpec):
+def attach_learned(log, spec: LearnedForecaster):
     """A copy of ``log`` whose forecasts also hold the cost model's (in memory)."""
     from gfsim.forecasts.attach import attach_records
 
     recs, _ = prequential_records(log, spec)
-    return attach_records(log, recs, spec.name, "costmodel")
+    return attach_records(log, recs, spec.name, MODE)

@@ -1,6 +1,6 @@
-"""The cost-model forecaster in a live run (``gfsim live --forecaster costmodel``).
+"""The learned forecaster in a live run (``gfsim live --forecaster learned``).
 
-The same model as ``gfsim.forecasts.costmodel``, trained online: the live driver tells it every
+The same model as ``gfsim.forecasts.learned``, trained online: the live driver tells it every
 evaluation of its search as it is recorded (``observe``), and a candidate's forecast, made
 before its decision, is fitted on what the search has measured until then and nothing after.
 One model per search.
@@ -19,31 +19,36 @@ import math
 import threading
 import time
 
-from gfsim.forecasts.costmodel import (
-    CostModel,
-    CostModelSpec,
+from gfsim.forecasts.learned import (
+    LearnedModel,
+    MODE,
+    LearnedForecaster,
     distribution,
     encode,
-    parse_costmodel,
+    parse_learned,
 )
 from gfsim.live.forecaster import Forecast, Forecaster, ForecastRequest
 
-__all__ = ["LiveCostModel", "make_costmodel"]
+__all__ = ["LiveLearnedForecaster", "make_learned"]
 
 
-def make_costmodel(spec: str) -> LiveCostModel:
-    return LiveCostModel(parse_costmodel(spec))
+def make_learned(spec: str) -> LiveLearnedForecaster:
+    return LiveLearnedForecaster(parse_learned(spec))
 
 
-class LiveCostModel(Forecaster):
-    mode = "costmodel"
+class LiveLearnedForecaster(Forecaster):
+    """The learned forecaster (``spec``) in a live run: one model per search, fitted on what
+    that search has measured before each forecast."""
+
+    mode = MODE
+    kind = "learned"
     concurrency = 1
 
-    def __init__(self, spec: CostModelSpec = CostModelSpec(), arch: int = 90):
+    def __init__(self, spec: LearnedForecaster = LearnedForecaster(), arch: int = 90):
         self.spec = spec
         self.name = spec.name
         self.arch = arch
-        self._models: dict[str, CostModel] = {}
+        self._models: dict[str, LearnedModel] = {}
         self._features: dict[str, dict] = {}  # code -> compile features (or {})
         self._pending: dict[str, tuple[str, dict, float | None]] = {}  # cid -> (search, x, c)
         self._lock = threading.Lock()
@@ -92,7 +97,7 @@ class LiveCostModel(Forecaster):
         t0 = time.perf_counter()
         x = self.features(request)
         with self._lock:
-            model = self._models.setdefault(request.search_id, CostModel(self.spec))
+            model = self._models.setdefault(request.search_id, LearnedModel(self.spec))
             centre, width, learned = model.predict([x])
             trained = len(model.y)
             self._pending[request.candidate_id] = (request.search_id, x,
@@ -105,7 +110,7 @@ class LiveCostModel(Forecaster):
                        + (f"(trees on {trained} measured successes)" if learned else
                           "(the prior: the parent's speedup)"))
         # What it read and predicted, so that a replay's cost model can read the same compile
-        # features (gfsim.forecasts.costmodel.prequential_records) and the log says how each
+        # features (gfsim.forecasts.learned.prequential_records) and the log says how each
         # forecast was made.
         f.extra = {"features": dict(self._features.get(request.candidate_code) or {}),
                    "centre_log2": round(float(centre[0]), 6), "width_log2": round(width, 6),
@@ -124,7 +129,7 @@ class LiveCostModel(Forecaster):
             return
         y = math.log2(float(evaluation["speedup"]))
         with self._lock:
-            model = self._models.setdefault(sid, CostModel(self.spec))
+            model = self._models.setdefault(sid, LearnedModel(self.spec))
             if predicted is not None:
                 model.score(predicted, y)
             model.observe(x, y)
