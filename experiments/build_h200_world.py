@@ -114,7 +114,7 @@ def main() -> int:
     a = ap.parse_args()
     t_start = time.monotonic()
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    from gfsim.live.measurer import MeasurerConfig, TritonMeasurer
+    from gfsim.live.measure.measurer import MeasurerConfig, TritonMeasurer
     from gfsim.live.tasks import get_task
 
     task = get_task(a.task)

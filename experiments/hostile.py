@@ -170,7 +170,7 @@ def _forge(factor: float, skip_flush: bool = False):
     def body(ctx):
         return textwrap.dedent(f'''
             import sys
-            _t = sys.modules["gfsim.live.timing"]
+            _t = sys.modules["gfsim.live.measure.timing"]
             _real = _t.time_reps
             {flush}
             def _fake(*a, **k):
@@ -676,7 +676,7 @@ def _clock_attack(kind: str):
         """)
 
     def body(ctx):
-        return "import gfsim.live.gpushare as _g\n" + patch + "\n" + _run()
+        return "import gfsim.live.measure.gpushare as _g\n" + patch + "\n" + _run()
     return body
 
 

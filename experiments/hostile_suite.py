@@ -28,7 +28,7 @@ import sys
 import time
 
 from hostile import ROWS, Context, format_table, honest_code, run_suite  # (beside this script)
-from gfsim.live.measurer import MeasurerConfig, TritonMeasurer
+from gfsim.live.measure.measurer import MeasurerConfig, TritonMeasurer
 from gfsim.live.tasks import get_task
 
 
@@ -214,7 +214,7 @@ def reads_check(args) -> int:
                            capture_output=True, text=True, timeout=300)
     if probe.stdout.strip() != "1":  # Triton reads it when it is imported
         os.environ["TRITON_INTERPRET"] = "1"
-    from gfsim.live import sandbox
+    from gfsim.live.measure import sandbox
 
     task = get_task(args.task)
     root = tempfile.mkdtemp(prefix="gfsim-readcheck-")
@@ -256,7 +256,7 @@ def _confined_run(task, fac, root: str, dev_writes: bool = False) -> dict:
     import os
     import tempfile
 
-    from gfsim.live import sandbox
+    from gfsim.live.measure import sandbox
 
     if "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized():
         raise RuntimeError("CUDA started in the parent: its forked children cannot use it")
@@ -298,7 +298,7 @@ def _confined_kernel(task, fac, folder: str, w: int) -> None:  # the inner child
         os.environ.update(HOME=folder, TMPDIR=folder,
                           TRITON_CACHE_DIR=os.path.join(folder, "triton-cache"))
         tempfile.tempdir = folder
-        from gfsim.live import sandbox
+        from gfsim.live.measure import sandbox
 
         out["confined"] = {k: v for k, v in sandbox.enter_inner(fac, folder, 1024).items()
                            if k != "readable"}

@@ -18,7 +18,7 @@ import statistics
 import time
 from dataclasses import replace
 
-from gfsim.live.measurer import MeasurerConfig, TritonMeasurer
+from gfsim.live.measure.measurer import MeasurerConfig, TritonMeasurer
 from gfsim.live.tasks import TASKS, get_task
 
 

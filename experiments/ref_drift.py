@@ -16,7 +16,7 @@ import sys
 
 CHILD = r"""
 import json, sys, threading, time
-from gfsim.live.measurer import MeasurerConfig, TritonMeasurer
+from gfsim.live.measure.measurer import MeasurerConfig, TritonMeasurer
 task, spin = sys.argv[1], sys.argv[2] == "1"
 m = TritonMeasurer(task, MeasurerConfig())
 stop = threading.Event()

@@ -23,7 +23,8 @@ across processes, less the same protocol with a child that does nothing (the nul
 GPU machine: ``python experiments/trusted_timeline_probe.py [--reps 100] [--json OUT]``.
 Needs ``cuda-python`` (``cuda.bindings``) and the ``unshare`` program. It stands alone (no
 gfsim import), as it was run to decide the design; the measurer's own version of these
-primitives is ``gfsim.live.gpushare`` and its protocol ``gfsim.live.measurer._GpuClock``.
+primitives is ``gfsim.live.measure.gpushare`` and its protocol
+``gfsim.live.measure.measurer._GpuClock``.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A cgroup v2 group that holds processes hands its controllers down through a leaf (issue 52,
-item 2): ``gfsim.live.cgroup.delegate`` moves every process of the group into a leaf
+item 2): ``gfsim.live.measure.cgroup.delegate`` moves every process of the group into a leaf
 ``gfsim-measurer-<pid>`` (the kernel refuses a domain controller in ``cgroup.subtree_control``
 while the group holds any process, whoever started it), enables the controllers, and
 ``undelegate`` turns them off, moves the processes back and removes the leaf, once no other
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from gfsim.live import cgroup
-from gfsim.live.sandbox import kernel_limits, limits_word
+from gfsim.live.measure import cgroup
+from gfsim.live.measure.sandbox import kernel_limits, limits_word
 
 # Domain controllers (the no-internal-processes rule binds them; pids, cpu and the like are
 # threaded and exempt), most telling first.
@@ -204,7 +204,7 @@ def test_the_sandbox_word_says_which_limit_held():
 _HOLDER = """
 import os, sys
 from pathlib import Path
-from gfsim.live import cgroup
+from gfsim.live.measure import cgroup
 base, controller = sys.argv[1], sys.argv[2]
 Path(base, "cgroup.procs").write_text(str(os.getpid()))
 def own():

@@ -227,7 +227,7 @@ def _in_folder(body: str) -> str:
 def measurer(tmp_path_factory):
     pytest.importorskip("torch")
     pytest.importorskip("triton")
-    from gfsim.live.measurer import MeasurerConfig, TritonMeasurer
+    from gfsim.live.measure.measurer import MeasurerConfig, TritonMeasurer
 
     cfg = MeasurerConfig(compile_timeout_s=60, check_timeout_s=30, memory_limit_mb=1500,
                          folder_max_depth=16, folder_max_entries=2000, folder_max_mb=64)
@@ -300,7 +300,7 @@ def test_a_later_measurer_start_measures_after_a_hostile_folder_was_left(tmp_pat
     by no one): the next measurer on that folder starts, measures, and removes it."""
     pytest.importorskip("torch")
     pytest.importorskip("triton")
-    from gfsim.live.measurer import MeasurerConfig, TritonMeasurer
+    from gfsim.live.measure.measurer import MeasurerConfig, TritonMeasurer
 
     left = tmp_path / f"gfsim-measure-{_dead_pid()}-killed" / "gfsim-worker-x"
     left.mkdir(parents=True)

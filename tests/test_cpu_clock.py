@@ -15,7 +15,7 @@ import pytest
 
 from gfsim.core.errors import GfsimError
 from gfsim.live.driver import CPU_CLOCK_NOTE, LiveOptions, LiveRun
-from gfsim.live.measurer import Measurer
+from gfsim.live.measure.measurer import Measurer
 from gfsim.live.sources import MutationSource
 from gfsim.replay_logs import load_log
 from gfsim.replay_logs.io import iter_records
@@ -183,7 +183,7 @@ pytest.importorskip("triton")
 # do): every reported time divided by a million.
 FORGER = '''
 import sys, torch
-_t = sys.modules["gfsim.live.timing"]
+_t = sys.modules["gfsim.live.measure.timing"]
 _real = _t.time_reps
 def _fake(*a, **k):
     r = _real(*a, **k)
@@ -202,7 +202,7 @@ ATEN = "import torch\ndef run(x):\n    return torch.ops.aten._softmax(x, -1, Fal
 
 @pytest.fixture(scope="module")
 def cpu_measurer(tmp_path_factory):
-    from gfsim.live.measurer import MeasurerConfig, TritonMeasurer
+    from gfsim.live.measure.measurer import MeasurerConfig, TritonMeasurer
 
     cfg = MeasurerConfig(cpu_timing=True, rse_target=0.2, max_reps=10,
                          cpu_shapes=({"M": 64, "N": 4096},), timing_timeout_s=20,

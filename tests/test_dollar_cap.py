@@ -123,7 +123,7 @@ def test_the_surrogate_s_forecasts_are_held_to_the_cap(tmp_path):
     """A forecast reserves its prompt at the forecaster's prices and settles the tokens it
     reported; once the cap refuses one, the program is skipped with the cap as its reason."""
     from gfsim.integrations.openevolve import Surrogate
-    from gfsim.live.forecaster import Forecast, Forecaster
+    from gfsim.live.llm.forecaster import Forecast, Forecaster
 
     class Fixed(Forecaster):
         name, mode, max_tokens = "fixed", "logprobs", 10
@@ -185,8 +185,8 @@ def test_a_prompt_s_reservation_bounds_its_tokens():
     (it is with vLLM's and OpenAI's clients), and for gfsim's own forecast prompts, whose text
     besides the code, the reference and the task stays within PROMPT_TEMPLATE_BYTES."""
     from gfsim.integrations.cap import MESSAGE_TOKENS, chat_bytes, text_bytes
-    from gfsim.live.forecaster import ForecastRequest
-    from gfsim.live.prompt import PROMPT_TEMPLATE_BYTES, label_messages, tool_messages
+    from gfsim.live.llm.forecaster import ForecastRequest
+    from gfsim.live.llm.prompt import PROMPT_TEMPLATE_BYTES, label_messages, tool_messages
 
     texts = ["def softmax(x):\n    return x.exp() / x.exp().sum()\n", "日本語のカーネル " * 40,
              "émigré naïve café " * 50, "🚀" * 100, "\t \n" * 200]

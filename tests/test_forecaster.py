@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from gfsim.cli.main import app
 from gfsim.core.errors import SpecError
-from gfsim.live import prompt as P
-from gfsim.live.forecaster import (
+from gfsim.live.llm import prompt as P
+from gfsim.live.llm.forecaster import (
     Forecast,
     ForecasterError,
     ForecastRequest,
@@ -289,7 +289,7 @@ def test_gfsim_forecast_adds_resumable_forecasts_to_the_shipped_h200_log(vllm_se
                               unreachable, "--out", str(out), "--json"])
     assert res.exit_code == 2 and "tokenize" in res.output
     # A server whose completions fail: the rest are recorded as errors (nothing dropped).
-    from gfsim.live.forecast_log import forecast_log
+    from gfsim.live.llm.forecast_log import forecast_log
 
     f = through(vllm_server, proxy(default="drop"), retries=1, labels="words")
     s2 = forecast_log("h200-suite-v0", f, out)
@@ -364,7 +364,7 @@ def test_a_forecast_with_no_answer_leaves_the_candidate_unforecast_in_a_replay(t
 
 LOCAL_SCRIPT = """
 import json, sys
-from gfsim.live.forecaster import VllmLocalForecaster, ForecastRequest
+from gfsim.live.llm.forecaster import VllmLocalForecaster, ForecastRequest
 if __name__ == "__main__":
     reqs = [ForecastRequest(**r) for r in json.loads(sys.argv[2])]
     f = VllmLocalForecaster(sys.argv[1], labels="words", max_prompt_tokens=int(sys.argv[3]),

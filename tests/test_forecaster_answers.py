@@ -12,13 +12,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from gfsim.live.forecaster import (
+from gfsim.live.llm.forecaster import (
     REFUSALS_TO_STOP,
     ForecasterError,
     ForecastRequest,
     VllmForecaster,
 )
-from gfsim.live.prompt import PROB_FIELDS, TOOL_NAME
+from gfsim.live.llm.prompt import PROB_FIELDS, TOOL_NAME
 
 LABEL_ID = {str(b): 100 + b for b in range(1, 9)}  # the "digits" labels' token ids here
 

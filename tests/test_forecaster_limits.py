@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from gfsim.live.forecaster import MAX_ANSWER_BYTES, ForecastRequest, VllmForecaster
+from gfsim.live.llm.forecaster import MAX_ANSWER_BYTES, ForecastRequest, VllmForecaster
 
 LABEL_ID = {str(b): 100 + b for b in range(1, 9)}  # the "digits" labels' token ids here
 MiB = 2**20
@@ -194,7 +194,7 @@ def test_a_slow_drip_ends_at_the_request_deadline(serve):
 
 CHILD = textwrap.dedent("""
     import resource, sys
-    from gfsim.live.forecaster import ForecastRequest, VllmForecaster
+    from gfsim.live.llm.forecaster import ForecastRequest, VllmForecaster
     f = VllmForecaster(sys.argv[1], "scripted", retries=0, backoff_s=0.0, timeout_s=60.0)
     f.prepare()  # httpx imported and a connection made before the first measurement
     req = ForecastRequest("c", "def run(x):\\n    return x\\n", "def run(x):\\n    return x\\n")

@@ -1,4 +1,4 @@
-"""The parts of the measurer's GPU clock (``gfsim.live.gpushare``) that need no GPU: how the
+"""The parts of the measurer's GPU clock (``gfsim.live.measure.gpushare``) that need no GPU: how the
 clock reads a timed process's description of its outputs, how inputs are laid out in the
 shared region, the pool's allocator (compiled and run here on host memory), and how the
 measurer chooses its clock. The protocol itself runs on the H200
@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from gfsim.core.errors import GfsimError
-from gfsim.live import gpushare
-from gfsim.live.gpushare import SpecError, check_output_spec
+from gfsim.live.measure import gpushare
+from gfsim.live.measure.gpushare import SpecError, check_output_spec
 
 POOL = 1 << 20
 
@@ -127,7 +127,7 @@ def test_what_the_gpu_clock_lacks_is_said(monkeypatch):
 
 def test_without_a_gpu_the_measurer_keeps_its_wall_clock_and_says_why():
     pytest.importorskip("torch")
-    from gfsim.live.measurer import MeasurerConfig, TritonMeasurer
+    from gfsim.live.measure.measurer import MeasurerConfig, TritonMeasurer
 
     m = TritonMeasurer("softmax", MeasurerConfig(interpret=True))
     assert m.clock_mode() == "wall" and m.clock_note == "no GPU"

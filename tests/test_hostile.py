@@ -15,7 +15,7 @@ from gfsim.live.candidates import CodeCandidate  # noqa: E402
 # The rows are test-only code, kept with the experiment that runs them on a GPU.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 from hostile import ROWS, Context, format_table, honest_code, run_row  # noqa: E402
-from gfsim.live.measurer import MeasurerConfig, TritonMeasurer  # noqa: E402
+from gfsim.live.measure.measurer import MeasurerConfig, TritonMeasurer  # noqa: E402
 from gfsim.live.tasks import get_task  # noqa: E402
 
 CPU_ROWS = [r for r in ROWS if not r.gpu_only]

@@ -285,10 +285,10 @@ def test_a_detached_grandchild_does_not_outlive_a_degraded_sandbox(tmp_path):
 
     pytest.importorskip("torch")
     pytest.importorskip("triton")
-    import gfsim.live.measurer as mod
+    import gfsim.live.measure.measurer as mod
     from gfsim.live.candidates import CodeCandidate
-    from gfsim.live.measurer import MeasurerConfig, TritonMeasurer
-    from gfsim.live.sandbox import Facilities
+    from gfsim.live.measure.measurer import MeasurerConfig, TritonMeasurer
+    from gfsim.live.measure.sandbox import Facilities
 
     class NoNamespaces(TritonMeasurer):
         def _start_zygote(self):

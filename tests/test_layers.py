@@ -83,8 +83,8 @@ def test_a_lower_layer_importing_a_higher_one_breaks_the_layers(tree):
 
 
 def test_an_import_circle_inside_a_package_breaks_the_acyclic_contract(tree):
-    append(tree / "gfsim/live/prompt.py",
-           "\n\ndef _peek():\n    from gfsim.live import forecaster\n")
+    append(tree / "gfsim/live/llm/prompt.py",
+           "\n\ndef _peek():\n    from gfsim.live.llm import forecaster\n")
     out = lint(tree)
     assert out.returncode != 0
     assert "No cycles are allowed in gfsim.live" in out.stdout

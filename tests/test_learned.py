@@ -320,8 +320,8 @@ def test_the_live_cost_model_compiles_the_suite_s_code_whatever_its_parameter_or
     """A switch child's parameters arrive in the variant's order and a completed parent's with
     the added parameter first: the trust check (the code is exactly the suite's render) must
     accept both, so the model reads their compile features."""
-    from gfsim.live.learned import LiveLearnedForecaster
-    from gfsim.live.forecaster import ForecastRequest
+    from gfsim.live.llm.learned import LiveLearnedForecaster
+    from gfsim.live.llm.forecaster import ForecastRequest
     from gfsim.live.tasks import get_task
 
     task = get_task("softmax")

@@ -159,7 +159,7 @@ def test_a_duplicate_kernel_is_measured_once_and_its_code_stored_once(tmp_path):
     """With no retries the mutation operator repeats kernels; a repeat reuses the first
     measurement (zero seconds, reused_from) and the log stores each code once."""
     from gfsim.live.driver import LiveOptions, LiveRun
-    from gfsim.live.measurer import MeasurerConfig, TritonMeasurer
+    from gfsim.live.measure.measurer import MeasurerConfig, TritonMeasurer
     from gfsim.live.sources import MutationSource
     from gfsim.simulator.puct_engine import SearchConfig
 
@@ -188,7 +188,7 @@ def test_a_duplicate_kernel_is_measured_once_and_its_code_stored_once(tmp_path):
 
 
 def test_the_reference_is_retimed_every_n_candidates(tmp_path):
-    from gfsim.live.measurer import MeasurerConfig, TritonMeasurer
+    from gfsim.live.measure.measurer import MeasurerConfig, TritonMeasurer
     from gfsim.live.tasks import get_task
 
     task = get_task("softmax")
@@ -266,7 +266,7 @@ def test_a_write_cut_by_a_crash_is_dropped_before_resuming(tmp_path):
     """The last gzip member cut short (a crash mid-write): resuming rewrites the log without
     it (still gzipped), redoes only what it held, and measures nothing again."""
     from gfsim.live.driver import LiveOptions, LiveRun
-    from gfsim.live.measurer import MeasurerConfig, TritonMeasurer
+    from gfsim.live.measure.measurer import MeasurerConfig, TritonMeasurer
     from gfsim.live.sources import MutationSource
     from gfsim.simulator.puct_engine import SearchConfig
 
@@ -317,7 +317,7 @@ def test_an_llm_mutator_drives_a_live_run(vllm_server, tmp_path):
 _DYING = '''
 import os, signal, sys
 from gfsim.live.driver import LiveOptions, LiveRun
-from gfsim.live.measurer import MeasurerConfig, TritonMeasurer
+from gfsim.live.measure.measurer import MeasurerConfig, TritonMeasurer
 from gfsim.live.sources import MutationSource
 from gfsim.simulator.puct_engine import SearchConfig
 
@@ -380,7 +380,7 @@ def test_a_candidate_that_kills_the_run_is_a_failure_on_resume_not_redone_foreve
 
 def _cpu_run(out, tmp_path, forecaster=None, steps=3):
     from gfsim.live.driver import LiveOptions, LiveRun
-    from gfsim.live.measurer import MeasurerConfig, TritonMeasurer
+    from gfsim.live.measure.measurer import MeasurerConfig, TritonMeasurer
     from gfsim.live.sources import MutationSource
     from gfsim.simulator.puct_engine import SearchConfig
 

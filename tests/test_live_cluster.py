@@ -20,7 +20,7 @@ from typer.testing import CliRunner  # noqa: E402
 
 from gfsim.cli.main import app  # noqa: E402
 from gfsim.core.errors import GfsimError  # noqa: E402
-from gfsim.live.measurer import MeasurerConfig  # noqa: E402
+from gfsim.live.measure.measurer import MeasurerConfig  # noqa: E402
 from gfsim.replay_logs import load_log  # noqa: E402
 from gfsim.replay_logs.io import iter_records  # noqa: E402
 
@@ -88,7 +88,7 @@ def test_a_measurer_killed_mid_measurement_loses_no_candidate(ray_address, tmp_p
     import ray
 
     from gfsim.live.driver import LiveOptions, LiveRun
-    from gfsim.live.gpus import ray_pool
+    from gfsim.live.measure.gpus import ray_pool
     from gfsim.live.sources import MutationSource
     from gfsim.simulator.puct_engine import SearchConfig
 
@@ -131,7 +131,7 @@ def test_a_measurer_killed_mid_measurement_loses_no_candidate(ray_address, tmp_p
 
 def test_a_cluster_without_gpus_is_refused_for_gpu_measurement_in_one_line(ray_address,
                                                                             tmp_path):
-    from gfsim.live.gpus import ray_pool
+    from gfsim.live.measure.gpus import ray_pool
 
     with pytest.raises(GfsimError, match="has no GPU") as got:
         ray_pool("ray", MeasurerConfig())

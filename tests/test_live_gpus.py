@@ -1,6 +1,6 @@
-"""Where a live run measures (``gfsim.live.gpus``): candidates sent to free measurers, several at
-once; a measurer lost mid-measurement costs a measurement again elsewhere, flagged, never a
-candidate; what a resumed run makes of it. The measurers here are stand-ins that answer as a
+"""Where a live run measures (``gfsim.live.measure.gpus``): candidates sent to free measurers,
+several at once; a measurer lost mid-measurement costs a measurement again elsewhere, flagged,
+never a candidate; what a resumed run makes of it. The measurers here are stand-ins that answer as a
 ``TritonMeasurer`` would (the logic around the real ones); the real ones, as Ray actors on a
 real cluster, are in tests/test_live_cluster.py."""
 
@@ -15,7 +15,7 @@ import pytest
 from gfsim.core.errors import GfsimError
 from gfsim.live.candidates import CandidateSource, Generated, task_seed
 from gfsim.live.driver import LiveOptions, LiveRun
-from gfsim.live.gpus import LOSSES_PER_CANDIDATE, MeasurerPool, Slot, SlotLost
+from gfsim.live.measure.gpus import LOSSES_PER_CANDIDATE, MeasurerPool, Slot, SlotLost
 from gfsim.live.sources import MutationSource
 from gfsim.replay_logs import load_log
 from gfsim.replay_logs.io import iter_records

@@ -327,7 +327,7 @@ def test_make_inputs_is_bitwise_identical_in_a_fresh_process(tmp_path):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_reference_entry_points_exist_and_are_blocked_names(name):
-    from gfsim.live.worker import resolve  # what the worker's guard uses
+    from gfsim.live.measure.worker import resolve  # what the worker's guard uses
 
     task = get_task(name)
     for dotted in task.blocked:
@@ -513,7 +513,7 @@ REFERENCE_CALLS = [
 
 @pytest.mark.parametrize("name,call", REFERENCE_CALLS)
 def test_a_candidate_calling_the_reference_is_refused(name, call):
-    from gfsim.live.worker import BlockedCall, guard
+    from gfsim.live.measure.worker import BlockedCall, guard
 
     task = get_task(name)
     inputs = task.make_inputs(task.check_shapes[0], 0, "cpu")
@@ -526,7 +526,7 @@ def test_a_candidate_calling_the_reference_is_refused(name, call):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_the_guard_replaces_every_blocked_entry_point(name):
-    from gfsim.live.worker import guard, resolve
+    from gfsim.live.measure.worker import guard, resolve
 
     task = get_task(name)
     before = {d: getattr(*resolve(d)) for d in task.blocked}
@@ -539,7 +539,7 @@ def test_the_guard_replaces_every_blocked_entry_point(name):
 def test_the_measurer_checks_both_outputs_of_a_two_output_task(tmp_path):
     # The worker saves (q, s) as two files and the parent judges them with Task.compare;
     # real kernels under the interpreter, in the worker, under the guard.
-    from gfsim.live.measurer import CORRECT_UNTIMED, MeasurerConfig, TritonMeasurer
+    from gfsim.live.measure.measurer import CORRECT_UNTIMED, MeasurerConfig, TritonMeasurer
 
     good = get_task("fp8_quant").candidates()[0]
 
@@ -679,7 +679,7 @@ def test_new_task_candidates_run_under_the_guard_on_gpu(name, i):
     if not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         pytest.skip("needs CUDA (and TRITON_INTERPRET unset)")
     from gfsim.live.tasks.selfcheck import check
-    from gfsim.live.worker import guard
+    from gfsim.live.measure.worker import guard
 
     task = get_task(name)
     c = task.candidates()[i]

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from gfsim.live.measurer import CORRECT_UNTIMED, MeasurerConfig, TritonMeasurer  # noqa: E402
+from gfsim.live.measure.measurer import CORRECT_UNTIMED, MeasurerConfig, TritonMeasurer  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -160,14 +160,14 @@ def test_no_network_where_the_kernel_allows_a_namespace(measurer):
 def test_a_machine_without_the_sandbox_refuses_untrusted_code(tmp_path):
     """Where the kernel lacks a facility, the measurer refuses to start, naming what is
     missing; --trust-candidates (trust_candidates) runs with what there is."""
-    from gfsim.live.measurer import UntrustedRefused
-    from gfsim.live.sandbox import Facilities
+    from gfsim.live.measure.measurer import UntrustedRefused
+    from gfsim.live.measure.sandbox import Facilities
 
     class Limited(TritonMeasurer):
         def _start_zygote(self):
             zygote = super()._start_zygote() if self._zygote is not None else None
             if zygote is None:
-                import gfsim.live.measurer as mod
+                import gfsim.live.measure.measurer as mod
 
                 real = mod._Zygote
 
@@ -201,7 +201,7 @@ def test_the_watchdog_counts_a_sandbox_tmpfs_only_once_it_is_mounted(tmp_path):
     watchdog reads them at are the host's (its /dev/shm, the disk under the folder): their used
     bytes are not the sandbox's memory. CI once killed two starting sandboxes "for memory" this
     way on a loaded machine (the disk's gigabytes counted); reproduced by delaying the mounts."""
-    from gfsim.live.measurer import _own_tmpfs_kb
+    from gfsim.live.measure.measurer import _own_tmpfs_kb
 
     assert _own_tmpfs_kb(tmp_path, tmp_path) == 0.0  # not mounted over: the host's disk
     assert _own_tmpfs_kb(tmp_path / "gone", tmp_path) == 0.0

@@ -8,7 +8,7 @@ pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
 
-from gfsim.live.measurer import MeasurerConfig, TritonMeasurer  # noqa: E402
+from gfsim.live.measure.measurer import MeasurerConfig, TritonMeasurer  # noqa: E402
 from gfsim.live.tasks import TASKS, get_task  # noqa: E402
 
 

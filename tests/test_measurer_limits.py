@@ -18,8 +18,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-import gfsim.live.measurer as measurer_module  # noqa: E402
-from gfsim.live.measurer import CORRECT_UNTIMED, MeasurerConfig, TritonMeasurer  # noqa: E402
+import gfsim.live.measure.measurer as measurer_module  # noqa: E402
+from gfsim.live.measure.measurer import CORRECT_UNTIMED, MeasurerConfig, TritonMeasurer  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def run(x):
 # replaced by the text ANSWER evaluates to; later answers are the worker's own.
 LYING_ANSWER = """
 import json as _json
-import gfsim.live.worker as _w
+import gfsim.live.measure.worker as _w
 
 
 class _Lying:

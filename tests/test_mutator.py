@@ -10,8 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from gfsim.core.errors import SpecError
-from gfsim.live.forecaster import fit_prompt
-from gfsim.live.mutator import (
+from gfsim.live.llm.forecaster import fit_prompt
+from gfsim.live.llm.mutator import (
     NO_BLOCK,
     NO_RUN,
     SYSTEM,

@@ -1,7 +1,7 @@
 """Sandbox limits with no side doors (issue 52): memory held where no process maps it (a memfd
 written through its descriptor, detached SysV segments) and threads count against the limits.
 
-With a cgroup (``gfsim.live.cgroup``: root, and a v2 or v1 memory and pids hierarchy) the
+With a cgroup (``gfsim.live.measure.cgroup``: root, and a v2 or v1 memory and pids hierarchy) the
 kernel holds both; without one (``cgroups=False``, as on such a machine) seccomp refuses
 memfd and SysV shm. Each hoard aims half a GiB past a 1.5 GB limit."""
 
@@ -14,13 +14,13 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-from gfsim.live import cgroup  # noqa: E402
+from gfsim.live.measure import cgroup  # noqa: E402
 from gfsim.live.candidates import CodeCandidate  # noqa: E402
 # The rows are test-only code, kept with the experiment that runs them on a GPU.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 from hostile import ROWS, Context, format_table, honest_code, run_row  # noqa: E402
-from gfsim.live.measurer import MeasurerConfig, TritonMeasurer  # noqa: E402
-from gfsim.live.sandbox import probe_subprocess  # noqa: E402
+from gfsim.live.measure.measurer import MeasurerConfig, TritonMeasurer  # noqa: E402
+from gfsim.live.measure.sandbox import probe_subprocess  # noqa: E402
 from gfsim.live.tasks import get_task  # noqa: E402
 
 ROW = {r.name: r for r in ROWS}
@@ -220,7 +220,7 @@ def test_the_kernel_refuses_entries_past_the_folder_quota(with_cgroup):
 
 _TMPFS_CHILD = """
 import os, sys
-from gfsim.live.sandbox import (CLONE_NEWNS, MS_PRIVATE, MS_REC, folder_tmpfs, mount,
+from gfsim.live.measure.sandbox import (CLONE_NEWNS, MS_PRIVATE, MS_REC, folder_tmpfs, mount,
                                 unshare_mapped)
 folder = sys.argv[1]
 unshare_mapped(CLONE_NEWNS)
@@ -246,7 +246,7 @@ def test_the_folder_tmpfs_keeps_the_trusted_cache_and_refuses_past_its_entries(t
     import subprocess
     import sys
 
-    from gfsim.live.sandbox import plain_env
+    from gfsim.live.measure.sandbox import plain_env
 
     if not probe_subprocess(timeout=120).mount_ns:
         pytest.skip("no mount namespace here")

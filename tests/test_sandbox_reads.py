@@ -1,4 +1,4 @@
-"""The sandbox confines reading (gfsim.live.sandbox.read_allowlist): a candidate reads the
+"""The sandbox confines reading (gfsim.live.measure.sandbox.read_allowlist): a candidate reads the
 software it runs and what the loader, Python and the GPU driver need, nothing of the users' or
 the run's files. The hostile rows that try (read-outside-file, read-host-files, read-live-log,
 read-measurer) run in tests/test_hostile.py; the GPU run (an H100) is in
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gfsim.live import sandbox
-from gfsim.live.sandbox import Facilities, landlock_abi, read_allowlist
+from gfsim.live.measure import sandbox
+from gfsim.live.measure.sandbox import Facilities, landlock_abi, read_allowlist
 
 needs_landlock = pytest.mark.skipif(landlock_abi() == 0, reason="no Landlock on this kernel")
 
@@ -39,7 +39,7 @@ def test_the_allowlist_holds_the_interpreter_and_the_system_not_the_users_files(
         assert _covered(path, allowed), path
     # ...but not the rest of gfsim's checkout (a run's log may lie there), unless gfsim is
     # installed into a site-packages folder.
-    checkout = Path(sandbox.__file__).resolve().parents[2]
+    checkout = Path(sandbox.__file__).resolve().parents[3]
     if checkout.name not in ("site-packages", "dist-packages"):
         assert not _covered(checkout / "pyproject.toml", allowed)
     # Of the measurer's folder, only the GPU clock's shared folder.
@@ -139,7 +139,7 @@ def _needs_torch_and_triton():
 def test_an_honest_triton_kernel_passes_with_reads_confined(tmp_path):
     """The task's hand-written Triton softmax, under the interpreter in the sandbox."""
     _needs_torch_and_triton()
-    from gfsim.live.measurer import MeasurerConfig, TritonMeasurer
+    from gfsim.live.measure.measurer import MeasurerConfig, TritonMeasurer
     from gfsim.live.tasks import get_task
 
     cfg = MeasurerConfig(interpret=True, cpu_timing=True, rse_target=0.2, max_reps=3,
@@ -161,8 +161,8 @@ def test_a_machine_that_cannot_confine_reads_refuses_untrusted_code(tmp_path, mo
     """Where the probe found reads not confined, the measurer refuses candidate code unless
     --trust-candidates (trust_candidates) is given."""
     _needs_torch_and_triton()
-    import gfsim.live.measurer as mod
-    from gfsim.live.measurer import MeasurerConfig, TritonMeasurer, UntrustedRefused
+    import gfsim.live.measure.measurer as mod
+    from gfsim.live.measure.measurer import MeasurerConfig, TritonMeasurer, UntrustedRefused
 
     class ReadsOpen(mod._Zygote):
         def __init__(self, *a, **k):

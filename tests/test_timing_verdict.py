@@ -6,7 +6,7 @@ import sysconfig
 
 import pytest
 
-from gfsim.live.measurer import MeasurerConfig, harvest_triton_cache, judge_timing
+from gfsim.live.measure.measurer import MeasurerConfig, harvest_triton_cache, judge_timing
 
 CFG = MeasurerConfig(timing_tolerance=0.3, timing_slack_ms=0.02, forged_below=0.5)
 
@@ -87,7 +87,7 @@ def test_the_reference_protocols_clones_can_be_left_out_of_a_null_batch(clone):
     leaves them out (``clone=False``), or the clones would cancel out of the difference it
     judges and an honest kernel would look as if it skipped part of the loop."""
     np = pytest.importorskip("numpy")
-    from gfsim.live import timing
+    from gfsim.live.measure import timing
 
     class Arr(np.ndarray):  # an array with torch's clone()
         def clone(self):

@@ -40,7 +40,7 @@ def forecast(log: str | Path, forecaster, out: str | Path, *, repeat: int = 0,
         (True, 'whatif')
     """
     from gfsim.forecasts.learned import LearnedForecaster
-    from gfsim.live.forecast_log import forecast_log
+    from gfsim.live.llm.forecast_log import forecast_log
 
     the_forecaster = make_forecaster(forecaster)
     return forecast_log(str(log), the_forecaster, out, repeat=repeat,

@@ -88,7 +88,7 @@ def live(out: str | Path, *, tasks: str = "softmax,layernorm,matmul", resume: bo
 
         the_forecaster = make_forecaster(forecaster)
         if the_forecaster.kind == "learned":  # its live form learns as the run measures
-            from gfsim.live.learned import LiveLearnedForecaster
+            from gfsim.live.llm.learned import LiveLearnedForecaster
 
             the_forecaster = LiveLearnedForecaster(the_forecaster)
     the_source = parse_source(source)
@@ -99,7 +99,7 @@ def live(out: str | Path, *, tasks: str = "softmax,layernorm,matmul", resume: bo
     except ImportError as exc:
         raise GfsimError(f"gfsim live needs the live extra (pip install 'gfsim[live]'): "
                          f"{exc}") from None
-    from gfsim.live.measurer import MeasurerConfig, TritonMeasurer
+    from gfsim.live.measure.measurer import MeasurerConfig, TritonMeasurer
 
     interpret = measurer == "interpret"
     if clock not in ("auto", "gpu", "wall"):
@@ -119,8 +119,8 @@ def live(out: str | Path, *, tasks: str = "softmax,layernorm,matmul", resume: bo
                              energy_window_s=0.0 if interpret else energy_window,
                              interpret=interpret, cpu_timing=interpret,
                              trust_candidates=trust_candidates, clock=clock)
-    from gfsim.live.gpus import local_pool, on_cluster, ray_pool
-    from gfsim.live.sandbox import MISSING_HELP, probe_subprocess
+    from gfsim.live.measure.gpus import local_pool, on_cluster, ray_pool
+    from gfsim.live.measure.sandbox import MISSING_HELP, probe_subprocess
 
     hardware = _environment(interpret)
     if cluster:  # the candidates run on the cluster's hosts, each probed by its measurer
@@ -130,7 +130,7 @@ def live(out: str | Path, *, tasks: str = "softmax,layernorm,matmul", resume: bo
         facilities = probe_subprocess()
         missing = facilities.missing()
         if missing and not trust_candidates:
-            why = "; ".join(facilities.errors) or "see gfsim.live.sandbox"
+            why = "; ".join(facilities.errors) or "see gfsim.live.measure.sandbox"
             raise GfsimError(f"this machine cannot confine candidate code: no "
                              f"{', '.join(missing)} ({why}); {MISSING_HELP}")
         if missing:

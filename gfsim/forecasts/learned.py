@@ -60,7 +60,7 @@ BINARY_FEATURES = ("kernels", "regs_max", "shared_max", "local_max", "sass_instr
 class LearnedForecaster(Forecaster):
     """The learned surrogate (``learned:k=v,...``, or ``costmodel:k=v,...`` as it was called):
     its settings, whose defaults are stated choices. A replay trains it within each search
-    (``attach``; ``gfsim.simulator.learning``); a live run asks ``gfsim.live.learned``'s form
+    (``attach``; ``gfsim.simulator.learning``); a live run asks ``gfsim.live.llm.learned``'s form
     of it, which learns as the run measures."""
 
     mode: ClassVar[str] = MODE

@@ -4,7 +4,7 @@ A forecaster turns a candidate into a distribution over the 8 speedup bins. gfsi
 the what-if models (``paper:PRESET``, ``synthetic:k=v``: ``gfsim.forecasts.whatif``), the learned
 surrogate (``learned``, alias ``costmodel``: ``gfsim.forecasts.learned``), the forecasts a log
 already holds under a name (``LoggedForecaster``: an LLM's answers, imported ones) and the live
-LLM forecasters (``vllm:URL,...``: ``gfsim.live.forecaster``). Plug-ins add their own
+LLM forecasters (``vllm:URL,...``: ``gfsim.live.llm.forecaster``). Plug-ins add their own
 (``gfsim.forecasts.registry``). Each is a ``Forecaster`` and offers one or both of:
 
 - ``forecast(request)``: one candidate, from what a search knows before it measures it (its
@@ -45,7 +45,7 @@ class ForecastRequest:
     reference_code: str
     task: str = ""  # the task's description
     hardware: dict = field(default_factory=dict)  # header hardware: device_name, ...
-    # What a forecaster that learns from the search (gfsim.live.learned) also reads:
+    # What a forecaster that learns from the search (gfsim.live.llm.learned) also reads:
     search_id: str = ""
     task_name: str = ""
     meta: dict = field(default_factory=dict)  # the candidate's source_meta (variant, params)

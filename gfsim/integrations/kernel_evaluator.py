@@ -32,7 +32,7 @@ _MEASURERS: dict = {}  # (pid, task, interpret) -> TritonMeasurer
 
 
 def _measurer(task: str, interpret: bool):
-    from gfsim.live.measurer import MeasurerConfig, TritonMeasurer
+    from gfsim.live.measure.measurer import MeasurerConfig, TritonMeasurer
 
     key = (os.getpid(), task, interpret)  # a forked worker starts its own
     if key not in _MEASURERS:

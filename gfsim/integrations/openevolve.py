@@ -52,8 +52,8 @@ checkpoints as usual, so the run ends cleanly and can be resumed with a larger c
 program stage 1 would have measured is skipped with the cap as its reason. The ledger file
 says when and why the cap was reached.
 
-Forecasters: ``vllm:URL,model=...`` (``gfsim.live.forecaster.parse_forecaster``) or any
-``gfsim.live.forecaster.Forecaster``. A what-if forecaster cannot work here (it draws from the
+Forecasters: ``vllm:URL,model=...`` (``gfsim.live.llm.forecaster.parse_forecaster``) or any
+``gfsim.live.llm.forecaster.Forecaster``. A what-if forecaster cannot work here (it draws from the
 measured speedup, which does not exist yet), nor can an oracle policy; both are refused.
 Policies that read no forecast (``all``, ``random:P``) need none.
 """
@@ -227,7 +227,7 @@ class Surrogate:
         from gfsim.integrations.cap import CapReached
 
         from gfsim.integrations.cap import chat_bytes
-        from gfsim.live.prompt import PROMPT_TEMPLATE_BYTES
+        from gfsim.live.llm.prompt import PROMPT_TEMPLATE_BYTES
 
         limit = getattr(self.forecaster, "max_tokens", None)
         # The forecaster's prompt: the code, the reference, the task, and its own text (gfsim's
@@ -283,7 +283,7 @@ class Surrogate:
         return decided[-1] if decided else None
 
     def _forecast(self, cid: str, code: str, reference_code: str) -> dict:
-        from gfsim.live.forecaster import ForecastRequest
+        from gfsim.live.llm.forecaster import ForecastRequest
 
         req = ForecastRequest(candidate_id=cid, candidate_code=code,
                               reference_code=reference_code, task=self.task_description,

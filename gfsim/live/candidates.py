@@ -1,6 +1,6 @@
 """What a candidate source is: the ``CandidateSource`` contract and the records it trades in
 (``ParentInfo`` in, ``Generated`` out; ``CodeCandidate`` for the measurer). The sources
-themselves live in ``gfsim.live.sources`` and ``gfsim.live.mutator``; this module imports
+themselves live in ``gfsim.live.sources`` and ``gfsim.live.llm.mutator``; this module imports
 nothing else of ``gfsim.live``, so both can build on it.
 """
 

@@ -10,7 +10,7 @@ replays:
    source (``generator`` slots at a time, shared by the batches), forecast by the forecaster
    (``forecaster`` slots), decided by the policy as one batch, capped at k per parent
    (``simulator.puct_engine.cap_per_parent``), and measured by the run's measurers
-   (``gfsim.live.gpus.MeasurerPool``: this machine's GPU, or one Ray actor per GPU of a
+   (``gfsim.live.measure.gpus.MeasurerPool``: this machine's GPU, or one Ray actor per GPU of a
    cluster), each candidate on whichever GPU is free, in request order where there is one;
 3. the step waits for every batch, then the archive takes each parent's best k children.
 
@@ -238,8 +238,9 @@ class LiveRun:
     """Run (or resume) a live search over ``options.tasks``; see the module doc.
 
     ``measurer_for(task_name)`` makes a ``Measurer`` (a ``TritonMeasurer`` in practice) for this
-    process; ``pool`` (a ``gfsim.live.gpus.MeasurerPool``, such as one Ray actor per GPU of a
-    cluster) replaces it where given. The forecaster is a ``gfsim.live.forecaster.Forecaster``, a
+    process; ``pool`` (a ``gfsim.live.measure.gpus.MeasurerPool``, such as one Ray actor per
+    GPU of a cluster) replaces it where given. The forecaster is a
+    ``gfsim.forecasts.Forecaster`` (a live one: ``gfsim.live.llm.forecaster``), a
     ``gfsim.forecasts.whatif.WhatIfForecaster`` (its forecasts read the measured speedup, so they
     are drawn after the measurement and only a policy that does not read forecasts may run on them),
     or None.
@@ -291,7 +292,7 @@ class LiveRun:
             raise GfsimError(f"{self.out}: nothing to resume (no header)")
         # (a header cut by a crash recorded nothing: the run starts afresh)
         if pool is None:
-            from gfsim.live.gpus import LocalSlot, MeasurerPool
+            from gfsim.live.measure.gpus import LocalSlot, MeasurerPool
 
             pool = MeasurerPool([LocalSlot(measurer_for, {"measurer": 0,
                                                           "host": socket.gethostname()})],
@@ -645,7 +646,7 @@ class LiveRun:
 
     def _forecast(self, s: _Search, ids: list[str], codes: list[str],
                   parent: ArchiveNode) -> list[dict | None]:
-        from gfsim.live.forecaster import ForecastRequest
+        from gfsim.live.llm.forecaster import ForecastRequest
 
         if self.forecaster is None or self.whatif:
             return [None] * len(ids)

@@ -11,7 +11,7 @@ kernels. Three sources ship:
 - ``log:PATH`` (``LogCodeSource``): kernels whose code a replay log stores (e.g. the shipped
   ``h200-suite-v0``), drawn per task without replacement in a keyed order: re-measuring, or
   re-forecasting, what another search generated.
-- ``llm:URL,model=NAME`` (``gfsim.live.mutator.LlmMutator``): an LLM behind an OpenAI-compatible
+- ``llm:URL,model=NAME`` (``gfsim.live.llm.mutator.LlmMutator``): an LLM behind an OpenAI-compatible
   server is shown the parent's code and its measured feedback and answers with one Python block.
 
 Every source is keyed: the same (seed, task, node, expansion) asks for the same children (an
@@ -149,7 +149,7 @@ def parse_source(spec: str) -> CandidateSource:
     if kind == "log" and rest:
         return LogCodeSource(rest)
     if kind == "llm" and rest:
-        from gfsim.live.mutator import parse_mutator
+        from gfsim.live.llm.mutator import parse_mutator
 
         return parse_mutator(spec)
     raise SpecError(f"--source: expected mutate, mutate-wide, log:PATH or llm:URL,model=NAME; "

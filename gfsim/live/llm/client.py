@@ -1,5 +1,5 @@
 """The client side of an OpenAI-compatible server, shared by the live LLM clients (the forecaster
-in ``gfsim.live.forecaster``, the mutator in ``gfsim.live.mutator``): one thread-safe
+in ``gfsim.live.llm.forecaster``, the mutator in ``gfsim.live.llm.mutator``): one thread-safe
 ``httpx.Client`` with retries and exponential backoff, the tally of what the answers cost, and the
 ``URL,model=NAME,...`` spec both parse. It imports nothing else of ``gfsim.live``; httpx is
 imported only when the first request is made.
@@ -179,12 +179,13 @@ def _read_capped(resp) -> bytes:
 
 
 class HttpTransport:
-    """The HTTP side of the live clients (``VllmForecaster``, ``gfsim.live.mutator.LlmMutator``):
-    one thread-safe ``httpx.Client`` and POST with retries and exponential backoff. A subclass
-    sets ``base_url``, ``api_key``, ``concurrency``, ``keepalive``, ``timeout_s``, ``retries`` and
-    ``backoff_s``; ``_rejected`` makes the exception raised for an HTTP 4xx answer other than 429
-    (a request the server refuses, not one it failed to answer). ``timeout_s`` bounds each
-    attempt as a whole, from connecting to the answer's last byte."""
+    """The HTTP side of the live clients (``VllmForecaster``,
+    ``gfsim.live.llm.mutator.LlmMutator``): one thread-safe ``httpx.Client`` and POST with retries
+    and exponential backoff. A subclass sets ``base_url``, ``api_key``, ``concurrency``,
+    ``keepalive``, ``timeout_s``, ``retries`` and ``backoff_s``; ``_rejected`` makes the exception
+    raised for an HTTP 4xx answer other than 429 (a request the server refuses, not one it failed to
+    answer). ``timeout_s`` bounds each attempt as a whole, from connecting to the answer's last
+    byte."""
 
     _client = None
     _client_lock = threading.Lock()

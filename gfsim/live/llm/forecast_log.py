@@ -40,7 +40,7 @@ def _sha256(path: Path) -> str:
 
 def requests_from_log(path) -> tuple[dict, list, list[str]]:
     """(header, ForecastRequests for candidates with code, ids of candidates without code)."""
-    from gfsim.live.forecaster import ForecastRequest
+    from gfsim.live.llm.forecaster import ForecastRequest
     from gfsim.replay_logs.io import iter_records
 
     header = None

@@ -10,7 +10,7 @@ with every forecast and never pooled:
   label entries found in ``top_logprobs`` are renormalised, so a server started without
   ``--logprobs-mode processed_logprobs`` gives the same numbers when ``top_logprobs`` is large
   enough.
-- ``tool``: the reference's prompt (``gfsim.live.prompt``) and a named tool whose arguments are
+- ``tool``: the reference's prompt (``gfsim.live.llm.prompt``) and a named tool whose arguments are
   the predicted bin and 8 probabilities, parsed and renormalised as the reference does, with one
   new request after a parse failure.
 
@@ -25,7 +25,7 @@ An answer of any other shape (strings where numbers belong, a log probability ab
 that are not objects) is a parse failure. Nothing is dropped. Tokens and latency add over every
 attempt (what the forecasts cost); ``attempts`` says how many there were.
 
-An answer is read within the size and time limits of ``gfsim.live.client`` (``MAX_ANSWER_BYTES``
+An answer is read within the size and time limits of ``gfsim.live.llm.client`` (``MAX_ANSWER_BYTES``
 on the wire and inflated, the request's ``timeout_s``); one that breaks them is an *error* like
 any other answer that is not one.
 """
@@ -39,8 +39,8 @@ import time
 from gfsim.core.errors import SpecError
 from gfsim.forecasts.protocol import Forecast, Forecaster, ForecasterError, ForecastRequest
 from gfsim.forecasts.registry import maker
-from gfsim.live import prompt as P
-from gfsim.live.client import (
+from gfsim.live.llm import prompt as P
+from gfsim.live.llm.client import (
     MAX_ANSWER_BYTES,
     HttpTransport,
     NoAnswer,
@@ -48,7 +48,7 @@ from gfsim.live.client import (
     new_tally,
     server_spec,
 )
-from gfsim.live.prompt import PromptTooLong, fit_prompt, renormalise
+from gfsim.live.llm.prompt import PromptTooLong, fit_prompt, renormalise
 
 # Refusals (HTTP 4xx) in a row, with no answer ever, after which a server is taken to be
 # misconfigured rather than refusing one candidate.

@@ -27,7 +27,7 @@ from gfsim.forecasts.learned import (
     encode,
     parse_learned,
 )
-from gfsim.live.forecaster import Forecast, Forecaster, ForecastRequest
+from gfsim.live.llm.forecaster import Forecast, Forecaster, ForecastRequest
 
 __all__ = ["LiveLearnedForecaster", "make_learned"]
 

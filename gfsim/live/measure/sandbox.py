@@ -1,7 +1,7 @@
 """The sandbox candidate code runs in: one fresh, confined process per candidate.
 
-A *zygote* (``python -m gfsim.live.sandbox TASK FD``) imports torch, Triton and the task once,
-never initialises CUDA and never runs candidate code. For every candidate it forks twice:
+A *zygote* (``python -m gfsim.live.measure.sandbox TASK FD``) imports torch, Triton and the
+task once, never initialises CUDA and never runs candidate code. For every candidate it forks twice:
 
 - the first child (outer) calls ``unshare`` for new user, PID, network, mount, IPC and UTS
   namespaces, maps its uid to root *inside* the user namespace, forks the inner process,
@@ -14,8 +14,8 @@ never initialises CUDA and never runs candidate code. For every candidate it for
   creatable; no TCP, no signals or abstract Unix sockets beyond its own domain) and with a
   seccomp filter (no ``socket()`` at all, so no Unix socket by path
   either; no ``ptrace``, ``mount``, ``unshare``, ``setns``, ``bpf``, ``io_uring``...), and only
-  then loads the candidate (``gfsim.live.worker``). Its outer process joined the candidate's
-  cgroup first (``gfsim.live.cgroup``: the kernel caps its memory and tasks) where the
+  then loads the candidate (``gfsim.live.measure.worker``). Its outer process joined the candidate's
+  cgroup first (``gfsim.live.measure.cgroup``: the kernel caps its memory and tasks) where the
   measurer made one; where none, the inner applies the fallback's rlimits, and its seccomp
   filter refuses ``memfd_create`` and SysV shm too. When it exits or is killed the kernel kills
   every process left in its namespace, and the mount namespace (its ``/dev/shm`` with it) goes.
@@ -809,9 +809,9 @@ def probe(readable: dict | None = None) -> Facilities:
 
 def kernel_limits() -> dict:
     """Which limits hold a sandbox's memory and tasks here, as ``Facilities`` fields: a cgroup
-    where this process may make one (``gfsim.live.cgroup``) for what it holds of memory and
+    where this process may make one (``gfsim.live.measure.cgroup``) for what it holds of memory and
     tasks, else the fallback's."""
-    from gfsim.live import cgroup
+    from gfsim.live.measure import cgroup
 
     version, held, why = cgroup.controllers()
     fallback_memory = ("watchdog over resident memory and /dev/shm, RLIMIT_DATA on the CPU; "
@@ -947,7 +947,7 @@ def probe_subprocess(timeout: float = 30.0) -> Facilities:
     """``probe`` in a fresh interpreter (safe to call from a process with threads)."""
     import subprocess
 
-    out = subprocess.run([sys.executable, "-m", "gfsim.live.sandbox", "--probe"],
+    out = subprocess.run([sys.executable, "-m", "gfsim.live.measure.sandbox", "--probe"],
                          capture_output=True, timeout=timeout, env=plain_env())
     try:
         return Facilities.from_dict(json.loads(out.stdout.decode().strip().splitlines()[-1]))
@@ -990,7 +990,7 @@ def zygote(task_name: str, sock_fd: int) -> None:  # pragma: no cover - its own 
         import triton.language  # noqa: F401
     except ImportError:
         pass
-    from gfsim.live import timing, worker  # noqa: F401
+    from gfsim.live.measure import timing, worker  # noqa: F401
     from gfsim.live.tasks import get_task
 
     get_task(task_name)
@@ -1001,8 +1001,8 @@ def zygote(task_name: str, sock_fd: int) -> None:  # pragma: no cover - its own 
                           "cuda_initialised": bool(torch.cuda.is_initialized())}).encode())
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the outer children reap themselves
     # What a candidate detaches (setsid) where no PID namespace holds it comes here, and is
-    # killed: gfsim.live.orphans
-    from gfsim.live import orphans
+    # killed: gfsim.live.measure.orphans
+    from gfsim.live.measure import orphans
 
     prctl(orphans.PR_SET_CHILD_SUBREAPER, 1)
     outers: set[int] = set()
@@ -1053,7 +1053,7 @@ def _outer(spec: dict, fds: list[int], sock_fd: int) -> None:  # pragma: no cove
     os.close(devnull)
     fac = Facilities.from_dict(spec["facilities"])
     if spec.get("cgroup_procs"):  # before the namespaces: everything started later is inside
-        from gfsim.live import cgroup
+        from gfsim.live.measure import cgroup
 
         cgroup.join(spec["cgroup_procs"])
     enter_outer(fac)
@@ -1094,7 +1094,7 @@ def _inner(spec: dict, fac: Facilities, req: int, ans: int) -> None:  # pragma: 
         n = int(spec["file_max_bytes"])  # quota in bytes; the measurer watches the sum)
         resource.setrlimit(resource.RLIMIT_FSIZE, (n, n))
     applied = enter_inner(fac, folder, spec.get("shm_mb", 1024), _limits(spec))
-    from gfsim.live import worker
+    from gfsim.live.measure import worker
 
     answers = socket.socket(fileno=ans)
     worker.serve(spec["task"], os.fdopen(req, "r"), answers.send,

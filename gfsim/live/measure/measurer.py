@@ -1,12 +1,12 @@
 """Measurers: where an evaluation comes from. ``LogMeasurer`` looks it up in a replay log;
 ``TritonMeasurer`` compiles, checks and times a real Triton candidate in a sandbox.
 
-Isolation (``gfsim.live.sandbox``, threat model in docs/concepts/live-measurement.md): every
+Isolation (``gfsim.live.measure.sandbox``, threat model in docs/concepts/live-measurement.md): every
 candidate runs in a fresh process forked from a prepared zygote and never reused, in its own
 user, PID, network and mount namespaces, with writes confined by Landlock to its own folder, no
 sockets (seccomp), an allow-listed environment, memory and task limits the kernel holds (a
-cgroup per candidate: ``gfsim.live.cgroup``; where none may be made, seccomp refuses memory no
-process maps and rlimits apply), a memory watchdog over its whole namespace and wall-clock
+cgroup per candidate: ``gfsim.live.measure.cgroup``; where none may be made, seccomp refuses
+memory no process maps and rlimits apply), a memory watchdog over its whole namespace and wall-clock
 limits per stage. The reference implementation runs only in this process, and the
 baseline only in a process of its own that never loads candidate code.
 
@@ -52,7 +52,7 @@ from pathlib import Path
 
 from gfsim.core.errors import GfsimError
 from gfsim.core.folders import remove_tree, tree_usage
-from gfsim.live.sandbox import ENV_ALLOWLIST, plain_env
+from gfsim.live.measure.sandbox import ENV_ALLOWLIST, plain_env
 
 __all__ = ["Measurer", "LogMeasurer", "TritonMeasurer", "MeasurerConfig", "ENV_ALLOWLIST",
            "CORRECT_UNTIMED", "UntrustedRefused", "judge_timing",
@@ -127,7 +127,7 @@ class MeasurerConfig:
     # Tasks (processes and threads) a sandbox may hold at once.
     max_tasks: int = 512
     # Limit each sandbox's memory and tasks with a cgroup where this machine allows one
-    # (gfsim.live.cgroup); False: the fallback's limits (sandbox._fallback_rlimits, seccomp
+    # (gfsim.live.measure.cgroup); False: the fallback's limits (sandbox._fallback_rlimits, seccomp
     # refusing memfd and SysV shm, the watchdog), as on a machine without cgroups.
     cgroups: bool = True
     # The controllers of those groups (a diagnostic: ("memory",) behaves as a machine that
@@ -137,7 +137,7 @@ class MeasurerConfig:
     # energy counter, which is coarse over shorter windows; 0 turns it off.
     energy_window_s: float = 1.0
     seed: int = 0
-    # Run candidates even where the kernel lacks part of the sandbox (gfsim.live.sandbox
+    # Run candidates even where the kernel lacks part of the sandbox (gfsim.live.measure.sandbox
     # .Facilities.missing): with what there is. Off, such a machine refuses untrusted code.
     trust_candidates: bool = False
     # The measurer's own clock of a call, less its noise and ``timing_slack_ms``, is a floor
@@ -157,9 +157,9 @@ class MeasurerConfig:
     # Triton cache, so that no candidate pays for building them again.
     prime_cache: bool = True
     # Whose clock a GPU timing is: "gpu" (this process times every repetition on the GPU
-    # itself, over memory it shares with the timed process: gfsim.live.gpushare), "wall" (the
-    # candidate's process times its loop and this one judges the claim by its wall clock,
-    # judge_timing), or "auto" (gpu where it can run, with the gfsim protocol; else wall).
+    # itself, over memory it shares with the timed process: gfsim.live.measure.gpushare),
+    # "wall" (the candidate's process times its loop and this one judges the claim by its wall
+    # clock, judge_timing), or "auto" (gpu where it can run, with the gfsim protocol; else wall).
     # Only the GPU clock is trusted: every evaluation says which (timing_clock) and whether
     # (timing_trusted).
     clock: str = "auto"
@@ -216,7 +216,7 @@ FOLDER_CHECK_S = 0.5
 
 
 class _Zygote:
-    """The prepared parent (``python -m gfsim.live.sandbox``): torch imported, CUDA not
+    """The prepared parent (``python -m gfsim.live.measure.sandbox``): torch imported, CUDA not
     initialised, no candidate code ever; it forks every sandboxed process."""
 
     def __init__(self, task: str, root: Path, interpret: bool):
@@ -228,7 +228,7 @@ class _Zygote:
             env["TRITON_INTERPRET"] = "1"
         self.stderr = open(root / "zygote.log", "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gfsim.live.sandbox", task, str(theirs.fileno())],
+            [sys.executable, "-m", "gfsim.live.measure.sandbox", task, str(theirs.fileno())],
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=self.stderr,
             stderr=self.stderr, cwd=root, env=env, start_new_session=True)
         theirs.close()
@@ -242,7 +242,7 @@ class _Zygote:
             self.close()
             tail = _tail(root / "zygote.log", 800)
             raise GfsimError(f"the sandbox's zygote did not start: {tail}")
-        from gfsim.live.sandbox import Facilities
+        from gfsim.live.measure.sandbox import Facilities
 
         self.facilities = Facilities.from_dict(ready["facilities"])
         self.cuda_initialised = ready.get("cuda_initialised", False)
@@ -258,7 +258,7 @@ class _Zygote:
 
     def sweep(self) -> None:
         """Have the zygote kill what candidates detached from their sandboxes (``setsid``)
-        and it adopted as their subreaper (``gfsim.live.orphans``): where no PID namespace
+        and it adopted as their subreaper (``gfsim.live.measure.orphans``): where no PID namespace
         holds a sandbox, killing its process group does not reach them."""
         with self.lock:
             try:
@@ -542,13 +542,13 @@ class _Sandbox:
 
 
 def _task_group(config: MeasurerConfig, facilities, name: str):
-    """The cgroup that limits a new sandbox (``gfsim.live.cgroup.TaskGroup``), or None where
+    """The cgroup that limits a new sandbox (``gfsim.live.measure.cgroup.TaskGroup``), or None where
     none is made: ``config.cgroups`` off, the machine allows none (``facilities.cgroup``), or
     this one could not be made. Without one the fallback's limits hold, and the record's
     ``sandbox`` word says so ("rlimits")."""
     if not (config.cgroups and facilities.cgroup):
         return None
-    from gfsim.live.cgroup import TaskGroup
+    from gfsim.live.measure.cgroup import TaskGroup
 
     try:
         return TaskGroup.create(f"{os.getpid()}-{name}", int(config.memory_limit_mb * 2**20),
@@ -889,7 +889,7 @@ class TritonMeasurer(Measurer):
 
     def _start_zygote(self) -> _Zygote:
         if self._zygote is None or self._zygote.proc.poll() is not None:
-            from gfsim.live.sandbox import MISSING_HELP, PR_SET_DUMPABLE, prctl
+            from gfsim.live.measure.sandbox import MISSING_HELP, PR_SET_DUMPABLE, prctl
 
             if self._root is None:
                 from gfsim.core.durable import owned_tempdir
@@ -898,7 +898,7 @@ class TritonMeasurer(Measurer):
                 # every candidate's Triton cache, and the next measurer removes it)
                 self._root = owned_tempdir("gfsim-measure-", dir=self.workdir)
             if self.config.cgroups and not self._cgroup_held:
-                from gfsim.live import cgroup
+                from gfsim.live.measure import cgroup
 
                 cgroup.hold()  # a v2 group that holds processes: they move into a leaf
                 self._cgroup_held = True
@@ -949,7 +949,7 @@ class TritonMeasurer(Measurer):
             self._zygote.close()
             self._zygote = None
         if self._cgroup_held:
-            from gfsim.live import cgroup
+            from gfsim.live.measure import cgroup
 
             cgroup.release()
             self._cgroup_held = False
@@ -973,7 +973,7 @@ class TritonMeasurer(Measurer):
         """The reference's outputs (one or a tuple) as float32 NumPy arrays, in order; with
         ``rows``, only the rows ``worker.check_rows`` picks for that seed."""
         from gfsim.live.tasks.base import output_arrays
-        from gfsim.live.worker import check_rows
+        from gfsim.live.measure.worker import check_rows
 
         inputs = self.task.make_inputs(dims, seed, self._device())
         out = self.task.reference(*inputs)
@@ -1024,7 +1024,7 @@ class TritonMeasurer(Measurer):
     def clock_mode(self) -> str:
         """"gpu" or "wall" (``MeasurerConfig.clock``); why not "gpu" is in ``clock_note``."""
         if self._clock_mode is None:
-            from gfsim.live import gpushare
+            from gfsim.live.measure import gpushare
 
             c = self.config
             why = None
@@ -1126,7 +1126,7 @@ class TritonMeasurer(Measurer):
     def _check(self, worker: _Sandbox, dims: dict, seed: int) -> str | None:
         """None if the candidate's outputs match the reference's (``Task.compare``), else why
         not. The worker saves output k at ``output_path(out.npy, k)``."""
-        from gfsim.live.worker import output_path
+        from gfsim.live.measure.worker import output_path
 
         path = worker.dir / "out.npy"
         for stale in worker.view.glob("out*.npy"):
@@ -1336,8 +1336,8 @@ class TritonMeasurer(Measurer):
         repetition (only trusted processes' batches: a candidate cannot widen it). For a
         candidate, ``checked_reps`` repetitions per batch, chosen after the batch, have their
         rows checked against the reference."""
-        from gfsim.live import timing
-        from gfsim.live.worker import rep_seed
+        from gfsim.live.measure import timing
+        from gfsim.live.measure.worker import rep_seed
 
         c = self.config
         candidate = op == "time"
@@ -1401,8 +1401,8 @@ class TritonMeasurer(Measurer):
         own value that way; ``noise_ms`` is the largest difference between the nulls. For a
         candidate, ``checked_reps`` repetitions per batch, chosen after the batch, have the
         rows this process gathered on the GPU checked against the reference."""
-        from gfsim.live import timing
-        from gfsim.live.worker import rep_seed
+        from gfsim.live.measure import timing
+        from gfsim.live.measure.worker import rep_seed
 
         c = self.config
         clock = self._clock()
@@ -1644,7 +1644,7 @@ class _Lane:
         cannot release a later candidate's waits."""
         import torch
 
-        from gfsim.live import gpushare
+        from gfsim.live.measure import gpushare
 
         self.region.bytes(0, gpushare.SIGNAL_BYTES).zero_()
         torch.cuda.synchronize()
@@ -1652,7 +1652,7 @@ class _Lane:
 
 
 class _GpuClock:
-    """The measurer's own clock of a call on the GPU (``gfsim.live.gpushare``).
+    """The measurer's own clock of a call on the GPU (``gfsim.live.measure.gpushare``).
 
     This process owns each lane's region, fills the inputs, flushes the L2 and times every
     repetition between its own events: start, fresh inputs, flush, GO, wait for DONE, the check
@@ -1664,7 +1664,7 @@ class _GpuClock:
     def __init__(self, task, shapes: list[dict], root: Path, pool_min: int = 2 << 30):
         import torch
 
-        from gfsim.live import gpushare, timing
+        from gfsim.live.measure import gpushare, timing
 
         self.task = task
         sig = gpushare.SIGNAL_BYTES
@@ -1715,8 +1715,8 @@ class _GpuClock:
         ``queue_timeout`` the queueing itself."""
         import torch
 
-        from gfsim.live import gpushare
-        from gfsim.live.worker import check_rows, rep_seed
+        from gfsim.live.measure import gpushare
+        from gfsim.live.measure.worker import check_rows, rep_seed
 
         ln = self.lanes[lane]
         k0 = ln.k

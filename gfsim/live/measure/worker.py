@@ -1,6 +1,6 @@
 """The measurement worker: the request loop that runs candidate code (inside the sandbox, one
-process per candidate: ``gfsim.live.sandbox``) or times the task's baseline (a process of its
-own that never loads candidate code).
+process per candidate: ``gfsim.live.measure.sandbox``) or times the task's baseline (a process
+of its own that never loads candidate code).
 
 It reads one JSON request per line and answers one JSON line; the candidate's own prints go to
 stderr. Outputs are written as .npy files into the private folder for the measurer to check
@@ -101,7 +101,7 @@ def _error_kind(exc: BaseException) -> str:
 
 class Worker:
     def __init__(self, task_name: str, sock=None):
-        from gfsim.live import timing
+        from gfsim.live.measure import timing
         from gfsim.live.tasks import get_task
 
         import torch
@@ -122,7 +122,7 @@ class Worker:
         self.kept: dict = {}
         self.ready: dict = {}  # op_time_null's outputs, by shape
         self.sock = sock  # the answer socket: descriptors arrive on it (op_attach)
-        self.shared = None  # the measurer's region, once attached (gfsim.live.gpushare)
+        self.shared = None  # the measurer's region, once attached (gfsim.live.measure.gpushare)
 
     def _sync(self):
         if self.device == "cuda":
@@ -300,14 +300,14 @@ class Worker:
                     allow_pickle=False)
         return {"outputs": len(rows)}
 
-    # -- the measurer's GPU clock (gfsim.live.gpushare) -----------------------------------------
+    # -- the measurer's GPU clock (gfsim.live.measure.gpushare) ----------------------------
     def op_attach(self, req):
         """Map the measurer's shared region (its descriptor arrives on the answer socket just
         before this request) and make the pool every later queued call allocates from."""
         import ctypes
         import socket
 
-        from gfsim.live import gpushare
+        from gfsim.live.measure import gpushare
 
         torch = self.torch
         _msg, fds, _flags, _addr = socket.recv_fds(self.sock, 64, 1)
@@ -326,7 +326,7 @@ class Worker:
 
     def op_enqueue(self, req):
         """Queue ``reps`` calls on the shared inputs, each behind the measurer's GO signal and
-        followed by this process's DONE (``gfsim.live.gpushare``); answer where each call's
+        followed by this process's DONE (``gfsim.live.measure.gpushare``); answer where each call's
         outputs lie in the pool. ``call`` is ``candidate``, or (trusted workers only)
         ``baseline`` or ``null`` (a ready output: what the protocol itself costs). With
         ``warm`` the request makes one call only, unqueued and synchronised, which the measurer
@@ -335,7 +335,7 @@ class Worker:
         the measurer gives it a short deadline. A call that synchronises the device while
         queued raises (torch's sync debug mode) or waits for ever (that deadline ends it): the
         trusted clock cannot time it."""
-        from gfsim.live import gpushare
+        from gfsim.live.measure import gpushare
 
         torch = self.torch
         sh = self.shared

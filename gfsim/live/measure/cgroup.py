@@ -9,10 +9,10 @@ the kernel refuses the page (its OOM killer then kills in the group) or the ``cl
 ``support()`` says whether this process may make such groups here, and ``controllers()`` which
 of the two they hold: cgroup v2 with the memory controller, the pids controller or both, else
 the v1 hierarchies of either (as root, beneath this process's own group). A group holds what
-the machine delegates; the fallback (``gfsim.live.sandbox``) covers the rest, and the sandbox's
-word says which held. ``TaskGroup.create`` makes one for a sandbox; the sandbox's outer process
-writes its pid into ``procs`` before it enters its namespaces, so everything it starts is
-inside.
+the machine delegates; the fallback (``gfsim.live.measure.sandbox``) covers the rest, and the
+sandbox's word says which held. ``TaskGroup.create`` makes one for a sandbox; the sandbox's
+outer process writes its pid into ``procs`` before it enters its namespaces, so everything it
+starts is inside.
 
 cgroup v2 lets a non-root group hand a domain controller (memory) to its children only while it
 holds no process itself ("no internal processes"): the kernel refuses ``+memory`` in

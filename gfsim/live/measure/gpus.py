@@ -118,14 +118,14 @@ class MeasurerActor:
     interpreter, one CPU): ``TritonMeasurer``s made as tasks come, kept warm for the run."""
 
     def __init__(self, config):
-        from gfsim.live.measurer import TritonMeasurer
+        from gfsim.live.measure.measurer import TritonMeasurer
 
         self.config = config
         self._slot = LocalSlot(lambda task: TritonMeasurer(task, config), {})
 
     def where(self) -> dict:
         """Where this actor measures, and what its host's kernel lets the sandbox do."""
-        from gfsim.live.sandbox import probe_subprocess
+        from gfsim.live.measure.sandbox import probe_subprocess
 
         out = device_where(self.config.interpret)
         fac = probe_subprocess()

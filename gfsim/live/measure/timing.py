@@ -20,10 +20,10 @@ sync *before* each end event, to count work a candidate puts on other streams; o
 added ~24 us of host round trip to every repetition and tripled its noise, experiments/
 timing_diag.py). Work on other streams is not between the events, but it is inside the
 measurer's own clock of the batch, which ends with a device-wide synchronisation and which the
-recorded time never undercuts (``gfsim.live.measurer``).
+recorded time never undercuts (``gfsim.live.measure.measurer``).
 
 Where it can, on a GPU, the measurer does not use this loop at all: it times each call on its
-own GPU clock (``gfsim.live.gpushare``, ``MeasurerConfig.clock``). This loop serves the CPU,
+own GPU clock (``gfsim.live.measure.gpushare``, ``MeasurerConfig.clock``). This loop serves the CPU,
 the paper's ``reference`` protocol, and GPUs where that clock cannot run.
 
 This module is imported by the sandbox's zygote before any candidate code runs and keeps its

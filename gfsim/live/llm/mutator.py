@@ -13,7 +13,7 @@ why). A block that does not parse is *not* a generation failure: its code is ret
 measurer records a compile failure, as it would for any kernel that does not compile.
 
 Failures are kept apart as in the forecaster (and through the same HTTP code,
-``gfsim.live.client.HttpTransport``): no answer at all (server down, timeouts, HTTP 5xx or
+``gfsim.live.llm.client.HttpTransport``): no answer at all (server down, timeouts, HTTP 5xx or
 429, a body that is not JSON), after ``retries`` retries with exponential backoff, is a failed
 child whose reason starts with "no answer"; a prompt longer than the model's context is a failed
 child too. What makes every request fail (an unknown model, a refused API key, an option the
@@ -35,8 +35,8 @@ import time
 
 from gfsim.core.errors import GfsimError, SpecError
 from gfsim.live.candidates import CandidateSource, Generated, ParentInfo, task_seed
-from gfsim.live.client import HttpTransport, NoAnswer, new_tally, server_spec
-from gfsim.live.prompt import PromptTooLong, cut_text, fit_prompt
+from gfsim.live.llm.client import HttpTransport, NoAnswer, new_tally, server_spec
+from gfsim.live.llm.prompt import PromptTooLong, cut_text, fit_prompt
 
 __all__ = ["LlmMutator", "MutatorError", "parse_mutator", "read_answer", "mutation_messages",
            "request_seed"]
@@ -95,7 +95,7 @@ def mutation_messages(task, parent: ParentInfo, code_share: float = 1.0,
                       system_share: float = 1.0, user_share: float = 1.0) -> list[dict]:
     """The conversation for one child of ``parent``. To fit a small context, ``code_share`` < 1
     keeps that share of the parent's code, ``system_share`` and ``user_share`` that share of each
-    message (``gfsim.live.prompt.fit_prompt`` lowers them in that order)."""
+    message (``gfsim.live.llm.prompt.fit_prompt`` lowers them in that order)."""
     shapes = "; ".join(", ".join(f"{k}={v}" for k, v in dims.items())
                        for dims in task.bench_shapes)
     blocked = ", ".join(task.blocked[:3]) + (" and more" if len(task.blocked) > 3 else "")
