@@ -13,7 +13,7 @@ used for usage a log did not record. ``load_cost_model`` takes
 
 Instance policy: a reserved GPU stays warm (no cold starts); a serverless container stays warm
 ``keep_warm_s`` after its last evaluation (the provider's default; 0 for ``serverless-a100``,
-the paper's fresh container per evaluation), and ``simulator.trace`` charges a cold start to
+the paper's fresh container per evaluation), and ``simulator.traces`` charges a cold start to
 an evaluation that finds none warm on the log's schedule.
 """
 

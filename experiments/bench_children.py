@@ -25,7 +25,7 @@ import numpy as np
 from gfsim.cost_models import load_cost_model
 from gfsim.policies import make_policy
 from gfsim.simulator import Budget
-from gfsim.simulator.puct_engine import SEARCH_PRESETS
+from gfsim.simulator.closed.engine import SEARCH_PRESETS
 from gfsim.simulator.replay import cached_traces, replay_many
 from gfsim.simulator.shape import OwnShape
 from gfsim.simulator.world_model import world_model

@@ -26,8 +26,8 @@ from gfsim.cost_models import Capacities, load_cost_model
 from gfsim.policies import make_policy
 from gfsim.replay_logs import load_log
 from gfsim.simulator import Budget, build_traces
-from gfsim.simulator.engine import SearchSimulation
-from gfsim.simulator.fastpath import run_fast
+from gfsim.simulator.trace.engine import SearchSimulation
+from gfsim.simulator.trace.fast import run_fast
 from gfsim.worlds.synth import synthesize
 
 CONTENDED = Capacities(generator=4, forecaster=4, compile_workers=2, gpus=2)

@@ -158,9 +158,9 @@ def engines(path: Path, repeat: int, lockstep: int, rows: list, results: dict) -
     from gfsim.policies import make_policy
     from gfsim.replay_logs import load_log, open_log
     from gfsim.simulator import Budget, build_traces
-    from gfsim.simulator.engine import SearchSimulation
-    from gfsim.simulator.fastpath import run_fast
-    from gfsim.simulator.puct_engine import SEARCH_PRESETS
+    from gfsim.simulator.trace.engine import SearchSimulation
+    from gfsim.simulator.trace.fast import run_fast
+    from gfsim.simulator.closed.engine import SEARCH_PRESETS
     from gfsim.simulator.replay import replay_many
 
     log = load_log(path)
@@ -208,7 +208,7 @@ def children(repeat: int, lockstep: int, rows: list, results: dict) -> None:
     from gfsim.policies import make_policy
     from gfsim.replay_logs import open_log
     from gfsim.simulator import Budget
-    from gfsim.simulator.puct_engine import SEARCH_PRESETS
+    from gfsim.simulator.closed.engine import SEARCH_PRESETS
     from gfsim.simulator.replay import replay_many
 
     log = open_log("synthetic-puct-v1")

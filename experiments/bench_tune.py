@@ -30,7 +30,7 @@ def run_workload(trials: int, seeds: int, jobs: int, storage: str | None = None
     from gfsim.cost_models import load_cost_model
     from gfsim.replay_logs import open_log
     from gfsim.simulator import Budget
-    from gfsim.simulator.puct_engine import SEARCH_PRESETS
+    from gfsim.simulator.closed.engine import SEARCH_PRESETS
     from gfsim.tuning.study import (Objective, make_sampler, make_storage, open_study,
                                     run_study, storage_url)
     from gfsim.tuning.trials import TrialSetup, parse_objectives, parse_param

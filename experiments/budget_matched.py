@@ -37,10 +37,10 @@ from gfsim.cost_models import load_cost_model
 from gfsim.policies import make_policy
 from gfsim.replay_logs import open_log
 from gfsim.simulator import Budget, replay
-from gfsim.simulator.puct_engine import EXTRAPOLATED_SHARE, SEARCH_PRESETS
+from gfsim.simulator.closed.engine import EXTRAPOLATED_SHARE, SEARCH_PRESETS
 from gfsim.simulator.replay import calibration_batch
 from gfsim.simulator.results import ReplayResult, geometric_mean
-from gfsim.simulator.trace import build_traces
+from gfsim.simulator.traces import build_traces
 from gfsim.worlds.landscape import Landscape, LandscapeParams
 from gfsim.worlds.synth_puct import run_on_landscape
 

@@ -31,7 +31,7 @@ def gfsim(*args: str) -> str:
 def logged_best(path: Path) -> float:
     from gfsim.cost_models import load_cost_model
     from gfsim.replay_logs import open_log
-    from gfsim.simulator.trace import build_traces
+    from gfsim.simulator.traces import build_traces
 
     t = build_traces(open_log(str(path)), load_cost_model("serverless-a100"))[0]
     return float(max(t.seed_speedup, np.nanmax(np.asarray(t.speedup, dtype=float))))

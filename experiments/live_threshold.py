@@ -97,7 +97,7 @@ def run() -> dict:
     from gfsim.live.fidelity import live_cost_model
     from gfsim.policies import make_policy
     from gfsim.replay_logs import open_log
-    from gfsim.simulator.puct_engine import SearchConfig
+    from gfsim.simulator.closed.engine import SearchConfig
     from gfsim.simulator.replay import replay
 
     t0 = time.perf_counter()

@@ -1,15 +1,16 @@
-"""The discrete-event simulator: a log's searches as traces (``trace``), the SimPy engine and
-its fast path for the trace driver (``engine``, ``fastpath``), the closed-loop PUCT search and the
-children it draws (``puct``, ``puct_engine``, ``children``), budgets, measurement noise, and the
-results a replay returns. It reads logs, cost models, forecasts and policies; it must not import
+"""The discrete-event simulator: a log's searches as traces (``traces``), one sub-package per
+driver with its SimPy reference engine beside its fast engine (``trace``: the logged order;
+``closed``: the closed loop, PUCT or evolutionary selection), the children a closed loop draws
+(``children``, ``world_model``, ``learning``), budgets, measurement noise, and the results a
+replay returns. It reads logs, cost models, forecasts and policies; it must not import
 worlds, tuning, analysis, live mode or the CLI.
 """
 
 from gfsim.simulator.budget import Budget, parse_budget
-from gfsim.simulator.engine import CANDIDATE_STATES, SearchSimulation
+from gfsim.simulator.trace.engine import CANDIDATE_STATES, SearchSimulation
 from gfsim.simulator.replay import comparison_json, replay, replay_with_baseline
 from gfsim.simulator.results import ReplayResult, SearchResult, geometric_mean
-from gfsim.simulator.trace import SearchTrace, build_traces
+from gfsim.simulator.traces import SearchTrace, build_traces
 
 __all__ = [
     "Budget",

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from gfsim.cost_models.presets import PresetCostModel
-from gfsim.simulator.trace import SearchTrace
+from gfsim.simulator.traces import SearchTrace
 
 from gfsim.core.caches import on_object
 from gfsim.core.libm import log2

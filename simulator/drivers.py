@@ -2,7 +2,7 @@
 
 ``puct`` forces the reference search (PUCT) on every search. ``closed`` re-runs each search
 with the algorithm its own run used, read from its run record (``driver``): an OpenEvolve or
-ShinkaEvolve run gets the evolutionary driver (``simulator.evolution``) with the settings its
+ShinkaEvolve run gets the evolutionary driver (``simulator.closed.evolution``) with the settings its
 run recorded (``configuration.<tool>.selection``) and the tool's documented defaults for the
 rest; any other run (PUCT logs, live and synthesised searches, logs with no run record) gets
 PUCT. ``evolution`` forces the evolutionary driver (OpenEvolve's rules and defaults where a
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gfsim.core.drivers import CLOSED_LOOP, is_closed_loop
-from gfsim.simulator.evolution import TOOL_DEFAULTS, EvolutionConfig
+from gfsim.simulator.closed.evolution import TOOL_DEFAULTS, EvolutionConfig
 
 __all__ = ["CLOSED_LOOP", "is_closed_loop", "run_record", "selection_for", "chosen_driver",
            "evolution_note"]

@@ -16,21 +16,21 @@ from gfsim.simulator.budget import Budget
 from gfsim.simulator.seconds_report import seconds_note
 from gfsim.simulator.children import INVENTED, INVENTED_HEADROOM
 from gfsim.simulator.drivers import evolution_note, is_closed_loop, selection_for
-from gfsim.simulator.engine import SearchSimulation
-from gfsim.simulator.fastpath import (FastPathUnsafe, LogTraces, fast_path_blockers, log_span,
+from gfsim.simulator.trace.engine import SearchSimulation
+from gfsim.simulator.trace.fast import (FastPathUnsafe, LogTraces, fast_path_blockers, log_span,
                                       run_fast_many)
 from gfsim.simulator.noise import MeasureNoise
 from gfsim.simulator.pipeline import DEFAULT_PIPELINE, Pipeline
-from gfsim.simulator.puct_engine import (
+from gfsim.simulator.closed.engine import (
     EXTRAPOLATED_SHARE,
     PuctSimulation,
     SearchConfig,
 )
-from gfsim.simulator.puct_fast import fast_search, run_lockstep, run_puct_fast
+from gfsim.simulator.closed.fast import fast_search, run_lockstep, run_puct_fast
 from gfsim.simulator.results import ReplayResult, SearchResult, no_cyclic_gc
 from gfsim.simulator.search_columns import (AnytimeRows, SummaryRows, anytime_points,
                                             columns_in, search_extras)
-from gfsim.simulator.trace import SearchTrace, build_traces
+from gfsim.simulator.traces import SearchTrace, build_traces
 from gfsim.simulator.world_model import child_sources
 
 from gfsim.core.caches import enabled, keep, kept, set_enabled
@@ -276,7 +276,7 @@ def replay(log: ReplayLog, policy: Policy, model: PresetCostModel, *, seed: int 
     insists on it. ``driver="puct"`` re-runs the reference search (closed loop) with ``search``
     (default paper-standard), drawing children from the log (``simulator.children``); its
     ``engine`` is the SimPy one (``des``) or the event loop without SimPy that reproduces it
-    (``auto`` or ``fast``: ``simulator.puct_fast``, for any capacity or budget).
+    (``auto`` or ``fast``: ``simulator.closed.fast``, for any capacity or budget).
     ``noise``: keyed log-normal noise on every measurement (``simulator.noise``).
     Keyword arguments: ``budget``, ``capacities``, ``forecaster``, ``orphans_dropped``,
     ``pipeline``, ``engine``, ``driver``, ``search``, ``noise`` (see ``replay_many``).
@@ -746,7 +746,7 @@ def _driver_words(result: ReplayResult) -> str:
     """The driver a replay ran: ``trace``, ``puct``, ``evolution (openevolve)``, or each with
     its number of searches where they differ (``simulator.drivers.chosen_driver``)."""
     from gfsim.simulator.drivers import chosen_driver
-    from gfsim.simulator.evolution import EvolutionConfig
+    from gfsim.simulator.closed.evolution import EvolutionConfig
 
     extras = list(search_extras(result.searches))
     if not extras or "driver" not in extras[0]:

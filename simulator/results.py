@@ -99,7 +99,7 @@ class SearchResult(Lazy):
 
     def __getattr__(self, name: str):
         # A fast-path result builds its per-candidate table from the replay's columns when
-        # first read (``simulator.fastpath``): most replays of many searches never read it.
+        # first read (``simulator.trace.fast``): most replays of many searches never read it.
         if name == "table":
             source = self.__dict__.pop("_table_source", None)
             if source is not None:

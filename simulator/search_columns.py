@@ -1,6 +1,6 @@
 """A replay of many searches as one table: every per-search figure a column for the whole log.
 
-The fast path (``simulator.fastpath``) replays a log's searches together and leaves their
+The fast path (``simulator.trace.fast``) replays a log's searches together and leaves their
 figures here, one array per field, rather than one ``SearchResult`` per search (10^6
 one-candidate searches: about 700 B and a dozen objects each). ``SearchList`` shows the
 columns as the list of results a replay has always held: indexing or iterating builds a

@@ -1,7 +1,7 @@
 """What a replay says of its evaluations' seconds: how many the log recorded stage by stage,
 how many were split from its whole-evaluation seconds (``simulator.log_seconds``), how many
 took priors, and the cold starts the instance policy charged. Apart from ``log_seconds``, which
-``simulator.trace`` uses, because it reads the traces and the fast path's segment sums."""
+``simulator.traces`` uses, because it reads the traces and the fast path's segment sums."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def evaluation_seconds(traces) -> dict:
     """Where the seconds of the traces' evaluations come from: counts of evaluations whose
     stages the log recorded, split from its whole-evaluation seconds, or took from priors
     (any stage); cold starts charged (from the log, from the prior); seconds in all."""
-    from gfsim.simulator.trace import columns_of
+    from gfsim.simulator.traces import columns_of
 
     span = columns_of(traces)
     if span is not None:
@@ -52,7 +52,7 @@ def _columns_seconds(cols, a: int, b: int) -> dict:
     from functools import reduce
     from operator import add
 
-    from gfsim.simulator.fastpath import _sums
+    from gfsim.simulator.trace.fast import _sums
 
     whole = cols.whole()
     sizes = (cols.ends - cols.starts)[(cols.starts >= a) & (cols.ends <= b)]

@@ -1,8 +1,8 @@
 """How hard a logged evolutionary search pressed on its best programs, read from its own choices.
 
-The evolutionary driver (``simulator.evolution``) draws parents as the run's tool does, with the
-settings the run recorded or the tool's defaults. Whether those settings describe the run is
-checked against the parents the log shows it chose: the log's history is walked step by step
+The evolutionary driver (``simulator.closed.evolution``) draws parents as the run's tool does,
+with the settings the run recorded or the tool's defaults. Whether those settings describe the
+run is checked against the parents the log shows it chose: the log's history is walked step by step
 through an ``EvolutionArchive`` that admits exactly the logged children, and at each step the
 probability the archive gives the logged parent is read (``parent_distribution``). The
 strategy's pressure parameter is then estimated by maximum likelihood on a grid:
@@ -27,8 +27,8 @@ from dataclasses import replace
 import numpy as np
 
 from gfsim.core.rng import stream
-from gfsim.simulator.evolution import EvolutionArchive, EvolutionConfig
-from gfsim.simulator.puct import ArchiveNode, ChildResult, PuctArchive
+from gfsim.simulator.closed.evolution import EvolutionArchive, EvolutionConfig
+from gfsim.simulator.closed.puct import ArchiveNode, ChildResult, PuctArchive
 
 __all__ = ["PRESSURE", "fit_selection", "logged_steps", "describe_fit"]
 

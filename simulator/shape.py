@@ -24,8 +24,8 @@ from dataclasses import dataclass, fields, replace
 
 from gfsim.core.caches import on_object
 from gfsim.core.errors import GfsimError
-from gfsim.simulator.puct_engine import SearchConfig
-from gfsim.simulator.trace import SearchTrace
+from gfsim.simulator.closed.engine import SearchConfig
+from gfsim.simulator.traces import SearchTrace
 
 __all__ = ["OwnShape", "infer_shape", "recorded_shape", "shapes_for", "evidence_pairs",
            "check_memory", "drawn_candidates", "BYTES_PER_CANDIDATE", "MIN_PAIRS",
@@ -233,7 +233,7 @@ def reproductions(traces: list[SearchTrace], shapes: list[SearchConfig],
     it on every trial; it depends on the trace and the shape only)."""
     from gfsim.policies.simple import AllPolicy
     from gfsim.simulator.budget import Budget
-    from gfsim.simulator.puct_fast import fast_search, run_lockstep
+    from gfsim.simulator.closed.fast import fast_search, run_lockstep
     from gfsim.simulator.world_model import OwnChildren
 
     out: list[Reproduction | None] = []

@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from gfsim.simulator.children import INVENTED, Child, ChildSource
-from gfsim.simulator.trace import SearchTrace
+from gfsim.simulator.traces import SearchTrace
 
 __all__ = ["WhatIfChildren"]
 

@@ -68,7 +68,7 @@ from gfsim.simulator.children import (
     shift_probs_rows,
     shifted_cdf,
 )
-from gfsim.simulator.trace import SearchTrace
+from gfsim.simulator.traces import SearchTrace
 
 from gfsim.core.caches import on_object
 from gfsim.core.errors import GfsimError

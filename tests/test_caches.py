@@ -17,7 +17,7 @@ MODEL = load_cost_model("serverless-a100")
 USES = re.compile(r"\b(?:kept|keep|on_object)\(\s*[\w.\[\]]+\s*,\s*\"(\w+)\"")
 # What may still sit in an object's __dict__ in the simulator, and why it is no cache:
 ALLOWED = {
-    "trace.py": "a trace's view of the log's columns, its fields sliced on first read",
+    "traces.py": "a trace's view of the log's columns, its fields sliced on first read",
     "results.py": "a result's own lazily built table and totals (of that result alone)",
     "search_columns.py": "a result rebuilt from a replay's columns, its own lazy fields set",
 }
@@ -25,7 +25,7 @@ ALLOWED = {
 
 def test_every_cache_kept_on_an_object_is_declared_and_every_declared_one_is_used():
     used = set()
-    for path in [*ROOT.glob("simulator/*.py"), *ROOT.glob("gfsim/**/*.py")]:
+    for path in [*ROOT.glob("simulator/**/*.py"), *ROOT.glob("gfsim/**/*.py")]:
         used |= set(USES.findall(path.read_text()))
     assert used, "no cache uses found: the pattern no longer matches the code"
     assert used <= set(caches.CACHES), used - set(caches.CACHES)
@@ -35,7 +35,7 @@ def test_every_cache_kept_on_an_object_is_declared_and_every_declared_one_is_use
 
 
 def test_no_cache_hides_in_an_object_s_dict_in_the_simulator():
-    for path in ROOT.glob("simulator/*.py"):
+    for path in ROOT.glob("simulator/**/*.py"):
         if "__dict__" in path.read_text():
             assert path.name in ALLOWED, (
                 f"{path.name} keeps something in an object's __dict__: declare it in "

@@ -18,10 +18,10 @@ from gfsim.cost_models import load_cost_model
 from gfsim.policies import make_policy
 from gfsim.replay_logs import open_log
 from gfsim.simulator.children import INVENTED_HEADROOM, held_to_log
-from gfsim.simulator.puct_engine import best_lineage
+from gfsim.simulator.closed.engine import best_lineage
 from gfsim.simulator.replay import replay
 from gfsim.simulator.shape import OwnShape, infer_shape, shapes_for
-from gfsim.simulator.trace import build_traces
+from gfsim.simulator.traces import build_traces
 
 DATA = Path(__file__).parent / "data"
 MODEL = load_cost_model("serverless-a100")

@@ -1,4 +1,4 @@
-"""The evolutionary closed-loop driver (simulator.evolution): the user's own search re-run.
+"""The evolutionary closed-loop driver (simulator.closed.evolution): the user's own search re-run.
 
 Deliver 3 of issue 51: an OpenEvolve or ShinkaEvolve run is re-run with islands, an elite
 archive and migration as its tool selects parents, with the settings its run recorded;
@@ -24,9 +24,9 @@ from gfsim.importers.openevolve import import_openevolve
 from gfsim.importers.shinka import import_shinka
 from gfsim.policies import make_policy
 from gfsim.replay_logs.log import load_log
-from gfsim.simulator.evolution import EvolutionArchive, EvolutionConfig
+from gfsim.simulator.closed.evolution import EvolutionArchive, EvolutionConfig
 from gfsim.simulator.predictive import reproduce_log
-from gfsim.simulator.puct import ArchiveNode, ChildResult
+from gfsim.simulator.closed.puct import ArchiveNode, ChildResult
 from gfsim.simulator.replay import replay_many
 
 DATA = Path(__file__).parent / "data"

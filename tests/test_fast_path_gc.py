@@ -9,7 +9,7 @@ from gfsim.policies import make_policy
 from gfsim.replay_logs import open_log
 from gfsim.simulator import parse_budget
 from gfsim.simulator.progress import listening
-from gfsim.simulator.puct_engine import SEARCH_PRESETS
+from gfsim.simulator.closed.engine import SEARCH_PRESETS
 from gfsim.simulator.replay import cached_traces, simulate_puct
 from gfsim.simulator.world_model import ModelChildren
 

@@ -8,8 +8,8 @@ from gfsim.cost_models import Capacities, load_cost_model
 from gfsim.policies import make_policy
 from gfsim.replay_logs import load_log, resolve_log
 from gfsim.simulator import Budget, build_traces, replay
-from gfsim.simulator import fastpath
-from gfsim.simulator.fastpath import _segmented, _sums, run_fast, run_fast_many
+from gfsim.simulator.trace import fast as fastpath
+from gfsim.simulator.trace.fast import _segmented, _sums, run_fast, run_fast_many
 from gfsim.simulator.replay import calibration_batch
 from gfsim.simulator.noise import MeasureNoise
 from gfsim.simulator.pipeline import parse_pipeline

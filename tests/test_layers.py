@@ -53,7 +53,7 @@ def test_every_package_is_in_the_checkouts_gfsim_and_the_copy(tree):
         for name in ("core", "forecasts", "replay_logs", "cost_models", "policies", "simulator",
                      "worlds", "tuning", "analysis", "live", "cli", "importers"):
             assert (base / "gfsim" / name / "__init__.py").is_file(), (base, name)
-        assert (base / "gfsim" / "simulator" / "engine.py").is_file()
+        assert (base / "gfsim" / "simulator" / "trace" / "engine.py").is_file()
 
 
 def test_the_contracts_are_kept():
@@ -64,18 +64,19 @@ def test_the_contracts_are_kept():
 
 def test_the_cli_reaching_past_the_api_breaks_the_thin_cli_contract(tree):
     append(tree / "gfsim/cli/replay_cmd.py",
-           "\n\ndef _peek():\n    from gfsim.simulator import engine\n")
+           "\n\ndef _peek():\n    from gfsim.simulator.trace import engine\n")
     out = lint(tree)
     assert out.returncode != 0
     assert "the CLI is thin" in out.stdout and "BROKEN" in out.stdout
-    assert "gfsim.cli.replay_cmd -> gfsim.simulator.engine" in out.stdout
+    assert "gfsim.cli.replay_cmd -> gfsim.simulator.trace.engine" in out.stdout
 
 
 def test_a_lower_layer_importing_a_higher_one_breaks_the_layers(tree):
     # Even inside a function: a lazy import is still a dependency.
     append(tree / "gfsim/replay_logs/io.py",
-           "\n\ndef _peek():\n    from gfsim.simulator import engine\n")
-    append(tree / "gfsim/simulator/engine.py", "\n\ndef _peek():\n    import gfsim.cli.main\n")
+           "\n\ndef _peek():\n    from gfsim.simulator.trace import engine\n")
+    append(tree / "gfsim/simulator/trace/engine.py",
+           "\n\ndef _peek():\n    import gfsim.cli.main\n")
     out = lint(tree)
     assert out.returncode != 0
     assert "gfsim.replay_logs is not allowed to import gfsim.simulator" in out.stdout

@@ -26,7 +26,7 @@ def test_the_linked_folders_are_relative_links_to_the_top_level_ones():
 
 
 def test_from_the_checkouts_root_gfsim_is_the_checkout_whole():
-    code = ("import gfsim.simulator.engine, gfsim.policies.base, gfsim.cost_models.presets, "
+    code = ("import gfsim.simulator.trace.engine, gfsim.policies.base, gfsim.cost_models.presets, "
             "gfsim.replay_logs; print(gfsim.replay_logs.__file__)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)

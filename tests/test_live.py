@@ -161,7 +161,7 @@ def test_a_duplicate_kernel_is_measured_once_and_its_code_stored_once(tmp_path):
     from gfsim.live.driver import LiveOptions, LiveRun
     from gfsim.live.measure.measurer import MeasurerConfig, TritonMeasurer
     from gfsim.live.sources import MutationSource
-    from gfsim.simulator.puct_engine import SearchConfig
+    from gfsim.simulator.closed.engine import SearchConfig
 
     out = tmp_path / "dup.jsonl"
     opts = LiveOptions(tasks=["softmax"], search=SearchConfig(steps=4, parents_per_step=1,
@@ -268,7 +268,7 @@ def test_a_write_cut_by_a_crash_is_dropped_before_resuming(tmp_path):
     from gfsim.live.driver import LiveOptions, LiveRun
     from gfsim.live.measure.measurer import MeasurerConfig, TritonMeasurer
     from gfsim.live.sources import MutationSource
-    from gfsim.simulator.puct_engine import SearchConfig
+    from gfsim.simulator.closed.engine import SearchConfig
 
     out = tmp_path / "cut.jsonl.gz"
     opts = LiveOptions(tasks=["softmax"], search=SearchConfig(steps=3, samples_per_parent=2),
@@ -319,7 +319,7 @@ import os, signal, sys
 from gfsim.live.driver import LiveOptions, LiveRun
 from gfsim.live.measure.measurer import MeasurerConfig, TritonMeasurer
 from gfsim.live.sources import MutationSource
-from gfsim.simulator.puct_engine import SearchConfig
+from gfsim.simulator.closed.engine import SearchConfig
 
 out, work, die_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
 
@@ -382,7 +382,7 @@ def _cpu_run(out, tmp_path, forecaster=None, steps=3):
     from gfsim.live.driver import LiveOptions, LiveRun
     from gfsim.live.measure.measurer import MeasurerConfig, TritonMeasurer
     from gfsim.live.sources import MutationSource
-    from gfsim.simulator.puct_engine import SearchConfig
+    from gfsim.simulator.closed.engine import SearchConfig
 
     opts = LiveOptions(tasks=["softmax"], search=SearchConfig(steps=steps, samples_per_parent=2),
                        seed=2, trust_cpu_clock=True)

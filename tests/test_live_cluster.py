@@ -90,7 +90,7 @@ def test_a_measurer_killed_mid_measurement_loses_no_candidate(ray_address, tmp_p
     from gfsim.live.driver import LiveOptions, LiveRun
     from gfsim.live.measure.gpus import ray_pool
     from gfsim.live.sources import MutationSource
-    from gfsim.simulator.puct_engine import SearchConfig
+    from gfsim.simulator.closed.engine import SearchConfig
 
     pool = ray_pool("ray", _config(), 2)
     first = pool.slots[0]

@@ -19,7 +19,7 @@ from gfsim.live.measure.gpus import LOSSES_PER_CANDIDATE, MeasurerPool, Slot, Sl
 from gfsim.live.sources import MutationSource
 from gfsim.replay_logs import load_log
 from gfsim.replay_logs.io import iter_records
-from gfsim.simulator.puct_engine import SearchConfig
+from gfsim.simulator.closed.engine import SearchConfig
 
 
 class Died(Exception):

@@ -17,7 +17,7 @@ from gfsim.policies.registry import make_policy
 from gfsim.replay_logs.log import load_log
 from gfsim.simulator.children import LogChildren
 from gfsim.simulator.replay import replay
-from gfsim.simulator.trace import build_traces
+from gfsim.simulator.traces import build_traces
 from gfsim.testing import LogBuilder
 
 DATA = Path(__file__).parent / "data"

@@ -32,7 +32,7 @@ from gfsim.simulator.replay import calibration_batch, simulate_searches
 from gfsim.cli.common import json_bytes, json_parts
 from gfsim.simulator.results import ReplayResult, SearchResult
 from gfsim.simulator.search_columns import SearchList, columns_in
-from gfsim.simulator.trace import SearchTrace, build_traces, columns_of
+from gfsim.simulator.traces import SearchTrace, build_traces, columns_of
 
 HEADER = {"kind": "header", "schema_version": 1, "log_id": "many-searches-test",
           "created_at": "2026-12-06T00:00:00Z",

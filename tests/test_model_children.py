@@ -12,7 +12,7 @@ from gfsim.policies import make_policy
 from gfsim.replay_logs import LogWriter, load_log
 from gfsim.simulator import build_traces, replay
 from gfsim.simulator.children import LogChildren, pool_of, shift_probs
-from gfsim.simulator.puct_engine import SEARCH_PRESETS
+from gfsim.simulator.closed.engine import SEARCH_PRESETS
 from gfsim.simulator.world_model import (
     SHRINK_PAIRS,
     TASK_MIN_PAIRS,

@@ -14,7 +14,7 @@ from gfsim.policies import make_policy
 from gfsim.replay_logs import open_log
 from gfsim.simulator import replay
 from gfsim.simulator.noise import MeasureNoise, parse_noise
-from gfsim.simulator.puct_engine import SearchConfig
+from gfsim.simulator.closed.engine import SearchConfig
 
 runner = CliRunner()
 MODEL = load_cost_model("serverless-a100")

@@ -18,7 +18,7 @@ from gfsim.importers.openevolve import import_openevolve
 from gfsim.policies import make_policy
 from gfsim.replay_logs import open_log
 from gfsim.simulator import Budget, parse_budget
-from gfsim.simulator.puct_engine import SEARCH_PRESETS
+from gfsim.simulator.closed.engine import SEARCH_PRESETS
 from gfsim.simulator.replay import replay_many
 from gfsim.tuning.plan import _pooled, parse_plan_budget, search_figures
 

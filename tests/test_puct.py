@@ -14,8 +14,8 @@ from gfsim.policies import make_policy
 from gfsim.replay_logs import LogWriter, load_log, open_log
 from gfsim.simulator import build_traces, replay
 from gfsim.simulator.children import LogChildren
-from gfsim.simulator.puct import ArchiveNode, ChildResult, PuctArchive
-from gfsim.simulator.puct_engine import EXTRAPOLATED_SHARE, SEARCH_PRESETS, SearchConfig
+from gfsim.simulator.closed.puct import ArchiveNode, ChildResult, PuctArchive
+from gfsim.simulator.closed.engine import EXTRAPOLATED_SHARE, SEARCH_PRESETS, SearchConfig
 from gfsim.testing import LogBuilder
 from gfsim.worlds.counterfactual import compare
 from gfsim.worlds.synth import build_records

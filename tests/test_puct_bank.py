@@ -11,9 +11,9 @@ import math
 import numpy as np
 import pytest
 
-from gfsim.simulator.puct import ArchiveNode, ChildResult, PuctArchive
-from gfsim.simulator.puct_bank import ArchiveBank
-from gfsim.simulator.puct_engine import SearchConfig
+from gfsim.simulator.closed.puct import ArchiveNode, ChildResult, PuctArchive
+from gfsim.simulator.closed.bank import ArchiveBank
+from gfsim.simulator.closed.engine import SearchConfig
 
 
 def random_config(rng) -> SearchConfig:

@@ -1,4 +1,4 @@
-"""The closed-loop fast path (``simulator.puct_fast``) gives exactly the SimPy engine's answers.
+"""The closed-loop fast path (``simulator.closed.fast``) gives exactly the SimPy engine's answers.
 
 Random logs, policies, search shapes, capacities (binding ones too), budgets, pipelines, noise
 and forecast frames; half the logs use a few fixed stage times, so that children drawn from
@@ -18,7 +18,7 @@ from gfsim.replay_logs import load_log, open_log
 from gfsim.simulator import Budget, replay
 from gfsim.simulator.noise import MeasureNoise
 from gfsim.simulator.pipeline import parse_pipeline
-from gfsim.simulator.puct_engine import SearchConfig
+from gfsim.simulator.closed.engine import SearchConfig
 from gfsim.testing import LogBuilder
 from gfsim.worlds.landscape import Landscape, LandscapeParams
 from gfsim.worlds.synth_puct import run_on_landscape

@@ -11,9 +11,9 @@ from gfsim.forecasts.whatif import attach, parse_whatif
 from gfsim.policies import make_policy
 from gfsim.replay_logs import open_log
 from gfsim.simulator import replay
-from gfsim.simulator.puct_engine import PuctSimulation
+from gfsim.simulator.closed.engine import PuctSimulation
 from gfsim.simulator.replay import trace_cache
-from gfsim.simulator.trace import mean_measure_usd
+from gfsim.simulator.traces import mean_measure_usd
 
 MODEL = load_cost_model("serverless-a100")
 

@@ -172,7 +172,7 @@ def test_synth_writes_a_valid_log_for_any_world_and_a_replay_reproduces_it(tmp_p
     from gfsim.cost_models import load_cost_model
     from gfsim.policies import make_policy
     from gfsim.simulator import replay
-    from gfsim.simulator.puct_engine import SEARCH_PRESETS
+    from gfsim.simulator.closed.engine import SEARCH_PRESETS
 
     out = tmp_path / "nk.jsonl"
     res = runner.invoke(app, ["synth", "--world", "nk-heavy", "--driver", "puct", "--steps", "8",
@@ -238,7 +238,7 @@ def test_kernel_tuner_world_changes_one_parameter_and_reports_the_cached_measure
 def test_world_children_replicates_and_the_shared_cache():
     from dataclasses import replace
 
-    from gfsim.simulator.puct_engine import SEARCH_PRESETS
+    from gfsim.simulator.closed.engine import SEARCH_PRESETS
 
     from gfsim.worlds.synth_puct import run_on_world
 

@@ -58,7 +58,7 @@ def search_config(driver: str, preset: str | None, log=None, **knobs):
     (recorded by its run, else inferred from its candidates: ``simulator.shape``) with the
     knobs given in place of its own; with no ``log`` (a new, live search), paper-standard."""
     from gfsim.core.errors import GfsimError
-    from gfsim.simulator.puct_engine import SEARCH_PRESETS, replace_config
+    from gfsim.simulator.closed.engine import SEARCH_PRESETS, replace_config
     from gfsim.simulator.shape import OwnShape
 
     given = {k: v for k, v in knobs.items() if v is not None}

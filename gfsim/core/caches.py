@@ -41,9 +41,9 @@ CACHES: dict[str, str] = {
     "_reproduction": "on a trace: how far the closed loop reproduces it, by search shape "
                      "(simulator.shape.reproductions)",
     "_fast_widest": "on a trace: its widest step, which decides whether the trace fast path "
-                    "can run (simulator.fastpath; set when traces are built)",
+                    "can run (simulator.trace.fast; set when traces are built)",
     "_fast_layout_rows": "on a large trace: its steps flattened for the trace fast path "
-                         "(simulator.fastpath)",
+                         "(simulator.trace.fast)",
     "_trace_key": "on a log: the content key its traces are cached by (simulator.replay)",
     "_keep_derived": "on a log: whether its traces and replays are worth storing on disk "
                      "(simulator.replay)",

@@ -266,7 +266,7 @@ def _truth(log):
     ok = ev[ev["outcome"] == "success"] if len(ev) else ev
     measured = dict(zip(ok["candidate_id"], ok["speedup"].astype(float))) if len(ok) else {}
     # A parent-relative success whose parent was not measured: over its nearest measured
-    # ancestor, the base a replay converts its forecast with (simulator.trace).
+    # ancestor, the base a replay converts its forecast with (simulator.traces).
     orphan = [c for c in ids if c not in truth and c in measured]
     base = dict(zip(orphan, _ancestor_log2(log, orphan, measured, "reference")))
     x = np.array([math.log2(truth[c]) if c in truth else

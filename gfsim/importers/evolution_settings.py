@@ -1,7 +1,7 @@
 """The parent-selection settings an OpenEvolve or ShinkaEvolve run recorded, for its run record.
 
 A closed-loop replay of such a run re-runs its own evolutionary algorithm
-(``gfsim.simulator.evolution``) with these settings; what a run's folder does not record is
+(``gfsim.simulator.closed.evolution``) with these settings; what a run's folder does not record is
 left out here, and the replay fills it with the tool's documented default and says so.
 
 - OpenEvolve: the ``database`` section of the run's YAML configuration, found in the run
@@ -20,7 +20,7 @@ from pathlib import Path
 __all__ = ["openevolve_selection", "shinka_selection", "recorded_selection", "OPENEVOLVE_KEYS",
            "SHINKA_KEYS"]
 
-# The tools' database settings -> gfsim.simulator.evolution.EvolutionConfig fields.
+# The tools' database settings -> gfsim.simulator.closed.evolution.EvolutionConfig fields.
 OPENEVOLVE_KEYS = {"num_islands": "islands", "exploration_ratio": "exploration_ratio",
                    "exploitation_ratio": "exploitation_ratio",
                    "elite_selection_ratio": "elite_selection_ratio",

@@ -101,7 +101,7 @@ def _compare(log, run: dict) -> tuple[dict, list[str]]:
     """Replay one live search with its own configuration; compare with what it recorded."""
     from gfsim.policies import make_policy
     from gfsim.simulator.budget import Budget
-    from gfsim.simulator.puct_engine import SearchConfig
+    from gfsim.simulator.closed.engine import SearchConfig
     from gfsim.simulator.replay import replay
 
     sid = run["search_id"]

@@ -159,7 +159,7 @@ class _Cell:
 
 
 def _search_config(steps: int, overgen: int):
-    from gfsim.simulator.puct_engine import SEARCH_PRESETS
+    from gfsim.simulator.closed.engine import SEARCH_PRESETS
 
     return replace(SEARCH_PRESETS["paper-standard"], steps=steps, overgen=overgen)
 

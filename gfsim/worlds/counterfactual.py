@@ -20,7 +20,7 @@ from gfsim.core.durable import temporary
 from gfsim.cost_models import load_cost_model
 from gfsim.policies import make_policy
 from gfsim.replay_logs import LogWriter, load_log
-from gfsim.simulator.puct_engine import SEARCH_PRESETS
+from gfsim.simulator.closed.engine import SEARCH_PRESETS
 from gfsim.simulator.replay import replay
 from gfsim.worlds.landscape import Landscape, LandscapeParams
 from gfsim.worlds.synth import build_records

@@ -16,7 +16,7 @@ from gfsim.forecasts.bins import PAPER_EDGES
 from gfsim.policies import Policy, make_policy
 from gfsim.simulator.budget import Budget
 from gfsim.simulator.children import WorldChildren
-from gfsim.simulator.puct_engine import SEARCH_PRESETS, SearchConfig
+from gfsim.simulator.closed.engine import SEARCH_PRESETS, SearchConfig
 from gfsim.simulator.replay import simulate_puct
 from gfsim.worlds.landscape import Landscape
 
@@ -80,7 +80,7 @@ def run_on_world_many(world, searches: list[tuple[str, SearchConfig, str | Polic
     searches that share a policy take one call. ``caches``: task id -> that task's
     ``WorldChildren`` cache (shared by its searches: a child is keyed by its node id and slot,
     so the order in which searches draw it does not change it). Returns the results."""
-    from gfsim.simulator.puct_fast import fast_search, run_lockstep
+    from gfsim.simulator.closed.fast import fast_search, run_lockstep
 
     model = load_cost_model(cost)
     caches = caches if caches is not None else {}

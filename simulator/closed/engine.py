@@ -1,6 +1,6 @@
 """The ``puct`` driver: the reference search (docs/concepts/paper.md) re-run in the simulator.
 
-Each step selects parents from the archive (``simulator.puct``), draws spp x F children per
+Each step selects parents from the archive (``simulator.closed.puct``), draws spp x F children per
 parent from a ``ChildSource``, runs each parent's batch through the same pipeline as the trace
 driver (generate, forecast if the policy reads forecasts, decide, compile, check, time; the
 per-parent barrier of the filtered search), measures at most k per parent, waits for the whole
@@ -21,12 +21,12 @@ from gfsim.cost_models.presets import Capacities, PresetCostModel
 from gfsim.policies.base import Policy, SearchState
 from gfsim.simulator.budget import Budget
 from gfsim.simulator.children import DRAW_SOURCES, INVENTED, Child, ChildSource
-from gfsim.simulator.engine import SearchSimulation
+from gfsim.simulator.trace.engine import SearchSimulation
 from gfsim.simulator.noise import MeasureNoise
 from gfsim.simulator.pipeline import DEFAULT_PIPELINE, Pipeline
 from gfsim.simulator.progress import tick
-from gfsim.simulator.evolution import make_archive
-from gfsim.simulator.puct import ArchiveNode, ChildResult
+from gfsim.simulator.closed.evolution import make_archive
+from gfsim.simulator.closed.puct import ArchiveNode, ChildResult
 from gfsim.simulator.results import SearchResult
 
 __all__ = ["SearchConfig", "SEARCH_PRESETS", "PuctSimulation", "EXTRAPOLATED_SHARE",
@@ -199,7 +199,7 @@ class PuctSimulation(SearchSimulation):
         super().__init__(trace, policy, model, capacities, budget, seed, False, pipeline, noise)
         self.source = source
         self.config = config
-        # PUCT's archive, or an evolutionary one (``selection``: simulator.evolution)
+        # PUCT's archive, or an evolutionary one (``selection``: simulator.closed.evolution)
         self.selection = selection
         self.archive = make_archive(ArchiveNode(root_id, seed_speedup, (), is_seed=True),
                                     config, selection, seed, search_id)

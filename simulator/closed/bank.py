@@ -1,13 +1,13 @@
 """Many searches' archives as arrays: ``PuctArchive``'s rules, one row per search.
 
-Searches run in lockstep (``simulator.puct_fast.run_lockstep``: every seed of a replay, every
+Searches run in lockstep (``simulator.closed.fast.run_lockstep``: every seed of a replay, every
 search of a log) select their parents at the same moment, so the selection of all of them is
 one set of array operations over a (searches x nodes) table instead of a few dozen small
 numpy calls per search: the PUCT score of every node of every search, the greedy choice with
 its ties, and the blocking of a chosen node's lineage. The update after a step gathers every
 search's visits, best-child rewards and admissions into a handful of indexed writes.
 
-The rules are ``simulator.puct``'s, to the bit (same float operations in the same order);
+The rules are ``simulator.closed.puct``'s, to the bit (same float operations in the same order);
 ``tests/test_puct_bank.py`` drives a bank and one ``PuctArchive`` per search with the same
 random steps and compares every selection and every column. Rows keep ``PuctArchive``'s
 column layout: rewards, visits, best child rewards, whether a node is a seed, and each node's
@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from gfsim.simulator.puct import ArchiveNode, ChildResult
+from gfsim.simulator.closed.puct import ArchiveNode, ChildResult
 
 __all__ = ["ArchiveBank"]
 

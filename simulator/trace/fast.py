@@ -40,12 +40,12 @@ from gfsim.cost_models.presets import Capacities, PresetCostModel
 from gfsim.cost_models.usage import STAGES
 from gfsim.policies.base import Batch, Policy, SearchState
 from gfsim.simulator.budget import Budget
-from gfsim.simulator.engine import segments
+from gfsim.simulator.trace.engine import segments
 from gfsim.simulator.pipeline import COST_STAGE, DEFAULT_PIPELINE, Pipeline
 from gfsim.simulator.results import SearchResult, no_cyclic_gc
 from gfsim.simulator.search_columns import SearchColumns, SearchList
 from gfsim.simulator.noise import MeasureNoise
-from gfsim.simulator.trace import (SearchTrace, ancestor_speedup, columns_of,
+from gfsim.simulator.traces import (SearchTrace, ancestor_speedup, columns_of,
                                    shared_floats)
 
 __all__ = ["fast_path_blocker", "fast_path_blockers", "run_fast", "run_fast_many",

@@ -42,13 +42,13 @@ from gfsim.cost_models.usage import STAGES, Cost
 from gfsim.policies.base import Batch, Decisions, Policy, SearchState
 from gfsim.simulator.budget import HOUR_S, Budget, limits_money_or_time, unaffordable
 from gfsim.simulator.children import Child, ChildSource, LogChildren, finish_steps, pool_of
-from gfsim.simulator.engine import segments
+from gfsim.simulator.trace.engine import segments
 from gfsim.simulator.noise import MeasureNoise, confirm_best
 from gfsim.simulator.pipeline import COST_STAGE, DEFAULT_PIPELINE, Pipeline
 from gfsim.simulator.progress import tick
-from gfsim.simulator.puct import ArchiveNode, ChildResult
-from gfsim.simulator.evolution import make_bank
-from gfsim.simulator.puct_engine import SearchConfig, cap_per_parent, puct_extra
+from gfsim.simulator.closed.puct import ArchiveNode, ChildResult
+from gfsim.simulator.closed.evolution import make_bank
+from gfsim.simulator.closed.engine import SearchConfig, cap_per_parent, puct_extra
 from gfsim.simulator.results import SearchResult
 
 __all__ = ["run_puct_fast", "fast_search", "run_lockstep"]

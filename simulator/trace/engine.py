@@ -30,7 +30,7 @@ from gfsim.simulator.pipeline import COST_STAGE, DEFAULT_PIPELINE, Pipeline
 from gfsim.simulator.progress import tick
 from gfsim.simulator.results import SearchResult
 from gfsim.simulator.slots import Countdown, Slots
-from gfsim.simulator.trace import SearchTrace, ancestor_speedup
+from gfsim.simulator.traces import SearchTrace, ancestor_speedup
 
 __all__ = ["SearchSimulation", "CANDIDATE_STATES", "segments"]
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from gfsim.core.errors import GfsimError
 from gfsim.core.rng import stream
-from gfsim.simulator.puct import ArchiveNode, ChildResult
+from gfsim.simulator.closed.puct import ArchiveNode, ChildResult
 
 __all__ = ["EvolutionConfig", "EvolutionArchive", "STRATEGIES", "TOOL_DEFAULTS",
            "EvolutionBank", "make_archive", "make_bank"]
@@ -318,7 +318,7 @@ def make_archive(root: ArchiveNode, config, selection: EvolutionConfig | None, s
     """The archive a closed-loop search selects from: PUCT's (``selection`` None) or an
     evolutionary one, its stream keyed by (seed, search)."""
     if selection is None:
-        from gfsim.simulator.puct import PuctArchive
+        from gfsim.simulator.closed.puct import PuctArchive
 
         return PuctArchive(root, k_per_parent=config.k_per_parent, capacity=config.capacity,
                            c_puct=config.c_puct)
@@ -326,13 +326,13 @@ def make_archive(root: ArchiveNode, config, selection: EvolutionConfig | None, s
 
 
 class EvolutionBank:
-    """Archives of searches run in lockstep (``simulator.puct_fast.run_lockstep``): PUCT's
+    """Archives of searches run in lockstep (``simulator.closed.fast.run_lockstep``): PUCT's
     rows in one ``ArchiveBank``, each evolutionary search in its own ``EvolutionArchive``
     (its selection is a handful of draws a step; nothing to gain from arrays). The same
     ``select``/``complete``/``size`` as ``ArchiveBank``."""
 
     def __init__(self, runs):
-        from gfsim.simulator.puct_bank import ArchiveBank
+        from gfsim.simulator.closed.bank import ArchiveBank
 
         self._puct = [k for k, r in enumerate(runs) if r.selection is None]
         self._row = {k: j for j, k in enumerate(self._puct)}
@@ -368,7 +368,7 @@ def make_bank(runs):
     """The bank of ``run_lockstep``: ``ArchiveBank`` when every search is PUCT (as before),
     else an ``EvolutionBank``."""
     if all(getattr(r, "selection", None) is None for r in runs):
-        from gfsim.simulator.puct_bank import ArchiveBank
+        from gfsim.simulator.closed.bank import ArchiveBank
 
         return ArchiveBank([r.root for r in runs], [r.config for r in runs])
     return EvolutionBank(runs)
