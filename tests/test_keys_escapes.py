@@ -292,7 +292,7 @@ def test_a_detached_grandchild_does_not_outlive_a_degraded_sandbox(tmp_path):
 
     class NoNamespaces(TritonMeasurer):
         def _start_zygote(self):
-            real = mod._Zygote
+            real = mod.Zygote
 
             class Degraded(real):
                 def __init__(self, *a, **k):
@@ -300,11 +300,11 @@ def test_a_detached_grandchild_does_not_outlive_a_degraded_sandbox(tmp_path):
                     self.facilities = Facilities(landlock_abi=self.facilities.landlock_abi,
                                                  seccomp=self.facilities.seccomp)
 
-            mod._Zygote = Degraded
+            mod.Zygote = Degraded
             try:
                 return super()._start_zygote()
             finally:
-                mod._Zygote = real
+                mod.Zygote = real
 
     name = f"gfleak{os.getpid() % 10 ** 6}"
     code = f"""

@@ -169,7 +169,7 @@ def test_a_machine_without_the_sandbox_refuses_untrusted_code(tmp_path):
             if zygote is None:
                 import gfsim.live.measure.measurer as mod
 
-                real = mod._Zygote
+                real = mod.Zygote
 
                 class NoNamespaces(real):
                     def __init__(self, *a, **k):
@@ -177,11 +177,11 @@ def test_a_machine_without_the_sandbox_refuses_untrusted_code(tmp_path):
                         self.facilities = Facilities(landlock_abi=self.facilities.landlock_abi,
                                                      seccomp=self.facilities.seccomp)
 
-                mod._Zygote = NoNamespaces
+                mod.Zygote = NoNamespaces
                 try:
                     zygote = super()._start_zygote()
                 finally:
-                    mod._Zygote = real
+                    mod.Zygote = real
             return zygote
 
     cfg = MeasurerConfig(compile_timeout_s=60, check_timeout_s=20)
@@ -201,7 +201,7 @@ def test_the_watchdog_counts_a_sandbox_tmpfs_only_once_it_is_mounted(tmp_path):
     watchdog reads them at are the host's (its /dev/shm, the disk under the folder): their used
     bytes are not the sandbox's memory. CI once killed two starting sandboxes "for memory" this
     way on a loaded machine (the disk's gigabytes counted); reproduced by delaying the mounts."""
-    from gfsim.live.measure.measurer import _own_tmpfs_kb
+    from gfsim.live.measure.confined import _own_tmpfs_kb
 
     assert _own_tmpfs_kb(tmp_path, tmp_path) == 0.0  # not mounted over: the host's disk
     assert _own_tmpfs_kb(tmp_path / "gone", tmp_path) == 0.0

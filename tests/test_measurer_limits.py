@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
-import gfsim.live.measure.measurer as measurer_module  # noqa: E402
+import gfsim.live.measure.confined as confined_module  # noqa: E402
 from gfsim.live.measure.measurer import CORRECT_UNTIMED, MeasurerConfig, TritonMeasurer  # noqa: E402
 
 
@@ -174,7 +174,7 @@ def test_a_deeply_nested_answer_is_a_recorded_failure(measurer):
 def test_an_answer_over_the_size_limit_is_a_recorded_failure(measurer, monkeypatch):
     # (The real limit is above what a Unix socket's default buffer lets a worker send; a
     # lower one here shows the check with an answer that such a buffer carries.)
-    monkeypatch.setattr(measurer_module, "MAX_ANSWER_BYTES", 64 << 10)
+    monkeypatch.setattr(confined_module, "MAX_ANSWER_BYTES", 64 << 10)
     r = measure_within(measurer, lying("_json.dumps({'ok': True, 'seconds': 0.1, "
                                        "'pad': 'x' * 100_000})"))
     assert r["outcome"] == "runtime_error", r

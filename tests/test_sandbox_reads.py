@@ -164,12 +164,12 @@ def test_a_machine_that_cannot_confine_reads_refuses_untrusted_code(tmp_path, mo
     import gfsim.live.measure.measurer as mod
     from gfsim.live.measure.measurer import MeasurerConfig, TritonMeasurer, UntrustedRefused
 
-    class ReadsOpen(mod._Zygote):
+    class ReadsOpen(mod.Zygote):
         def __init__(self, *a, **k):
             super().__init__(*a, **k)
             self.facilities = replace(self.facilities, reads_confined=False)
 
-    monkeypatch.setattr(mod, "_Zygote", ReadsOpen)
+    monkeypatch.setattr(mod, "Zygote", ReadsOpen)
     m = TritonMeasurer("softmax", MeasurerConfig(compile_timeout_s=60), workdir=tmp_path)
     with pytest.raises(UntrustedRefused, match="read confinement.*--trust-candidates"):
         m.facilities  # noqa: B018 - starts the zygote, which refuses
