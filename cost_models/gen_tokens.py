@@ -18,7 +18,7 @@ _GEN_TOKENS_KEYS = {"in": "in", "input": "in", "out": "out", "output": "out"}
 
 
 def _gen_tokens_error(text: str, why: str) -> GfsimError:
-    return GfsimError(f"--gen-tokens {text!r}: {why}; expected IN,OUT or in=N,out=N "
+    return GfsimError(f"`gen_tokens` {text!r}: {why}; expected IN,OUT or in=N,out=N "
                       "(input and output tokens per mutation), e.g. 4000,8000")
 
 
@@ -61,7 +61,7 @@ def with_gen_tokens(model: PresetCostModel, text: str) -> PresetCostModel:
     say the prior came from --gen-tokens."""
     tokens = parse_gen_tokens(text)
     if not isinstance(getattr(model, "priors", None), Priors):
-        raise GfsimError(f"--gen-tokens: cost model {getattr(model, 'name', model)!r} has no "
+        raise GfsimError(f"`gen_tokens`: cost model {getattr(model, 'name', model)!r} has no "
                          "priors to replace")
     old = model.priors
     priors = dataclasses.replace(old, gen_input_tokens=tokens.get("in", old.gen_input_tokens),

@@ -50,7 +50,7 @@ def merge_logs(paths, out) -> dict:
                                                                    for r in log.runs]:
             if searches.setdefault(sid, k) != k:
                 raise GfsimError(f"{path}: search {sid!r} is also in {paths[searches[sid]]} "
-                                 "(run the second with another --seed)")
+                                 "(run the second with another `seed`)")
         for cid in log.candidates["candidate_id"]:
             if candidates.setdefault(cid, k) != k:
                 raise GfsimError(f"{path}: candidate {cid!r} is also in "

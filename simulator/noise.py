@@ -39,7 +39,7 @@ class MeasureNoise:
 
     def __post_init__(self):
         if not (math.isfinite(self.cv) and 0 <= self.cv <= 1):
-            raise SpecError(f"--measure-noise: cv must be in [0, 1], got {self.cv!r}")
+            raise SpecError(f"`measure_noise`: cv must be in [0, 1], got {self.cv!r}")
 
     @property
     def sigma(self) -> float:
@@ -68,16 +68,16 @@ def parse_noise(text: str | None) -> MeasureNoise | None:
         return None
     from gfsim.core.specs import parse_kv
 
-    items = parse_kv(text, "--measure-noise")
+    items = parse_kv(text, "`measure_noise`")
     if len(items) == 1 and items[0][0] in ("cv", None):
         raw = items[0][1]
     else:
         keys = ", ".join(str(k) for k, _ in items)
-        raise SpecError(f"--measure-noise: expected cv=VALUE, got keys {keys}")
+        raise SpecError(f"`measure_noise`: expected cv=VALUE, got keys {keys}")
     try:
         cv = float(raw)
     except ValueError:
-        raise SpecError(f"--measure-noise: cv={raw!r} is not a number") from None
+        raise SpecError(f"`measure_noise`: cv={raw!r} is not a number") from None
     return MeasureNoise(cv)
 
 

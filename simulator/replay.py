@@ -472,8 +472,8 @@ def _closed_loop_shapes(log, traces, search, model, children: str, simulate: boo
                 f"{describe(shape.as_dict())}, it drew {r.own} of its {r.logged} logged "
                 f"children as the log did) and it holds {r.pairs} (parent, child) "
                 f"pairs with a measured parent, fewer than the {MIN_PAIRS} a simulation "
-                "invents children from; replay it open loop (--driver trace), or pass "
-                "--simulate to simulate PUCT on this evidence anyway")
+                "invents children from; replay it open loop (`driver` trace), or pass "
+                "`simulate` to simulate PUCT on this evidence anyway")
     return shapes, repro
 
 

@@ -171,7 +171,7 @@ def check_memory(log, search_ids: list[str], shapes: list[SearchConfig]) -> None
         f"{len(shapes)} search{'es' if len(shapes) != 1 else ''} closed loop would draw "
         f"{sum(counts):,} candidates (about {size_text(need)}; the largest, search "
         f"{search_ids[k]!r}, {describe(shapes[k].as_dict())}), above the {budget_text()}; "
-        "a smaller --steps, --samples-per-parent or --overgen fits it")
+        "a smaller `steps`, `samples_per_parent` or `overgen` fits it")
 
 
 def _check_supported(log, trace: SearchTrace, shape: SearchConfig, given: set[str]) -> None:
@@ -189,8 +189,8 @@ def _check_supported(log, trace: SearchTrace, shape: SearchConfig, given: set[st
             f"{getattr(log, 'display_name', log)}: search {trace.search_id!r}: a shape the log "
             f"does not support: its run record says {shape.samples_per_parent:,} samples x F "
             f"{shape.overgen:,} = {shape.children_per_parent:,} children per parent, but no "
-            f"expansion in the log holds more than {held:,} (give --samples-per-parent and "
-            "--overgen to replay another)")
+            f"expansion in the log holds more than {held:,} (give `samples_per_parent` and "
+            "`overgen` to replay another)")
 
 
 def evidence_pairs(trace: SearchTrace) -> int:

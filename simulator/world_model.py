@@ -459,7 +459,7 @@ class WorldModel:
         self.parts = [_pairs_of(t) for t in traces]
         self.tasks = [t.task_id for t in traces]
         if not any(len(p.child) for p in self.parts):
-            raise GfsimError("--children model: the log has no (parent, child) pair with a "
+            raise GfsimError("`children` model: the log has no (parent, child) pair with a "
                              "measured parent to fit a model to")
         self._members: dict[int, _Member] = {}
         self._part_of = {id(t): k for k, t in enumerate(traces)}
@@ -950,7 +950,7 @@ class OwnChildren(LogChildren):
 def check_children(children: str) -> str:
     """``children`` if it names a child source (``CHILDREN``), else a one-line error."""
     if children not in CHILDREN:
-        raise GfsimError(f"--children: unknown child source {children!r:.80}; valid: "
+        raise GfsimError(f"`children`: unknown child source {children!r:.80}; valid: "
                          f"{', '.join(CHILDREN)}")
     return children
 

@@ -70,7 +70,7 @@ def _records(out) -> list[dict]:
 # -- the driver: no CPU-clock success without the flag ---------------------------------------
 def test_a_cpu_clock_run_without_the_flag_refuses_to_start_and_writes_nothing(tmp_path):
     out = tmp_path / "cpu.jsonl"
-    with pytest.raises(GfsimError, match="--trust-cpu-clock") as err:
+    with pytest.raises(GfsimError, match="`trust_cpu_clock`") as err:
         _run(out, Stub())
     assert "seed kernel was timed on the CPU clock" in str(err.value)
     assert "\n" not in str(err.value)
@@ -140,7 +140,7 @@ def test_resuming_an_untrusted_run_without_the_flag_is_refused(tmp_path):
     with pytest.raises(Died):
         _run(out, Stub(die_at=3), trust=True)
     n = len(_records(out))
-    with pytest.raises(GfsimError, match="--trust-cpu-clock"):
+    with pytest.raises(GfsimError, match="`trust_cpu_clock`"):
         _run(out, Stub(), resume=True)
     assert len(_records(out)) == n
     summary = _run(out, Stub(), trust=True, resume=True)
@@ -253,7 +253,7 @@ def test_a_forger_in_a_live_run_on_the_cpu_clock(cpu_measurer, tmp_path):
                        hardware={"device_name": "cpu"},
                        provenance={"kind": "measured", "note": "test"}).run()
 
-    with pytest.raises(GfsimError, match="--trust-cpu-clock"):
+    with pytest.raises(GfsimError, match="`trust_cpu_clock`"):
         run(tmp_path / "no.jsonl", False)
     assert not (tmp_path / "no.jsonl").exists()
     out = tmp_path / "yes.jsonl"

@@ -119,7 +119,7 @@ def test_cluster_values_are_parsed_or_refused(monkeypatch):
     assert parse_cluster("ray") == "10.0.0.5:6379"
     assert parse_cluster("ray://head:10001") == "ray://head:10001"
     for bad in ("dask", "ray://head", "ray://head:port", "slurm://x:1"):
-        with pytest.raises(GfsimError, match="--cluster: expected"):
+        with pytest.raises(GfsimError, match="`cluster`: expected"):
             parse_cluster(bad)
 
 

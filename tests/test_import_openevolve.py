@@ -226,7 +226,7 @@ def test_an_unsupported_version_and_a_missing_metric_are_refused(tmp_path):
     out = tmp_path / "out.jsonl"
     with pytest.raises(GfsimError, match=r"0\.3\.2.*not supported.*0\.4"):
         import_openevolve(RUN, out, runtime_metric="runtime_ns", openevolve_version="0.3.2")
-    with pytest.raises(GfsimError, match="--runtime-metric.*runtime_ns"):
+    with pytest.raises(GfsimError, match="`runtime_metric`.*runtime_ns"):
         import_openevolve(RUN, out)
     (tmp_path / "empty").mkdir()  # (a folder beside the output: one around it is refused)
     with pytest.raises(GfsimError, match="no checkpoints"):

@@ -126,7 +126,7 @@ def test_a_candidate_under_which_measurers_keep_disappearing_is_given_up_then_th
     slots[-1].lose_at = 0  # the last one stays: measures the next candidate
     assert pool.measure("softmax", "honest")[0]["outcome"] == "success"
     slots[-1].lose_at = len(slots[-1].codes) + 1  # the last one lost: nowhere to go
-    with pytest.raises(GfsimError, match="every measurer of this run was lost.*--resume") as e:
+    with pytest.raises(GfsimError, match="every measurer of this run was lost.*`resume`") as e:
         pool.measure("softmax", "third")
     assert "\n" not in str(e.value) and "(3: host0:gpu0" in str(e.value)
 

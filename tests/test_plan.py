@@ -42,7 +42,7 @@ def test_the_budget_takes_dollars_gpu_hours_or_candidates_and_names_a_bad_key():
     b = parse_plan_budget("usd=5,gpu_hours=2")
     assert (b.budget.usd, b.budget.gpu_hours, b.candidates) == (5.0, 2.0, None)
     assert parse_plan_budget("candidates=120").candidates == 120
-    for bad, why in (("steps=3", "--steps"), ("candidates=1.5", "whole number"),
+    for bad, why in (("steps=3", "`steps`"), ("candidates=1.5", "whole number"),
                      ("candidates=0", "whole number"), ("usd=-1", "must be > 0"),
                      ("", "needs a budget"), ("gpu_hours=x", "not a number")):
         with pytest.raises(GfsimError, match=why):

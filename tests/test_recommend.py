@@ -37,7 +37,7 @@ def test_configurations_parse_by_name_and_fail_by_name():
                      ("@2", "names no policy"), ("nosuch@2", "nosuch")):
         with pytest.raises(GfsimError, match=why):
             parse_config(bad, "puct", own)
-    with pytest.raises(GfsimError, match="only with --driver puct"):
+    with pytest.raises(GfsimError, match="only with `driver` puct"):
         parse_config("all@2", "trace", None)
 
 

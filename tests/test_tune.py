@@ -41,7 +41,7 @@ def test_parameters_of_the_policy_and_of_the_search():
     p = parse_param("score=maxprob|margin", "threshold", "trace")
     assert p.choices == ("maxprob", "margin") and p.kind == "categorical"
     for text, policy, driver, msg in (
-        ("overgen=1:4", "threshold", "trace", "only with --driver puct"),
+        ("overgen=1:4", "threshold", "trace", "only with `driver` puct"),
         ("color=1:2", "threshold", "puct", "valid: tau, score, rho"),
         ("tau=0.9:0.3", "threshold", "trace", "LOW must be below HIGH"),
         ("tau=0:1:log", "threshold", "trace", "LOW > 0"),

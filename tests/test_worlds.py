@@ -389,7 +389,7 @@ def test_world_specs_split_on_commas_but_keep_a_specs_own_list():
     names, optional = _world_specs(["nk-heavy,family"])
     assert names == ["nk-heavy", *[n for n in world_names() if n != "nk-heavy"]]
     assert optional == set(world_names()) - {"nk-heavy"}  # only these may be skipped
-    with pytest.raises(GfsimError, match="--world: empty"):
+    with pytest.raises(GfsimError, match="`world`: empty"):
         _world_specs([" , "])
 
 

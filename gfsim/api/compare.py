@@ -150,7 +150,7 @@ def compare(log: ReplayLog | str | Path | None = None,
     from gfsim.simulator.replay import ANYTIME_POINTS, seed_dependence, seed_free_reason
 
     if seeds < 1:
-        raise GfsimError(f"--seeds must be >= 1, got {seeds}")
+        raise GfsimError(f"`seeds` must be >= 1, got {seeds}")
     the_policy = make_policy(policy)
     the_baseline = make_policy(baseline)  # fails on a bad baseline before any work
     the_budget = parse_budget(budget)
@@ -163,8 +163,8 @@ def compare(log: ReplayLog | str | Path | None = None,
     children = resolve_children(driver, children)
     puct_only = puct_children(driver, children, simulate)
     if predict and not is_closed_loop(driver):
-        raise GfsimError("--predict: a new search is simulated closed loop on the log's world "
-                         "model; it needs --driver puct (or closed)")
+        raise GfsimError("`predict`: a new search is simulated closed loop on the log's world "
+                         "model; it needs `driver` puct (or closed)")
     learning = learning_spec(forecaster)
     the_log, forecaster = resolve(open_log_arg(log), forecaster)
     config = search_config(driver, search, the_log, steps=steps,
@@ -238,7 +238,7 @@ def _seed_pairs(log, policy, baseline, model, seed, seeds, jobs, kwargs) -> list
     from gfsim.simulator.replay import replay_seeds
 
     if jobs < 1:
-        raise GfsimError(f"--jobs must be >= 1, got {jobs}")
+        raise GfsimError(f"`jobs` must be >= 1, got {jobs}")
     return replay_seeds(log, policy, model, range(seed, seed + seeds), baseline=baseline,
                         jobs=jobs, **kwargs)
 

@@ -72,7 +72,7 @@ def counterfactual(world: str | Sequence[str] = ("family",), *,
         overgen = ",".join(str(f) for f in overgen)
     sep = ";" if ";" in policies else ","
     specs = tuple(p.strip() for p in _split_policies(policies, sep) if p.strip())
-    spec = bm.BenchSpec(policies=specs, overgens=_ints(overgen, "--overgen"), steps=steps,
+    spec = bm.BenchSpec(policies=specs, overgens=_ints(overgen, "`overgen`"), steps=steps,
                         cost=cost, replay_seeds=replay_seeds, direct_reps=direct_reps,
                         children=children, forecaster=forecaster, fresh_seeds=fresh_seeds)
     from gfsim.cost_models import load_cost_model
@@ -82,7 +82,7 @@ def counterfactual(world: str | Sequence[str] = ("family",), *,
     for p in specs:
         make_policy(p)
     if isinstance(seeds, bool) or seeds < 2:
-        raise GfsimError(f"--seeds must be >= 2 (regret scores a pick on other seeds), got "
+        raise GfsimError(f"`seeds` must be >= 2 (regret scores a pick on other seeds), got "
                          f"{seeds}")
     names, optional = _world_specs(world)
     for name in names:  # every named world's spec, before any world is loaded
@@ -105,7 +105,7 @@ def counterfactual(world: str | Sequence[str] = ("family",), *,
             raise
         problems = check_world(w0, factory, seed=seed_list[0])
         if problems:
-            raise GfsimError(f"--world {name}: does not conform to the World protocol: "
+            raise GfsimError(f"`world` {name}: does not conform to the World protocol: "
                              + "; ".join(problems[:5]))
         runnable.append(name)
     if not runnable:
@@ -161,11 +161,11 @@ def _world_specs(values: list[str]) -> tuple[list[str], set[str]]:
             elif specs and specs[-1].startswith(("kernel-tuner:", "h200:")):
                 specs[-1] += "," + part
             else:
-                raise GfsimError(f"--world {part!r}: no such world; valid: {FAMILY}, "
+                raise GfsimError(f"`world` {part!r}: no such world; valid: {FAMILY}, "
                                  f"{', '.join(builtin)}, kernel-tuner:CACHE, h200:TASK, "
                                  "PATH.py:NAME or module:NAME")
     if not specs:
-        raise GfsimError("--world: empty")
+        raise GfsimError("`world`: empty")
     named = [s for s in specs if s != FAMILY]
     if FAMILY in specs:
         specs = [n for s in specs for n in (world_names() if s == FAMILY else [s])]

@@ -41,7 +41,7 @@ def describe_log(path: str | Path, *, allow_truncated: bool = False) -> dict:
     log = open_log(str(path))
     if log.truncated and not allow_truncated:
         raise GfsimError(f"{log.truncated}; the records before the cut are valid (pass "
-                         "--allow-truncated to accept them)")
+                         "`allow_truncated` to accept them)")
     return {"valid": True, **_summary(log)}
 
 

@@ -59,7 +59,7 @@ def make_forecaster(spec):
 
     made = make(spec)
     if isinstance(made, LoggedForecaster):
-        raise SpecError(f"--forecaster {spec!r}: no forecaster goes by "
+        raise SpecError(f"`forecaster` {spec!r}: no forecaster goes by "
                         f"{spec.partition(':')[0]!r}; known: {', '.join(FORECASTERS)} (e.g. "
                         "vllm:URL,model=NAME, paper:gemini3-flash, learned)")
     return made

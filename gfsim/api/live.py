@@ -60,10 +60,10 @@ def live(out: str | Path, *, tasks: str = "softmax,layernorm,matmul", resume: bo
     from gfsim.simulator.budget import parse_budget
 
     if driver != "puct":
-        raise GfsimError(f"--driver {driver}: a live run re-runs the closed-loop search; only "
-                         "puct is live (replay a log with --driver trace)")
+        raise GfsimError(f"`driver` {driver}: a live run re-runs the closed-loop search; only "
+                         "puct is live (replay a log with `driver` trace)")
     if measurer not in ("triton", "interpret"):
-        raise GfsimError(f"--measurer {measurer!r}: valid: triton, interpret")
+        raise GfsimError(f"`measurer` {measurer!r}: valid: triton, interpret")
     from gfsim.core.inputs import check_output
 
     check_output(out, [config] if config is not None else [])  # (its settings file)
@@ -71,8 +71,8 @@ def live(out: str | Path, *, tasks: str = "softmax,layernorm,matmul", resume: bo
     for name in names:
         get_task(name)  # unknown names: an error listing the valid ones
     if len(set(names)) != len(names):
-        raise GfsimError(f"--tasks {tasks}: a task is named twice")
-    given = parse_capacities(capacity, "--capacity", keys=("gen", "forecast"))
+        raise GfsimError(f"`tasks` {tasks}: a task is named twice")
+    given = parse_capacities(capacity, "`capacity`", keys=("gen", "forecast"))
     caps = {"generator": given.get("gen", 4), "forecaster": given.get("forecast", 4)}
     search = search_config("puct", preset, steps=steps, parents_per_step=parents_per_step,
                            samples_per_parent=samples_per_parent, overgen=overgen,
@@ -103,15 +103,15 @@ def live(out: str | Path, *, tasks: str = "softmax,layernorm,matmul", resume: bo
 
     interpret = measurer == "interpret"
     if clock not in ("auto", "gpu", "wall"):
-        raise GfsimError(f"--clock {clock!r}: expected auto, gpu or wall")
+        raise GfsimError(f"`clock` {clock!r}: expected auto, gpu or wall")
     if gpus is not None and gpus > 1 and not cluster:
-        raise GfsimError(f"--gpus {gpus}: more than one GPU needs --cluster (one Ray actor per "
-                         "GPU; on one machine: ray start --head, then --cluster ray)")
+        raise GfsimError(f"`gpus` {gpus}: more than one GPU needs `cluster` (one Ray actor per "
+                         "GPU; on one machine: ray start --head, then `cluster` ray)")
     if not interpret and not cluster and not torch.cuda.is_available():
-        raise GfsimError("--measurer triton needs a CUDA GPU, and torch sees none; use "
-                         "--measurer interpret to run the kernels under the Triton "
+        raise GfsimError("`measurer` triton needs a CUDA GPU, and torch sees none; use "
+                         "`measurer` interpret to run the kernels under the Triton "
                          "interpreter on the CPU (interpreter times, not GPU times, which a "
-                         "candidate can forge: with --trust-cpu-clock)")
+                         "candidate can forge: with `trust_cpu_clock`)")
     _refuse_cpu_clock(interpret, clock, protocol, trust_cpu_clock)
     # Under the interpreter a call takes milliseconds to seconds: time it less tightly.
     mconfig = MeasurerConfig(protocol=protocol, rse_target=0.05 if interpret else rse,
@@ -229,9 +229,9 @@ def _refuse_cpu_clock(interpret: bool, clock: str, protocol: str, trusted: bool)
 
     if trusted:
         return
-    why = ("--measurer interpret" if interpret else "--clock wall" if clock == "wall" else
-           "--protocol reference" if protocol == "reference" and clock != "gpu" else None)
+    why = ("`measurer` interpret" if interpret else "`clock` wall" if clock == "wall" else
+           "`protocol` reference" if protocol == "reference" and clock != "gpu" else None)
     if why:
         raise GfsimError(f"{why} times candidates on the CPU clock, whose times a candidate's "
-                         "own process reports and can forge; pass --trust-cpu-clock to record "
+                         "own process reports and can forge; pass `trust_cpu_clock` to record "
                          "such times as successes, marked untrusted")

@@ -32,7 +32,7 @@ def puct_children(driver: str, children: str, simulate: bool = False) -> dict:
     check_children(children)
     if not is_closed_loop(driver):
         if children != "fallback" or simulate:
-            flag = "--children" if children != "fallback" else "--simulate"
+            flag = "`children`" if children != "fallback" else "`simulate`"
             raise GfsimError(f"{flag}: only a closed-loop driver (the puct driver, or closed) "
                              "draws children; the trace "
                              "driver replays the logged order")
@@ -64,15 +64,14 @@ def search_config(driver: str, preset: str | None, log=None, **knobs):
     given = {k: v for k, v in knobs.items() if v is not None}
     if not is_closed_loop(driver):
         if preset is not None or given:
-            flags = ", ".join(["--search"] * (preset is not None)
-                              + [f"--{k.replace('_', '-')}" for k in given])
-            raise GfsimError(f"{flags}: only with --driver puct (or closed)")
+            flags = ", ".join(["`search`"] * (preset is not None) + [f"`{k}`" for k in given])
+            raise GfsimError(f"{flags}: only with `driver` puct (or closed)")
         return None
     if preset is None and log is not None:
         return OwnShape(**given)
     preset = preset or "paper-standard"
     if preset not in SEARCH_PRESETS:
-        raise GfsimError(f"--search: unknown preset {preset!r}; valid: "
+        raise GfsimError(f"`search`: unknown preset {preset!r}; valid: "
                          f"{', '.join(SEARCH_PRESETS)}")
     return replace_config(SEARCH_PRESETS[preset], **given)
 

@@ -60,11 +60,11 @@ def plan(logs: ReplayLog | str | Path | Sequence[ReplayLog | str | Path] | None 
     from gfsim.tuning.recommend import parse_config
 
     if prices not in ("run", "preset"):
-        raise GfsimError(f"--prices must be run or preset, got {prices!r}")
+        raise GfsimError(f"`prices` must be run or preset, got {prices!r}")
     if replays < 1:
-        raise GfsimError(f"--replays must be >= 1, got {replays}")
+        raise GfsimError(f"`replays` must be >= 1, got {replays}")
     if steps is not None and steps < 1:
-        raise GfsimError(f"--steps must be >= 1, got {steps}")
+        raise GfsimError(f"`steps` must be >= 1, got {steps}")
     the_budget = parse_plan_budget(budget)
     given = logs if isinstance(logs, (list, tuple)) else [logs]
     inputs = [replay_inputs(one, forecaster=forecaster, cost=cost, driver="closed",
@@ -75,7 +75,7 @@ def plan(logs: ReplayLog | str | Path | Sequence[ReplayLog | str | Path] | None 
         candidates = [candidates]
     notes: list[str] = []
     texts = ["log", *(c for c in (candidates or []) if c.strip() != "log")]
-    configs = [parse_config(c, "closed", first.search, what="--candidate") for c in texts]
+    configs = [parse_config(c, "closed", first.search, what="`candidate`") for c in texts]
     recommended = None
     if candidates is None:
         recommended, note = _recommended(given[0], forecaster, children, the_budget, seed,
@@ -83,7 +83,7 @@ def plan(logs: ReplayLog | str | Path | Sequence[ReplayLog | str | Path] | None 
         notes.append(note)
         if recommended is not None:
             configs.append(parse_config(recommended, "closed", first.search,
-                                        what="--candidate"))
+                                        what="`candidate`"))
     out = run_plan([i.log for i in inputs], configs, first.model, the_budget, steps=steps,
                    seeds=range(seed, seed + replays),
                    fresh_seeds=range(seed + replays, seed + replays + new_searches),

@@ -70,9 +70,9 @@ def recommend(log: ReplayLog | str | Path | None = None,
         candidates, left_out = grid_for(the_log, driver, forecaster, learning)
         if left_out:
             notes.append(left_out_note(left_out))
-    configs = [parse_config(c, driver, config, what="--candidate") for c in candidates]
+    configs = [parse_config(c, driver, config, what="`candidate`") for c in candidates]
     if not configs:
-        raise GfsimError("--candidate: name at least one configuration")
+        raise GfsimError("`candidate`: name at least one configuration")
     setup = TrialSetup(the_log, model, base.spec, driver, the_budget, [seed], config,
                        forecaster=forecaster, learning=learning, **puct_only)
     from gfsim.policies import make_policy
@@ -80,7 +80,7 @@ def recommend(log: ReplayLog | str | Path | None = None,
     varies = seed_dependence([make_policy(c.spec) for c in [base, *configs]], driver=driver)
     n = seeds if varies else 1
     if jobs < 0:
-        raise GfsimError(f"--jobs must be >= 0, got {jobs}")
+        raise GfsimError(f"`jobs` must be >= 0, got {jobs}")
     from gfsim.core.executor import cores, make_executor
     from gfsim.tuning.trials import SeedPool
 

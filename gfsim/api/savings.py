@@ -59,7 +59,7 @@ def savings(log: ReplayLog | str | Path | None = None, policy: str = "threshold:
     )
 
     if jobs < 1:
-        raise GfsimError("--jobs must be >= 1")
+        raise GfsimError("`jobs` must be >= 1")
     policies = [make_policy(policy), make_policy(baseline)]
 
     got = replay_inputs(log, forecaster=forecaster, cost=cost, driver=driver, search=search,

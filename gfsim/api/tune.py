@@ -131,11 +131,11 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
     )
 
     if seeds < 1 or trials < 1 or workers < 1 or jobs < 1:
-        raise GfsimError("--seeds, --trials, --workers and --jobs must be >= 1")
+        raise GfsimError("`seeds`, `trials`, `workers` and `jobs` must be >= 1")
     params_given = [param] if isinstance(param, str) else list(param)
     params = [parse_param(p, policy, driver) for p in params_given]
     if len({p.name for p in params}) != len(params):
-        raise GfsimError("--param: a parameter is named twice")
+        raise GfsimError("`param`: a parameter is named twice")
     objectives = parse_objectives(objective)
     limit = parse_constraint(constraint)
 
@@ -162,8 +162,8 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
     the_sampler = make_sampler(sampler, seed, limit is not None)
     url = storage_url(storage, study, workers)
     if cluster and url.split(":", 1)[0].split("+", 1)[0] not in ("postgresql", "mysql"):
-        raise GfsimError(f"--cluster: the trial workers on a cluster's hosts need a study they "
-                         f"all reach, not {url}: give --storage postgresql+psycopg://USER@HOST/DB "
+        raise GfsimError(f"`cluster`: the trial workers on a cluster's hosts need a study they "
+                         f"all reach, not {url}: give `storage` postgresql+psycopg://USER@HOST/DB "
                          "(or a MySQL URL)")
     from gfsim.tuning.recorded import check_recorded
 

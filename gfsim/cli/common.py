@@ -192,11 +192,37 @@ def esc(value: Any, limit: int = 200) -> str:
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):
-    print(f"gfsim: warning: {one_line(str(message))}", file=sys.stderr)  # (a log's words)
+    from gfsim.core.errors import as_flags
+
+    # (a log's words; parameters named as flags, as errors are)
+    print(f"gfsim: warning: {one_line(as_flags(str(message)))}", file=sys.stderr)
+
+
+def command_flags(fn: Callable) -> dict[str, str]:
+    """A command's parameters -> the long flag that sets each (``preset`` -> ``--search``),
+    and each flag's own name -> it (``search`` -> ``--search``), read off its signature."""
+    import inspect
+    from typing import get_args, get_origin
+
+    out: dict[str, str] = {}
+    for name, param in inspect.signature(fn).parameters.items():
+        infos = [param.default]
+        if get_origin(param.annotation) is Annotated:
+            infos += list(get_args(param.annotation)[1:])
+        for info in infos:
+            decls = [d for d in (getattr(info, "param_decls", None) or ())
+                     if isinstance(d, str) and d.startswith("--")]
+            if decls:
+                out[name] = decls[0]
+                for d in decls:
+                    out.setdefault(d[2:].replace("-", "_"), d)
+                break
+    return out
 
 
 def handles_errors(fn: Callable) -> Callable:
-    """Run a command; a ``GfsimError`` (bad file, spec, option) exits 2 with one line."""
+    """Run a command; a ``GfsimError`` (bad file, spec, option) exits 2 with one line, its
+    parameters named as this command's flags (``gfsim.core.errors.as_flags``)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -204,7 +230,10 @@ def handles_errors(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except GfsimError as exc:
-            print(f"gfsim: error: {one_line(str(exc))}", file=sys.stderr)
+            from gfsim.core.errors import as_flags
+
+            message = as_flags(str(exc), command_flags(fn))
+            print(f"gfsim: error: {one_line(message)}", file=sys.stderr)
             raise typer.Exit(EXIT_INPUT_ERROR) from None
 
     return wrapper

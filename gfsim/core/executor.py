@@ -190,7 +190,7 @@ class LocalProcesses(Executor):
                     raise GfsimError(
                         f"a worker process died {broken} times in one run of {total} tasks "
                         f"({len(pending)} not done); was one killed, or out of memory? Try "
-                        "fewer --jobs") from None
+                        "fewer `jobs`") from None
                 futures = self._submit(fn, pending)
 
     def close(self, cancel: bool = False) -> None:
@@ -247,7 +247,7 @@ def parse_cluster(value: str | None) -> str | None:
         return os.environ.get("RAY_ADDRESS", "").strip() or "auto"
     if value.startswith("ray://") and value.count(":") == 2 and value.rsplit(":", 1)[1].isdigit():
         return value
-    raise GfsimError(f"--cluster: expected 'ray' (the cluster at $RAY_ADDRESS) or "
+    raise GfsimError(f"`cluster`: expected 'ray' (the cluster at $RAY_ADDRESS) or "
                      f"'ray://HOST:PORT', got {value!r:.80}")
 
 
@@ -309,10 +309,10 @@ class RayCluster(Executor):
         try:
             import ray
         except ImportError:
-            raise GfsimError("--cluster ray needs Ray: pip install 'gfsim[cluster]'") from None
+            raise GfsimError("`cluster` ray needs Ray: pip install 'gfsim[cluster]'") from None
         why = _reachable(self.address)
         if why:
-            raise GfsimError(f"--cluster: the Ray cluster {self.address} cannot be reached: "
+            raise GfsimError(f"`cluster`: the Ray cluster {self.address} cannot be reached: "
                              f"{why}")
         self._owns = not ray.is_initialized()  # (one connection a process: Ray's own)
         if self._owns:
@@ -321,7 +321,7 @@ class RayCluster(Executor):
                          configure_logging=False)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                raise GfsimError(f"--cluster: the Ray cluster {self.address} cannot be "
+                raise GfsimError(f"`cluster`: the Ray cluster {self.address} cannot be "
                                  f"joined: {first}") from None
         self._ray = ray
         try:
@@ -351,12 +351,12 @@ class RayCluster(Executor):
         try:
             theirs = ray.get(ray.remote(max_retries=0)(probe).remote(), timeout=120)
         except Exception as exc:  # noqa: BLE001 - any failure of the probe is the refusal
-            raise GfsimError(f"--cluster: the cluster's workers could not run gfsim's probe: "
+            raise GfsimError(f"`cluster`: the cluster's workers could not run gfsim's probe: "
                              f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
                              ) from None
         why = _mismatch(mine, theirs)
         if why:
-            raise GfsimError(f"--cluster: refused: {why}")
+            raise GfsimError(f"`cluster`: refused: {why}")
         return theirs
 
     def _start_tasks(self, fn: Callable, items: list, poll: Callable[[], None]

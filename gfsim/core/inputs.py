@@ -40,7 +40,7 @@ def _same(a: Path, b: Path) -> bool:
         return False
 
 
-def check_output(out, reads, option: str = "--out") -> None:
+def check_output(out, reads, option: str = "`out`") -> None:
     """Refuse, in one line naming both paths, an output ``out`` (what ``option`` writes) that
     is the same file as one of ``reads`` (the files and folders the command reads; ``None``
     entries are skipped), or lies inside one of them that is a folder: an import would

@@ -91,7 +91,7 @@ def recalibrate(method: str, probs, parsed, predicted_bin, fold, true_bin, has_t
     has_truth = np.asarray(has_truth, bool)
     folds = list(dict.fromkeys(fold.tolist()))
     if len(folds) < 2:
-        raise GfsimError(f"--calibrate {method} is fitted out of fold and needs at least two "
+        raise GfsimError(f"`calibrate` {method} is fitted out of fold and needs at least two "
                          "tasks or searches; this data has one")
     pred = declared_bins(probs, predicted_bin)
     fitted = {}

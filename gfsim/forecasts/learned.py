@@ -90,7 +90,7 @@ class LearnedForecaster(Forecaster):
 
     def __post_init__(self):
         if self.prefix not in (PREFIX, *ALIASES):
-            raise SpecError(f"--forecaster {self.prefix}: not a name of the learned forecaster "
+            raise SpecError(f"`forecaster` {self.prefix}: not a name of the learned forecaster "
                             f"({', '.join((PREFIX, *ALIASES))})")
         for key, lo, hi in (("min_train", 2, 10**6), ("prior_sigma", 1e-3, 10.0),
                             ("min_sigma", 1e-4, 10.0), ("min_errors", 1, 10**6),
@@ -98,7 +98,7 @@ class LearnedForecaster(Forecaster):
                             ("learning_rate", 1e-4, 1.0), ("seed", 0, 2**32 - 1)):
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
-                raise SpecError(f"--forecaster {PREFIX}: {key}={v!r} outside [{lo}, {hi}]")
+                raise SpecError(f"`forecaster` {PREFIX}: {key}={v!r} outside [{lo}, {hi}]")
 
 
 def is_learned(spec: str | None) -> bool:
@@ -113,20 +113,20 @@ def parse_learned(spec: str) -> LearnedForecaster:
 
     head, _, rest = spec.partition(":")
     if head not in (PREFIX, *ALIASES):
-        raise SpecError(f"--forecaster {spec!r}: not the learned forecaster "
+        raise SpecError(f"`forecaster` {spec!r}: not the learned forecaster "
                         f"({' or '.join((PREFIX, *ALIASES))}[:k=v,...])")
     fields = {k: f for k, f in LearnedForecaster.__dataclass_fields__.items()
               if k != "prefix"}
     kw: dict = {}
-    for key, raw in parse_kv(rest, "--forecaster") if rest else []:
+    for key, raw in parse_kv(rest, "`forecaster`") if rest else []:
         if key not in fields:
-            raise SpecError(f"--forecaster {spec!r}: unknown key {key!r}; valid: "
+            raise SpecError(f"`forecaster` {spec!r}: unknown key {key!r}; valid: "
                             f"{', '.join(fields)}")
         kind = int if fields[key].type in ("int", int) else float
         try:
             kw[key] = kind(raw)
         except ValueError:
-            raise SpecError(f"--forecaster {spec!r}: {key}={raw!r} is not "
+            raise SpecError(f"`forecaster` {spec!r}: {key}={raw!r} is not "
                             f"{'a whole number' if kind is int else 'a number'}") from None
     return LearnedForecaster(**kw, prefix=head)
 

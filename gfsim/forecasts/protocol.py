@@ -118,7 +118,7 @@ class Forecaster(ABC):
         raise ForecasterError(
             f"forecaster {self.name}: it forecasts one candidate at a time from its code, which "
             "a replay does not hold: write its forecasts into the log first (gfsim forecast "
-            f"LOG {self.name} -o OUT), then replay OUT with --forecaster NAME")
+            f"LOG {self.name} -o OUT), then replay OUT with `forecaster` NAME")
 
     def forecast_many(self, requests, on_result=None) -> list[Forecast]:
         """Forecasts in request order, ``concurrency`` at a time; ``on_result(forecast)`` is

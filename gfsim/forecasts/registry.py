@@ -104,7 +104,7 @@ def make_forecaster(spec: str | Forecaster | None) -> Forecaster | None:
     if spec is None or isinstance(spec, Forecaster):
         return spec
     if not isinstance(spec, str) or not spec:
-        raise GfsimError(f"--forecaster: expected a spec or a Forecaster, got {spec!r}")
+        raise GfsimError(f"`forecaster`: expected a spec or a Forecaster, got {spec!r}")
     head = _head(spec)
     if head not in FORECASTERS:
         return LoggedForecaster(spec)
@@ -112,7 +112,7 @@ def make_forecaster(spec: str | Forecaster | None) -> Forecaster | None:
         try:
             import httpx  # noqa: F401 - the live forecasters' client
         except ImportError as exc:
-            raise GfsimError(f"--forecaster {head}: a live forecaster needs the live extra "
+            raise GfsimError(f"`forecaster` {head}: a live forecaster needs the live extra "
                              f"(pip install 'gfsim[live]'): {exc}") from None
     maker = FORECASTERS[head]
     made = maker(spec)

@@ -199,34 +199,34 @@ def parse_whatif(spec: str) -> WhatIfForecaster:
     from gfsim.core.specs import parse_kv
 
     kind, _, rest = spec.partition(":")
-    items = parse_kv(rest, "--forecaster")
+    items = parse_kv(rest, "`forecaster`")
     if kind == "paper":
         if not items or items[0][0] is not None or items[0][1] not in PRESETS:
-            raise SpecError(f"--forecaster {spec!r}: paper: takes a preset; valid: "
+            raise SpecError(f"`forecaster` {spec!r}: paper: takes a preset; valid: "
                             f"{', '.join(PRESETS)}")
         preset = items[0][1]
         extra = dict(items[1:])
         if set(extra) - {"seed", "failed"}:
-            raise SpecError(f"--forecaster {spec!r}: a paper: preset takes only seed=N and "
+            raise SpecError(f"`forecaster` {spec!r}: a paper: preset takes only seed=N and "
                             f"failed={'|'.join(FAILURE_DISTRIBUTIONS)}")
         failed = _failed_of(spec, extra.get("failed", DEFAULT_FAILED))
         return WhatIfForecaster(f"paper:{preset}" + _failed_suffix(failed), beta=PRESET_BETA,
                                 parse_fail=PRESET_PARSE_FAIL, seed=_seed_of(spec, extra),
                                 failed=failed, **PRESETS[preset])
     if kind != "synthetic":
-        raise SpecError(f"--forecaster {spec!r}: expected paper:NAME or synthetic:k=v,...")
+        raise SpecError(f"`forecaster` {spec!r}: expected paper:NAME or synthetic:k=v,...")
     kw: dict = {}
     for key, raw in items:
         if key == "failed":
             kw[key] = _failed_of(spec, raw)
             continue
         if key not in ("sigma", "beta", "temp", "parse_fail", "seed"):
-            raise SpecError(f"--forecaster {spec!r}: unknown key {key!r}; valid: sigma, beta, "
+            raise SpecError(f"`forecaster` {spec!r}: unknown key {key!r}; valid: sigma, beta, "
                             "temp, parse_fail, seed, failed")
         try:
             kw[key] = int(raw) if key == "seed" else float(raw)
         except ValueError:
-            raise SpecError(f"--forecaster {spec!r}: {key}={raw!r} is not a number") from None
+            raise SpecError(f"`forecaster` {spec!r}: {key}={raw!r} is not a number") from None
     name = "synthetic:" + ",".join(f"{k}={kw[k]:g}" for k in ("sigma", "beta", "temp",
                                                              "parse_fail") if k in kw)
     return WhatIfForecaster(name + _failed_suffix(kw.get("failed", DEFAULT_FAILED)), **kw)
@@ -234,7 +234,7 @@ def parse_whatif(spec: str) -> WhatIfForecaster:
 
 def _failed_of(spec: str, raw) -> str:
     if raw not in FAILURE_DISTRIBUTIONS:
-        raise SpecError(f"--forecaster {spec!r}: failed={raw!r}; valid: "
+        raise SpecError(f"`forecaster` {spec!r}: failed={raw!r}; valid: "
                         f"{', '.join(FAILURE_DISTRIBUTIONS)}")
     return raw
 
@@ -247,7 +247,7 @@ def _seed_of(spec: str, extra: dict) -> int:
     try:
         return int(extra.get("seed", 0))
     except ValueError:
-        raise SpecError(f"--forecaster {spec!r}: seed={extra['seed']!r} is not a whole "
+        raise SpecError(f"`forecaster` {spec!r}: seed={extra['seed']!r} is not a whole "
                         "number") from None
 
 

@@ -145,7 +145,7 @@ def read_surrogate_log(path: Path) -> dict:
     from gfsim.replay_logs.io import iter_records
 
     if not path.is_file():
-        raise GfsimError(f"{path}: --surrogate-log: no such file")
+        raise GfsimError(f"{path}: `surrogate_log`: no such file")
     by_code: dict[str, list[str]] = {}
     forecasts: dict[str, dict] = {}
     policy, n = None, 0
@@ -164,7 +164,7 @@ def read_surrogate_log(path: Path) -> dict:
                     **{k: rec[k] for k in ("latency_s", "input_tokens", "output_tokens")
                        if rec.get(k) is not None}}
     if not n:
-        raise GfsimError(f"{path}: --surrogate-log: no candidate records (not a log the "
+        raise GfsimError(f"{path}: `surrogate_log`: no candidate records (not a log the "
                          "surrogate wrote?)")
     selection = None
     if policy and policy != "all":

@@ -586,7 +586,7 @@ def fetch_hf(folder: Path) -> tuple[Path, Path]:
     try:
         import datasets
     except ImportError:
-        raise GfsimError("--hf needs the datasets package: pip install 'gfsim[hf]'") from None
+        raise GfsimError("`hf` needs the datasets package: pip install 'gfsim[hf]'") from None
     folder.mkdir(parents=True, exist_ok=True)
     out = []
     for name in ("codezakh/gpu-forecasters-eval-set",
@@ -594,9 +594,9 @@ def fetch_hf(folder: Path) -> tuple[Path, Path]:
         try:
             ds = datasets.load_dataset(name)
         except Exception as exc:  # offline, no such data set, hub errors
-            raise GfsimError(f"--hf: cannot load {name} from the HuggingFace hub (offline? "
+            raise GfsimError(f"`hf`: cannot load {name} from the HuggingFace hub (offline? "
                              f"{type(exc).__name__}: {str(exc)[:160]}); download the files "
-                             "and pass --rows and --predictions instead") from None
+                             "and pass `rows` and `predictions` instead") from None
         split = next(iter(ds.values()))
         path = folder / (name.split("/")[1] + ".jsonl")
         split.to_json(str(path))

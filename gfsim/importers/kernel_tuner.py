@@ -174,12 +174,12 @@ def _pick_reference(configs, reference: str | None, path: Path):
     for item in reference.split(","):
         k, sep, v = item.partition("=")
         if not sep:
-            raise GfsimError(f"--reference: expected key=value,...; got {item!r}")
+            raise GfsimError(f"`reference`: expected key=value,...; got {item!r}")
         want[k.strip()] = v.strip()
     for c in configs:
         if all(str(c[1].get(k)) == v for k, v in want.items()) and c[2] == "success":
             return c
-    raise GfsimError(f"{path}: no successful configuration matches --reference {reference!r}")
+    raise GfsimError(f"{path}: no successful configuration matches `reference` {reference!r}")
 
 
 def import_kernel_tuner(path, out, *, reference: str | None = None,

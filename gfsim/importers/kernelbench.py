@@ -190,15 +190,15 @@ def check_level(level: int | None, run: Path, got: dict, force: bool) -> int | N
     if got["shape"] == "by_level":
         nested = sorted({s[0] for s in got["samples"]})
         if level is not None and nested != [level]:
-            raise GfsimError(f"--level {level} contradicts the levels the results are keyed by "
-                             f"({', '.join(map(str, nested))}); leave --level out")
+            raise GfsimError(f"`level` {level} contradicts the levels the results are keyed by "
+                             f"({', '.join(map(str, nested))}); leave `level` out")
         return level
     if level is None:
         return recorded
     if recorded is not None and recorded != level and not force:
-        raise GfsimError(f"--level {level} contradicts the run's level {recorded} "
-                         f"({run / 'generation_config.yaml'}); give --level {recorded}, or "
-                         "--force to import it as level " + str(level))
+        raise GfsimError(f"`level` {level} contradicts the run's level {recorded} "
+                         f"({run / 'generation_config.yaml'}); give `level` {recorded}, or "
+                         "`force` to import it as level " + str(level))
     return level
 
 
@@ -212,9 +212,9 @@ def check_hardware(samples: list, base: dict, results: Path, base_path: Path,
     timed = sorted({base[(s[0], s[1])][2] for s in samples
                     if (s[0], s[1]) in base and base[(s[0], s[1])][2]})
     if ran and timed and ran != timed and not force:
-        raise GfsimError(f"{base_path}: --baseline was timed on {', '.join(timed)}, the "
+        raise GfsimError(f"{base_path}: `baseline` was timed on {', '.join(timed)}, the "
                          f"results ({results}) on {', '.join(ran)}; give the baseline of the "
-                         "results' GPU (KernelBench's results/timing/GPU/), or --force")
+                         "results' GPU (KernelBench's results/timing/GPU/), or `force`")
     return {"results": ran, "baseline": timed}
 
 
@@ -270,7 +270,7 @@ def import_kernelbench(run_dir, out, *, baseline, level: int | None = None,
     got = read_results(path, level if level is not None else _config_level(run), root)
     check_level(level, run, got, force)
     if not base_path.is_file():
-        raise GfsimError(f"{base_path}: --baseline: no such file")
+        raise GfsimError(f"{base_path}: `baseline`: no such file")
     base = read_baseline(base_path)
     hardware = check_hardware(got["samples"], base, path, base_path, force)
     if device == "unknown" and len(hardware["results"]) == 1:
@@ -281,7 +281,7 @@ def import_kernelbench(run_dir, out, *, baseline, level: int | None = None,
     rows = sorted(got["samples"], key=lambda s: (s[0] or 0, s[1], s[2]))
     for order, (lvl, pid, sid, sample, where) in enumerate(rows):
         if lvl is None:
-            raise GfsimError(f"{path}: the level is not known: give --level (or a "
+            raise GfsimError(f"{path}: the level is not known: give `level` (or a "
                              "generation_config.yaml with level beside the results)")
         name, ref, _ = base.get((lvl, pid), (None, None, None))
         task = f"level{lvl}/{name[:-3] if name and name.endswith('.py') else name}" if name \

@@ -204,7 +204,7 @@ def read_trace(run: Path, trace=None) -> dict | None:
             return None
     trace = Path(trace)
     if not trace.is_file():
-        raise GfsimError(f"{trace}: --trace: no such file")
+        raise GfsimError(f"{trace}: `trace`: no such file")
     root = run if trace.resolve().is_relative_to(run.resolve()) else None
 
     def lines(path: Path):
@@ -331,21 +331,21 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
 
     run, out = Path(run_dir), Path(out)
     check_output(out, [run, surrogate_log, trace])
-    version = check_version(openevolve_version, "--openevolve-version", "OpenEvolve",
+    version = check_version(openevolve_version, "`openevolve_version`", "OpenEvolve",
                             SUPPORTED, TESTED)
     if reference_runtime is not None and not (is_number(reference_runtime)
                                               and reference_runtime > 0):
-        raise GfsimError("--reference-runtime: expected a number > 0")
+        raise GfsimError("`reference_runtime`: expected a number > 0")
     got = read_run(run)
     programs, said = got["programs"], got["logs"]["programs"]
     surrogate = read_surrogate_log(Path(surrogate_log)) if surrogate_log is not None else None
     numeric = ", ".join(sorted({k for p, _ in programs.values()
                                 for k, v in p["metrics"].items() if is_number(v)}))[:300]
     if not runtime_metric:
-        raise GfsimError(f"{run}: give --runtime-metric NAME (this run's numeric metrics: "
+        raise GfsimError(f"{run}: give `runtime_metric` NAME (this run's numeric metrics: "
                          f"{numeric or 'none'})")
     if not any(runtime_metric in p["metrics"] for p, _ in programs.values()):
-        raise GfsimError(f"{run}: --runtime-metric {runtime_metric!r}: no program of this run "
+        raise GfsimError(f"{run}: `runtime_metric` {runtime_metric!r}: no program of this run "
                          f"has that metric (its numeric metrics: {numeric or 'none'})")
     # migrant copies: not candidates; links through them go to the original
     original = {pid: p["parent_id"] for pid, (p, _) in programs.items()
@@ -397,12 +397,12 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
                      if parent is None and p is not None and key[1] == 0), None)
         if seed is None:
             raise GfsimError(f"{run}: no seed program in any checkpoint; give "
-                             "--reference-runtime")
+                             "`reference_runtime`")
         outcome, value, _ = _outcome(seed[1], runtime_metric)
         if outcome != "success":
             raise BadField(seed[0], f"metrics.{runtime_metric}", "the seed program has no value > 0"
                                                              " to measure speedups against; "
-                                                             "give --reference-runtime")
+                                                             "give `reference_runtime`")
         ref = value
     records = []
     matched = 0
@@ -479,7 +479,7 @@ def import_openevolve(run_dir, out, *, runtime_metric: str | None = None,
             **({"iteration_s": s["iteration_s"]} if "iteration_s" in s else {})}
         records.append((str(f), rec))
     if surrogate is not None and not matched:
-        raise GfsimError(f"{surrogate_log}: --surrogate-log: no candidate's code_sha256 is the "
+        raise GfsimError(f"{surrogate_log}: `surrogate_log`: no candidate's code_sha256 is the "
                          f"code of a program in {run} (a surrogate log of another run?)")
     counts: dict[str, int] = {}
     for _, r in records:

@@ -186,11 +186,11 @@ def import_records(rows: list[tuple], out, *, source, reference_runtime_ns: floa
     path, out = Path(source), Path(out)
     kind = provenance.get("kind") if isinstance(provenance, dict) else provenance
     if kind not in ("measured", "synthetic", "mixed"):
-        raise GfsimError(f"--provenance: expected measured, synthetic or mixed; got "
+        raise GfsimError(f"`provenance`: expected measured, synthetic or mixed; got "
                          f"{kind!r}")
     if reference_runtime_ns is not None and not (is_number(reference_runtime_ns)
                                                  and reference_runtime_ns > 0):
-        raise GfsimError("--reference-runtime-ns: expected a number > 0")
+        raise GfsimError("`reference_runtime_ns`: expected a number > 0")
     rows = list(rows)
     if not rows:
         raise GfsimError(f"{path}: no candidates")
@@ -285,7 +285,7 @@ def import_records(rows: list[tuple], out, *, source, reference_runtime_ns: floa
                 if ref is None:
                     raise _Bad(path, line, "runtime_ns", f"task {task[:60]!r} has no "
                                "reference runtime: give a speedup, a root with a runtime_ns, "
-                               "or --reference-runtime-ns")
+                               "or `reference_runtime_ns`")
                 speedup = ref / rec["runtime_ns"]
             ev.update(speedup=speedup, runtime_ns=rec.get("runtime_ns"),
                       ref_runtime_ns=ref if rec.get("runtime_ns") is not None else None)

@@ -94,13 +94,13 @@ def find_database(run: Path, db: str | None = None) -> Path:
     if db is not None:
         path = Path(db) if Path(db).is_absolute() else run / db
         if not path.is_file():
-            raise GfsimError(f"{path}: --db: no such file")
+            raise GfsimError(f"{path}: `db`: no such file")
         return path
     for name in DB_NAMES:
         if (run / name).is_file():
             return run / name
     raise GfsimError(f"{run}: no ShinkaEvolve database ({', '.join(DB_NAMES)}); name it with "
-                     "--db (is it a ShinkaEvolve results folder?)")
+                     "`db` (is it a ShinkaEvolve results folder?)")
 
 
 def _snapshot(path: Path, root: Path | None, tmp: Path) -> tuple[sqlite3.Connection, str]:
@@ -315,12 +315,12 @@ def import_shinka(run_dir, out, *, metric: str = "combined_score",
     run, out = Path(run_dir), Path(out)
     check_output(out, [*(run / name for name in DB_NAMES), Path(db) if db is not None
                        else None, run, surrogate_log])
-    version = check_version(shinka_version, "--shinka-version", "ShinkaEvolve", SUPPORTED,
+    version = check_version(shinka_version, "`shinka_version`", "ShinkaEvolve", SUPPORTED,
                             TESTED)
     if reference is not None and not (is_number(reference) and reference > 0):
-        raise GfsimError("--reference: expected a number > 0")
+        raise GfsimError("`reference`: expected a number > 0")
     if metric != "combined_score" and not re.fullmatch(r"(public|private)\.\S+", metric):
-        raise GfsimError(f"--metric: {metric!r}: expected combined_score, public.NAME or "
+        raise GfsimError(f"`metric`: {metric!r}: expected combined_score, public.NAME or "
                          "private.NAME")
     surrogate = read_surrogate_log(Path(surrogate_log)) if surrogate_log is not None else None
     matched = 0
@@ -331,7 +331,7 @@ def import_shinka(run_dir, out, *, metric: str = "combined_score",
             for p in programs):
         names = sorted({f"{s}.{k}" for p in programs for s in ("public", "private")
                         for k, v in p[f"{s}_metrics"].items() if is_number(v)})
-        raise GfsimError(f"{path}: --metric {metric!r}: no program has it (numeric metrics: "
+        raise GfsimError(f"{path}: `metric` {metric!r}: no program has it (numeric metrics: "
                          f"{', '.join(names)[:300] or 'none'})")
     # island copies: not candidates; links through them go to the original
     original = {}
@@ -375,11 +375,11 @@ def import_shinka(run_dir, out, *, metric: str = "combined_score",
         seed = next((rec for key, rec, parent in rows if key[1] == 0 and parent is None), None)
         if seed is None:
             raise GfsimError(f"{path}: no seed program (a row with no parent); give "
-                             "--reference")
+                             "`reference`")
         outcome, value, _ = _outcome(seed, metric)
         if outcome != "success":
             raise BadField(seed["where"], metric, "the seed program has no value > 0 to measure "
-                                              "speedups against; give --reference")
+                                              "speedups against; give `reference`")
         ref = value
     records = []
     counts: dict[str, int] = {}
@@ -445,7 +445,7 @@ def import_shinka(run_dir, out, *, metric: str = "combined_score",
         counts[out_rec["outcome"]] = counts.get(out_rec["outcome"], 0) + 1
         records.append((rec["where"], out_rec))
     if surrogate is not None and not matched:
-        raise GfsimError(f"{surrogate_log}: --surrogate-log: no candidate's code_sha256 is the "
+        raise GfsimError(f"{surrogate_log}: `surrogate_log`: no candidate's code_sha256 is the "
                          f"code of a program in {path} (a gate log of another run?)")
     islands = sorted({p.get("island_idx") for p in programs if p.get("island_idx") is not None})
     usd = sum(sum(r["shinka"]["usd"].values()) for _, r in records)

@@ -261,13 +261,13 @@ class LiveRun:
         self.whatif = isinstance(forecaster, WhatIfForecaster)
         self.policy = make_policy(options.policy)
         if self.policy.needs_truth:
-            raise GfsimError(f"--policy {options.policy}: an oracle reads true speedups, which "
+            raise GfsimError(f"`policy` {options.policy}: an oracle reads true speedups, which "
                              "a live run does not have before it measures")
         if self.policy.needs_forecast and forecaster is None:
-            raise GfsimError(f"--policy {options.policy} reads forecasts: give --forecaster")
+            raise GfsimError(f"`policy` {options.policy} reads forecasts: give `forecaster`")
         if self.policy.needs_forecast and self.whatif:
             raise GfsimError(
-                f"--policy {options.policy} reads forecasts, but a what-if forecaster "
+                f"`policy` {options.policy} reads forecasts, but a what-if forecaster "
                 f"({forecaster.name}) draws its forecast from the measured speedup, so it can "
                 "only annotate a run whose policy measures without reading them (all, "
                 "random:p); replay the log to try forecast-reading policies on it")
@@ -277,11 +277,11 @@ class LiveRun:
             self.policy.fit(Batch((), np.zeros((0, 8)), np.zeros(0, bool), np.zeros(0, bool),
                                   np.zeros(0), ()), options.seed)
         except GfsimError as exc:
-            raise GfsimError(f"--policy {options.policy}: {exc} (a live run has no calibration "
+            raise GfsimError(f"`policy` {options.policy}: {exc} (a live run has no calibration "
                              "set; give tau instead)") from None
         if self.out.exists() and not resume:
-            raise GfsimError(f"{self.out} exists: pass --resume to continue that run, or "
-                             "choose another --out")
+            raise GfsimError(f"{self.out} exists: pass `resume` to continue that run, or "
+                             "choose another `out`")
         self.resume = resume
         self.hardware = hardware or {}
         self.provenance = provenance or {}
@@ -324,7 +324,7 @@ class LiveRun:
                                f"timing_clock {ev.get('timing_clock')!r}").split())
             raise GfsimError(f"task {task_name}: the seed kernel was timed on the CPU clock "
                              f"({why}), whose times a candidate's own process reports and can "
-                             "forge; pass --trust-cpu-clock to record such times as successes, "
+                             "forge; pass `trust_cpu_clock` to record such times as successes, "
                              "marked untrusted")
         self.untrusted = str(ev.get("timing_clock") or "wall")
 
@@ -411,7 +411,7 @@ class LiveRun:
             new = [t.name for t in tasks if t.name not in known]
             if new:
                 raise GfsimError(f"{self.out}: tasks {', '.join(new)} are not in this log's "
-                                 f"header ({', '.join(sorted(known))}); start a new --out "
+                                 f"header ({', '.join(sorted(known))}); start a new `out` "
                                  "for them and merge the logs with `gfsim merge`")
         for task in tasks:
             sid = self._search_id(task.name)
@@ -447,7 +447,7 @@ class LiveRun:
                     raise GfsimError(
                         f"{self.out}: search {sid} ran with {key}={logged.get(key)!r}, this "
                         f"command asks for {config.get(key)!r}; a resumed run keeps its "
-                        "configuration (rerun the same command with --resume)")
+                        "configuration (rerun the same command with `resume`)")
             if (logged.get("source") or {}).get("name") != self.source.name:
                 raise GfsimError(f"{self.out}: search {sid} took candidates from "
                                  f"{(logged.get('source') or {}).get('name')!r}, this command "

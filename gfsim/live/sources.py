@@ -152,5 +152,5 @@ def parse_source(spec: str) -> CandidateSource:
         from gfsim.live.llm.mutator import parse_mutator
 
         return parse_mutator(spec)
-    raise SpecError(f"--source: expected mutate, mutate-wide, log:PATH or llm:URL,model=NAME; "
+    raise SpecError(f"`source`: expected mutate, mutate-wide, log:PATH or llm:URL,model=NAME; "
                     f"got {spec!r}")

@@ -151,12 +151,12 @@ def claim_study(study, config: dict, url: str) -> str | None:
         diff = differences(recorded, config)
         if diff:
             raise GfsimError(f"study {study.study_name!r} in {_where(url)} was made with "
-                             f"{'; '.join(diff)}; use another --study name or the same "
+                             f"{'; '.join(diff)}; use another `study` name or the same "
                              "settings")
     elif study.get_trials(deepcopy=False):
         raise GfsimError(f"study {study.study_name!r} in {_where(url)} holds trials but no "
                          "record of the settings they were run with (not made by gfsim tune); "
-                         "use another --study name")
+                         "use another `study` name")
     if attrs.get(CONFIG_ATTR) != config:
         study.set_user_attr(CONFIG_ATTR, config)
     versions = attrs.get(VERSION_ATTR) or []

@@ -102,30 +102,30 @@ def _check_file(path: str) -> None:
     except FileNotFoundError:
         mode = None
     except OSError as exc:  # a loop of links, a folder on the way that cannot be searched
-        raise GfsimError(f"--storage {name}: cannot be opened ({_why(exc)})") from None
+        raise GfsimError(f"`storage` {name}: cannot be opened ({_why(exc)})") from None
     if mode is not None and stat.S_ISDIR(mode):
-        raise GfsimError(f"--storage {name}: cannot be opened: it is a folder, not a journal "
+        raise GfsimError(f"`storage` {name}: cannot be opened: it is a folder, not a journal "
                          "file")
     if mode is not None and stat.S_ISREG(mode):
         try:
             os.close(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
         except OSError as exc:
-            raise GfsimError(f"--storage {name}: cannot be read ({_why(exc)})") from None
+            raise GfsimError(f"`storage` {name}: cannot be read ({_why(exc)})") from None
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC,
                      0o666)
     except OSError as exc:
-        raise GfsimError(f"--storage {name}: cannot be opened for appending "
+        raise GfsimError(f"`storage` {name}: cannot be opened for appending "
                          f"({_why(exc)})") from None
     try:
         os.write(fd, b"")
         mode = os.fstat(fd).st_mode
     except OSError as exc:
-        raise GfsimError(f"--storage {name}: cannot be written ({_why(exc)})") from None
+        raise GfsimError(f"`storage` {name}: cannot be written ({_why(exc)})") from None
     finally:
         os.close(fd)
     if not stat.S_ISREG(mode):
-        raise GfsimError(f"--storage {name}: is a {_kind(mode)}, not a regular file; a journal "
+        raise GfsimError(f"`storage` {name}: is a {_kind(mode)}, not a regular file; a journal "
                          "must be a file")
 
 
@@ -168,7 +168,7 @@ def _problem(line: bytes) -> str | None:
 
 
 def _refuse(path: str, number: int, what: str) -> GfsimError:
-    return GfsimError(f"--storage {_name(path)}: not a journal file Optuna can read: line "
+    return GfsimError(f"`storage` {_name(path)}: not a journal file Optuna can read: line "
                       f"{number} {what}; the file is left as it is")
 
 
@@ -216,7 +216,7 @@ def _set_aside(path: str, fd: int, size: int) -> int:
     name = _name(path)
     start = _last_line_start(fd, size)
     if start is None:
-        raise GfsimError(f"--storage {name}: its last line is cut off (no newline) and longer "
+        raise GfsimError(f"`storage` {name}: its last line is cut off (no newline) and longer "
                          f"than {MAX_LINE_BYTES >> 20} MiB: not a journal file Optuna wrote; "
                          "the file is left as it is")
     aside = f"{path}{TORN_SUFFIX}{datetime.now():%Y%m%d-%H%M%S-%f}"
@@ -227,17 +227,17 @@ def _set_aside(path: str, fd: int, size: int) -> int:
             f.flush()
             os.fsync(f.fileno())
     except OSError as exc:
-        raise GfsimError(f"--storage {name}: its last line ({size - start} bytes) was cut off "
+        raise GfsimError(f"`storage` {name}: its last line ({size - start} bytes) was cut off "
                          f"by a writer that stopped mid-append and cannot be set aside in "
                          f"{aside} ({_why(exc)}); the file is left as it is") from None
     try:
         os.ftruncate(fd, start)
         os.fsync(fd)
     except OSError as exc:
-        raise GfsimError(f"--storage {name}: its cut-off last line, copied to {aside}, cannot "
+        raise GfsimError(f"`storage` {name}: its cut-off last line, copied to {aside}, cannot "
                          f"be cut from the file ({_why(exc)})") from None
     warnings.warn(TornJournalWarning(
-        f"--storage {name}: its last line ({size - start} bytes) was cut off by a writer that "
+        f"`storage` {name}: its last line ({size - start} bytes) was cut off by a writer that "
         f"stopped mid-append (killed, or the disk filled): moved to {aside}; every complete "
         "line is kept"), stacklevel=2)
     return start
@@ -274,7 +274,7 @@ class _Backend(JournalFileBackend):
         try:
             self._lock.acquire()
         except OSError as exc:  # a folder made read-only, a full disk
-            raise self._fail(f"--storage {name}: cannot take the journal's lock "
+            raise self._fail(f"`storage` {name}: cannot take the journal's lock "
                              f"{self._file_path}.lock beside it ({_why(exc)})") from None
         try:
             self._append(data, name)
@@ -287,7 +287,7 @@ class _Backend(JournalFileBackend):
         try:
             fd = os.open(self._file_path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
         except OSError as exc:
-            raise GfsimError(f"--storage {name}: cannot be opened for appending "
+            raise GfsimError(f"`storage` {name}: cannot be opened for appending "
                              f"({_why(exc)})") from None
         try:
             size = os.fstat(fd).st_size
@@ -297,11 +297,11 @@ class _Backend(JournalFileBackend):
                 _write_all(fd, data)
                 os.fsync(fd)
             except OSError as exc:
-                raise GfsimError(f"--storage {name}: cannot append to the journal "
+                raise GfsimError(f"`storage` {name}: cannot append to the journal "
                                  f"({_why(exc)}); {_cut_back(fd, size)}: make room and run "
                                  "the same command again to resume the study") from None
         except OSError as exc:
-            raise GfsimError(f"--storage {name}: cannot be read back ({_why(exc)})") from None
+            raise GfsimError(f"`storage` {name}: cannot be read back ({_why(exc)})") from None
         finally:
             os.close(fd)
 
@@ -325,7 +325,7 @@ def open_journal(path: str, check: bool = True) -> optuna.storages.JournalStorag
     try:
         return optuna.storages.JournalStorage(_Backend(path))
     except Exception as exc:  # changed since the checks, or a field Optuna cannot replay
-        raise GfsimError(f"--storage {_name(path)}: is not a journal file Optuna can read "
+        raise GfsimError(f"`storage` {_name(path)}: is not a journal file Optuna can read "
                          f"({type(exc).__name__}: {str(exc)[:200]}); the file is left as it "
                          "is") from None
 

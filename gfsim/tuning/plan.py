@@ -96,20 +96,20 @@ def parse_plan_budget(text: str | None) -> PlanBudget:
     from gfsim.simulator import parse_budget
 
     if text is None or not text.strip():
-        raise SpecError("--budget: a plan needs a budget: usd=N, gpu_hours=H or candidates=N "
+        raise SpecError("`budget`: a plan needs a budget: usd=N, gpu_hours=H or candidates=N "
                         "(comma-separated to combine)")
     engine, candidates = [], None
     for key, raw in parse_kv(text, "budget"):
         if key not in PLAN_KEYS:
-            raise SpecError(f"--budget: unknown key {key!r}; valid: {', '.join(PLAN_KEYS)} "
-                            "(the search's length is --steps)")
+            raise SpecError(f"`budget`: unknown key {key!r}; valid: {', '.join(PLAN_KEYS)} "
+                            "(the search's length is `steps`)")
         if key == "candidates":
             try:
                 candidates = int(raw)
             except ValueError:
                 candidates = 0
             if candidates < 1 or str(candidates) != raw.strip():
-                raise SpecError(f"--budget: candidates must be a whole number >= 1, got {raw!r}")
+                raise SpecError(f"`budget`: candidates must be a whole number >= 1, got {raw!r}")
         else:
             engine.append(f"{key}={raw}")
     return PlanBudget(parse_budget(",".join(engine)), candidates, text.strip())
@@ -196,12 +196,12 @@ def plan(logs: list, configs: list, model, budget: PlanBudget, *, steps: int | N
     from gfsim.tuning.trials import TrialSetup
 
     if not logs:
-        raise GfsimError("a plan needs at least one past run (--log)")
+        raise GfsimError("a plan needs at least one past run (`log`)")
     if not 0.5 <= level < 1:
-        raise GfsimError(f"--level must be in [0.5, 1), got {level!r}")
+        raise GfsimError(f"`level` must be in [0.5, 1), got {level!r}")
     seeds, fresh_seeds = list(seeds), list(fresh_seeds)
     if len(fresh_seeds) < 2:
-        raise GfsimError("--new-searches must be at least 2: a new search's spread needs two")
+        raise GfsimError("`new_searches` must be at least 2: a new search's spread needs two")
     runs = []
     for log in logs:
         priced, source = paid_generator(model, log.header.get("generator")) if prices else \
@@ -364,12 +364,12 @@ def _with_candidates(run: _LogRun, search, budget: PlanBudget):
     shapes = [s for s, _ in shapes_for(run.log, run.traces, search)]
     per_step = {s.parents_per_step * s.samples_per_parent * s.overgen for s in shapes}
     if len(per_step) > 1:
-        raise GfsimError(f"--budget candidates: the log's searches draw different numbers of "
+        raise GfsimError(f"`budget` candidates: the log's searches draw different numbers of "
                          f"candidates per step ({sorted(per_step)}); give usd= or gpu_hours=, "
                          "or plan from one search's log")
     fit = budget.candidates // per_step.pop()
     if fit < 1:
-        raise GfsimError(f"--budget candidates={budget.candidates}: fewer than one step's "
+        raise GfsimError(f"`budget` candidates={budget.candidates}: fewer than one step's "
                          "candidates")
     if fit >= max(s.steps for s in shapes):
         return run.setup

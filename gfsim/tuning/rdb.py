@@ -52,19 +52,19 @@ def check_rdb_url(url: str, rows: bool = True) -> None:
     try:
         parsed = make_url(url)
     except Exception as exc:  # ArgumentError and kin: Optuna would fail on it the same way
-        raise GfsimError(f"--storage {url}: not a database URL ({exc})") from None
+        raise GfsimError(f"`storage` {url}: not a database URL ({exc})") from None
     if parsed.get_backend_name() != "sqlite":
         return
     database = parsed.database or ""
     query = {k: str(v) for k, v in parsed.query.items()}
     if (database in ("", ":memory:") or database.startswith("file::memory:")
             or query.get("mode") == "memory" or "mode=memory" in database):
-        raise GfsimError(f"--storage {url}: an in-memory SQLite database lasts one connection, "
+        raise GfsimError(f"`storage` {url}: an in-memory SQLite database lasts one connection, "
                          "so the study would be lost and workers could not share it; give a "
-                         "file (sqlite:///NAME.db), or leave --storage out for a journal file")
+                         "file (sqlite:///NAME.db), or leave `storage` out for a journal file")
     unlocked = [k for k in _UNLOCKED if k in query or re.search(rf"[?&]{k}=", database)]
     if unlocked:
-        raise GfsimError(f"--storage {url}: sets {unlocked[0]}, which turns SQLite's locking "
+        raise GfsimError(f"`storage` {url}: sets {unlocked[0]}, which turns SQLite's locking "
                          "off or has it trust that nothing writes; Optuna's heartbeat and "
                          "workers write at once and would break the study: leave it out")
     path = database[5:].split("?", 1)[0] if database.startswith("file:") else database
@@ -84,20 +84,20 @@ def _check_file(url: str, path: str, rows: bool = True) -> None:
     except FileNotFoundError:  # Optuna makes it
         return
     except OSError as exc:
-        raise GfsimError(f"--storage {url}: cannot be opened ({exc.strerror})") from None
+        raise GfsimError(f"`storage` {url}: cannot be opened ({exc.strerror})") from None
     real = os.path.realpath(path)
     if not stat.S_ISREG(mode) or (real + "/").startswith(_SYSTEM):
-        raise GfsimError(f"--storage {url}: {path} is not a regular file"
+        raise GfsimError(f"`storage` {url}: {path} is not a regular file"
                          f"{' (it leads to ' + _show(real) + ')' if real != path else ''}; "
                          "an SQLite study must be a file")
     if os.stat(path).st_size == 0:
         return
     what, bad = _inspect(url, path, rows)
     if bad is not None:
-        raise GfsimError(f"--storage {url}: {bad}, which Optuna never writes; a foreign or "
+        raise GfsimError(f"`storage` {url}: {bad}, which Optuna never writes; a foreign or "
                          "damaged study is not opened (the file is left as it is)")
     if what is not None:
-        raise GfsimError(f"--storage {url}: holds {what}, SQL that Optuna's schema does not "
+        raise GfsimError(f"`storage` {url}: holds {what}, SQL that Optuna's schema does not "
                          "have and that reading or writing the study could run; a foreign "
                          "study is not opened: drop it if you trust the file, or tune in a "
                          "fresh one")
@@ -118,16 +118,16 @@ def _inspect(url: str, path: str, rows: bool) -> tuple[str | None, str | None]:
         con = sqlite3.connect(f"file:{quote(os.path.abspath(path))}?mode=ro", uri=True,
                               timeout=10)
     except sqlite3.Error as exc:
-        raise GfsimError(f"--storage {url}: cannot be opened ({exc})") from None
+        raise GfsimError(f"`storage` {url}: cannot be opened ({exc})") from None
     try:
         what = _foreign_sql(con)
         return what, (bad_row(con) if rows and what is None else None)
     except (sqlite3.Error, UnicodeDecodeError) as exc:  # not a database, a corrupt one
         what = "its schema is not UTF-8" if isinstance(exc, UnicodeDecodeError) else exc
-        raise GfsimError(f"--storage {url}: is not an SQLite database Optuna can read "
+        raise GfsimError(f"`storage` {url}: is not an SQLite database Optuna can read "
                          f"({what}); the file is left as it is") from None
     except RecursionError:
-        raise GfsimError(f"--storage {url}: holds values nested too deep to read; the "
+        raise GfsimError(f"`storage` {url}: holds values nested too deep to read; the "
                          "file is left as it is") from None
     finally:
         con.close()

@@ -56,7 +56,7 @@ def config_label(spec: str, search) -> str:
     return f"{spec} F={'own' if f is None else f}"
 
 
-def parse_config(text: str, driver: str, base, *, what: str = "--incumbent") -> Config:
+def parse_config(text: str, driver: str, base, *, what: str = "`incumbent`") -> Config:
     """``POLICY[@F]`` (F a whole number, or ``own``: each search's own), or ``log`` (measure
     every child, each search in its own shape: the logged search as it ran). ``base``: the
     search shape the configurations share (``search_config``'s)."""
@@ -72,7 +72,7 @@ def parse_config(text: str, driver: str, base, *, what: str = "--incumbent") -> 
     if not is_closed_loop(driver):
         if at:
             raise GfsimError(f"{what}: {text!r}: @F (the overgeneration factor) only with "
-                             "--driver puct")
+                             "`driver` puct")
         return Config(spec, None, spec)
     search = base
     if at:
@@ -112,7 +112,7 @@ def recommendation(setup, candidates: list[Config], incumbent: Config, seeds, *,
     running. ``replayed``: filled with (spec, search) -> each configuration's ``metric_rows``
     on ``seeds`` (``gfsim tune``'s out-of-sample scores read them, not replays of their own)."""
     if jobs < 1:
-        raise GfsimError(f"--jobs must be >= 1, got {jobs}")
+        raise GfsimError(f"`jobs` must be >= 1, got {jobs}")
     configs = [incumbent] + [c for c in dict.fromkeys(candidates)
                              if (c.spec, c.search) != (incumbent.spec, incumbent.search)]
     own = None  # processes started here, ended here

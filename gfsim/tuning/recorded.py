@@ -155,7 +155,7 @@ def _outside(fixed, params) -> str | None:
 
 def _refuse(what: str) -> GfsimError:
     return GfsimError(f"{what}; it is not a study gfsim tune wrote, or was changed since: use "
-                      "another --study or storage")
+                      "another `study` or storage")
 
 
 def _show(name) -> str:

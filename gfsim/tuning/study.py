@@ -52,13 +52,13 @@ def make_sampler(name: str, seed: int, constrained: bool):
         import importlib.util
 
         if importlib.util.find_spec("torch") is None:  # GPSampler needs it
-            raise GfsimError("--sampler gp needs torch (pip install 'gfsim[live]' or torch)")
+            raise GfsimError("`sampler` gp needs torch (pip install 'gfsim[live]' or torch)")
         return optuna.samplers.GPSampler(seed=seed, **kw)
     if name == "random":
         if constrained:
-            raise GfsimError("--sampler random ignores constraints; use tpe, nsga2 or gp")
+            raise GfsimError("`sampler` random ignores constraints; use tpe, nsga2 or gp")
         return optuna.samplers.RandomSampler(seed=seed)
-    raise GfsimError(f"--sampler: unknown {name!r}; valid: {', '.join(SAMPLERS)}")
+    raise GfsimError(f"`sampler`: unknown {name!r}; valid: {', '.join(SAMPLERS)}")
 
 
 def storage_url(storage: str | None, study: str, workers: int) -> str:
@@ -120,7 +120,7 @@ def make_storage(url: str, heartbeat: int | None = None, retries: int = 1, check
                 if not racing or attempt == 9:
                     # (SQLAlchemy's own text adds the statement and a link on more lines)
                     cause = getattr(exc, "orig", None) or exc
-                    raise GfsimError(f"--storage {url}: cannot open ({type(exc).__name__}: "
+                    raise GfsimError(f"`storage` {url}: cannot open ({type(exc).__name__}: "
                                      f"{str(cause)[:200]})") from None
                 time.sleep(0.2 * (attempt + 1))
         from gfsim.tuning.claims import stamp_new_trials
@@ -149,11 +149,11 @@ def open_study(storage, study: str, directions: list[str], sampler):
     except GfsimError:  # the storage's own line (a journal file that cannot serve)
         raise
     except Exception as exc:  # bad URL, unreachable database
-        raise GfsimError(f"--storage: cannot open study {study!r}: {exc}") from None
+        raise GfsimError(f"`storage`: cannot open study {study!r}: {exc}") from None
     if [d.name.lower() for d in s.directions] != directions:
         raise GfsimError(f"study {study!r} exists with directions "
                          f"{[d.name.lower() for d in s.directions]}, not {directions}: use "
-                         "another --study")
+                         "another `study`")
     return s
 
 

@@ -82,24 +82,24 @@ def parse_param(text: str, policy: str, driver: str) -> TunedParam:
     name, sep, rng = (text or "").partition("=")
     name, rng = name.strip(), rng.strip()
     if not sep or not name or not rng:
-        raise SpecError(f"--param {text!r}: expected NAME=LOW:HIGH[:int][:log] or NAME=A|B|C")
+        raise SpecError(f"`param` {text!r}: expected NAME=LOW:HIGH[:int][:log] or NAME=A|B|C")
     if policy not in POLICIES:
-        raise SpecError(f"--policy: unknown policy {policy!r}; valid: {', '.join(POLICIES)}")
+        raise SpecError(f"`policy`: unknown policy {policy!r}; valid: {', '.join(POLICIES)}")
     known = {p.name: p for p in POLICIES[policy].params}
     if name in SEARCH_PARAMS:
         if not is_closed_loop(driver):
-            raise SpecError(f"--param {name}: a search parameter, only with --driver puct")
+            raise SpecError(f"`param` {name}: a search parameter, only with `driver` puct")
         target = "search"
     elif name in known:
         target = "policy"
     elif not known:
-        raise SpecError(f"--param {name}: policy {policy!r} has no tunable parameters"
+        raise SpecError(f"`param` {name}: policy {policy!r} has no tunable parameters"
                         + (f"; the puct search's: {', '.join(SEARCH_PARAMS)}"
                            if is_closed_loop(driver) else
-                           " (tune another policy, or a search parameter with --driver puct)"))
+                           " (tune another policy, or a search parameter with `driver` puct)"))
     else:
         valid = list(known) + (list(SEARCH_PARAMS) if is_closed_loop(driver) else [])
-        raise SpecError(f"--param {name}: not a parameter of {policy!r}"
+        raise SpecError(f"`param` {name}: not a parameter of {policy!r}"
                         + (" or of the puct search" if is_closed_loop(driver) else "")
                         + f"; valid: {', '.join(valid)}")
     if "|" in rng:
@@ -109,36 +109,36 @@ def parse_param(text: str, policy: str, driver: str) -> TunedParam:
             try:
                 choices = tuple(kind(c) for c in choices)
             except ValueError:
-                raise SpecError(f"--param {text!r}: choices must be {kind.__name__}s") from None
+                raise SpecError(f"`param` {text!r}: choices must be {kind.__name__}s") from None
         elif isinstance(known[name].kind, tuple):
             bad = [c for c in choices if c not in known[name].kind]
             if bad:
-                raise SpecError(f"--param {name}: {bad[0]!r} is not one of "
+                raise SpecError(f"`param` {name}: {bad[0]!r} is not one of "
                                 f"{', '.join(known[name].kind)}")
         return TunedParam(name, "categorical", choices=choices, target=target)
     parts = [p.strip() for p in rng.split(":")]
     flags = set(parts[2:])
     if len(parts) < 2 or not flags <= {"int", "log"}:
-        raise SpecError(f"--param {text!r}: expected NAME=LOW:HIGH[:int][:log]")
+        raise SpecError(f"`param` {text!r}: expected NAME=LOW:HIGH[:int][:log]")
     try:
         low, high = float(parts[0]), float(parts[1])
     except ValueError:
-        raise SpecError(f"--param {text!r}: LOW and HIGH must be numbers") from None
+        raise SpecError(f"`param` {text!r}: LOW and HIGH must be numbers") from None
     if not low < high:
-        raise SpecError(f"--param {text!r}: LOW must be below HIGH")
+        raise SpecError(f"`param` {text!r}: LOW must be below HIGH")
     is_int = "int" in flags or target == "search" or (target == "policy"
                                                      and known[name].kind is int)
     if is_int and (low != int(low) or high != int(high)):
-        raise SpecError(f"--param {text!r}: {name} takes whole numbers")
+        raise SpecError(f"`param` {text!r}: {name} takes whole numbers")
     if "log" in flags and low <= 0:
-        raise SpecError(f"--param {text!r}: a log scale needs LOW > 0")
+        raise SpecError(f"`param` {text!r}: a log scale needs LOW > 0")
     if target == "policy" and known[name].kind not in (int, float):
-        raise SpecError(f"--param {name}: not numeric; give choices A|B|C")
+        raise SpecError(f"`param` {name}: not numeric; give choices A|B|C")
     if target == "policy":
         for v in (low, high):
             known[name].convert(v, policy)  # range checks: e.g. rho in [0, 1]
     elif low < 1:
-        raise SpecError(f"--param {name}: must be >= 1")
+        raise SpecError(f"`param` {name}: must be >= 1")
     return TunedParam(name, "int" if is_int else "float", low, high, "log" in flags,
                       target=target)
 
@@ -149,14 +149,14 @@ def parse_objectives(text: str) -> list[tuple[str, str]]:
     for item in (text or "").split(","):
         name, _, d = item.strip().partition(":")
         if name not in OBJECTIVES:
-            raise SpecError(f"--objective: unknown {name!r}; valid: {', '.join(OBJECTIVES)}")
+            raise SpecError(f"`objective`: unknown {name!r}; valid: {', '.join(OBJECTIVES)}")
         direction = {"": OBJECTIVES[name], "max": "maximize", "min": "minimize",
                      "maximize": "maximize", "minimize": "minimize"}.get(d)
         if direction is None:
-            raise SpecError(f"--objective {item!r}: direction must be max or min")
+            raise SpecError(f"`objective` {item!r}: direction must be max or min")
         out.append((name, direction))
     if len({n for n, _ in out}) != len(out):
-        raise SpecError("--objective: an objective is named twice")
+        raise SpecError("`objective`: an objective is named twice")
     return out
 
 
@@ -167,11 +167,11 @@ def parse_constraint(text: str | None) -> tuple[str, float] | None:
     name, sep, raw = text.partition("<=")
     name = name.strip()
     if not sep or name not in ("usd", "wall_s", "joules", "gpu_evals"):
-        raise SpecError(f"--constraint {text!r}: expected usd|wall_s|joules|gpu_evals<=LIMIT")
+        raise SpecError(f"`constraint` {text!r}: expected usd|wall_s|joules|gpu_evals<=LIMIT")
     try:
         return name, float(raw)
     except ValueError:
-        raise SpecError(f"--constraint {text!r}: the limit is not a number") from None
+        raise SpecError(f"`constraint` {text!r}: the limit is not a number") from None
 
 
 def expected_random_best(values: np.ndarray, k: int, floor: float) -> float:

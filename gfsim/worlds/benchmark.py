@@ -104,7 +104,7 @@ class BenchSpec:
             from gfsim.forecasts.registry import kind_of, make_forecaster
 
             if kind_of(self.forecaster) != "learned":
-                raise GfsimError(f"--forecaster {self.forecaster!r}: a world's searches read "
+                raise GfsimError(f"`forecaster` {self.forecaster!r}: a world's searches read "
                                  "its own what-if forecasts, or the learned forecaster's "
                                  "(learned[:k=v,...])")
             make_forecaster(self.forecaster)
@@ -112,25 +112,25 @@ class BenchSpec:
             object.__setattr__(self, "children",
                                tuple(c.strip() for c in self.children.split(",") if c.strip()))
         if not self.children or len(set(self.children)) != len(self.children):
-            raise GfsimError("--children: name one or more child sources, each once")
+            raise GfsimError("`children`: name one or more child sources, each once")
         from gfsim.simulator.world_model import check_children
 
         for c in self.children:
             check_children(c)
-        for name, v, lo in (("--steps", self.steps, 1), ("--replay-seeds", self.replay_seeds, 1),
-                            ("--direct-reps", self.direct_reps, 2),
-                            ("--fresh-seeds", self.fresh_seeds, 0)):
+        for name, v, lo in (("`steps`", self.steps, 1), ("`replay_seeds`", self.replay_seeds, 1),
+                            ("`direct_reps`", self.direct_reps, 2),
+                            ("`fresh_seeds`", self.fresh_seeds, 0)):
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise GfsimError(f"{name} must be a whole number >= {lo}, got {v!r}")
         if self.direct_reps > 999:
-            raise GfsimError("--direct-reps must be at most 999")
+            raise GfsimError("`direct_reps` must be at most 999")
         if not self.policies or not self.overgens:
-            raise GfsimError("--policies and --overgen must name at least one each")
+            raise GfsimError("`policies` and `overgen` must name at least one each")
         for f in self.overgens:
             if isinstance(f, bool) or not isinstance(f, int) or not 1 <= f <= 64:
-                raise GfsimError(f"--overgen: factors are whole numbers in 1..64, got {f!r}")
+                raise GfsimError(f"`overgen`: factors are whole numbers in 1..64, got {f!r}")
         if len(set(self.cells)) != len(self.cells):
-            raise GfsimError("--policies / --overgen: a configuration is given twice")
+            raise GfsimError("`policies` / `overgen`: a configuration is given twice")
         if len(self.cells) < 2:
             raise GfsimError("need at least two (policy, F) configurations to rank")
 

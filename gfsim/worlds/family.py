@@ -43,7 +43,7 @@ def _entry(name: str) -> dict:
     for w in family()["worlds"]:
         if w["name"] == name:
             return w
-    raise GfsimError(f"--world {name!r}: no such built-in world; valid: "
+    raise GfsimError(f"`world` {name!r}: no such built-in world; valid: "
                      f"{', '.join(world_names())}, {FAMILY}")
 
 
@@ -73,6 +73,6 @@ def builtin_factory(name: str):
 def world_seeds(split: str, n: int) -> list[int]:
     """The first ``n`` world seeds of a split."""
     if split not in SPLITS:
-        raise GfsimError(f"--split: unknown split {split!r}; valid: {', '.join(SPLITS)}")
+        raise GfsimError(f"`split`: unknown split {split!r}; valid: {', '.join(SPLITS)}")
     first = int(family()["seeds"][split]["first"])
     return list(range(first, first + n))

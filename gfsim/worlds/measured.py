@@ -77,7 +77,7 @@ def find_table(name: str) -> Path:
         return p
     if "/" not in name and (_shipped_dir() / f"{name}.jsonl.gz").is_file():
         return _shipped_dir() / f"{name}.jsonl.gz"
-    raise GfsimError(f"--world {SPEC_PREFIX}{name}: no such measured table (shipped: "
+    raise GfsimError(f"`world` {SPEC_PREFIX}{name}: no such measured table (shipped: "
                      f"{', '.join(shipped_tables()) or 'none'}; or give a path to TASK.jsonl.gz)")
 
 
@@ -229,7 +229,7 @@ class MeasuredWorld(KitWorld):
             table = load_table(str(name))
             tid = f"h200-{table.task}"
             if tid in self.tables:
-                raise GfsimError(f"--world {SPEC_PREFIX}: {name} is given twice")
+                raise GfsimError(f"`world` {SPEC_PREFIX}: {name} is given twice")
             self.tables[tid] = table
             ok = table.successes()
             speeds = sorted(table.measurement(k)["speedup"] for k in ok)
@@ -253,7 +253,7 @@ class MeasuredWorld(KitWorld):
                 {"headroom_speedup": round(best, 6)}))
             self._roots[tid] = self._node(tid, key, f"{tid}-root", None, 0, None)
         if not self.tasks:
-            raise GfsimError(f"--world {SPEC_PREFIX}: no table given")
+            raise GfsimError(f"`world` {SPEC_PREFIX}: no table given")
         self._index_tasks()
 
     def _node(self, tid: str, key: str, nid: str, parent: KitNode | None, depth: int,

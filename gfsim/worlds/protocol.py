@@ -125,14 +125,14 @@ def _as_factory(obj, spec: str) -> tuple[WorldFactory, bool]:
             try:
                 world = _f(seed=seed)
             except TypeError as exc:
-                raise GfsimError(f"--world {spec}: calling it with seed={seed} failed: "
+                raise GfsimError(f"`world` {spec}: calling it with seed={seed} failed: "
                                  f"{exc}") from None
             if not isinstance(world, World):
-                raise GfsimError(f"--world {spec}: {type(world).__name__} is not a world; "
+                raise GfsimError(f"`world` {spec}: {type(world).__name__} is not a world; "
                                  f"missing: {', '.join(_missing(world))}")
             return world
         return make, True
-    raise GfsimError(f"--world {spec}: {type(obj).__name__} is neither a world nor a callable "
+    raise GfsimError(f"`world` {spec}: {type(obj).__name__} is neither a world nor a callable "
                      f"that makes one; missing: {', '.join(_missing(obj))}")
 
 
@@ -147,35 +147,35 @@ def _load_object(spec: str):
     if not sep or not target or not name:
         from gfsim.worlds.family import world_names
 
-        raise GfsimError(f"--world {spec!r}: no such world; valid: a built-in name "
+        raise GfsimError(f"`world` {spec!r}: no such world; valid: a built-in name "
                          f"({', '.join(world_names())}), kernel-tuner:CACHE, h200:TASK, "
                          "PATH.py:NAME or module:NAME")
     if target.endswith(".py"):
         path = Path(target)
         if not path.is_file():
-            raise GfsimError(f"--world {spec}: {path}: no such file")
+            raise GfsimError(f"`world` {spec}: {path}: no such file")
         mod_name = f"gfsim_user_world_{abs(hash(str(path.resolve())))}"
         module = sys.modules.get(mod_name)
         if module is None:
             loader_spec = importlib.util.spec_from_file_location(mod_name, path)
             if loader_spec is None or loader_spec.loader is None:
-                raise GfsimError(f"--world {spec}: {path}: not a Python file it can import")
+                raise GfsimError(f"`world` {spec}: {path}: not a Python file it can import")
             module = importlib.util.module_from_spec(loader_spec)
             sys.modules[mod_name] = module
             try:
                 loader_spec.loader.exec_module(module)
             except Exception as exc:  # a user's file: any error is theirs, said in one line
                 del sys.modules[mod_name]
-                raise GfsimError(f"--world {spec}: {path}: importing it failed: "
+                raise GfsimError(f"`world` {spec}: {path}: importing it failed: "
                                  f"{type(exc).__name__}: {exc}") from None
     else:
         try:
             module = importlib.import_module(target)
         except Exception as exc:
-            raise GfsimError(f"--world {spec}: cannot import module {target!r}: "
+            raise GfsimError(f"`world` {spec}: cannot import module {target!r}: "
                              f"{type(exc).__name__}: {exc}") from None
     if not hasattr(module, name):
-        raise GfsimError(f"--world {spec}: {target} has no {name!r}")
+        raise GfsimError(f"`world` {spec}: {target} has no {name!r}")
     return getattr(module, name)
 
 
@@ -210,7 +210,7 @@ def resolve_world(spec: str) -> tuple[str, WorldFactory, bool]:
     from gfsim.worlds.family import builtin_factory, is_builtin
 
     if not isinstance(spec, str) or not spec.strip():
-        raise GfsimError("--world: empty spec")
+        raise GfsimError("`world`: empty spec")
     spec = spec.strip()
     if is_builtin(spec):
         return spec, builtin_factory(spec), True
@@ -222,7 +222,7 @@ def resolve_world(spec: str) -> tuple[str, WorldFactory, bool]:
 
         paths = [p for p in spec.partition(":")[2].split(",") if p]
         if not paths:
-            raise GfsimError("--world kernel-tuner: needs a cache path, kernel-tuner:FILE")
+            raise GfsimError("`world` kernel-tuner: needs a cache path, kernel-tuner:FILE")
         KernelTunerWorld.check_paths(paths)
         return spec, (lambda seed: KernelTunerWorld(paths, seed=seed)), True
     if spec.startswith("h200:"):
@@ -230,8 +230,8 @@ def resolve_world(spec: str) -> tuple[str, WorldFactory, bool]:
 
         names = [p for p in spec.partition(":")[2].split(",") if p]
         if not names:
-            raise GfsimError("--world h200: needs a task, h200:TASK (shipped: gfsim "
-                             "counterfactual --list-worlds) or h200:PATH/TASK.jsonl.gz")
+            raise GfsimError("`world` h200: needs a task, h200:TASK (shipped: gfsim "
+                             "counterfactual `list_worlds`) or h200:PATH/TASK.jsonl.gz")
         for n in names:
             find_table(n)
         return spec, (lambda seed: MeasuredWorld(names, seed=seed)), True

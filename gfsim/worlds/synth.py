@@ -260,9 +260,9 @@ def build_records(*, seed: int, candidates: int | None, tasks: int, shape: str =
     if driver == "puct":
         return _puct_records(seed, tasks, params, progress, steps, shape, candidates)
     if driver != "greedy":
-        raise GfsimError(f"--driver: unknown driver {driver!r}; valid: greedy, puct")
+        raise GfsimError(f"`driver`: unknown driver {driver!r}; valid: greedy, puct")
     if candidates is None:
-        raise GfsimError("--candidates is required for the greedy driver and pairs logs")
+        raise GfsimError("`candidates` is required for the greedy driver and pairs logs")
     _check_args(seed, candidates, tasks, shape)
     land = Landscape(params if params is not None else LandscapeParams(), seed, tasks)
     pending = [0]
@@ -288,12 +288,12 @@ def _puct_records(seed, tasks, params, progress, steps, shape, candidates) -> li
     from gfsim.worlds.synth_puct import PUCT_RULE, paper_standard, puct_search_records
 
     if shape != "trajectory":
-        raise GfsimError("--driver puct writes trajectory logs only")
+        raise GfsimError("`driver` puct writes trajectory logs only")
     if candidates is not None:
-        raise GfsimError("--driver puct: the size follows from --steps; drop --candidates")
+        raise GfsimError("`driver` puct: the size follows from `steps`; drop `candidates`")
     _check_args(seed, tasks, tasks, shape)
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise GfsimError(f"--steps must be a whole number >= 1, got {steps!r}")
+        raise GfsimError(f"`steps` must be a whole number >= 1, got {steps!r}")
     land = Landscape(params if params is not None else LandscapeParams(), seed, tasks)
     config = paper_standard(steps)
     body = []
@@ -317,15 +317,15 @@ def _world_records(spec, seed, driver, steps, shape, candidates, params) -> list
     from gfsim.worlds.synth_puct import world_log_records
 
     if driver != "puct" or shape != "trajectory":
-        raise GfsimError("--world: a world is searched by the reference search only; use "
-                         "--driver puct (trajectory logs)")
+        raise GfsimError("`world`: a world is searched by the reference search only; use "
+                         "`driver` puct (trajectory logs)")
     if candidates is not None or params is not None:
-        raise GfsimError("--world: the size follows from --steps and the world from its spec; "
-                         "drop --candidates")
+        raise GfsimError("`world`: the size follows from `steps` and the world from its spec; "
+                         "drop `candidates`")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise GfsimError(f"--seed must be a whole number >= 0, got {seed!r}")
+        raise GfsimError(f"`seed` must be a whole number >= 0, got {seed!r}")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise GfsimError(f"--steps must be a whole number >= 1, got {steps!r}")
+        raise GfsimError(f"`steps` must be a whole number >= 1, got {steps!r}")
     name, factory, _ = resolve_world(spec)
     slug = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in name)[-60:]
     return world_log_records(factory(seed), seed=seed, steps=steps,
@@ -341,7 +341,7 @@ def _check_args(seed, candidates, tasks, shape) -> None:
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             raise GfsimError(f"--{name} must be a whole number >= {lo}, got {v!r}")
     if tasks > candidates:
-        raise GfsimError(f"--tasks {tasks} is more than --candidates {candidates}: every task "
+        raise GfsimError(f"`tasks` {tasks} is more than `candidates` {candidates}: every task "
                          "needs at least one candidate")
 
 

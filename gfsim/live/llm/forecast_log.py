@@ -77,7 +77,7 @@ def _output_header(header: dict, log, src: Path, forecaster, drop_existing: bool
             raise GfsimError(
                 f"{src}: its forecasts are relative to {frame!r} with bin edges {list(edges)}; "
                 "a live forecaster's are relative to the reference with the paper's edges, and "
-                "one log cannot hold both: pass --drop-existing to leave its forecasts out")
+                "one log cannot hold both: pass `drop_existing` to leave its forecasts out")
     out = dict(header)
     out["forecast_relative_to"] = "reference"
     out["forecast_bin_edges"] = list(PAPER_EDGES)
@@ -138,7 +138,7 @@ def forecast_log(src, forecaster, out, *, repeat: int = 0, drop_existing: bool =
         origin = (prev.header.get("derived_from") or {}).get("log_id")
         if origin != header.get("log_id"):
             raise GfsimError(f"{out}: exists and was derived from log {origin!r}, not "
-                             f"{header.get('log_id')!r}; choose another --out")
+                             f"{header.get('log_id')!r}; choose another `out`")
         fc = prev.forecasts
         done = set(fc.loc[(fc["forecaster"] == forecaster.name) & (fc["repeat"] == repeat),
                           "candidate_id"]) if len(fc) else set()
@@ -198,7 +198,7 @@ def _already(out: Path, header: dict, name: str, repeat: int | None) -> set:
     prev = load_log(out)
     if (prev.header.get("derived_from") or {}).get("log_id") != header.get("log_id"):
         raise GfsimError(f"{out}: exists and was derived from another log; choose another "
-                         "--out")
+                         "`out`")
     fc = prev.forecasts
     if not len(fc):
         return set()
@@ -216,7 +216,7 @@ def _derived_header(src: Path, log, header: dict, entry: dict, drop_existing: bo
         out_header["forecast_bin_edges"] = list(PAPER_EDGES)
     elif tuple(header.get("forecast_bin_edges") or ()) != PAPER_EDGES:
         raise GfsimError(f"{src}: its forecasts use other bin edges than the paper's: pass "
-                         "--drop-existing")
+                         "`drop_existing`")
     out_header["forecasters"] = [*(header.get("forecasters") or []), entry]
     out_header["derived_from"] = {"log_id": header.get("log_id"), "path": str(src),
                                   "sha256": _sha256(src)}

@@ -330,8 +330,8 @@ def parse_forecaster(spec: str) -> Forecaster:
     key is read from the environment variable ``api_key_env`` names, never from the command line."""
     kind, sep, rest = (spec or "").partition(":")
     if kind != "vllm" or not sep:
-        raise SpecError(f"--forecaster: expected vllm:URL,model=NAME,...; got {spec!r}")
-    url, kw = server_spec(rest, "--forecaster", "vllm", _VLLM_KEYS)
+        raise SpecError(f"`forecaster`: expected vllm:URL,model=NAME,...; got {spec!r}")
+    url, kw = server_spec(rest, "`forecaster`", "vllm", _VLLM_KEYS)
     return VllmForecaster(url, kw.pop("model"), **kw)
 
 

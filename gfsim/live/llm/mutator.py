@@ -355,6 +355,6 @@ def parse_mutator(spec: str) -> LlmMutator:
     the environment variable ``api_key_env`` names, never from the command line."""
     kind, sep, rest = (spec or "").partition(":")
     if kind != "llm" or not sep:
-        raise SpecError(f"--source: expected llm:URL,model=NAME,...; got {spec!r}")
-    url, kw = server_spec(rest, "--source", "llm", _LLM_KEYS)
+        raise SpecError(f"`source`: expected llm:URL,model=NAME,...; got {spec!r}")
+    url, kw = server_spec(rest, "`source`", "llm", _LLM_KEYS)
     return LlmMutator(url, kw.pop("model"), **kw)

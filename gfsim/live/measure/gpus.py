@@ -204,7 +204,7 @@ class MeasurerPool:
                     raise GfsimError(
                         f"every measurer of this run was lost ({len(self.lost)}: "
                         f"{', '.join(_label(w) for w in self.lost[:8])}); the log keeps what "
-                        "was measured: rerun the command with --resume once GPUs are back")
+                        "was measured: rerun the command with `resume` once GPUs are back")
                 self._cond.wait()
             return self._free.pop(0)
 
@@ -323,7 +323,7 @@ def ray_pool(cluster: str, config, gpus: int | None = None, *,
 
     address = parse_cluster(cluster)
     if address is None:
-        raise GfsimError("a measurer pool on a cluster needs --cluster")
+        raise GfsimError("a measurer pool on a cluster needs `cluster`")
     conn = RayCluster(address)
     ray = conn.join()
     try:
@@ -332,32 +332,32 @@ def ray_pool(cluster: str, config, gpus: int | None = None, *,
             n, per = (gpus or 2), {"num_gpus": 0, "num_cpus": 1}
             cpus = float(ray.cluster_resources().get("CPU", 0))
             if n > cpus:
-                raise GfsimError(f"--gpus {n}: the Ray cluster {address} has {cpus:g} CPUs "
+                raise GfsimError(f"`gpus` {n}: the Ray cluster {address} has {cpus:g} CPUs "
                                  "for measurers under the interpreter")
         else:
             if have < 1:
-                raise GfsimError(f"--cluster: the Ray cluster {address} has no GPU (its nodes "
+                raise GfsimError(f"`cluster`: the Ray cluster {address} has no GPU (its nodes "
                                  "were started without one: ray start --num-gpus N); use "
-                                 "--measurer interpret to measure on CPUs")
+                                 "`measurer` interpret to measure on CPUs")
             n, per = (gpus or int(have)), {"num_gpus": 1, "num_cpus": 1}
             if n > have:
-                raise GfsimError(f"--gpus {n}: the Ray cluster {address} has {have:g} GPUs")
+                raise GfsimError(f"`gpus` {n}: the Ray cluster {address} has {have:g} GPUs")
         actor_class = ray.remote(max_restarts=0, max_task_retries=0, **per)(MeasurerActor)
         actors = [actor_class.remote(config) for _ in range(n)]
         try:
             wheres = ray.get([a.where.remote() for a in actors], timeout=START_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError:
-            raise GfsimError(f"--cluster: {n} measurers did not start on {address} in "
+            raise GfsimError(f"`cluster`: {n} measurers did not start on {address} in "
                              f"{START_TIMEOUT_S:.0f} s (are {n} "
                              f"{'CPUs' if config.interpret else 'GPUs'} free?)") from None
         unsafe = [w for w in wheres if w.get("sandbox_missing")]
         if unsafe and not trust_candidates:
-            raise GfsimError(f"--cluster: host {unsafe[0]['host']} cannot confine candidate "
+            raise GfsimError(f"`cluster`: host {unsafe[0]['host']} cannot confine candidate "
                              f"code (no {', '.join(unsafe[0]['sandbox_missing'])}); pass "
-                             "--trust-candidates to run there anyway")
+                             "`trust_candidates` to run there anyway")
         wrong = [w for w in wheres if not config.interpret and w.get("gpu") is None]
         if wrong:
-            raise GfsimError(f"--cluster: the measurer placed on {wrong[0]['host']} sees no "
+            raise GfsimError(f"`cluster`: the measurer placed on {wrong[0]['host']} sees no "
                              "CUDA GPU, though Ray gave it one")
         slots = [RaySlot(ray, a, {"measurer": k, **{f: v for f, v in w.items()
                                                     if f != "sandbox_missing"}})
