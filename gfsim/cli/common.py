@@ -9,6 +9,7 @@ import functools
 import re
 import sys
 import warnings
+from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
 import typer
@@ -22,7 +23,9 @@ __all__ = ["handles_errors", "print_json", "json_parts", "console", "esc", "one_
            "search_config",
            "SIMULATE_HELP", "CONTEXT", "GfsimCommand",
            "Table", "parse_capacities", "CONFIG_HELP", "load_config", "effective_settings",
-           "current_settings"]
+           "current_settings", "command_flags", "LogOption", "ForecasterOption", "CostOption",
+           "BudgetOption", "SeedOption", "ChildrenOption", "SimulateFlag", "ConfigOption",
+           "JsonFlag", "ClusterOption"]
 
 # Every command: -h as well as --help.
 CONTEXT = {"help_option_names": ["-h", "--help"]}
@@ -502,3 +505,30 @@ def _log_sha256(log: str | None) -> str | None:
     from gfsim.api.describe import log_sha256
 
     return log_sha256(log)
+
+
+# -- options that mean the same in every command that takes them, declared once --------------
+LOG_HELP = "The log: a path or a shipped log's name (`gfsim logs` lists them; default: " \
+           "the shipped default)."
+FORECASTER_HELP = ("The forecasts the policies read: a forecaster the log holds, by name "
+                   "(default: its first); a what-if one drawn from its measured speedups, "
+                   "paper:gemini3-flash or synthetic: with keys sigma, beta, temp, and "
+                   "failed=parent|low for how it sees a failed kernel (an assumption); the "
+                   "learned forecaster, learned (alias costmodel); or a plug-in's "
+                   "(gfsim.forecasters).")
+COST_HELP = ("Cost preset, e.g. serverless-a100, reserved-h100:gpus=2, "
+             "serverless-h200:provider=runpod (overrides are KEY=VALUE pairs joined by commas), "
+             "a TOML file, or a plug-in's name (`gfsim costs` lists them).")
+BUDGET_HELP = ("Per-search limits, KEY=VALUE pairs joined by commas (usd=2,steps=10); keys: "
+               "usd, seconds, joules, gpu_evals, gpu_hours, steps.")
+LogOption = Annotated[Optional[str], typer.Option("--log", "-l", help=LOG_HELP)]
+ForecasterOption = Annotated[Optional[str], typer.Option("--forecaster", "-f",
+                                                         help=FORECASTER_HELP)]
+CostOption = Annotated[str, typer.Option("--cost", "-c", help=COST_HELP)]
+BudgetOption = Annotated[Optional[str], typer.Option("--budget", "-b", help=BUDGET_HELP)]
+SeedOption = Annotated[int, typer.Option("--seed", "-s",
+                                         help="The first seed of every keyed random stream.")]
+ChildrenOption = Annotated[str, typer.Option("--children", help=CHILDREN_HELP)]
+SimulateFlag = Annotated[bool, typer.Option("--simulate", help=SIMULATE_HELP, metavar="")]
+ConfigOption = Annotated[Optional[Path], typer.Option("--config", help=CONFIG_HELP,
+                                                      is_eager=True, callback=load_config)]

@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Optional
 
 import typer
 
 from gfsim.cli.common import (
     ClusterOption,
+    ConfigOption,
     console,
+    CostOption,
     esc,
     handles_errors,
     print_json,
     print_ran_on,
 )
-from gfsim.cli.common import CONFIG_HELP, load_config
 
 __all__ = ["counterfactual"]
 
@@ -62,7 +62,7 @@ def counterfactual(
              "fresh), whose spread widens the predictive intervals to a new search's (0: the "
              "replay seeds' spread alone, which is too narrow for one)."),
     steps: int = typer.Option(40, "--steps", help="Steps per search (paper-standard: 40)."),
-    cost: str = typer.Option("serverless-a100", "--cost", help="Cost model preset."),
+    cost: CostOption = "serverless-a100",
     children: str = typer.Option("fallback", "--children",
                                  help="Where the replay's unlogged children come from, one or "
                                       "several separated by commas (each replayed against the "
@@ -80,8 +80,7 @@ def counterfactual(
     as_json: bool = typer.Option(False, "--json", help="Print every figure as JSON.", metavar=""),
     list_worlds: bool = typer.Option(False, "--list-worlds", help="List built-in worlds.",
                                      metavar=""),
-    config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP, is_eager=True,
-                                          callback=load_config),
+    config: ConfigOption = None,
 ) -> None:
     """Log a standard search on a world, replay each (policy, F) from the log and run it
     directly on the world under the same USD budget; print how far the replay is off and

@@ -9,12 +9,11 @@ from typing import Optional
 import typer
 
 from gfsim.cli.common import (
-    CONFIG_HELP,
-    JsonFlag,
+    ConfigOption,
     console,
     esc,
     handles_errors,
-    load_config,
+    JsonFlag,
     print_json,
 )
 
@@ -115,8 +114,7 @@ def live(
              "one. Under --measurer interpret, CPU measurers (default 2). Without --cluster: "
              "1, this machine's GPU."),
     as_json: JsonFlag = False,
-    config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP, is_eager=True,
-                                          callback=load_config),
+    config: ConfigOption = None,
 ) -> None:
     """Run a live search with real parts and write its replay log as it goes; it ends with the
     replay of that log (the simulator checked against the run)."""

@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import List, Optional
 
 import typer
 
 from gfsim.cli.common import (
-    CHILDREN_HELP,
-    CONFIG_HELP,
-    SIMULATE_HELP,
+    ChildrenOption,
     ClusterOption,
-    JsonFlag,
+    ConfigOption,
     console,
+    CostOption,
     esc,
+    ForecasterOption,
     handles_errors,
-    load_config,
+    JsonFlag,
     print_json,
     print_ran_on,
+    SeedOption,
+    SimulateFlag,
 )
 
 __all__ = ["plan", "print_plan"]
@@ -43,30 +44,27 @@ def plan(
     steps: Optional[int] = typer.Option(None, "--steps", min=1,
                                         help="Each search's planned steps (default: its own, "
                                              "as logged)."),
-    cost: str = typer.Option("serverless-a100", "--cost", "-c", help="Cost preset or TOML."),
+    cost: CostOption = "serverless-a100",
     prices: str = typer.Option("run", "--prices",
                                help="Token prices of the generator: run (as each run recorded "
                                     "them, else the catalog's for the model it names, else "
                                     "the cost model's) or preset (the cost model's)."),
-    forecaster: Optional[str] = typer.Option(None, "--forecaster",
-                                             help="A logged forecaster's name, or a what-if "
-                                                  "one (paper:gemini3-flash, synthetic:...)."),
-    children: str = typer.Option("auto", "--children", help=CHILDREN_HELP),
-    simulate: bool = typer.Option(False, "--simulate", help=SIMULATE_HELP, metavar=""),
+    forecaster: ForecasterOption = None,
+    children: ChildrenOption = "auto",
+    simulate: SimulateFlag = False,
     replays: int = typer.Option(8, "--replays", min=1,
                                 help="Replays of each log per configuration (the centre)."),
     new_searches: int = typer.Option(32, "--new-searches", min=2,
                                      help="Searches per log and configuration simulated "
                                           "wholly on the world model (a new search's spread)."),
-    seed: int = typer.Option(0, "--seed", help="First seed."),
+    seed: SeedOption = 0,
     level: float = typer.Option(0.9, "--level", min=0.5, max=0.99, help="The intervals' level."),
     jobs: int = typer.Option(0, "--jobs", "-j", min=0,
                              help="Processes the replays and the default recommendation run "
                                   "in (0: one per core; 1: this process); the same answer."),
     cluster: ClusterOption = None,
     as_json: JsonFlag = False,
-    config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP, is_eager=True,
-                                          callback=load_config),
+    config: ConfigOption = None,
 ) -> None:
     """What one new search like your past runs will cost and find under a budget, before it
     runs: dollars (LLM tokens, forecasts, evaluations), GPU-hours, wall-clock and the best

@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import List, Optional
 
 import typer
 
 from gfsim.cli.common import (
-    CHILDREN_HELP,
-    CONFIG_HELP,
-    SIMULATE_HELP,
+    BudgetOption,
+    ChildrenOption,
     ClusterOption,
-    JsonFlag,
+    ConfigOption,
     console,
+    CostOption,
     esc,
+    ForecasterOption,
     handles_errors,
-    load_config,
+    JsonFlag,
+    LogOption,
     print_json,
     print_ran_on,
+    SeedOption,
+    SimulateFlag,
 )
 
 __all__ = ["recommend", "print_recommendation", "INCUMBENT_HELP"]
@@ -37,13 +40,9 @@ def recommend(
              "counterfactual benchmark's grid (all, topk:4, threshold:0.7, "
              "threshold:coverage=0.5, ev:10, at F 1, 2, 4 and 8 in a closed loop)."),
     incumbent: Optional[str] = typer.Option(None, "--incumbent", help=INCUMBENT_HELP),
-    log: Optional[str] = typer.Option(None, "--log", "-l", help="Log path or shipped name."),
-    cost: str = typer.Option("serverless-a100", "--cost", "-c", help="Cost preset or TOML."),
-    budget: Optional[str] = typer.Option("usd=40", "--budget", "-b",
-                                         help="Per-search limits every configuration runs "
-                                              "under, KEY=VALUE pairs joined by commas "
-                                              "(usd=40,steps=10); keys: usd, seconds, "
-                                              "gpu_evals, gpu_hours, steps."),
+    log: LogOption = None,
+    cost: CostOption = "serverless-a100",
+    budget: BudgetOption = "usd=40",
     driver: str = typer.Option("closed", "--driver", help="closed (closed loop, F matters: "
                                                           "each search's own algorithm, "
                                                           "chosen from the log: evolutionary "
@@ -54,11 +53,9 @@ def recommend(
     search: Optional[str] = typer.Option(None, "--search",
                                          help="puct: paper-standard or paper-filtered (default: "
                                               "each search in its own shape)."),
-    forecaster: Optional[str] = typer.Option(None, "--forecaster",
-                                             help="A logged forecaster's name, or a what-if "
-                                                  "one (paper:gemini3-flash, synthetic:...)."),
-    children: str = typer.Option("auto", "--children", help=CHILDREN_HELP),
-    simulate: bool = typer.Option(False, "--simulate", help=SIMULATE_HELP, metavar=""),
+    forecaster: ForecasterOption = None,
+    children: ChildrenOption = "auto",
+    simulate: SimulateFlag = False,
     seeds: int = typer.Option(8, "--seeds", min=1,
                               help="Replays of the log per configuration (paired by seed)."),
     fresh_seeds: int = typer.Option(8, "--fresh-seeds", min=0,
@@ -66,7 +63,7 @@ def recommend(
                                          "wholly on the world model (a new search's own "
                                          "randomness; 0: none, and the intervals are over "
                                          "replays of this log only)."),
-    seed: int = typer.Option(0, "--seed", help="First seed."),
+    seed: SeedOption = 0,
     level: float = typer.Option(0.9, "--level", min=0.5, max=0.99,
                                 help="The intervals' level and the detection's one-sided "
                                      "level."),
@@ -79,8 +76,7 @@ def recommend(
                                   "The answer is the same whatever their number."),
     cluster: ClusterOption = None,
     as_json: JsonFlag = False,
-    config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP, is_eager=True,
-                                          callback=load_config),
+    config: ConfigOption = None,
 ) -> None:
     """Which configuration to run next time: its expected gain over the incumbent (what
     adopting it gives; the recommendation decides on it) and one new search's, each with its

@@ -11,15 +11,19 @@ import typer
 from gfsim.cli import units
 from gfsim.api.options import parse_capacity
 from gfsim.cli.common import (
-    CHILDREN_HELP,
-    CONFIG_HELP,
-    SIMULATE_HELP,
-    JsonFlag,
+    BudgetOption,
+    ChildrenOption,
+    ConfigOption,
     console,
+    CostOption,
     esc,
+    ForecasterOption,
     handles_errors,
-    load_config,
+    JsonFlag,
+    LogOption,
     print_json,
+    SeedOption,
+    SimulateFlag,
 )
 
 __all__ = ["replay", "parse_capacity", "step_progress"]
@@ -30,19 +34,10 @@ def replay(
     policy: str = typer.Option("threshold:0.7", "--policy", "-p",
                                help="Policy spec, e.g. threshold:0.7, topk:4, random:0.5 "
                                     "(`gfsim policies` lists them)."),
-    log: Optional[str] = typer.Option(None, "--log", "-l",
-                                      help="Log path or shipped log name (default: the shipped "
-                                           "default, see `gfsim logs`)."),
-    cost: str = typer.Option("serverless-a100", "--cost", "-c",
-                             help="Cost preset, e.g. serverless-a100, reserved-h100:gpus=2, "
-                                  "serverless-h200:provider=runpod (overrides are KEY=VALUE "
-                                  "pairs joined by commas), or a TOML file (`gfsim costs` "
-                                  "lists presets, keys and sources)."),
-    budget: Optional[str] = typer.Option(None, "--budget", "-b",
-                                         help="Per-search limits, KEY=VALUE pairs joined by "
-                                              "commas (usd=2,steps=10); keys: usd, seconds, "
-                                              "joules, gpu_evals, gpu_hours, steps."),
-    seed: int = typer.Option(0, "--seed", "-s", help="Seed of every keyed random stream."),
+    log: LogOption = None,
+    cost: CostOption = "serverless-a100",
+    budget: BudgetOption = None,
+    seed: SeedOption = 0,
     baseline: str = typer.Option("all", "--baseline", help="Policy to compare against."),
     capacity: Optional[str] = typer.Option(None, "--capacity",
                                            help="Override resource slots, KEY=N pairs joined "
@@ -79,20 +74,13 @@ def replay(
     engine: str = typer.Option("auto", "--engine",
                                help="auto (closed-form fast path wherever no capacity binds), "
                                     "des (always the SimPy engine) or fast."),
-    children: str = typer.Option("auto", "--children", help=CHILDREN_HELP),
-    simulate: bool = typer.Option(False, "--simulate", help=SIMULATE_HELP, metavar=""),
+    children: ChildrenOption = "auto",
+    simulate: SimulateFlag = False,
     calibrate: str = typer.Option("none", "--calibrate",
                                   help="Recalibrate forecasts before any policy sees them: "
                                        "none, temperature or isotonic, fitted out of fold (by "
                                        "task)."),
-    forecaster: Optional[str] = typer.Option(None, "--forecaster",
-                                             help="Which logged forecaster the policy reads "
-                                                  "(default: the first in the log), or a "
-                                                  "what-if one drawn from the log's measured "
-                                                  "speedups: paper:gemini3-flash, or "
-                                                  "synthetic: with keys sigma, beta, temp; "
-                                                  "failed=parent|low: how it sees a failed "
-                                                  "kernel (an assumption)."),
+    forecaster: ForecasterOption = None,
     measure_noise: Optional[str] = typer.Option(None, "--measure-noise",
                                                 help="cv=0.02: keyed log-normal noise on "
                                                      "every measured runtime (an assumption); "
@@ -121,8 +109,7 @@ def replay(
     detail: bool = typer.Option(False, "--detail",
                                 help="With --json: every anytime row of every search (one "
                                      "per measurement), not at most 100 per search.", metavar=""),
-    config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP, is_eager=True,
-                                          callback=load_config),
+    config: ConfigOption = None,
 ) -> None:
     """Replay a logged search under a policy and cost model; compare with a baseline
     (``gfsim.compare`` in Python)."""

@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Optional
 
 import typer
 
 from gfsim.cli.common import (
-    CHILDREN_HELP,
-    CONFIG_HELP,
-    SIMULATE_HELP,
+    BudgetOption,
+    ChildrenOption,
     ClusterOption,
-    JsonFlag,
+    ConfigOption,
     console,
+    CostOption,
     esc,
+    ForecasterOption,
     handles_errors,
-    load_config,
+    JsonFlag,
+    LogOption,
     print_json,
     print_ran_on,
+    SeedOption,
+    SimulateFlag,
 )
 
 __all__ = ["savings"]
@@ -28,9 +31,9 @@ __all__ = ["savings"]
 def savings(
     policy: str = typer.Option("threshold:0.7", "--policy", "-p", help="Policy spec."),
     baseline: str = typer.Option("all", "--baseline", help="Baseline policy spec."),
-    log: Optional[str] = typer.Option(None, "--log", "-l", help="Log path or shipped name."),
-    cost: str = typer.Option("serverless-a100", "--cost", "-c", help="Cost preset or TOML."),
-    budget: Optional[str] = typer.Option(None, "--budget", "-b", help="Per-search limits."),
+    log: LogOption = None,
+    cost: CostOption = "serverless-a100",
+    budget: BudgetOption = None,
     driver: str = typer.Option("trace", "--driver", help="trace or puct."),
     search: Optional[str] = typer.Option(None, "--search",
                                          help="puct: paper-standard or paper-filtered (the "
@@ -38,21 +41,18 @@ def savings(
     overgen: Optional[int] = typer.Option(None, "--overgen",
                                           help="puct: the policy's overgeneration factor F "
                                                "(the baseline runs F 1)."),
-    forecaster: Optional[str] = typer.Option(None, "--forecaster",
-                                             help="A logged forecaster's name, or a what-if "
-                                                  "one (paper:gemini3-flash, synthetic:...)."),
-    children: str = typer.Option("auto", "--children", help=CHILDREN_HELP),
-    simulate: bool = typer.Option(False, "--simulate", help=SIMULATE_HELP, metavar=""),
+    forecaster: ForecasterOption = None,
+    children: ChildrenOption = "auto",
+    simulate: SimulateFlag = False,
     seeds: Optional[int] = typer.Option(None, "--seeds", min=1,
                                         help="Paired seeds (default 32 where a seed can "
                                              "change the replay, else 1: a deterministic "
                                              "configuration is replayed once)."),
-    seed: int = typer.Option(0, "--seed", help="First seed."),
+    seed: SeedOption = 0,
     jobs: int = typer.Option(1, "--jobs", help="Processes for the seeds."),
     cluster: ClusterOption = None,
     as_json: JsonFlag = False,
-    config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP, is_eager=True,
-                                          callback=load_config),
+    config: ConfigOption = None,
 ) -> None:
     """Dollars, seconds and joules a policy saves per search against a baseline, with
     intervals; cost to reach targets; the speedup at equal cost; break-even prices

@@ -7,7 +7,13 @@ from typing import Optional
 
 import typer
 
-from gfsim.cli.common import console, esc, handles_errors, print_json
+from gfsim.cli.common import (
+    console,
+    esc,
+    handles_errors,
+    LogOption,
+    print_json,
+)
 
 __all__ = ["score"]
 
@@ -18,9 +24,7 @@ _TABLE = [("n", "{:,}"), ("n_parsed", "{:,}"), ("accuracy", "{:.3f}"), ("off_by_
 
 @handles_errors
 def score(
-    log: Optional[str] = typer.Option(None, "--log", "-l",
-                                      help="Log path or shipped log name (default: the shipped "
-                                           "default)."),
+    log: LogOption = None,
     forecaster: Optional[str] = typer.Option(None, "--forecaster",
                                              help="Score only this forecaster."),
     task: Optional[str] = typer.Option(None, "--task", help="Score only this task."),

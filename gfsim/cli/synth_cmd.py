@@ -7,7 +7,13 @@ from typing import Optional
 
 import typer
 
-from gfsim.cli.common import JsonFlag, console, handles_errors, print_json
+from gfsim.cli.common import (
+    console,
+    handles_errors,
+    JsonFlag,
+    print_json,
+    SeedOption,
+)
 
 __all__ = ["synth"]
 
@@ -18,7 +24,7 @@ _PROGRESS_FROM = 20_000  # candidates; smaller logs take well under a second or 
 def synth(
     out: Path = typer.Option(..., "--out", "-o",
                              help="Output log (.jsonl or .jsonl.gz); replaced if it exists."),
-    seed: int = typer.Option(0, "--seed", "-s", help="Seed of every keyed random stream."),
+    seed: SeedOption = 0,
     candidates: Optional[int] = typer.Option(None, "--candidates", "-n",
                                              help="Candidates in the log (pairs: comparisons); "
                                                   "not with --driver puct."),

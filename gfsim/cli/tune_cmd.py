@@ -8,18 +8,21 @@ from typing import List, Optional
 import typer
 
 from gfsim.cli.common import (
-    CHILDREN_HELP,
-    CONFIG_HELP,
-    SIMULATE_HELP,
+    BudgetOption,
+    ChildrenOption,
     ClusterOption,
-    JsonFlag,
+    ConfigOption,
     console,
+    CostOption,
     current_settings,
     esc,
+    ForecasterOption,
     handles_errors,
-    load_config,
+    JsonFlag,
+    LogOption,
     print_json,
     print_ran_on,
+    SimulateFlag,
 )
 from gfsim.cli.recommend_cmd import INCUMBENT_HELP
 
@@ -45,24 +48,18 @@ def tune(
     target: float = typer.Option(1.5, "--target",
                                  help="cost_to_target: reach this multiple of the task's seed "
                                       "speedup."),
-    log: Optional[str] = typer.Option(None, "--log", "-l", help="Log path or shipped name."),
-    forecaster: Optional[str] = typer.Option(None, "--forecaster",
-                                             help="A logged forecaster's name, or a what-if "
-                                                  "one (paper:gemini3-flash, synthetic:...)."),
-    cost: str = typer.Option("serverless-a100", "--cost", "-c", help="Cost preset or TOML."),
-    budget: Optional[str] = typer.Option(None, "--budget", "-b",
-                                         help="Per-search limits that stop each replayed "
-                                              "search, KEY=VALUE pairs joined by commas "
-                                              "(usd=2,steps=10); keys: usd, seconds, "
-                                              "gpu_evals, gpu_hours, steps."),
+    log: LogOption = None,
+    forecaster: ForecasterOption = None,
+    cost: CostOption = "serverless-a100",
+    budget: BudgetOption = None,
     driver: str = typer.Option("trace", "--driver",
                                help="trace, puct or closed (each search's own algorithm, "
                                     "chosen from the log)."),
     search: Optional[str] = typer.Option(None, "--search",
                                          help="puct: paper-standard (default) or "
                                               "paper-filtered, the shape tuned around."),
-    children: str = typer.Option("auto", "--children", help=CHILDREN_HELP),
-    simulate: bool = typer.Option(False, "--simulate", help=SIMULATE_HELP, metavar=""),
+    children: ChildrenOption = "auto",
+    simulate: SimulateFlag = False,
     seeds: int = typer.Option(8, "--seeds", min=1, help="Seeds per trial (the same for every "
                                                  "trial: common random numbers); one where "
                                                  "no seed can change a trial (trace driver, "
@@ -104,8 +101,7 @@ def tune(
     plot: Optional[Path] = typer.Option(None, "--plot", help="Folder for history and Pareto "
                                                              "front PNGs."),
     as_json: JsonFlag = False,
-    config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP, is_eager=True,
-                                          callback=load_config),
+    config: ConfigOption = None,
 ) -> None:
     """Tune a policy (and the puct search's overgeneration) over replayed searches
     (``gfsim.tune`` in Python)."""
