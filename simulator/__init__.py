@@ -10,12 +10,14 @@ from gfsim.simulator.budget import Budget, parse_budget
 from gfsim.simulator.trace.engine import CANDIDATE_STATES, SearchSimulation
 from gfsim.simulator.replay import comparison_json, replay, replay_with_baseline
 from gfsim.simulator.results import ReplayResult, SearchResult, geometric_mean
+from gfsim.simulator.settings import ReplaySettings
 from gfsim.simulator.traces import SearchTrace, build_traces
 
 __all__ = [
     "Budget",
     "CANDIDATE_STATES",
     "ReplayResult",
+    "ReplaySettings",
     "SearchResult",
     "SearchSimulation",
     "SearchTrace",

@@ -31,13 +31,14 @@ from gfsim.simulator.results import ReplayResult, SearchResult, no_cyclic_gc
 from gfsim.simulator.search_columns import (AnytimeRows, SummaryRows, anytime_points,
                                             columns_in, search_extras)
 from gfsim.simulator.traces import SearchTrace, build_traces
+from gfsim.simulator.settings import DRIVERS, ENGINES, ReplaySettings
 from gfsim.simulator.world_model import child_sources
 
 from gfsim.core.caches import enabled, keep, kept, set_enabled
 from gfsim.core.errors import GfsimError
 
-__all__ = ["ENGINES", "cached_traces", "calibration_batch", "replay", "replay_many",
-           "replay_with_baseline",
+__all__ = ["ENGINES", "DRIVERS", "ReplaySettings", "cached_traces", "calibration_batch",
+           "replay", "replay_many", "replay_with_baseline",
            "replay_seeds", "comparison_json", "simulate_search", "simulate_puct",
            "seed_dependence", "seed_free_reason", "SEED_FREE_DRAWS", "best_evidence"]
 
@@ -73,7 +74,6 @@ def calibration_batch(traces: list[SearchTrace]) -> Batch:
     )
 
 
-ENGINES = ("auto", "des", "fast")
 _RESULT_CLASSES = (SearchResult, Cost)
 _TRACES: dict = {}  # content key -> traces; a few entries per process
 _TRACES_MAX = 8
@@ -263,11 +263,10 @@ def simulate_puct(source, config: SearchConfig, policy: Policy, model: PresetCos
     return run_puct_fast(source, config, policy, model, capacities, budget, seed, **kwargs)
 
 
-DRIVERS = ("trace", "puct", "closed", "evolution")  # simulator.drivers: the closed-loop ones
 
 
 def replay(log: ReplayLog, policy: Policy, model: PresetCostModel, *, seed: int = 0,
-           **kwargs) -> ReplayResult:
+           settings: ReplaySettings | None = None, **changes) -> ReplayResult:
     """Replay every search of ``log``.
 
     ``driver="trace"`` keeps the logged order (open loop): orphans are kept, and (if asked) the
@@ -278,20 +277,14 @@ def replay(log: ReplayLog, policy: Policy, model: PresetCostModel, *, seed: int 
     ``engine`` is the SimPy one (``des``) or the event loop without SimPy that reproduces it
     (``auto`` or ``fast``: ``simulator.closed.fast``, for any capacity or budget).
     ``noise``: keyed log-normal noise on every measurement (``simulator.noise``).
-    Keyword arguments: ``budget``, ``capacities``, ``forecaster``, ``orphans_dropped``,
-    ``pipeline``, ``engine``, ``driver``, ``search``, ``noise`` (see ``replay_many``).
+    ``settings``: every other setting (``simulator.settings.ReplaySettings``; None: the
+    defaults), with ``changes`` (settings by name) applied to it.
     """
-    return replay_many(log, [policy], model, [seed], **kwargs)[0]
+    return replay_many(log, [policy], model, [seed], settings, **changes)[0]
 
 
-def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, seeds, *,
-                budget: Budget = Budget(), capacities: Capacities | None = None,
-                forecaster: str | None = None, orphans_dropped: bool = True,
-                pipeline: Pipeline = DEFAULT_PIPELINE, engine: str = "auto",
-                driver: str = "trace", search: SearchConfig | None = None,
-                noise: MeasureNoise | None = None,
-                children: str = "fallback", learning=None,
-                simulate: bool = False) -> list[ReplayResult]:
+def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, seeds,
+                settings: ReplaySettings | None = None, **changes) -> list[ReplayResult]:
     """``replay`` for several seeds, ``policies[k]`` (fitted here) with ``seeds[k]``; each
     result is what ``replay`` gives for that seed alone. The puct fast path runs every search
     of every seed in lockstep, so that a step's decisions take one policy call.
@@ -304,16 +297,18 @@ def replay_many(log: ReplayLog, policies: list[Policy], model: PresetCostModel, 
     ``search`` (puct): a ``SearchConfig`` for every search, or each search in its own shape
     (None, or ``simulator.shape.OwnShape`` with fields overridden). A search that PUCT does
     not reproduce is simulated on the log's evidence, and refused (``simulate`` False) where
-    that evidence is too thin to invent children from (``simulator.shape``)."""
+    that evidence is too thin to invent children from (``simulator.shape``).
+
+    ``settings`` (``simulator.settings.ReplaySettings``; None: the defaults) holds every
+    setting named here; ``changes`` (settings by name) are applied to it."""
+    settings = ReplaySettings.of(settings, **changes)
+    learning, driver, engine = settings.learning, settings.driver, settings.engine
     if learning is not None and driver == "trace" and policies and policies[0].needs_forecast:
-        return _replay_learning(log, policies, model, seeds, learning, budget=budget,
-                                capacities=capacities, orphans_dropped=orphans_dropped,
-                                pipeline=pipeline, engine=engine, driver=driver, search=search,
-                                noise=noise, children=children, simulate=simulate)
-    if driver not in DRIVERS:
-        raise GfsimError(f"unknown driver {driver!r}; valid: {', '.join(DRIVERS)}")
-    if engine not in ENGINES:
-        raise GfsimError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
+        return _replay_learning(log, policies, model, seeds, settings)
+    budget, capacities, forecaster = settings.budget, settings.capacities, settings.forecaster
+    orphans_dropped, pipeline, search = (settings.orphans_dropped, settings.pipeline,
+                                         settings.search)
+    noise, children, simulate = settings.noise, settings.children, settings.simulate
     seeds = list(seeds)
     if len(policies) != len(seeds):
         raise GfsimError("replay_many: one policy per seed")
@@ -477,16 +472,17 @@ def _closed_loop_shapes(log, traces, search, model, children: str, simulate: boo
     return shapes, repro
 
 
-def _replay_learning(log, policies, model, seeds, spec, *, driver, **kwargs):
+def _replay_learning(log, policies, model, seeds, settings: ReplaySettings):
     """``replay_many`` under a learning forecaster: one fixed point per seed."""
     from gfsim.simulator.learning import replay_learning
 
+    spec = settings.learning
+    each = settings.replace(learning=None, forecaster=spec.name)
     memo: dict = {}
     out = []
     for policy, seed in zip(policies, seeds):
         def once(attached, policy=policy, seed=seed):
-            return replay_many(attached, [policy], model, [seed], forecaster=spec.name,
-                               driver=driver, **kwargs)[0]
+            return replay_many(attached, [policy], model, [seed], each)[0]
 
         result, rounds = replay_learning(log, policy, model, seed, spec, once, memo)
         result.notes.append(
@@ -591,15 +587,17 @@ def seed_free_reason(policies, driver: str) -> str:
 
 
 def replay_with_baseline(log: ReplayLog, policy: Policy, model: PresetCostModel, *,
-                         baseline: str | Policy = "all",
-                         **kwargs) -> tuple[ReplayResult, ReplayResult]:
+                         baseline: str | Policy = "all", seed: int = 0,
+                         settings: ReplaySettings | None = None,
+                         **changes) -> tuple[ReplayResult, ReplayResult]:
     """The policy and the baseline replayed with the same seed (common random numbers). Under
     the puct driver the baseline search does not overgenerate (paper-standard beside
     paper-filtered)."""
-    result = replay(log, policy, model, **kwargs)
-    if is_closed_loop(kwargs.get("driver", "trace")) and kwargs.get("search") is not None:
-        kwargs = {**kwargs, "search": replace(kwargs["search"], overgen=1)}
-    base = replay(log, make_policy(baseline), model, **kwargs)
+    settings = ReplaySettings.of(settings, **changes)
+    result = replay(log, policy, model, seed=seed, settings=settings)
+    if settings.closed_loop and settings.search is not None:
+        settings = settings.replace(search=replace(settings.search, overgen=1))
+    base = replay(log, make_policy(baseline), model, seed=seed, settings=settings)
     return result, base
 
 

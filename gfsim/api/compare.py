@@ -144,6 +144,7 @@ def compare(log: ReplayLog | str | Path | None = None,
     from gfsim.forecasts.registry import resolve
     from gfsim.policies import make_policy
     from gfsim.simulator import comparison_json, parse_budget, replay_with_baseline
+    from gfsim.simulator.settings import ReplaySettings
     from gfsim.simulator.noise import parse_noise
     from gfsim.simulator.pipeline import parse_pipeline
     from gfsim.simulator.drivers import is_closed_loop
@@ -176,11 +177,11 @@ def compare(log: ReplayLog | str | Path | None = None,
         from gfsim.forecasts.scoring import true_bins
 
         the_log = recalibrate_log(the_log, calibrate, true_bins(the_log))
-    kwargs = dict(budget=the_budget, capacities=caps, forecaster=forecaster,
-                  pipeline=the_pipeline, engine=engine, driver=driver, search=config,
-                  noise=noise, learning=learning, **puct_only)
+    settings = ReplaySettings(budget=the_budget, capacities=caps, forecaster=forecaster,
+                              pipeline=the_pipeline, engine=engine, driver=driver,
+                              search=config, noise=noise, learning=learning, **puct_only)
     result, base = replay_with_baseline(the_log, the_policy, model, baseline=baseline,
-                                        seed=seed, **kwargs)
+                                        seed=seed, settings=settings)
     out = comparison_json(result, base, the_budget,
                           anytime=None if detail else ANYTIME_POINTS)
     _add_stop_reasons(out, result, base)
@@ -196,16 +197,14 @@ def compare(log: ReplayLog | str | Path | None = None,
                              "measurement noise), so an interval over seeds would be one "
                              "number repeated")
     elif seeds > 1:
-        pairs = _seed_pairs(the_log, policy, baseline, model, seed, seeds, jobs, kwargs)
+        pairs = _seed_pairs(the_log, policy, baseline, model, seed, seeds, jobs, settings)
         out["intervals"] = _intervals(pairs, seed)
     if predict:
         from gfsim.simulator.predictive import predict_new_search
 
         out["new_search"] = predict_new_search(
             the_log, policy, baseline, model, pairs, range(seed, seed + predict),
-            children=children, budget=the_budget, capacities=caps, forecaster=forecaster,
-            pipeline=the_pipeline, engine=engine, driver=driver, search=config, noise=noise,
-            learning=learning, simulate=simulate)
+            children=children, settings=settings)
     out["pipeline"] = str(the_pipeline)
     out["calibration"] = calibrate
     out["gen_tokens_prior"] = {"input": model.priors.gen_input_tokens,
@@ -233,14 +232,14 @@ def _add_selection_fit(out: dict, result, log, model, forecaster) -> None:
     out["selection_fit"] = fits
 
 
-def _seed_pairs(log, policy, baseline, model, seed, seeds, jobs, kwargs) -> list:
+def _seed_pairs(log, policy, baseline, model, seed, seeds, jobs, settings) -> list:
     from gfsim.core.errors import GfsimError
     from gfsim.simulator.replay import replay_seeds
 
     if jobs < 1:
         raise GfsimError(f"`jobs` must be >= 1, got {jobs}")
     return replay_seeds(log, policy, model, range(seed, seed + seeds), baseline=baseline,
-                        jobs=jobs, **kwargs)
+                        jobs=jobs, settings=settings)
 
 
 def _add_stop_reasons(out: dict, result, base) -> None:

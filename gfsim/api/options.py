@@ -130,18 +130,41 @@ def open_log_arg(log):
 
 @dataclass
 class ReplayInputs:
-    """What a replay of a log needs, resolved from the options every command shares: the
-    log, the forecaster the policy reads, the cost model, the search's shape, where
-    closed-loop children come from, and the budget."""
+    """What a replay of a log needs, resolved once from the options every command shares:
+    the log (with the forecasts its policies read), the cost model, and ``settings``, the
+    ``ReplaySettings`` every replay of the command reads (budget, driver, search shape,
+    forecaster, where closed-loop children come from, learning). The other fields are views
+    of the same settings, for the command's output."""
 
     log: Any
-    forecaster: Any
-    learning: Any
     model: Any
-    search: Any
-    children: str
-    puct_only: dict
-    budget: Any
+    settings: Any
+
+    @property
+    def forecaster(self) -> str | None:
+        return self.settings.forecaster
+
+    @property
+    def learning(self):
+        return self.settings.learning
+
+    @property
+    def search(self):
+        return self.settings.search
+
+    @property
+    def children(self) -> str:
+        return self.settings.children
+
+    @property
+    def budget(self):
+        return self.settings.budget
+
+    @property
+    def puct_only(self) -> dict:
+        """The closed loop's own settings, {} under the trace driver."""
+        s = self.settings
+        return {"children": s.children, "simulate": s.simulate} if s.closed_loop else {}
 
 
 def replay_inputs(log, *, forecaster, cost: str, driver: str, search: str | None,
@@ -152,6 +175,7 @@ def replay_inputs(log, *, forecaster, cost: str, driver: str, search: str | None
     from gfsim.cost_models import load_cost_model
     from gfsim.forecasts.registry import resolve
     from gfsim.simulator import parse_budget
+    from gfsim.simulator.settings import ReplaySettings
 
     learning = learning_spec(forecaster)
     the_log, forecaster = resolve(open_log_arg(log), forecaster)
@@ -159,8 +183,9 @@ def replay_inputs(log, *, forecaster, cost: str, driver: str, search: str | None
     config = search_config(driver, search, the_log, **knobs)
     children = resolve_children(driver, children)
     puct_only = puct_children(driver, children, simulate)
-    return ReplayInputs(the_log, forecaster, learning, model, config, children, puct_only,
-                        parse_budget(budget))
+    settings = ReplaySettings(budget=parse_budget(budget), forecaster=forecaster,
+                              learning=learning, driver=driver, search=config, **puct_only)
+    return ReplayInputs(the_log, model, settings)
 
 
 def add_provenance(out: dict, log, forecaster, model, read: bool) -> None:

@@ -60,7 +60,7 @@ def recommend(log: ReplayLog | str | Path | None = None,
     got = replay_inputs(log, forecaster=forecaster, cost=cost, driver=driver, search=search,
                         children=children, simulate=simulate, budget=budget)
     the_log, forecaster, learning, model = got.log, got.forecaster, got.learning, got.model
-    config, children, puct_only, the_budget = got.search, got.children, got.puct_only, got.budget
+    config, children, the_budget = got.search, got.children, got.budget
     base = parse_config(incumbent or ("all@1" if is_closed_loop(driver) else "all"), driver,
                         config)
     notes: list[str] = []
@@ -73,8 +73,7 @@ def recommend(log: ReplayLog | str | Path | None = None,
     configs = [parse_config(c, driver, config, what="`candidate`") for c in candidates]
     if not configs:
         raise GfsimError("`candidate`: name at least one configuration")
-    setup = TrialSetup(the_log, model, base.spec, driver, the_budget, [seed], config,
-                       forecaster=forecaster, learning=learning, **puct_only)
+    setup = TrialSetup.of(the_log, model, base.spec, [seed], got.settings)
     from gfsim.policies import make_policy
 
     varies = seed_dependence([make_policy(c.spec) for c in [base, *configs]], driver=driver)

@@ -64,10 +64,9 @@ def savings(log: ReplayLog | str | Path | None = None, policy: str = "threshold:
 
     got = replay_inputs(log, forecaster=forecaster, cost=cost, driver=driver, search=search,
                         children=children, simulate=simulate, budget=budget, overgen=overgen)
-    the_log, forecaster, learning, model = got.log, got.forecaster, got.learning, got.model
-    config, children, puct_only, the_budget = got.search, got.children, got.puct_only, got.budget
-    kwargs = dict(baseline=baseline, budget=the_budget, driver=driver, search=config,
-                  forecaster=forecaster, learning=learning, **puct_only)
+    the_log, forecaster, model = got.log, got.forecaster, got.model
+    children, puct_only, the_budget = got.children, got.puct_only, got.budget
+    kwargs = dict(baseline=baseline, settings=got.settings)
     pairs = replay_seeds(the_log, policy, model, [seed], **kwargs)
     varies = seed_dependence(policies, driver=driver, results=pairs[0])
     wanted = seeds if seeds is not None else DEFAULT_SEEDS if varies else 1

@@ -142,14 +142,13 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
     got = replay_inputs(log, forecaster=forecaster, cost=cost, driver=driver, search=search,
                         children=children, simulate=simulate, budget=budget)
     the_log, forecaster, learning, model = got.log, got.forecaster, got.learning, got.model
-    config, children, puct_only, the_budget = got.search, got.children, got.puct_only, got.budget
+    config, children, the_budget = got.search, got.children, got.budget
     from gfsim.tuning.recommend import parse_config
 
     base = parse_config(incumbent or ("all@1" if is_closed_loop(driver) else "all"), driver,
                         config)
-    setup = TrialSetup(the_log, model, policy, driver, the_budget,
-                       list(range(seed, seed + seeds)), config, target, forecaster,
-                       learning=learning, **puct_only)
+    setup = TrialSetup.of(the_log, model, policy, range(seed, seed + seeds), got.settings,
+                          target=target)
     seeded = seed_dependence_of_space(setup, params)
     if seeded is None:  # every seed replays the same trial: one replay is all there is
         setup.seeds = setup.seeds[:1]

@@ -27,13 +27,15 @@ from __future__ import annotations
 from gfsim.core.drivers import is_closed_loop
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from gfsim.core import libm
 from gfsim.core.errors import SpecError
+from gfsim.simulator.budget import Budget
 from gfsim.simulator.results import first_reaching
+from gfsim.simulator.settings import ReplaySettings
 
 __all__ = ["TunedParam", "parse_param", "parse_objectives", "parse_constraint", "TrialSetup",
            "evaluate", "SeedPool", "expected_random_best", "seed_dependence_of_space",
@@ -192,24 +194,44 @@ def expected_random_best(values: np.ndarray, k: int, floor: float) -> float:
 
 @dataclass
 class TrialSetup:
-    """Everything a trial's replays share: log, cost model, driver, budget, base policy and
-    search, and the seeds (the same for every trial)."""
+    """Everything a trial's replays share: log, cost model, base policy, the seeds (the same
+    for every trial) and the replay's settings (driver, budget, base search, forecaster,
+    children, learning), which ``settings`` holds as one ``ReplaySettings``."""
 
     log: object
     model: object
     policy: str
-    driver: str
-    budget: object
-    seeds: list[int]
+    driver: str = "trace"
+    budget: object = None
+    seeds: list[int] = field(default_factory=lambda: [0])
     search: object | None = None
     target: float = 1.5
     forecaster: str | None = None  # the logged forecaster policies read (None: the first)
     pools: dict | None = None  # task -> (logged speedups, seed speedup), for the score
     children: str = "fallback"  # puct: where unlogged children come from (--children)
     simulate: bool = False  # puct: simulate a log PUCT does not reproduce on thin evidence
-    learning: object | None = None  # a cost model's spec: learns from what each replay measured
+    learning: object | None = None  # a learned forecaster: learns from what each replay measured
+    # The replay settings the fields above leave out (capacities, pipeline, engine, noise), as
+    # the front door built them; None: the defaults.
+    rest: ReplaySettings | None = None
+    # Every setting the trials' replays read, made from the fields above (``of`` makes a setup
+    # from one); ``dataclasses.replace`` of a field makes it again.
+    settings: ReplaySettings = field(init=False)
+
+    @classmethod
+    def of(cls, log, model, policy: str, seeds, settings: ReplaySettings,
+           **fields) -> TrialSetup:
+        """A setup whose replays read ``settings`` (the front door's, built once)."""
+        return cls(log, model, policy, settings.driver, settings.budget, list(seeds),
+                   settings.search, forecaster=settings.forecaster,
+                   children=settings.children, simulate=settings.simulate,
+                   learning=settings.learning, rest=settings, **fields)
 
     def __post_init__(self):
+        self.settings = (self.rest or ReplaySettings()).replace(
+            budget=self.budget if self.budget is not None else Budget(), driver=self.driver,
+            search=self.search, forecaster=self.forecaster, children=self.children,
+            simulate=self.simulate, learning=self.learning, orphans_dropped=False)
         if self.pools is None:
             self.pools = _pools(self.log)
 
@@ -222,12 +244,12 @@ class TrialSetup:
         from gfsim.simulator.replay import replay_many
 
         seeds = list(seeds)
-        puct = ({"children": children or self.children, "simulate": self.simulate}
-                if is_closed_loop(self.driver) else {})
+        settings = self.settings.replace(search=search,
+                                         learning=self.learning if learning is True else None)
+        if children and is_closed_loop(self.driver):
+            settings = settings.replace(children=children)
         return replay_many(self.log, [make_policy(spec) for _ in seeds], model or self.model,
-                           seeds, budget=self.budget, driver=self.driver, search=search,
-                           orphans_dropped=False, forecaster=self.forecaster,
-                           learning=self.learning if learning is True else None, **puct)
+                           seeds, settings)
 
     def spec(self, values: dict, params: list[TunedParam]) -> tuple[str, object]:
         """(policy spec, search config) for a trial's values."""
