@@ -422,3 +422,30 @@ def test_the_live_forecaster_is_found_through_gfsim_s_own_entry_point():
     assert kind_of("vllm:http://x,model=m") == "llm"
     f = make_forecaster("vllm:http://127.0.0.1:9,model=m,mode=tool")
     assert (f.kind, f.mode, type(f).__name__) == ("llm", "tool", "VllmForecaster")
+
+
+def test_recommend_and_tune_take_policy_objects_as_well_as_specs(tmp_path):
+    """A Policy (or a (policy, F) pair) is named by its spec(); a Policy class is tuned by its
+    name: the same answers as the specs give."""
+    import gfsim
+    from gfsim.policies.surrogate import ThresholdPolicy
+
+    by_spec = gfsim.recommend("synthetic-mini", ["topk:k=2", "threshold:tau=0.7"], driver="trace",
+                              prices=False, seeds=1, jobs=1)
+    by_object = gfsim.recommend("synthetic-mini", [make_policy("topk:2"), ThresholdPolicy(tau=0.7)],
+                                driver="trace", prices=False, seeds=1, jobs=1)
+    assert by_object["recommendation"] == by_spec["recommendation"]
+    from gfsim.tuning.recommend import parse_config
+
+    from gfsim.simulator.closed.engine import SEARCH_PRESETS
+
+    pair = parse_config((make_policy("topk:2"), 2), "puct", SEARCH_PRESETS["paper-standard"])
+    assert (pair.spec, pair.search.overgen, pair.label) == ("topk:k=2", 2, "topk:k=2 F=2")
+    with pytest.raises(GfsimError, match="expected POLICY\\[@F\\], a Policy or a"):
+        parse_config(42, "trace", None)
+    by_class = gfsim.tune("synthetic-mini", ThresholdPolicy, "tau=0.3:0.99", trials=2, seeds=1,
+                          storage=f"sqlite:///{tmp_path / 'a.db'}", recommend=False)
+    by_name = gfsim.tune("synthetic-mini", "threshold", "tau=0.3:0.99", trials=2, seeds=1,
+                         storage=f"sqlite:///{tmp_path / 'b.db'}", recommend=False)
+    assert by_class.data["policy"] == "threshold"
+    assert by_class.best["params"] == by_name.best["params"]

@@ -4,7 +4,7 @@ runs and prints."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gfsim.replay_logs import ReplayLog
@@ -13,7 +13,7 @@ __all__ = ["recommend", "default_candidates", "grid_for"]
 
 
 def recommend(log: ReplayLog | str | Path | None = None,
-              candidates: str | Sequence[str] | None = None, incumbent: str | None = None, *,
+              candidates=None, incumbent=None, *,
               cost: str = "serverless-a100", budget: str | None = "usd=40",
               driver: str = "closed", search: str | None = None, forecaster: str | None = None,
               children: str = "auto", simulate: bool = False, seeds: int = 8,
@@ -29,9 +29,11 @@ def recommend(log: ReplayLog | str | Path | None = None,
 
     Args:
         log: a ``ReplayLog``, a path, or a shipped log's name; None: the shipped default.
-        candidates: the configurations to weigh (default: the counterfactual benchmark's).
+        candidates: the configurations to weigh (default: the counterfactual benchmark's):
+            ``POLICY[@F]`` specs, ``Policy`` objects or ``(policy, F)`` pairs (a plug-in's
+            policy too: it is named by its ``spec()``).
         incumbent: what you do now (default ``all@1`` under puct, ``all`` under trace);
-            ``log`` for the search as it ran.
+            ``log`` for the search as it ran; a spec, a ``Policy`` or a pair as above.
         jobs: processes the configurations are replayed in (0: one per core, at most one per
             configuration; 1: this process); the answer is the same whatever their number.
         cluster: replay them on a Ray cluster instead: ``"ray"`` (the one at
@@ -64,8 +66,8 @@ def recommend(log: ReplayLog | str | Path | None = None,
     base = parse_config(incumbent or ("all@1" if is_closed_loop(driver) else "all"), driver,
                         config)
     notes: list[str] = []
-    if isinstance(candidates, str):
-        candidates = [candidates]
+    if isinstance(candidates, (str, tuple)) or hasattr(candidates, "decide"):
+        candidates = [candidates]  # one configuration: a spec, a (policy, F) pair or a Policy
     if not candidates:
         candidates, left_out = grid_for(the_log, driver, forecaster, learning)
         if left_out:

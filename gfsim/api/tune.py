@@ -58,7 +58,7 @@ class Tuning:
                 f"best={lead.get('spec')!r})")
 
 
-def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
+def tune(log: ReplayLog | str | Path | None = None, policy: str | type = "threshold",
          param: str | Sequence[str] = (), *,
          objective: str = "best_speedup", constraint: str | None = None, target: float = 1.5,
          forecaster: str | None = None, cost: str = "serverless-a100",
@@ -77,7 +77,8 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
 
     Args:
         log: a ``ReplayLog``, a path, or a shipped log's name; None: the shipped default.
-        policy: the policy's name (``"threshold"``, ``"topk"``, ...).
+        policy: the policy's name (``"threshold"``, ``"topk"``, ...), or its class (a
+            ``Policy`` subclass, a plug-in's too: tuned by its ``name``).
         param: the search space, one ``NAME=LOW:HIGH[:int][:log]`` or ``NAME=A|B|C`` or a
             list of them (``["tau=0.3:0.95"]``).
         objective: ``best_speedup``, ``score``, ``usd``, ... or ``NAME:max|min,...`` for a
@@ -130,6 +131,8 @@ def tune(log: ReplayLog | str | Path | None = None, policy: str = "threshold",
         trial_draws,
     )
 
+    if isinstance(policy, type):  # a Policy subclass: its parameters are tuned by name
+        policy = str(getattr(policy, "name", policy))
     if seeds < 1 or trials < 1 or workers < 1 or jobs < 1:
         raise GfsimError("`seeds`, `trials`, `workers` and `jobs` must be >= 1")
     params_given = [param] if isinstance(param, str) else list(param)

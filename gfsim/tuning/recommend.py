@@ -56,12 +56,22 @@ def config_label(spec: str, search) -> str:
     return f"{spec} F={'own' if f is None else f}"
 
 
-def parse_config(text: str, driver: str, base, *, what: str = "`incumbent`") -> Config:
+def parse_config(text, driver: str, base, *, what: str = "`incumbent`") -> Config:
     """``POLICY[@F]`` (F a whole number, or ``own``: each search's own), or ``log`` (measure
-    every child, each search in its own shape: the logged search as it ran). ``base``: the
-    search shape the configurations share (``search_config``'s)."""
-    from gfsim.policies import make_policy
+    every child, each search in its own shape: the logged search as it ran); or a ``Policy``,
+    or a ``(policy, F)`` pair, whose policy is named by its ``spec()`` (the replays rebuild it
+    by name: in worker processes, a plug-in's through its entry point). ``base``: the search
+    shape the configurations share (``search_config``'s)."""
+    from gfsim.policies import Policy, make_policy
 
+    if isinstance(text, tuple) and len(text) == 2:
+        policy, f = text
+        text = f"{policy.spec() if isinstance(policy, Policy) else policy}@{f}"
+    elif isinstance(text, Policy):
+        text = text.spec()
+    if not isinstance(text, str):
+        raise GfsimError(f"{what}: expected POLICY[@F], a Policy or a (policy, F) pair, got "
+                         f"{text!r}")
     text = text.strip()
     if text == "log":
         text = "all@own"
