@@ -14,7 +14,9 @@ class TestParentPrior(ForecasterContract):
 
 def test_a_replay_reads_the_plugin_forecasters_forecasts():
     out = gfsim.compare(None, "threshold:0.6", forecaster="parent-prior:0.5").to_dict()
-    assert out["forecasts"]["forecaster"] == "parent-prior:0.5"
+    assert out["forecast_source"]["forecaster"] == "parent-prior:0.5"
+    assert out["forecast_source"]["kind"] == "assumed"  # the plug-in's own word
+    assert out["gpu_evals"] < out["baseline"]["gpu_evals"]
 
 
 class TestSpotA100(CostModelContract):
