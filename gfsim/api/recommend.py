@@ -4,16 +4,21 @@ runs and prints."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Sequence, Union
 
 if TYPE_CHECKING:
+    from gfsim.policies import Policy
     from gfsim.replay_logs import ReplayLog
+
+# A configuration: POLICY[@F], a Policy, or a (policy, F) pair.
+Config = Union[str, "Policy", tuple[Any, Any]]
 
 __all__ = ["recommend", "default_candidates", "grid_for"]
 
 
 def recommend(log: ReplayLog | str | Path | None = None,
-              candidates=None, incumbent=None, *,
+              candidates: Config | Sequence[Config] | None = None,
+              incumbent: Config | None = None, *,
               cost: str = "serverless-a100", budget: str | None = "usd=40",
               driver: str = "closed", search: str | None = None, forecaster: str | None = None,
               children: str = "auto", simulate: bool = False, seeds: int = 8,
@@ -66,13 +71,13 @@ def recommend(log: ReplayLog | str | Path | None = None,
     base = parse_config(incumbent or ("all@1" if is_closed_loop(driver) else "all"), driver,
                         config)
     notes: list[str] = []
-    if isinstance(candidates, (str, tuple)) or hasattr(candidates, "decide"):
-        candidates = [candidates]  # one configuration: a spec, a (policy, F) pair or a Policy
-    if not candidates:
-        candidates, left_out = grid_for(the_log, driver, forecaster, learning)
+    given: list = [candidates] if isinstance(candidates, (str, tuple)) or \
+        hasattr(candidates, "decide") else list(candidates or [])  # one: a spec, pair, Policy
+    if not given:
+        given, left_out = grid_for(the_log, driver, forecaster, learning)
         if left_out:
             notes.append(left_out_note(left_out))
-    configs = [parse_config(c, driver, config, what="`candidate`") for c in candidates]
+    configs = [parse_config(c, driver, config, what="`candidate`") for c in given]
     if not configs:
         raise GfsimError("`candidate`: name at least one configuration")
     setup = TrialSetup.of(the_log, model, base.spec, [seed], got.settings)
