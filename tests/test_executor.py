@@ -441,7 +441,7 @@ def test_on_the_cluster_a_trial_workers_killed_trial_is_failed_and_retried(ray_a
 def test_tune_on_a_cluster_refuses_a_study_only_this_host_reaches(ray_address, tmp_path):
     import gfsim
 
-    with pytest.raises(GfsimError, match="--cluster: the trial workers .* postgresql"):
+    with pytest.raises(GfsimError, match="`cluster`: the trial workers .* postgresql"):
         gfsim.tune("synthetic-mini", "threshold", ["tau=0.3:0.95"], trials=2,
                    storage=f"sqlite:///{tmp_path}/s.db", cluster="ray")
 

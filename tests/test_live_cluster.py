@@ -136,5 +136,5 @@ def test_a_cluster_without_gpus_is_refused_for_gpu_measurement_in_one_line(ray_a
     with pytest.raises(GfsimError, match="has no GPU") as got:
         ray_pool("ray", MeasurerConfig())
     assert "\n" not in str(got.value)
-    with pytest.raises(GfsimError, match=r"--gpus 64: the Ray cluster .* has \d+ CPUs"):
+    with pytest.raises(GfsimError, match=r"`gpus` 64: the Ray cluster .* has \d+ CPUs"):
         ray_pool("ray", _config(), 64)

@@ -185,7 +185,7 @@ def test_a_machine_without_the_sandbox_refuses_untrusted_code(tmp_path):
             return zygote
 
     cfg = MeasurerConfig(compile_timeout_s=60, check_timeout_s=20)
-    with pytest.raises(UntrustedRefused, match="user namespace.*--trust-candidates"):
+    with pytest.raises(UntrustedRefused, match="user namespace.*`trust_candidates`"):
         Limited("softmax", cfg, workdir=tmp_path).measure(Code(CORRECT))
     trusted = Limited("softmax", MeasurerConfig(compile_timeout_s=60, check_timeout_s=20,
                                                 trust_candidates=True), workdir=tmp_path)

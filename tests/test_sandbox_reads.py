@@ -171,7 +171,7 @@ def test_a_machine_that_cannot_confine_reads_refuses_untrusted_code(tmp_path, mo
 
     monkeypatch.setattr(mod, "Zygote", ReadsOpen)
     m = TritonMeasurer("softmax", MeasurerConfig(compile_timeout_s=60), workdir=tmp_path)
-    with pytest.raises(UntrustedRefused, match="read confinement.*--trust-candidates"):
+    with pytest.raises(UntrustedRefused, match="read confinement.*`trust_candidates`"):
         m.facilities  # noqa: B018 - starts the zygote, which refuses
     m.close()
 

@@ -61,7 +61,7 @@ PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_SET_NO_NEW_PRIVS = 1, 4, 2
 SECCOMP_MODE_FILTER = 2
 
 MISSING_HELP = ("gfsim runs LLM-written kernels only inside a sandbox (see docs: threat model); "
-                "pass --trust-candidates to run them with what this machine allows")
+                "pass `trust_candidates` to run them with what this machine allows")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
