@@ -128,8 +128,6 @@ def kind_of(spec: str | None) -> str:
     if not isinstance(spec, str) or not spec:
         return "unknown"
     head = _head(spec)
-    if head in FORECASTERS.builtins():
-        return str(FORECASTERS[head].kind)
     if head not in FORECASTERS:
         return "unknown"
     try:
