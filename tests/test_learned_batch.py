@@ -1,5 +1,6 @@
-"""The cost model's fast paths (issue 39) change no forecast: its fit (``_Boosted``, over
-scikit-learn's own histogram builder and splitter) grows scikit-learn's trees bit for bit, its
+"""The cost model's fast paths (issue 39) change no forecast: its fit (``_Boosted``: compiled in
+``forecasts.trees``, or over scikit-learn's own histogram builder and splitter where Numba is
+missing) grows scikit-learn's trees bit for bit, its
 array predictor (``_Forest``) predicts what scikit-learn's does, and ``LearningChildren``'s
 one-batch-per-step ``draw_step`` forecasts what drawing parent by parent, child by child,
 does, on a shipped log's closed-loop replay. Replays' results are pinned to the values the
@@ -110,6 +111,46 @@ def test_the_fit_is_scikit_learn_s_bit_for_bit_on_awkward_data(case):
         y *= 10.0 ** rng.integers(-6, 7, n)  # differently from one summed from its samples
     spec = LearnedForecaster(max_depth=1 + case % 4, learning_rate=[0.1, 0.3, 0.05][case % 3],
                          max_iter=[100, 40, 7][case % 3])
+    _assert_same_trees(x, y, spec, max(2, n // 20), rng)
+
+
+def test_the_compiled_fit_is_the_one_that_runs_and_needs_no_scikit_learn_class(monkeypatch):
+    """Numba is a dependency: the compiled loop fits, and a fit never reaches scikit-learn's
+    private classes (here made to fail), nor imports scikit-learn for them."""
+    from gfsim.forecasts import learned, trees
+
+    assert trees.available()
+    monkeypatch.setattr(learned, "_sklearn_parts", lambda: pytest.fail("scikit-learn's classes"))
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal((30, 4)), rng.standard_normal(30)
+    assert _Boosted.handles(LearnedForecaster(), x)
+    _Boosted(x, y, LearnedForecaster(), 2)
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_the_compiled_fit_and_the_one_over_scikit_learn_s_classes_grow_the_same_trees(
+        case, monkeypatch):
+    """Both of ``_Boosted``'s fits, to the bit: every tree's features, thresholds, missing-value
+    sides and leaf values; among the columns, one value and missing values (scikit-learn's
+    right-to-left scan has nothing to scan there) and indicators."""
+    from gfsim.forecasts import learned
+
+    rng = np.random.default_rng(500 + case)
+    n, nf = [12, 40, 68, 150, 9, 260][case], [17, 6, 12, 3, 5, 8][case]
+    x = rng.standard_normal((n, nf))
+    x[:, 0] = rng.integers(0, 2, n)
+    x[:, 1] = np.where(rng.random(n) < 0.4, np.nan, 2.0)  # one value, and missing ones
+    if nf > 3:
+        x[rng.random(n) < 0.2, 3] = np.nan
+    y = rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4, n)
+    spec = LearnedForecaster(max_depth=1 + case % 4, max_iter=[100, 30][case % 2])
+    fitted = []
+    for compiled in (True, False):
+        monkeypatch.setattr(learned, "COMPILED", compiled)
+        b = _Boosted(x, y, spec, max(2, n // 20))
+        fitted.append((b.feat, b.thr, b.mgl, b.val, b.base))
+    for a, b in zip(*fitted):
+        assert np.array_equal(a, b)
     _assert_same_trees(x, y, spec, max(2, n // 20), rng)
 
 
