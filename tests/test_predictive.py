@@ -119,6 +119,37 @@ def test_a_gain_counts_only_where_its_expected_gain_is_detectable():
     assert expected_gain(steady[:1]).lower == -np.inf  # one replay, no fresh: no claim
 
 
+def test_a_large_expected_gain_is_adopted_at_the_lower_level_and_a_small_one_is_not():
+    """``adoptable``'s second door: a gain of at least LARGE_GAIN log2 whose one-sided
+    LARGE_LEVEL lower bound is above 0 is adopted though its 90% bound is not; the same
+    spread around a small gain is not; and of two adoptable gains the one the replays back
+    more (by the mean of the two estimates) wins."""
+    from gfsim.simulator.predictive import LARGE_GAIN, LARGE_LEVEL, adoptable
+
+    big = np.array([1.4, -0.3, 1.2, -0.2, 0.9, 0.0])  # mean 0.5 log2, spread wide
+    small = big / 4  # mean 0.125: under LARGE_GAIN, however sure
+    for x in (big, small):  # the premises: neither detectable at 90%, both at 70%
+        assert expected_gain(x[None], x[None]).lower[0] < 0
+        assert expected_gain(x[None], x[None], LARGE_LEVEL).lower[0] > 0
+    assert small.mean() < LARGE_GAIN <= big.mean()
+    fresh = np.stack([np.zeros(6), big, small])
+    replays = np.stack([np.zeros(4), np.full(4, 0.3), np.full(4, 0.1)])
+    eg, large = expected_gain(replays, fresh), expected_gain(replays, fresh, LARGE_LEVEL)
+    assert adoptable(eg, large).tolist() == [False, True, False]
+    assert adoptable(eg).tolist() == [False, False, False]  # the 90% door alone
+    assert recommend(replays, 0, fresh=fresh) == 1
+    assert recommend(replays, 0, level=0.95, fresh=fresh) == 1  # (the door stays at 70%)
+    assert recommend(replays[:1].repeat(3, 0), 0, fresh=fresh[[0, 2, 2]]) == 0
+    # Two adoptable: the larger expected gain (fresh) that the replays back less loses to the
+    # one they back more.
+    sure = np.array([0.45, 0.5, 0.55, 0.5, 0.48, 0.52])
+    fresh2 = np.stack([np.zeros(6), sure + 0.2, sure])
+    assert recommend(np.stack([np.zeros(4), np.full(4, 0.05), np.full(4, 0.4)]), 0,
+                     fresh=fresh2) == 2
+    assert recommend(np.stack([np.zeros(4), np.full(4, 0.9), np.full(4, 0.4)]), 0,
+                     fresh=fresh2) == 1
+
+
 def test_replay_predicts_a_new_search_and_its_gain():
     res = CliRunner().invoke(app, ["replay", "--driver", "puct", "--children", "model",
                                    "--policy", "threshold:0.7", "--seeds", "2", "--predict",

@@ -154,3 +154,36 @@ def test_an_undetected_gain_says_what_evidence_would_settle_it():
     said = _settled_by(got, 1, wide, 4, True, 0.9)
     assert said.startswith("a measured batch of its children at F > 1")
     assert _settled_by(got, 1, base, 4, True, 0.9).startswith("more logged searches")
+
+
+def test_a_gain_adopted_through_the_large_door_says_so_and_needs_no_settling():
+    """A configuration adoptable only as a large gain (its 90% bound under 1x, its 70% one
+    above): the verdict names the door and both bounds, and the row has nothing to settle;
+    with none adoptable the verdict names both doors."""
+    from gfsim.tuning.recommend import _verdict
+
+    adoption = {"level": 0.9, "large_gain": 2 ** 0.2, "large_level": 0.7}
+    big = {"config": "topk:4 F=8", "expected_gain": {
+        "mean": 1.4, "lo": 0.9, "hi": 2.1, "lower_bound": 0.97, "detectable": False,
+        "large_lower_bound": 1.12, "adoptable": True, "settled_by": None},
+        "new_search_gain": {"mean": 1.4, "lo": 0.8, "hi": 2.4}}
+    rows = [{"config": "all F=1"}, big]
+    said = _verdict(rows, 1, 1, 0.9, adoption)
+    assert said.startswith("use topk:4 F=8") and "adopted at 70%" in said
+    assert "1.120x there" in said and "0.970x at 90%" in said
+    big["expected_gain"].update(adoptable=False, settled_by="more seeds")
+    kept = _verdict(rows, 0, 1, 0.9, adoption)
+    assert kept.startswith("keep the incumbent") and "nor one of 1.149x or more at 70%" in kept
+
+
+def test_a_recommendation_json_says_its_adoption_rule_and_each_row_whether_adoptable():
+    own = OwnShape()
+    rec = recommendation(_setup(), [parse_config("topk:2@2", "puct", own)],
+                         parse_config("all@1", "puct", own), [0, 1], fresh_seeds=[0, 1],
+                         prices=False)
+    assert rec["adoption"] == {"level": 0.9, "large_gain": pytest.approx(2 ** 0.2),
+                               "large_level": 0.7}
+    e = rec["configs"][1]["expected_gain"]
+    assert isinstance(e["adoptable"], bool) and e["large_lower_bound"] >= e["lower_bound"]
+    assert (e["settled_by"] is None) == e["adoptable"]
+    assert rec["keeps_incumbent"] == (not e["adoptable"])

@@ -28,7 +28,8 @@ def recommend(log: ReplayLog | str | Path | None = None,
     each one's expected gain (what adopting it gives, with its interval: the recommendation
     decides on it) and one new search's gain (where a single run lands), the recommendation,
     and the GPU-hour and forecast prices over which it holds; the incumbent, said so, with what
-    would settle it, when no expected gain is detectable.
+    would settle it, when no expected gain is adoptable (detectable at ``level``, or a large
+    gain detectable at ``simulator.predictive.LARGE_LEVEL``).
 
     Every keyword is the ``gfsim recommend`` option of the same name.
 

@@ -66,7 +66,8 @@ def recommend(
     seed: SeedOption = 0,
     level: float = typer.Option(0.9, "--level", min=0.5, max=0.99,
                                 help="The intervals' level and the detection's one-sided "
-                                     "level."),
+                                     "level (a gain of 1.149x or more is adopted at 70% "
+                                     "where that is lower)."),
     prices: bool = typer.Option(True, "--prices/--no-prices",
                                 help="Find the break-even GPU-hour and forecast prices of a "
                                      "recommendation (more replays)."),
@@ -81,7 +82,7 @@ def recommend(
     """Which configuration to run next time: its expected gain over the incumbent (what
     adopting it gives; the recommendation decides on it) and one new search's, each with its
     interval, and the prices over which it holds; the incumbent when no expected gain is
-    detectable, with what would settle it."""
+    adoptable (detectable, or a large gain detectable at 70%), with what would settle it."""
     from gfsim.api.recommend import recommend as run_recommend
     from gfsim.cli.replay_cmd import step_progress
 
@@ -139,15 +140,19 @@ def print_recommendation(con, rec: dict) -> None:
         b, e, g = r["best_speedup"], r.get("expected_gain"), r.get("new_search_gain")
         mark = " (now)" if r["incumbent"] else " <-" if r["recommended"] else ""
         table.add_row(esc(r["config"]) + mark, "-" if e is None else shown(e),
-                      "-" if e is None else ("yes" if e["detectable"] else "no"),
+                      "-" if e is None else "yes" if e["detectable"]
+                      else "large" if e.get("adoptable") else "no",
                       "-" if g is None else "(point)" if no_spread(g)
                       else f"{g['lo']:.2f}-{g['hi']:.2f}",
                       f"{b['mean']:.2f}x", f"${r['usd_per_search']:.2f}",
                       f"{r['invented_share']:.0%}")
     con.print(table)
     con.print(f"[dim]gain: the expected gain of adopting it, {level} interval, over "
-              f"{esc(rec['expected_over'], 1000)}; sure: it is detectable (one-sided {level} "
-              f"lower bound above 1x). 1 search: where one new search's gain lands, {level} "
+              f"{esc(rec['expected_over'], 1000)}; sure: yes, it is detectable (one-sided "
+              f"{level} lower bound above 1x); large, a gain of "
+              f"{rec['adoption']['large_gain']:.3f}x or more whose one-sided "
+              f"{rec['adoption']['large_level']:.0%} lower bound is above 1x (adoptable too). "
+              f"1 search: where one new search's gain lands, {level} "
               f"interval; it and best are over {esc(rec['over'], 1000)}; best: the mean best "
               "speedup (--json: its interval, evals and what each best rests on); new: the "
               "share of children the log never held (invented by the world model)[/dim]")

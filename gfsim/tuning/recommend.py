@@ -9,9 +9,10 @@ new search will do better than measuring every child at F = 1. ``recommendation`
   children: each seed a new search like the logged one) on the same fresh seeds;
 - a configuration's gain over the incumbent is the paired difference in log2 best speedup
   (per seed: the mean over the log's tasks; where no seed can change a replay, per task);
-- the recommendation is the configuration with the largest mean gain among those whose gain
-  is detectable (``simulator.predictive.recommend``: a one-sided lower bound above 0), else
-  the incumbent, said so;
+- the recommendation is, among the configurations whose expected gain is adoptable
+  (``simulator.predictive.adoptable``: its one-sided lower bound above 0 at the level, or, for
+  a large expected gain, of at least ``LARGE_GAIN`` log2, at ``LARGE_LEVEL``), the one with the
+  largest mean of the expected gain and the replays' mean gain; else the incumbent, said so;
 - for a recommendation other than the incumbent, the GPU-hour and forecast prices between
   which its mean gain stays above 0 (the break-even prices), found by replaying both at
   scaled prices under the same USD budget.
@@ -146,7 +147,10 @@ def _recommendation(setup, configs: list[Config], seeds, fresh_seeds, level, pri
                     pool, replayed: dict | None = None) -> dict:
     """``recommendation`` of ``configs`` (the incumbent first), in ``pool`` if not None."""
     from gfsim.simulator.predictive import (
+        LARGE_GAIN,
+        LARGE_LEVEL,
         LEVEL,
+        adoptable,
         adopted,
         expected_gain,
         fresh_children,
@@ -181,7 +185,10 @@ def _recommendation(setup, configs: list[Config], seeds, fresh_seeds, level, pri
     gains = rq - rq[0]
     fresh_gains = None if fz is None else fz - fz[0]
     eg = expected_gain(gains, fresh_gains, level)
-    pick = adopted(eg, 0)
+    large_level = min(level, LARGE_LEVEL)
+    large = expected_gain(gains, fresh_gains, large_level)
+    pick = adopted(eg, 0, large, gains)
+    can = adoptable(eg, large)
     gmid, glo, ghi = new_search_gain(gains, fresh_gains, level)
     blo, bhi = predictive_interval(rq, fz, level,
                                    surprise=surprise["factor"] if surprise else 1.0)
@@ -203,8 +210,10 @@ def _recommendation(setup, configs: list[Config], seeds, fresh_seeds, level, pri
                 "hi": 2.0 ** float(eg.hi[i]) if finite else None,
                 "lower_bound": 2.0 ** float(eg.lower[i]) if finite else None,
                 "detectable": bool(eg.lower[i] > 0),
-                "settled_by": _settled_by(eg, i, c, len(fresh_seeds) if fresh_on
-                                          else rq.shape[1], fresh_on, level)}
+                "large_lower_bound": 2.0 ** float(large.lower[i]) if finite else None,
+                "adoptable": bool(can[i]),
+                "settled_by": None if can[i] else _settled_by(
+                    eg, i, c, len(fresh_seeds) if fresh_on else rq.shape[1], fresh_on, level)}
             row["new_search_gain"] = {"mean": 2.0 ** float(gmid[i]), "lo": 2.0 ** float(glo[i]),
                                       "hi": 2.0 ** float(ghi[i])}
         rows.append(row)
@@ -222,6 +231,11 @@ def _recommendation(setup, configs: list[Config], seeds, fresh_seeds, level, pri
     else:
         over = (f"{len(seeds)} seeds of this log (replays: how much the log's own searches "
                 "vary, not a new search's randomness); gains paired by seed")
+    decides = (f"the recommendation adopts a configuration whose one-sided {level:.0%} lower "
+               f"bound is above 1x, or, for an expected gain of at least "
+               f"{2.0 ** LARGE_GAIN:.3f}x, whose one-sided {large_level:.0%} lower bound is "
+               "(simulator.predictive.adoptable); of those, the one with the largest mean of "
+               "it and the replays' mean gain")
     if fresh_on:
         expected_over = (
             f"the mean gain of many searches under the configuration against the incumbent's "
@@ -229,25 +243,25 @@ def _recommendation(setup, configs: list[Config], seeds, fresh_seeds, level, pri
             "simulated wholly on the world model fitted to the log (every child invented, the "
             "same seed for both); its interval adds to their sampling error the world model's "
             "misfit, at quantiles fitted on the counterfactual benchmark's dev worlds "
-            "(simulator.predictive.EXPECTED_SCALE); the recommendation decides on its one-sided "
-            "lower bound")
+            f"(simulator.predictive.EXPECTED_SCALE); {decides}")
     elif per_task:
         expected_over = (f"the mean gain over the log's {rq.shape[1]} tasks of its one replay "
-                         "(a t interval over tasks); the recommendation decides on its "
-                         "one-sided lower bound")
+                         f"(a t interval over tasks); {decides}")
     else:
         expected_over = (f"the mean gain over {len(seeds)} seeds of this log's replays (what "
                          "replaying this log gives; no child is invented, so no world model "
-                         "enters); the recommendation decides on its one-sided lower bound")
+                         f"enters); {decides}")
     out = {
         "incumbent": incumbent.label, "level": level, "over": over,
         "expected_over": expected_over,
         "seeds": seeds, "fresh_seeds": fresh_seeds if fresh_on else [],
         "configs": rows, "choice": configs[pick].label, "keeps_incumbent": pick == 0,
+        "adoption": {"level": level, "large_gain": 2.0 ** LARGE_GAIN,
+                     "large_level": large_level},
         "log_surprise": surprise,
     }
     best_other = max(range(1, len(configs)), key=lambda i: eg.mean[i], default=None)
-    out["verdict"] = _verdict(rows, pick, best_other, level)
+    out["verdict"] = _verdict(rows, pick, best_other, level, out["adoption"])
     if pick and prices:  # (on what the decision read: the fresh searches, where there are)
         out["prices"] = _break_even(setup, configs[pick], incumbent,
                                     fresh[0] if fresh else seeds, per_task,
@@ -344,7 +358,8 @@ def _settled_by(eg, i: int, config: Config, samples: int, fresh: bool,
             "hides the gain")
 
 
-def _verdict(rows: list[dict], pick: int, best_other: int | None, level: float) -> str:
+def _verdict(rows: list[dict], pick: int, best_other: int | None, level: float,
+             adoption: dict) -> str:
     """The recommendation in words: it decides on the expected gain; one new search's gain
     is said beside it, as what to expect of a single run."""
     from gfsim.analysis.stats import POINT_WORDS, no_spread
@@ -356,9 +371,15 @@ def _verdict(rows: list[dict], pick: int, best_other: int | None, level: float) 
         if no_spread(e):
             return (f"use {r['config']}: its best speedup is {e['mean']:.3f}x the incumbent's "
                     f"({inc}) in every replay ({POINT_WORDS})")
+        if e["detectable"]:
+            why = f"detectable: one-sided lower bound {e['lower_bound']:.3f}x"
+        else:
+            why = (f"a large gain, adopted at {adoption['large_level']:.0%}: one-sided lower "
+                   f"bound {e['large_lower_bound']:.3f}x there, {e['lower_bound']:.3f}x at "
+                   f"{level:.0%}")
         return (f"use {r['config']}: adopting it is expected to give {e['mean']:.3f}x the "
                 f"incumbent's ({inc}) best speedup, {level:.0%} interval [{e['lo']:.3f}x, "
-                f"{e['hi']:.3f}x] (detectable: one-sided lower bound {e['lower_bound']:.3f}x); "
+                f"{e['hi']:.3f}x] ({why}); "
                 f"one new search's gain may land anywhere in [{g['lo']:.3f}x, {g['hi']:.3f}x]")
     if best_other is None:
         return f"keep the incumbent ({inc}): no other configuration was given"
@@ -370,7 +391,8 @@ def _verdict(rows: list[dict], pick: int, best_other: int | None, level: float) 
     bound = "none: too few samples" if e["lower_bound"] is None \
         else f"{e['lower_bound']:.3f}x"
     return (f"keep the incumbent ({inc}): no configuration's expected gain over it is "
-            f"detectable at {level:.0%} (the best, {r['config']}, {e['mean']:.3f}x, lower "
+            f"detectable at {level:.0%}, nor one of {adoption['large_gain']:.3f}x or more at "
+            f"{adoption['large_level']:.0%} (the best, {r['config']}, {e['mean']:.3f}x, lower "
             f"bound {bound}); what would settle it: {e['settled_by']}")
 
 

@@ -23,10 +23,11 @@ the matrix of cells x world seeds:
   direct runs (odd and even replicates);
 - Kendall tau-b between replay and direct cell means, and the share of cell pairs whose direct
   difference exceeds 0.1 log2 that the replay orders the same way;
-- *regret*: for each log (world seed w) the replay's recommendation (``recommend``: the cell
-  with the largest expected gain over the incumbent, always F = 1 ``all``, among those whose
-  expected gain, ``expected_gain`` of the fresh searches where there are, the replay seeds'
-  otherwise, is above 0 at one-sided 90%; else the incumbent), scored by the direct means of
+- *regret*: for each log (world seed w) the replay's recommendation (``recommend``: among the
+  cells whose expected gain over the incumbent, always F = 1 ``all`` (``expected_gain`` of the
+  fresh searches where there are, the replay seeds' otherwise), is adoptable (above 0 at
+  one-sided 90%, or at least ``LARGE_GAIN`` and above 0 at ``LARGE_LEVEL``), the one with the
+  largest mean of it and the replays' mean gain; else the incumbent), scored by the direct means of
   the *other* world seeds (held out from that pick): 1 - 2 ** (direct(pick) - max over cells
   of direct), beside the same for the plain argmax of the replay means and for always F = 1
   ``all``;
