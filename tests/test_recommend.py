@@ -168,7 +168,9 @@ def test_a_gain_adopted_through_the_large_door_says_so_and_needs_no_settling():
         "large_lower_bound": 1.12, "adoptable": True, "settled_by": None},
         "new_search_gain": {"mean": 1.4, "lo": 0.8, "hi": 2.4}}
     rows = [{"config": "all F=1"}, big]
+    big["invented_share"] = 0.94
     said = _verdict(rows, 1, 1, 0.9, adoption)
+    assert said.endswith("children 94% invented by the world model (what the gain rests on)")
     assert said.startswith("use topk:4 F=8") and "adopted at 70%" in said
     assert "1.120x there" in said and "0.970x at 90%" in said
     big["expected_gain"].update(adoptable=False, settled_by="more seeds")

@@ -377,10 +377,14 @@ def _verdict(rows: list[dict], pick: int, best_other: int | None, level: float,
             why = (f"a large gain, adopted at {adoption['large_level']:.0%}: one-sided lower "
                    f"bound {e['large_lower_bound']:.3f}x there, {e['lower_bound']:.3f}x at "
                    f"{level:.0%}")
+        invented = r.get("invented_share") or 0.0
+        rests = (f"; its replays' children {invented:.0%} invented by the world model (what "
+                 "the gain rests on)" if invented > 0 else "")
         return (f"use {r['config']}: adopting it is expected to give {e['mean']:.3f}x the "
                 f"incumbent's ({inc}) best speedup, {level:.0%} interval [{e['lo']:.3f}x, "
                 f"{e['hi']:.3f}x] ({why}); "
-                f"one new search's gain may land anywhere in [{g['lo']:.3f}x, {g['hi']:.3f}x]")
+                f"one new search's gain may land anywhere in [{g['lo']:.3f}x, {g['hi']:.3f}x]"
+                f"{rests}")
     if best_other is None:
         return f"keep the incumbent ({inc}): no other configuration was given"
     r = rows[best_other]
