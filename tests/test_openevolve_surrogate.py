@@ -275,7 +275,7 @@ def test_processes_evaluating_at_once_write_one_valid_log(tmp_path):
     assert len(ev) == 1 + (20 - len(skipped)) + 1
     assert ev.iloc[0]["speedup"] == 1.0
     for cid, row in ev.iloc[1:-1].iterrows():
-        assert row["outcome"] == "success" and 1.4 < row["speedup"] < 2.0  # 200 / 1xx
+        assert row["outcome"] == "success" and 1.4 < row["speedup"] <= 2.0  # 200 / 100..134
     assert ev.iloc[-1]["outcome"] == "runtime_error"
     assert "the evaluator broke" in ev.iloc[-1]["extra"]["reason"]
 
