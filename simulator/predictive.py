@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from gfsim.policies import Policy
 
 __all__ = ["replay_interval", "predictive_interval", "expected_gain", "expected_gain_scale",
-           "ExpectedGain", "recommend", "adopted", "adoptable", "LARGE_GAIN", "LARGE_LEVEL",
+           "ExpectedGain", "recommend", "adopted", "adoptable", "ranking_gain", "LARGE_GAIN",
+           "LARGE_LEVEL",
            "predict_new_search", "reproduce_log",
            "log2_best", "log_surprise", "surprise_of_log", "LEVEL", "ERROR_DF", "ERROR_SCALE",
            "EXPECTED_DF", "EXPECTED_SCALE", "EXPECTED_MISFIT", "NEW_GAIN_SCALE",
@@ -273,9 +274,16 @@ def adopted(expected: ExpectedGain, base: int, large: ExpectedGain | None = None
     ok = np.flatnonzero(adoptable(expected, large))
     if not len(ok):
         return base
-    score = expected.mean if gains is None else (
-        expected.mean + np.asarray(gains, dtype=float).mean(axis=-1)) / 2
+    score = expected.mean if gains is None else ranking_gain(expected.mean, gains)
     return int(ok[np.argmax(score[ok])])
+
+
+def ranking_gain(expected_mean: np.ndarray, gains: np.ndarray) -> np.ndarray:
+    """What the recommendation ranks configurations by (log2, per leading index): the mean of
+    their expected gain (``expected_gain``'s mean: the fresh searches' mean gain, or the
+    replays' without them) and the replays' mean gain (``gains``, last axis: seeds)."""
+    return (np.asarray(expected_mean, dtype=float)
+            + np.asarray(gains, dtype=float).mean(axis=-1)) / 2
 
 
 def log2_best(result) -> float:

@@ -68,10 +68,15 @@ def test_import_summaries_print_no_python_literals(tmp_path):
 def test_benchmark_targets_read_as_findings_with_the_target_and_what_to_do():
     from gfsim.cli.counterfactual_cmd import _finding
 
-    missed = _finding("tau", {"met": False, "value": 0.71, "target": ">= 0.80", "miss": 0.0927})
-    assert missed == ("ranking: the replays order the configurations unlike the direct runs "
-                      "(Kendall tau 0.71, target >= 0.80, short by 0.09): do not choose by the "
-                      "replays' order alone")
+    missed = _finding("tau", {"met": False, "value": 0.71, "target": ">= 0.80", "miss": 0.0927,
+                              "replays": 0.52})
+    assert missed == ("ranking: the recommendation orders the configurations unlike the direct "
+                      "runs (Kendall tau 0.71, target >= 0.80, short by 0.09; the replays alone "
+                      "0.52): do not choose by its order alone")
+    pairs = _finding("pairs_ordered", {"met": True, "value": 0.95, "target": ">= 90%",
+                                       "miss": 0.0, "replays": float("nan")})
+    assert pairs == ("clear pairs (> 0.1 log2 apart on the direct runs): 95% ordered right by "
+                     "the recommendation (target >= 90%)")
     met = _finding("coverage", {"met": True, "value": 0.9, "target": "85%-95%", "miss": 0.0})
     assert met == ("a new search's best: the 90% intervals hold 90% of direct runs (target "
                    "85%-95%): trust them")

@@ -314,6 +314,34 @@ def test_the_measures_reward_a_faithful_replay_and_punish_a_reversed_one():
     assert tb["pairs_ordered"]["miss"] == pytest.approx(0.9)
 
 
+def test_the_ranking_targets_score_what_the_recommendation_ranks_by():
+    # The replays order the cells backwards by a little; the fresh searches (what the expected
+    # gain reads) order them right by a lot: the recommendation ranks by the mean of the two
+    # gains, so its ranking is right while the replays' alone is reversed, and the targets
+    # score its ranking, naming the replays' beside it.
+    spec = BenchSpec(policies=("all", "topk:4"), overgens=(1, 2), replay_seeds=3,
+                     direct_reps=2, fresh_seeds=3)
+    cells = (("all", 1), ("all", 2), ("topk:4", 1), ("topk:4", 2))
+    rows = _rows(lambda i: -0.2 * i, lambda i: 0.5 * i, cells=cells)
+    rng = np.random.default_rng(1)
+    for row in rows:
+        for i, c in enumerate(row["cells"]):
+            c["fresh"] = [1.0 * i + 0.01 * rng.normal() for _ in range(3)]
+    m = summarize_world(rows, spec)["measures"]
+    assert m["tau"] == pytest.approx(-1.0) and m["pairs_ordered"] == 0.0
+    assert m["ranking_tau"] == pytest.approx(1.0) and m["ranking_pairs_ordered"] == 1.0
+    t = m["targets"]
+    assert t["tau"]["met"] and t["tau"]["value"] == pytest.approx(1.0)
+    assert t["tau"]["replays"] == pytest.approx(-1.0)
+    assert t["pairs_ordered"]["met"] and t["pairs_ordered"]["replays"] == 0.0
+    # Reversed fresh searches reverse it too (the targets can fail on the ranking).
+    for row in rows:
+        for i, c in enumerate(row["cells"]):
+            c["fresh"] = [-1.0 * i + 0.01 * rng.normal() for _ in range(3)]
+    mb = summarize_world(rows, spec)["measures"]
+    assert mb["ranking_tau"] == pytest.approx(-1.0) and not mb["targets"]["tau"]["met"]
+
+
 def test_two_child_sources_are_judged_against_the_same_direct_runs():
     spec = BenchSpec(policies=("all", "topk:4"), overgens=(1, 2), replay_seeds=3,
                      direct_reps=2, children="fallback,model")

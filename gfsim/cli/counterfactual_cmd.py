@@ -27,8 +27,12 @@ def _log2(e: dict) -> str:
     return f"{e['mean']:+.2f} ({e['lo']:+.2f}, {e['hi']:+.2f})"
 
 
+def _finite(x) -> bool:
+    return x is not None and not (isinstance(x, float) and not math.isfinite(x))
+
+
 def _num(x, fmt="{:.2f}") -> str:
-    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else fmt.format(x)
+    return fmt.format(x) if _finite(x) else "n/a"
 
 
 @handles_errors
@@ -88,8 +92,9 @@ def counterfactual(
 
     Measures (per world): per cell the replay and direct best speedup (mean, 95% interval over
     world seeds), the bias (replay - direct, log2) and the draw shares; the noise ceiling (the
-    Kendall tau of two halves of the direct runs), the replay-vs-direct Kendall tau, the share
-    of pairs more than 0.1 log2 apart ordered right, the regret of the replay's recommendation
+    Kendall tau of two halves of the direct runs), the Kendall tau against the direct runs of
+    the recommendation's ranking and of the replays, the share of pairs more than 0.1 log2
+    apart each orders right, the regret of the replay's recommendation
     scored on held-out world seeds beside always-F=1-all, and how often the predictive
     intervals (50/80/90/95%) cover single direct runs.
     """
@@ -158,14 +163,19 @@ def _finding(name: str, t: dict) -> str:
     if t["met"] is None:
         return f"{name}: not measurable here (target {t['target']})"
     ok = t["met"]
+    replays = t.get("replays")
     if name == "tau":
-        return (f"ranking: the replays order the configurations {'as' if ok else 'unlike'} the "
-                f"direct runs (Kendall tau {t['value']:.2f}, target {t['target']}"
-                f"{_short(t, '{:.2f}')})" + (": its order can guide a choice" if ok else
-                                             ": do not choose by the replays' order alone"))
+        alone = f"; the replays alone {replays:.2f}" if _finite(replays) else ""
+        return (f"ranking: the recommendation orders the configurations "
+                f"{'as' if ok else 'unlike'} the direct runs (Kendall tau {t['value']:.2f}, "
+                f"target {t['target']}{_short(t, '{:.2f}')}{alone})"
+                + (": its order can guide a choice" if ok else
+                   ": do not choose by its order alone"))
     if name == "pairs_ordered":
+        alone = f"; the replays alone {replays:.0%}" if _finite(replays) else ""
         return (f"clear pairs (> 0.1 log2 apart on the direct runs): {t['value']:.0%} ordered "
-                f"right (target {t['target']}){_short(t, '{:.0%}')}")
+                f"right by the recommendation (target {t['target']}){_short(t, '{:.0%}')}"
+                f"{alone}")
     if name == "bias_interval":
         n = int(t["value"])
         return ("bias: every configuration's replayed best is within 0.15 log2 of the direct "
@@ -232,8 +242,10 @@ def _print(out: dict) -> None:
             "intervals); new: children the log never held; SE: the largest standard error of "
             "the cell's replay, direct and bias means[/dim]", highlight=False)
         con.print(
-            f"  noise ceiling tau {_num(m['noise_ceiling_tau'])}; replay vs direct tau "
+            f"  noise ceiling tau {_num(m['noise_ceiling_tau'])}; tau against the direct runs "
+            f"of the recommendation's ranking {_num(m.get('ranking_tau'))} and of the replays "
             f"{_num(m['tau'])}; pairs > 0.1 log2 apart ordered right "
+            f"{_num(m.get('ranking_pairs_ordered'), '{:.0%}')} and "
             f"{_num(m['pairs_ordered'], '{:.0%}')} of {m['pairs_over_margin']}\n"
             f"  regret of the recommendation {_num(m['regret_of_replay_pick'], '{:.1%}')} "
             f"(the replay's argmax: {_num(m['regret_of_argmax'], '{:.1%}')}; always F=1 all: "
@@ -278,7 +290,8 @@ def _print_comparison(con, out: dict) -> None:
                     _num(m["regret_of_all_f1"], "{:.1%}"), _num(worst),
                     f"{m['coverage_90']:.0%}", _num(m["interval_score_mean"]))
     con.print(tab)
-    con.print("[dim]ceil: the noise ceiling tau; pairs: clear pairs ordered right; F1 all: the "
+    con.print("[dim]ceil: the noise ceiling tau; tau, pairs: the replays' (clear pairs ordered "
+              "right); F1 all: the "
               "regret of always F=1 all; bias: the worst cell's, log2; cov: 90% intervals "
               "holding a new search's best; score: their interval score (lower is better; "
               "--json: their median width)[/dim]", highlight=False)
