@@ -189,3 +189,6 @@ def test_a_recommendation_json_says_its_adoption_rule_and_each_row_whether_adopt
     assert isinstance(e["adoptable"], bool) and e["large_lower_bound"] >= e["lower_bound"]
     assert (e["settled_by"] is None) == e["adoptable"]
     assert rec["keeps_incumbent"] == (not e["adoptable"])
+    # What adoptable ones are ranked by: the mean of the expected gain and the replays' gain.
+    replays = rec["configs"][1]["best_speedup"]["mean"] / rec["configs"][0]["best_speedup"]["mean"]
+    assert e["ranking_gain"] == pytest.approx(math.sqrt(e["mean"] * replays))

@@ -156,6 +156,7 @@ def _recommendation(setup, configs: list[Config], seeds, fresh_seeds, level, pri
         fresh_children,
         new_search_gain,
         predictive_interval,
+        ranking_gain,
     )
     level = LEVEL if level is None else level
     seeds, fresh_seeds = list(seeds), list(fresh_seeds)
@@ -189,6 +190,7 @@ def _recommendation(setup, configs: list[Config], seeds, fresh_seeds, level, pri
     large = expected_gain(gains, fresh_gains, large_level)
     pick = adopted(eg, 0, large, gains)
     can = adoptable(eg, large)
+    ranked = ranking_gain(eg.mean, gains)
     gmid, glo, ghi = new_search_gain(gains, fresh_gains, level)
     blo, bhi = predictive_interval(rq, fz, level,
                                    surprise=surprise["factor"] if surprise else 1.0)
@@ -212,6 +214,7 @@ def _recommendation(setup, configs: list[Config], seeds, fresh_seeds, level, pri
                 "detectable": bool(eg.lower[i] > 0),
                 "large_lower_bound": 2.0 ** float(large.lower[i]) if finite else None,
                 "adoptable": bool(can[i]),
+                "ranking_gain": 2.0 ** float(ranked[i]),
                 "settled_by": None if can[i] else _settled_by(
                     eg, i, c, len(fresh_seeds) if fresh_on else rq.shape[1], fresh_on, level)}
             row["new_search_gain"] = {"mean": 2.0 ** float(gmid[i]), "lo": 2.0 ** float(glo[i]),
