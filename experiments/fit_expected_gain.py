@@ -7,6 +7,7 @@
     python experiments/fit_expected_gain.py --record dev=PATH   # (re)record a rows file
     python experiments/fit_expected_gain.py --levels            # regret at other levels
     python experiments/fit_expected_gain.py --ranking           # tau of the two rankings
+    python experiments/fit_expected_gain.py --resolution        # how finely a world is judged
 
 The rows (``experiments/data/expected_gain_*.json.gz``) are ``run_benchmark``'s raw rows of
 ``gfsim counterfactual --children model --fresh-seeds 6``: per world seed and configuration,
@@ -222,6 +223,39 @@ def table(worlds: dict, misfit, scale: float, new_scale: float) -> str:
     return "\n".join(rows)
 
 
+def resolution_table(loaded: dict, misfit, scale: float, draws: int = 2000) -> str:
+    """How finely a world's rows can judge its coverage: per world, the expected gain's
+    coverage at each level with its bootstrap standard error over the world's logs (world
+    seeds resampled with replacement, each log's errors kept together; ``draws`` resamples,
+    seeded). An understatement: every log's truth shares the other seeds' direct runs."""
+    from scipy.special import stdtrit
+
+    from gfsim.simulator.predictive import EXPECTED_DF, expected_gain_scale
+
+    rng = np.random.default_rng(0)
+    rows = ["| world | " + " | ".join(f"{lv:.0%}" for lv in LEVELS) + " |",
+            "|---|" + "---|" * len(LEVELS)]
+    for split, worlds in loaded.items():
+        for name, (rq, dr, fz, kind, _, base) in worlds.items():
+            dm = dr.mean(axis=2)
+            z = []  # (log, cell): standardised errors, as ``errors`` works them out
+            for w in range(dm.shape[0]):
+                held = np.delete(dm, w, axis=0).mean(axis=0)
+                fg = fz[w] - fz[w][base]
+                keep = np.arange(dm.shape[1]) != base
+                z.append((np.abs(fg.mean(axis=-1) - (held - held[base]))
+                          / expected_gain_scale(fg, misfit))[keep])
+            z = np.array(z)
+            picks = rng.integers(len(z), size=(draws, len(z)))
+            cells = []
+            for lv in LEVELS:
+                inside = z <= scale * stdtrit(EXPECTED_DF, 0.5 + lv / 2)
+                cells.append(f"{inside.mean():.0%} +- {inside[picks].mean(axis=(1, 2)).std():.1%}")
+            tag = " (measured)" if kind != "synthetic" else ""
+            rows.append(f"| `{name}`{tag} ({split.split()[0]}) | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def levels_table(loaded: dict) -> str:
     """The recommendation's regret per world (beside always F = 1 ``all``'s) when it adopts at
     other one-sided levels of the expected gain's lower bound: what more power buys and costs
@@ -313,6 +347,8 @@ def main() -> None:
     ap.add_argument("--png", type=Path, help="draw both kinds of calibration curves here")
     ap.add_argument("--levels", action="store_true",
                     help="the regret per world when adopting at other levels of the bound")
+    ap.add_argument("--resolution", action="store_true",
+                    help="each world's expected-gain coverage with its bootstrap error")
     ap.add_argument("--ranking", action="store_true",
                     help="tau and pairs ordered of the recommendation's ranking and the replays'")
     ap.add_argument("--constants", metavar="KAPPA,TAU,SCALE",
@@ -349,6 +385,10 @@ def main() -> None:
         print(table(worlds, misfit, scale, new_scale))
     if args.png:
         figure(loaded, misfit, scale, new_scale, args.png)
+    if args.resolution:
+        print("\n**The expected gain's coverage per world, +- its bootstrap standard error over "
+              "the world's logs**\n")
+        print(resolution_table(loaded, misfit, scale))
     if args.ranking:
         print("\n**The recommendation's ranking and the replays' against the direct runs** "
               "(* : tau below 0.8 x the noise ceiling)\n")
