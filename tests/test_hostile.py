@@ -3,6 +3,7 @@ forge its timing, cheat the checks, or escape the sandbox, and each must be cont
 rows and the H200 figures: experiments/hostile_suite.py, docs/concepts/live-measurement.md."""
 
 import os
+import statistics
 import sys
 from pathlib import Path
 
@@ -62,22 +63,26 @@ def test_after_the_hostile_rows_an_honest_kernel_measures_as_before(suite, tmp_p
         return
     # Slower than before: the rows' doing, or the machine's? A measurer that never saw a
     # hostile row times the same kernel under the same load: this one must keep up. The two
-    # take turns, three times each, and the fastest of each is compared, so that a burst of
-    # load on two busy cores (one CI run: 96 ms against 9.5 ms, never seen again in five
-    # runs) falls on both alike.
+    # take turns, five times each. What the rows could leave behind (a busy thread, a lowered
+    # priority, a smaller CPU set) slows every later measurement, so it shows in both the
+    # fastest and the median of each; a burst of load on two busy cores (CI runs the slow
+    # files two at a time) falls on some turns only. It fails where both say slower: one CI
+    # run timed the fastest of 4 after the rows at 64 ms and one of 3 fresh at 12 ms, the
+    # fresh measurer's next turn 64 ms (medians 90 against 64 ms); alone here all are 3.6 ms.
     fresh = TritonMeasurer("softmax", m.config, workdir=tmp_path)
     after, control = [again], []
     try:
-        for turn in range(3):
+        for turn in range(5):
             control.append(fresh.measure(CodeCandidate("softmax", code + f"# control {turn}\n")))
             after.append(m.measure(CodeCandidate("softmax", code + f"# again {turn}\n")))
     finally:
         fresh.close()
     assert all(r["outcome"] == "success" for r in after + control), (after, control)
-    fastest = min(r["runtime_ns"] for r in after)
-    assert fastest < 3 * min(r["runtime_ns"] for r in control), (
-        [r["runtime_ns"] for r in after], [r["runtime_ns"] for r in control], ctx.honest_ns,
-        _process_state(m._zygote.proc.pid), _process_state(os.getpid()))
+    a = [r["runtime_ns"] for r in after]
+    c = [r["runtime_ns"] for r in control]
+    slower = min(a) >= 3 * min(c) and statistics.median(a) >= 3 * statistics.median(c)
+    assert not slower, (a, c, ctx.honest_ns, _process_state(m._zygote.proc.pid),
+                        _process_state(os.getpid()))
 
 
 def _process_state(pid: int) -> dict:
