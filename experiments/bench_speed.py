@@ -303,7 +303,8 @@ def plan_command(tmp: Path, rows: list, results: dict) -> None:
 
 def counterfactual(rows: list, results: dict) -> None:
     """The default ``gfsim counterfactual`` (the family, 6 held-out seeds, its fresh
-    searches), 2 jobs: issue 53's target."""
+    searches; model children since issue 54 made them its default, fallback before: 189 s
+    both on one machine), 2 jobs: issue 53's target."""
     cmd = [sys.executable, "-m", "gfsim.cli.main", "counterfactual", "--jobs", "2", "--json"]
     took = in_fresh_folder(cmd)
     results["counterfactual"] = {"seconds": took, "command": " ".join(cmd[3:])}

@@ -276,7 +276,7 @@ def _rows(replay_fn, direct_fn, n_w=6, cells=(("all", 1), ("all", 2), ("topk:4",
 
 def test_the_measures_reward_a_faithful_replay_and_punish_a_reversed_one():
     spec = BenchSpec(policies=("all", "topk:4"), overgens=(1, 2), replay_seeds=3,
-                     direct_reps=2)
+                     direct_reps=2, children="fallback")
     cells = (("all", 1), ("all", 2), ("topk:4", 1), ("topk:4", 2))
     good = summarize_world(_rows(lambda i: 0.5 * i, lambda i: 0.5 * i, cells=cells), spec)
     m = good["measures"]
@@ -320,7 +320,7 @@ def test_the_ranking_targets_score_what_the_recommendation_ranks_by():
     # gains, so its ranking is right while the replays' alone is reversed, and the targets
     # score its ranking, naming the replays' beside it.
     spec = BenchSpec(policies=("all", "topk:4"), overgens=(1, 2), replay_seeds=3,
-                     direct_reps=2, fresh_seeds=3)
+                     direct_reps=2, fresh_seeds=3, children="fallback")
     cells = (("all", 1), ("all", 2), ("topk:4", 1), ("topk:4", 2))
     rows = _rows(lambda i: -0.2 * i, lambda i: 0.5 * i, cells=cells)
     rng = np.random.default_rng(1)
@@ -547,7 +547,7 @@ def test_predictive_intervals_cover_new_searches_at_their_level():
     """Replays and direct runs drawn from one distribution: the calibration curve is the
     levels; direct runs with three times the spread: every level falls short."""
     spec = BenchSpec(policies=("all", "topk:4"), overgens=(1, 2), replay_seeds=6,
-                     direct_reps=2)
+                     direct_reps=2, children="fallback")
     cells = (("all", 1), ("all", 2), ("topk:4", 1), ("topk:4", 2))
 
     def rows(direct_sd, n_w=400, seed=1):

@@ -24,7 +24,7 @@ def counterfactual(world: str | Sequence[str] = ("family",), *,
                    overgen: str | Sequence[int] = "1,2,4,8", seeds: int = 6,
                    split: str = "heldout", replay_seeds: int = 4, direct_reps: int = 2,
                    fresh_seeds: int = 6, steps: int = 40, cost: str = "serverless-a100",
-                   children: str = "fallback", forecaster: str | None = None, jobs: int = 0,
+                   children: str = "model", forecaster: str | None = None, jobs: int = 0,
                    cluster: str | None = None,
                    progress: Callable[[int, int], None] | None = None) -> dict:
     """Log a standard search on each world, replay each (policy, F) from the log, run it

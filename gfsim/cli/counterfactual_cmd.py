@@ -67,13 +67,14 @@ def counterfactual(
              "replay seeds' spread alone, which is too narrow for one)."),
     steps: int = typer.Option(40, "--steps", help="Steps per search (paper-standard: 40)."),
     cost: CostOption = "serverless-a100",
-    children: str = typer.Option("fallback", "--children",
+    children: str = typer.Option("model", "--children",
                                  help="Where the replay's unlogged children come from, one or "
                                       "several separated by commas (each replayed against the "
-                                      "same direct runs): fallback (logged children of other "
-                                      "parents, by bin), model (a world model fitted to the "
-                                      "log; model:crb or model:gbm name its family) or own "
-                                      "(none invented)."),
+                                      "same direct runs): model (the default, as gfsim's "
+                                      "replays, tuning and recommendations use under the puct "
+                                      "driver: a world model fitted to the log; model:crb or "
+                                      "model:gbm name its family), fallback (logged children "
+                                      "of other parents, by bin) or own (none invented)."),
     forecaster: Optional[str] = typer.Option(
         None, "--forecaster", "-f",
         help="What forecast-reading policies read: the world's what-if forecasts (default), or "

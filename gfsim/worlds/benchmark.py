@@ -92,7 +92,7 @@ class BenchSpec:
     replay_seeds: int = 4
     direct_reps: int = 2
     # child sources, each replayed against one truth (a comma-separated string is split)
-    children: tuple[str, ...] | str = ("fallback",)
+    children: tuple[str, ...] | str = ("model",)
     # New searches simulated wholly on the world model (--children fresh) per cell: the spread
     # of a new search's outcome for the predictive intervals (0: the replay seeds' alone)
     fresh_seeds: int = 6
