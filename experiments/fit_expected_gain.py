@@ -95,6 +95,12 @@ def load(path: Path) -> dict:
 def errors(world: tuple, misfit) -> tuple[np.ndarray, np.ndarray]:
     """The standardised errors of the expected gains of one world's logs (every configuration
     but the incumbent) against the other world seeds' direct mean gains, before the t scale."""
+
+    return np.concatenate(log_errors(world, misfit))
+
+
+def log_errors(world: tuple, misfit) -> list[np.ndarray]:
+    """``errors`` per log (world seed): one array of its cells' standardised errors each."""
     from gfsim.simulator.predictive import expected_gain_scale
 
     rq, dr, fz, _, _, base = world
@@ -108,7 +114,7 @@ def errors(world: tuple, misfit) -> tuple[np.ndarray, np.ndarray]:
         keep = np.arange(len(truth)) != base
         with np.errstate(divide="ignore", invalid="ignore"):
             z.append(np.abs(fg.mean(axis=-1) - truth)[keep] / sd[keep])
-    return np.concatenate(z)
+    return z
 
 
 def new_errors(world: tuple, misfit, scales) -> np.ndarray:
@@ -230,22 +236,15 @@ def resolution_table(loaded: dict, misfit, scale: float, draws: int = 2000) -> s
     seeded). An understatement: every log's truth shares the other seeds' direct runs."""
     from scipy.special import stdtrit
 
-    from gfsim.simulator.predictive import EXPECTED_DF, expected_gain_scale
+    from gfsim.simulator.predictive import EXPECTED_DF
 
     rng = np.random.default_rng(0)
     rows = ["| world | " + " | ".join(f"{lv:.0%}" for lv in LEVELS) + " |",
             "|---|" + "---|" * len(LEVELS)]
     for split, worlds in loaded.items():
-        for name, (rq, dr, fz, kind, _, base) in worlds.items():
-            dm = dr.mean(axis=2)
-            z = []  # (log, cell): standardised errors, as ``errors`` works them out
-            for w in range(dm.shape[0]):
-                held = np.delete(dm, w, axis=0).mean(axis=0)
-                fg = fz[w] - fz[w][base]
-                keep = np.arange(dm.shape[1]) != base
-                z.append((np.abs(fg.mean(axis=-1) - (held - held[base]))
-                          / expected_gain_scale(fg, misfit))[keep])
-            z = np.array(z)
+        for name, world in worlds.items():
+            kind = world[3]
+            z = np.array(log_errors(world, misfit))  # (log, cell)
             picks = rng.integers(len(z), size=(draws, len(z)))
             cells = []
             for lv in LEVELS:

@@ -21,8 +21,10 @@ the matrix of cells x world seeds:
   cells within a world, so the between-world level cancels), flagged above 0.04 log2;
 - the *noise ceiling*: Kendall tau-b between the cell means of two independent halves of the
   direct runs (odd and even replicates);
-- Kendall tau-b between replay and direct cell means, and the share of cell pairs whose direct
-  difference exceeds 0.1 log2 that the replay orders the same way;
+- Kendall tau-b against the direct cell means, and the share of cell pairs whose direct
+  difference exceeds 0.1 log2 ordered the same way, of two rankings: the recommendation's
+  (``ranking_gain``: the mean of the expected gain and the replays' gain, averaged over world
+  seeds; what the targets score) and the replays' alone;
 - *regret*: for each log (world seed w) the replay's recommendation (``recommend``: among the
   cells whose expected gain over the incumbent, always F = 1 ``all`` (``expected_gain`` of the
   fresh searches where there are, the replay seeds' otherwise), is adoptable (above 0 at
@@ -377,8 +379,7 @@ def summarize_world(rows: list[dict], spec: BenchSpec, children: str | None = No
     if base is None:
         ranked = replay_mean
     else:
-        expected = (fresh_gain if fresh_gain is not None else gain).mean(axis=-1)
-        ranked = ranking_gain(expected, gain).mean(axis=0)
+        ranked = ranking_gain(expected_gain(gain, fresh_gain).mean, gain).mean(axis=0)
     _, ranked_correct = _pairs_ordered(ranked, direct_mean)
     regret, regret_argmax, regret_base, picks = [], [], [], []
     if n_w > 1:
