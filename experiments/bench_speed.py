@@ -17,6 +17,9 @@ measured in the same run (these machines are noisy; ratios travel better than se
 - children: the same closed-loop replays with world-model children (``--children model``)
   against the fallback, and one search reading the learned cost model's forecasts against
   one reading the world's what-if forecasts (``bench_costmodel.py``'s search);
+- draws: the world model's draws compiled against its Python loop (the same children), in
+  model- and fresh-children replays, ``gfsim recommend`` and the 40-trial tune
+  (``--only-draws``: this alone);
 - plan: ``gfsim plan`` from a 100-candidate log in a fresh process (``--only-plan``: this alone);
 - recommend: ``gfsim recommend`` on the shipped default log in a fresh process, with its
   default ``--jobs`` and with ``--jobs 1``;
@@ -252,12 +255,69 @@ def children(repeat: int, lockstep: int, rows: list, results: dict) -> None:
                  f"{1e3 * t_c:.0f} vs {1e3 * t_w:.0f} ms", t_c / t_w, "x", 2.0, "<="))
 
 
-def in_fresh_folder(cmd) -> float:
+def in_fresh_folder(cmd, env=None) -> float:
     """Seconds ``cmd`` takes in an empty temporary folder (what it writes is thrown away)."""
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=tmp)
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=tmp, env=env)
         return time.perf_counter() - t0
+
+
+def draws(repeat: int, lockstep: int, rows: list, results: dict) -> None:
+    """The world model's draws compiled (``simulator._invent_kernel``) against its Python
+    loop, the same children either way: model-children replays in this process, and
+    ``gfsim recommend`` and the 40-trial tune in fresh processes (``GFSIM_COMPILED=off`` the
+    baseline; best of two runs each, alternated)."""
+    from gfsim.cost_models import load_cost_model
+    from gfsim.policies import make_policy
+    from gfsim.replay_logs import open_log
+    from gfsim.simulator import Budget
+    from gfsim.simulator import world_model as wm
+    from gfsim.simulator.closed.engine import SEARCH_PRESETS
+    from gfsim.simulator.replay import replay_many
+
+    log = open_log("synthetic-puct-v1")
+    model = load_cost_model("serverless-a100")
+    seeds = list(range(lockstep))
+    out: dict = {}
+    for children in ("model", "fresh"):
+        def run(children=children):
+            return replay_many(log, [make_policy("threshold:0.7") for _ in seeds], model,
+                               seeds, budget=Budget(usd=40), children=children,
+                               search=SEARCH_PRESETS["paper-filtered"], **PUCT)
+
+        saved = wm.COMPILED, wm.COMPILE_AFTER
+        try:
+            wm.COMPILED, wm.COMPILE_AFTER = True, 0
+            run()  # the world model's fit, its members, Numba's cached code: once
+            t_c, a = best_of(run, repeat)
+            wm.COMPILED = False
+            t_p, b = best_of(run, repeat)
+        finally:
+            wm.COMPILED, wm.COMPILE_AFTER = saved
+        same = all(x.best_speedup == y.best_speedup and x.wall_s == y.wall_s
+                   for ra, rb in zip(a, b) for x, y in zip(ra.searches, rb.searches))
+        out[children] = {"python_s": t_p, "compiled_s": t_c, "same_answers": same}
+        rows.append((f"world-model draws: Python loop / compiled, {children} children, "
+                     "paper-filtered, threshold:0.7, $40",
+                     f"{t_p:.2f} vs {t_c:.2f} s for {lockstep} seeds x 6 searches"
+                     + ("" if same else " (ANSWERS DIFFER)"), t_p / t_c, "x", None, None))
+    tune = ["tune", "--policy", "threshold", "--param", "tau=0.3:0.99", "--param",
+            "overgen=1:4:int", "--driver", "puct", "--budget", "usd=40", "--seeds", "32",
+            "--trials", "40", "--jobs", "2"]
+    for name, args in (("gfsim recommend, default log, default --jobs", ["recommend"]),
+                       ("gfsim tune, the 40-trial run above", tune)):
+        cmd = [sys.executable, "-m", "gfsim.cli.main", *args]
+        took: dict = {"off": [], "on": []}
+        for _ in range(2):
+            for mode in ("off", "on"):
+                took[mode].append(in_fresh_folder(cmd, {**os.environ, "GFSIM_COMPILED": mode}))
+        off, on = min(took["off"]), min(took["on"])
+        out[args[0]] = {"python_s": took["off"], "compiled_s": took["on"]}
+        rows.append((f"{name}: Python draws / compiled draws",
+                     f"{off:.1f} vs {on:.1f} s, fresh processes, best of 2", off / on, "x",
+                     None, None))
+    results["draws"] = out
 
 
 def tune_command(rows: list, results: dict) -> None:
@@ -508,6 +568,8 @@ def main() -> None:
                     help="one-candidate searches in the many-searches figures (0: skip)")
     ap.add_argument("--only-plan", action="store_true",
                     help="only gfsim plan's figure (issue 55)")
+    ap.add_argument("--only-draws", action="store_true",
+                    help="only the world model's draws, compiled against the Python loop")
     ap.add_argument("--only-many-searches", action="store_true",
                     help="measure the many-searches figures alone")
     ap.add_argument("--markdown", type=Path)
@@ -526,6 +588,12 @@ def main() -> None:
             print(report(rows, started, "# gfsim plan\n\nMade by `python experiments/"
                          "bench_speed.py --only-plan` on a SYNTHETIC log (nothing measured)."))
             return
+        if args.only_draws:
+            draws(args.repeat, args.lockstep_seeds, rows, results)
+            print(report(rows, started, "# The world model's draws compiled\n\nMade by "
+                         "`python experiments/bench_speed.py --only-draws` on the shipped "
+                         "SYNTHETIC logs (nothing measured)."))
+            return
         if args.only_many_searches:
             many_searches(tmp, args.many_searches, rows, results)
             text = report(rows, started, "# Many searches\n\nMade by `python experiments/"
@@ -539,6 +607,7 @@ def main() -> None:
         end_to_end(path, rows, results)
         engines(path, args.repeat, args.lockstep_seeds, rows, results)
         children(args.repeat, args.lockstep_seeds, rows, results)
+        draws(args.repeat, args.lockstep_seeds, rows, results)
         recommend_command(rows, results)
         plan_command(tmp, rows, results)
         if not args.skip_tune:

@@ -53,11 +53,13 @@ the seed noise of the draws.
 from __future__ import annotations
 
 import math
+import os
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 import numpy as np
 from gfsim.simulator.children import (
+    INVENTED_HEADROOM,
     Child,
     ChildSource,
     LogChildren,
@@ -73,7 +75,7 @@ from gfsim.simulator.traces import SearchTrace
 from gfsim.core.caches import on_object
 from gfsim.core.errors import GfsimError
 from gfsim.core.libm import log2
-from gfsim.core.rng import stream, transient_stream
+from gfsim.core.rng import keyed_state, stream, transient_stream
 
 __all__ = ["ModelChildren", "OwnChildren", "WorldModel", "world_model", "child_sources",
            "check_children",
@@ -240,8 +242,11 @@ class _Member:
         self.counts = {t: int((self.task == t).sum()) for t in set(tasks)}
         self._grids: dict = {}
         self._near: dict = {}  # crb: task -> features row -> neighbours (neighbours_many)
+        self._near_arrays: dict = {}  # the same as arrays (neighbours_arrays)
+        self._feats_c = np.ascontiguousarray(feats, dtype=float)
         self._own: dict = {}
         self._rows = None
+        self._kernel_rows: dict = {}  # id(trace) -> kernel_rows(trace)
         self._gbm_draws: dict = {}  # gbm: (task, features row) -> gbm_draws
         if family == "gbm":
             self._fit_gbm(rng)
@@ -331,12 +336,56 @@ class _Member:
                 seen[z] = (a, b)
         return [seen[z] for z in zs]
 
+    def neighbours_arrays(self, kernel, task: str, zs: list[tuple]) -> list[tuple]:
+        """``neighbours_many``'s rows as arrays, found by the compiled kernel (the same rows
+        in the same order; kept apart from the lists ``neighbours_many`` keeps)."""
+        seen = self._near_arrays.get(task)
+        if seen is None:
+            seen = self._near_arrays[task] = {}
+        new = list(dict.fromkeys(z for z in zs if z not in seen))
+        if new:
+            if len(seen) + len(new) > _NEAR_KEPT:
+                seen.clear()
+            own = self._own_rows(task)
+            n, k = len(self.feats), K_NEAREST
+            every = np.empty((len(new), min(k, n) if 0 < k < n else n), dtype=np.int64)
+            mine = np.empty((len(new), min(k, len(own)) if 0 < k < len(own) else len(own)),
+                            dtype=np.int64)
+            kernel.neighbours(self._feats_c, self.scale, _WEIGHTS, np.array(new, dtype=float),
+                              own, k, every, mine)
+            for z, a, b in zip(new, every, mine):
+                seen[z] = (a, b)
+        return [seen[z] for z in zs]
+
     def _own_rows(self, task: str) -> np.ndarray:
         got = self._own.get(task)
         if got is None:
             got = self._own[task] = np.flatnonzero(self.task == task) \
                 if self.weight(task) > 0 else np.zeros(0, int)
         return got
+
+    def kernel_rows(self, trace: SearchTrace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``rows`` for the compiled draws, drawn for ``trace``: the child copied (-1 where
+        the row is another search's: its times are taken from one of the trace's own), the
+        outcome's code, the step."""
+        got = self._kernel_rows.get(id(trace))
+        if got is None:
+            mine = np.array([p.trace is trace for p in self.parts], dtype=bool)[self.part]
+            child = np.concatenate([p.child for p in self.parts])[
+                np.cumsum([0] + [len(p.child) for p in self.parts])[:-1][self.part]
+                + self.index] if len(self.part) else _NO_INTS
+            codes = np.array([_code(o) for o in self.classes], dtype=np.int64)
+            at = {o: k for k, o in enumerate(self.classes)}
+            got = self._kernel_rows[id(trace)] = (
+                np.where(mine, child, -1).astype(np.int64),
+                codes[[at[o] for o in self.outcome.tolist()]] if len(self.part) else _NO_INTS,
+                self.step.astype(float))
+        return got
+
+    def kernel_classes(self) -> np.ndarray:
+        """``classes`` as the compiled draws' outcome codes."""
+        return on_object(self, "_kernel_classes", lambda: np.array(
+            [_code(o) for o in self.classes], dtype=np.int64))
 
     def rows(self) -> list[tuple[int, str, float, int]]:
         """Per resampled row, what a crb draw copies: (its part, outcome, step, child)."""
@@ -566,6 +615,115 @@ def _draws(rng: np.random.Generator, fresh: bool = False):
         else rng
 
 
+# --- the compiled draws (simulator._invent_kernel) -------------------------------------------
+
+# Draw invented children with the compiled loop where it agrees with numpy (the same
+# children either way); GFSIM_COMPILED=off keeps the Python loop (and Numba unloaded).
+COMPILED = os.environ.get("GFSIM_COMPILED", "on").lower() not in ("off", "0", "no", "false")
+# Loading Numba and the kernel costs a process some 0.5 s, which the kernel wins back after
+# about 10^5 children: it takes over once the process has drawn this many in Python.
+COMPILE_AFTER = 50_000
+_DRAWN = [0]  # children invented by the Python loop in this process
+_KERNEL: list = []  # the kernel module once loaded and checked; None where it cannot serve
+_LABELS: list[str] = []  # outcome labels by their code in the compiled draws
+_CODES: dict[str, int] = {}
+_NO_INTS = np.zeros(0, dtype=np.int64)
+_NO_FLOATS = np.zeros(0)
+_MASK64 = (1 << 64) - 1
+
+
+def _code(label: str) -> int:
+    got = _CODES.get(label)
+    if got is None:
+        got = _CODES[label] = len(_LABELS)
+        _LABELS.append(label)
+    return got
+
+
+_SUCCESS, _GEN_FAILED_CODE = _code("success"), _code(_GEN_FAILED)
+
+
+def _state_words(state: int, inc: int, has_uint32: int = 0, uinteger: int = 0) -> np.ndarray:
+    """A PCG64 state as the kernel's words: state and increment in 64-bit halves (high
+    first), then numpy's buffered 32-bit half."""
+    return np.array([state >> 64, state & _MASK64, inc >> 64, inc & _MASK64, has_uint32,
+                     uinteger], dtype=np.uint64)
+
+
+def _kernel():
+    """``simulator._invent_kernel``, loaded (and compiled, or read from Numba's cache) on first
+    use, where its PCG64 gives this numpy's draws; else None (the Python loop serves)."""
+    if not _KERNEL:
+        if _DRAWN[0] < COMPILE_AFTER:
+            return None
+        try:
+            from gfsim.simulator import _invent_kernel as kernel
+            ok = _kernel_agrees(kernel)
+        except Exception:  # noqa: BLE001 - no Numba, or a surprise: the Python loop serves
+            kernel, ok = None, False
+        _KERNEL.append(kernel if ok else None)
+    return _KERNEL[0]
+
+
+def _kernel_agrees(kernel) -> bool:
+    """Whether the kernel's PCG64 draws this numpy's stream: raw outputs, and ``random()``
+    with ``integers(k)`` mixed (the half-outputs kept between them), from keyed states."""
+    ks = np.array([2, 1, 16, 3, 1000, 7, 5, 2**31 + 11, 1, 6, 16, 2**32 - 1, 9,
+                   *range(1, 300)], dtype=np.int64)
+    for seed, key in ((0, ("a",)), (12345, ("task", "seed/0.1", 3, "model"))):
+        state, inc = keyed_state(seed, *key)
+        gen = np.random.Generator(np.random.PCG64(0))
+        gen.bit_generator.state = {"bit_generator": "PCG64",
+                                   "state": {"state": state, "inc": inc},
+                                   "has_uint32": 0, "uinteger": 0}
+        want = gen.bit_generator.random_raw(40)
+        if not np.array_equal(kernel.raw(_state_words(state, inc), 40), want):
+            return False
+        words = _state_words(state, inc)
+        kernel.raw(words, 40)
+        expect = [x for k in ks.tolist() for x in (gen.random(), float(gen.integers(k)))]
+        if kernel.mixed(words, ks).tolist() != expect:
+            return False
+    return True
+
+
+class _Tables:
+    """What the compiled draws read of one trace, as arrays (kept with its ``_Templates``)."""
+
+    def __init__(self, fc: _Templates, t: SearchTrace, pool):
+        n = len(t)
+        self.outcome_of = np.array([_code(o if o is not None else _GEN_FAILED)
+                                    for o in t.outcome], dtype=np.int64)
+        self.speedup_of = np.asarray(pool.speedup, dtype=float)
+        self.has_fc = np.array([bool(h[5]) for h in pool.head], dtype=bool)
+        self.where = np.full(n, -1, dtype=np.int64)
+        for c, j in fc.where.items():
+            self.where[c] = j
+        self.parent_target = np.asarray(fc.parent_target, dtype=float)
+        self.fc_target = np.asarray(fc.target, dtype=float)
+        self._by = fc.by_outcome
+        self._bo: tuple | None = None
+
+    def by_outcome(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per outcome code: the logged children ``_invent`` takes a template from (those of
+        that outcome, else the successes, else the first candidate), as (start, length) in
+        one flat array."""
+        if self._bo is None or len(self._bo[0]) < len(_LABELS):
+            start, length, flat = [], [], []
+            for label in list(_LABELS):
+                same = self._by.get(label) or self._by.get("success") or [0]
+                start.append(len(flat))
+                length.append(len(same))
+                flat.extend(same)
+            self._bo = (np.array(start, dtype=np.int64), np.array(length, dtype=np.int64),
+                        np.array(flat, dtype=np.int64))
+        return self._bo
+
+
+def _tables(fc: _Templates, t: SearchTrace, pool) -> _Tables:
+    return on_object(fc, "_tables", lambda: _Tables(fc, t, pool))
+
+
 class _Templates:
     """What ``ModelChildren`` reads of one trace for every invented child, worked out once per
     trace and model (kept on its ``_Pairs``), as Python lists: forecast templates (logged
@@ -719,7 +877,7 @@ class ModelChildren(ChildSource):
         ``finish_steps`` moves them, an invented child's ``probs`` is None)."""
         requests = list(requests)
         shifts = _Shifts(self._fc, self._edges)
-        near = _StepNeighbours(self, requests)
+        near = _StepNeighbours(self, requests, _kernel() if COMPILED else None)  # the step's
         outs = [self._expand(i, *r, seed, near, shifts) for i, r in enumerate(requests)]
         return outs, shifts
 
@@ -747,10 +905,17 @@ class ModelChildren(ChildSource):
             return out
         member = self.model.member(seed)
         task = self.t.task_id
-        rng = transient_stream(seed, self.t.task_id, node_id, expansion, "model")
         z = self._features(node_id, node_speedup)
         size = member.neighbourhood.get(task, math.inf)
         crb = member.family == "crb"
+        kernel = near.kernel
+        if kernel is not None:
+            self._compiled(kernel, out, kinds, distinct, node_id, node_speedup, expansion, n,
+                           seed, member, z, size, i, near, shifts)
+            self._remember(out)
+            return out
+        _DRAWN[0] += n - len(out)
+        rng = transient_stream(seed, self.t.task_id, node_id, expansion, "model")
         lineage = self._lineage(node_id, n - len(out), rng) if crb else []
         # The stream's next draws, cheaper; rng itself draws no more.
         rng = _draws(rng, fresh=not lineage and self._template.get(node_id) is None)
@@ -801,6 +966,75 @@ class ModelChildren(ChildSource):
         self._remember(out)
         return out
 
+    def _compiled(self, kernel, out, kinds, distinct, node_id, node_speedup, expansion, n,
+                  seed, member, z, size, i, near, shifts) -> None:
+        """The rest of ``_expand``'s loop, drawn by ``_invent_kernel.invent`` (the same
+        children, to the bit), each child then built here."""
+        need = n - len(out)
+        task = self.t.task_id
+        crb = member.family == "crb"
+        key = (seed, task, node_id, expansion, "model")
+        if crb and self._template.get(node_id) is not None:
+            # a crb lineage: numpy's permutation draws first, the kernel goes on from there
+            rng = transient_stream(*key)
+            lineage = self._lineage(node_id, need, rng)
+            st = rng.bit_generator.state
+            words = _state_words(st["state"]["state"], st["state"]["inc"], st["has_uint32"],
+                                 st["uinteger"])
+        else:
+            lineage = []
+            words = _state_words(*keyed_state(*key))
+        tables = _tables(self._fc, self.t, self._pool)
+        bo_start, bo_len, bo_flat = tables.by_outcome()
+        if crb:
+            near_all, near_own = near.of(i, z, member) if need > len(lineage) \
+                else (_NO_INTS, _NO_INTS)
+            weight = member.weight(task)
+            row_c, row_outcome, row_step = member.kernel_rows(self.t)
+            cdf, classes, residuals, q = _NO_FLOATS, _NO_INTS, _NO_FLOATS, (0.0, 0.0, 0.0)
+        else:
+            near_all = near_own = _NO_INTS
+            weight = 0.0
+            row_c = row_outcome = _NO_INTS
+            row_step = _NO_FLOATS
+            fit, cdf, _, q = member.gbm_draws(task, z)
+            cdf = _NO_FLOATS if cdf is None else np.array(cdf)
+            classes = member.kernel_classes()
+            residuals = on_object(fit, "_residual_array", lambda: np.asarray(fit.residuals,
+                                                                              dtype=float))
+        rows = np.empty((need, kernel.COLUMNS))
+        kernel.invent(
+            words, need, len(kinds), float(size),
+            np.array([c for c, _ in lineage], dtype=np.int64),
+            np.array([p for _, p in lineage], dtype=float), 0 if crb else 1,
+            near_all, near_own,
+            float(weight), row_c, row_outcome, row_step, cdf, classes, residuals,
+            float(q[0]), float(q[1]), float(q[2]), bo_start, bo_len, bo_flat,
+            tables.outcome_of, tables.speedup_of, tables.has_fc, tables.where,
+            tables.parent_target, tables.fc_target, K_NEAREST, float(node_speedup),
+            float(_frame_base(self.t, node_speedup)), float(self._pool.frontier),
+            INVENTED_HEADROOM, _SUCCESS, _GEN_FAILED_CODE, _Z90, 2.0, rows)
+        prefix = f"{node_id}/{expansion}."
+        repeat = kernel.REPEAT
+        for kind, a, oc, speedup, j, move, keep in rows.tolist():
+            cid = prefix + str(len(out))
+            if kind == repeat:
+                again = kinds[int(a)]
+                child = self._repeat(again, cid)
+                if again.probs is None:  # its forecast moves at the step's end
+                    shifts.repeats.append((child, again))
+            else:
+                c = int(a)
+                child = self._build(cid, c, _LABELS[int(oc)], speedup, int(j), move, shifts)
+                if keep:
+                    self._template[cid] = c
+            out.append(child)
+            if not child.gen_failed:
+                code = child.code or child.candidate_id
+                if code not in distinct:
+                    distinct[code] = child
+                    kinds.append(child)
+
     def _remember(self, out: list[Child]) -> None:
         for c in out:
             if c.speedup == c.speedup:
@@ -842,7 +1076,7 @@ class ModelChildren(ChildSource):
         ``c`` (or one with the same outcome), its forecast from a logged child whose truth is
         near the drawn one, moved onto it (in ``shifts``, at the step's end); ``base`` is the
         forecast frame's speedup at this parent."""
-        t, pool, fc = self.t, self._pool, self._fc
+        pool, fc = self._pool, self._fc
         if c is None:
             same = self._by_outcome.get(outcome) or self._by_outcome.get("success") or [0]
             c = int(same[int(rng.integers(len(same)))])
@@ -852,7 +1086,7 @@ class ModelChildren(ChildSource):
             speedup = math.nan
         if speedup > pool.frontier:
             speedup = held_to_log(speedup, pool.frontier)  # no gain the log cannot support
-        probs, parse_failed, move, row = head[6], head[7], 0.0, c
+        j, move = -1, 0.0
         if head[5]:  # it has a forecast: move a logged one onto this child's truth
             if outcome == "success" and fc.rows:
                 truth = math.log2(speedup / base)
@@ -861,14 +1095,24 @@ class ModelChildren(ChildSource):
                 at = bisect_left(fc.target, truth) if truth == truth else m  # searchsorted
                 lo = min(max(at - k // 2, 0), m - k)
                 j = lo + int(rng.integers(k))
-                row = fc.rows[j]
-                probs = t.probs[row]
                 move = truth - fc.target[j]
-                parse_failed = fc.parse_failed[j]
             else:  # a failure: its forecast about where its parent stood, moved with it
-                j = self._where.get(c)
-                if j is not None:
-                    move = math.log2(node_speedup / base) - fc.parent_target[j]
+                w = self._where.get(c)
+                if w is not None:
+                    move = math.log2(node_speedup / base) - fc.parent_target[w]
+        return self._build(cid, c, outcome, speedup, j, move, shifts)
+
+    def _build(self, cid: str, c: int, outcome: str, speedup: float, j: int, move: float,
+               shifts: _Shifts) -> Child:
+        """The invented child: logged child ``c``'s times, tokens and prices, the forecast of
+        template ``j`` (-1: ``c``'s own) moved by ``move`` in log2 at the step's end."""
+        t, pool, fc = self.t, self._pool, self._fc
+        head = pool.head[c]
+        if j >= 0:
+            row = fc.rows[j]
+            probs, parse_failed = t.probs[row], fc.parse_failed[j]
+        else:
+            row, probs, parse_failed = c, head[6], head[7]
         gen_failed = outcome == _GEN_FAILED
         # Its own code identity, so that a later repeat of it is the same kernel to the archive.
         child = Child(cid, "model", t.candidate_ids[c], cid, head[0], head[1], head[2],
@@ -906,8 +1150,9 @@ class _StepNeighbours:
     parents that draw (on first need, for that parent and the ones after it); a parent whose
     features have moved since (they cannot, within a step) is worked out alone."""
 
-    def __init__(self, source: ModelChildren, requests):
+    def __init__(self, source: ModelChildren, requests, kernel=None):
         self.source, self.requests = source, requests
+        self.kernel = kernel  # found by the compiled kernel, as arrays (None: numpy's lists)
         self.got: dict[int, tuple] = {}
 
     def of(self, i: int, z: tuple, member) -> tuple[list, list]:
@@ -927,7 +1172,8 @@ class _StepNeighbours:
                 zs[k] = src._features(node_id, s, best, _Overlay(known, added))
             else:
                 zs[k] = z
-        found = member.neighbours_many(task, list(zs.values()))
+        found = member.neighbours_many(task, list(zs.values())) if self.kernel is None \
+            else member.neighbours_arrays(self.kernel, task, list(zs.values()))
         self.got.update({k: (zk, nk) for (k, zk), nk in zip(zs.items(), found)})
         return self.got[i][1]
 

@@ -121,6 +121,23 @@ def test_a_transient_stream_draws_what_its_keyed_stream_draws():
             assert (reused.permutation(20).tolist(), reused.random(3).tolist()) == want
 
 
+def test_a_keyed_state_is_the_one_numpys_pcg64_sets():
+    """``keyed_state`` seeds PCG64 by hand (``_pcg64_seeded``): the same (state, inc) as
+    numpy's PCG64 from the same four words, on words with every bit pattern."""
+    from gfsim.core.rng import _State, _pcg64_seeded, keyed_state, stream
+
+    rng = np.random.default_rng(8)
+    cases = [rng.integers(0, 2**63, 4, dtype=np.uint64) * np.uint64(2)
+             + rng.integers(0, 2, 4, dtype=np.uint64) for _ in range(300)]
+    cases += [np.zeros(4, np.uint64), np.full(4, 2**64 - 1, dtype=np.uint64)]
+    for words in cases:
+        st = np.random.PCG64(_State(words)).state["state"]
+        assert _pcg64_seeded(words) == (st["state"], st["inc"])
+    for n in range(50):
+        st = stream(n, "task", f"seed/{n}.1", n).bit_generator.state["state"]
+        assert keyed_state(n, "task", f"seed/{n}.1", n) == (st["state"], st["inc"])
+
+
 def test_a_keyed_stream_is_numpys_seed_sequence_bit_for_bit():
     """``stream`` computes SeedSequence's state itself (a fast path); its generator must be
     the one numpy's ``PCG64(SeedSequence(seed, spawn_key))`` gives, for seeds of one to five

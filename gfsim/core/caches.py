@@ -38,6 +38,12 @@ CACHES: dict[str, str] = {
     "_templates": "on a trace's fitted pairs: the forecast templates an invented child moves "
                   "(simulator.world_model)",
     "_residuals": "on a gradient-boosted fit: its residuals as a list (simulator.world_model)",
+    "_residual_array": "on a gradient-boosted fit: its residuals as an array, for the compiled "
+                       "draws (simulator.world_model)",
+    "_tables": "on a trace's forecast templates: what the compiled draws read of the trace, "
+               "as arrays (simulator.world_model)",
+    "_kernel_classes": "on a world model's ensemble member: its outcome classes as the "
+                       "compiled draws' codes (simulator.world_model)",
     "_reproduction": "on a trace: how far the closed loop reproduces it, by search shape "
                      "(simulator.shape.reproductions)",
     "_fast_widest": "on a trace: its widest step, which decides whether the trace fast path "

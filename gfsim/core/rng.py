@@ -14,7 +14,8 @@ import threading
 import numpy as np
 from numpy.random.bit_generator import ISeedSequence
 
-__all__ = ["key_words", "keyed_uniform", "keyed_uniforms", "stream", "transient_stream", "uniform"]
+__all__ = ["key_words", "keyed_state", "keyed_uniform", "keyed_uniforms", "stream",
+           "transient_stream", "uniform"]
 
 
 def _word(part) -> int:
@@ -204,28 +205,63 @@ class _State(ISeedSequence):
         return self.state
 
 
+_PCG_MULT = (2549297995355413924 << 64) + 4865540595714422341  # PCG64's 128-bit multiplier
+_M128 = (1 << 128) - 1
+
+
+def _pcg64_seeded(words: np.ndarray) -> tuple[int, int]:
+    """The (state, inc) ``PCG64`` sets from four 64-bit seed words (numpy's
+    ``pcg64_set_seed``: the first two the initial state, the last two the sequence; the state
+    stepped once before the initial state is added and once after), without building one."""
+    w0, w1, w2, w3 = (int(x) for x in words)
+    inc = ((((w2 << 64) | w3) << 1) | 1) & _M128
+    state = (inc + ((w0 << 64) | w1)) & _M128  # 0 * MULT + inc, plus the initial state
+    return (state * _PCG_MULT + inc) & _M128, inc
+
+
+@functools.cache
+def _hand_pcg_agrees() -> bool:
+    """Whether ``_pcg64_seeded`` gives this numpy's PCG64 state (checked once per process)."""
+    for seed in (0, 12345, 2**70 + 5):
+        words = np.random.SeedSequence(seed).generate_state(4, np.uint64)
+        st = np.random.PCG64(_State(words)).state["state"]
+        if _pcg64_seeded(words) != (st["state"], st["inc"]):
+            return False
+    return True
+
+
 _STATES: dict = {}  # (seed, key words) -> PCG64 (state, inc) right after seeding
 _STATES_MAX = 1 << 18
 _LOCAL = threading.local()
 
 
-def transient_stream(seed: int, *key) -> np.random.Generator:
-    """``stream(seed, *key)``'s draws, from one generator per thread that is reset to the
-    keyed state: valid only until this thread's next call. Seeding (a ``SeedSequence`` and a
-    ``PCG64``) costs some 40 microseconds; a state seen before is restored in a few, so a
-    tuning run that replays the same seeds thousands of times seeds each key once."""
+def keyed_state(seed: int, *key) -> tuple[int, int]:
+    """The PCG64 (state, inc) of ``stream(seed, *key)`` right after seeding, as 128-bit ints.
+    Seeding by numpy (a ``SeedSequence`` and a ``PCG64``) costs some 40 microseconds, by hand
+    (``_seed_state``, ``_pcg64_seeded``) a few; a state seen before is looked up, so a tuning
+    run that replays the same seeds thousands of times seeds each key once."""
     words = key_words(*key)
     k = (int(seed), words)
     got = _STATES.get(k)
     if got is None:
         fast = int(seed) >= 0 and words and _hand_seeding_agrees()
-        bg = np.random.PCG64(_State(_seed_state(int(seed), words)) if fast
-                             else np.random.SeedSequence(entropy=int(seed), spawn_key=words))
-        st = bg.state["state"]
-        got = (st["state"], st["inc"])
+        if fast and _hand_pcg_agrees():
+            got = _pcg64_seeded(_seed_state(int(seed), words))
+        else:
+            bg = np.random.PCG64(_State(_seed_state(int(seed), words)) if fast
+                                 else np.random.SeedSequence(entropy=int(seed), spawn_key=words))
+            st = bg.state["state"]
+            got = (st["state"], st["inc"])
         if len(_STATES) >= _STATES_MAX:
             _STATES.clear()
         _STATES[k] = got
+    return got
+
+
+def transient_stream(seed: int, *key) -> np.random.Generator:
+    """``stream(seed, *key)``'s draws, from one generator per thread that is reset to the
+    keyed state (``keyed_state``): valid only until this thread's next call."""
+    got = keyed_state(seed, *key)
     gen = getattr(_LOCAL, "gen", None)
     if gen is None:
         gen = _LOCAL.gen = np.random.Generator(np.random.PCG64(0))
