@@ -120,6 +120,41 @@ def mixed(st, ks):
 
 
 @_jit
+def _interval(st, top):
+    # numpy's random_interval: uniform on [0, top] by masked rejection (32-bit draws below
+    # 2^32)
+    if top == 0:
+        return np.int64(0)
+    mx = np.uint64(top)
+    mask = mx
+    mask |= mask >> np.uint64(1)
+    mask |= mask >> np.uint64(2)
+    mask |= mask >> np.uint64(4)
+    mask |= mask >> np.uint64(8)
+    mask |= mask >> np.uint64(16)
+    mask |= mask >> _S32
+    if mx <= _M32:
+        value = _u32(st) & mask
+        while value > mx:
+            value = _u32(st) & mask
+    else:
+        value = _next64(st) & mask
+        while value > mx:
+            value = _next64(st) & mask
+    return np.int64(value)
+
+
+@_jit
+def permute(st, a):
+    """``a`` shuffled in place as numpy's ``Generator.permutation`` of it draws."""
+    for i in range(len(a) - 1, 0, -1):
+        j = _interval(st, i)
+        t = a[j]
+        a[j] = a[i]
+        a[i] = t
+
+
+@_jit
 def _bisect_left(a, x):
     lo, hi = 0, len(a)
     while lo < hi:
@@ -156,16 +191,21 @@ def _held(speedup, frontier, headroom, two):
 
 
 @_jit
-def invent(st, n_need, n_kinds, size, lin_c, lin_ps, family, near_all, near_own, weight,
+def invent(st, n_need, n_kinds, size, kids, lin_ps, family, near_all, near_own, weight,
            row_c, row_outcome, row_step, cdf, classes, residuals, q0, q1, q2,
            bo_start, bo_len, bo_flat, outcome_of, speedup_of, has_fc, where, parent_target,
            fc_target, fc_k, node_speedup, base, frontier, headroom, success, gen_failed,
            z90, two, out):
     """``n_need`` invented children of one expansion into ``out`` (module doc). ``family``:
-    0 crb, 1 gbm; ``n_kinds``: the node's distinct kernels so far; ``cdf`` empty: gbm's
-    probabilities had no mass (outcome ``classes[0]``); ``fc_k``: ``K_NEAREST``; ``two``:
+    0 crb, 1 gbm; ``n_kinds``: the node's distinct kernels so far; ``kids``: a crb lineage's
+    logged children not drawn yet (shuffled here first, as ``_lineage``'s permutation; the
+    first ``n_need`` are the lineage), ``lin_ps`` their logged parent's speedup; ``cdf``
+    empty: gbm's probabilities had no mass (outcome ``classes[0]``); ``fc_k``: ``K_NEAREST``;
+    ``two``:
     2.0, given, so that the speedup's power is the C library's ``pow`` (``_held``)."""
     kinds = n_kinds
+    permute(st, kids)
+    n_lin = min(len(kids), n_need)
     lin = 0
     m = len(fc_target)
     for slot in range(n_need):
@@ -184,10 +224,10 @@ def invent(st, n_need, n_kinds, size, lin_c, lin_ps, family, near_all, near_own,
             out[slot, 0] = REPEAT
             out[slot, 1] = _integers(st, kinds)
             continue
-        if lin < len(lin_c):
+        if lin < n_lin:
             kind = LINEAGE
-            c = lin_c[lin]
-            ps = lin_ps[lin]
+            c = kids[lin]
+            ps = lin_ps
             lin += 1
             s = speedup_of[c]
             step = math.log2(s / ps) if s == s and s > 0 else math.nan

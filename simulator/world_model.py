@@ -973,21 +973,20 @@ class ModelChildren(ChildSource):
         need = n - len(out)
         task = self.t.task_id
         crb = member.family == "crb"
-        key = (seed, task, node_id, expansion, "model")
-        if crb and self._template.get(node_id) is not None:
-            # a crb lineage: numpy's permutation draws first, the kernel goes on from there
-            rng = transient_stream(*key)
-            lineage = self._lineage(node_id, need, rng)
-            st = rng.bit_generator.state
-            words = _state_words(st["state"]["state"], st["state"]["inc"], st["has_uint32"],
-                                 st["uinteger"])
+        template = self._template.get(node_id) if crb else None
+        if template is not None:  # a crb lineage: the kernel shuffles these first (_lineage)
+            pool = self._pool
+            used = self._used.setdefault(node_id, set())
+            kids = np.array([c for g in pool.expansions.get(template, ()) for c in g
+                             if c not in used], dtype=np.int64)
+            parent_speedup = float(pool.speedup[template])
         else:
-            lineage = []
-            words = _state_words(*keyed_state(*key))
+            kids, parent_speedup = np.zeros(0, dtype=np.int64), math.nan
+        words = _state_words(*keyed_state(seed, task, node_id, expansion, "model"))
         tables = _tables(self._fc, self.t, self._pool)
         bo_start, bo_len, bo_flat = tables.by_outcome()
         if crb:
-            near_all, near_own = near.of(i, z, member) if need > len(lineage) \
+            near_all, near_own = near.of(i, z, member) if need > len(kids) \
                 else (_NO_INTS, _NO_INTS)
             weight = member.weight(task)
             row_c, row_outcome, row_step = member.kernel_rows(self.t)
@@ -1004,9 +1003,7 @@ class ModelChildren(ChildSource):
                                                                               dtype=float))
         rows = np.empty((need, kernel.COLUMNS))
         kernel.invent(
-            words, need, len(kinds), float(size),
-            np.array([c for c, _ in lineage], dtype=np.int64),
-            np.array([p for _, p in lineage], dtype=float), 0 if crb else 1,
+            words, need, len(kinds), float(size), kids, parent_speedup, 0 if crb else 1,
             near_all, near_own,
             float(weight), row_c, row_outcome, row_step, cdf, classes, residuals,
             float(q[0]), float(q[1]), float(q[2]), bo_start, bo_len, bo_flat,
@@ -1014,6 +1011,8 @@ class ModelChildren(ChildSource):
             tables.parent_target, tables.fc_target, K_NEAREST, float(node_speedup),
             float(_frame_base(self.t, node_speedup)), float(self._pool.frontier),
             INVENTED_HEADROOM, _SUCCESS, _GEN_FAILED_CODE, _Z90, 2.0, rows)
+        if template is not None:
+            used.update(kids[:need].tolist())
         prefix = f"{node_id}/{expansion}."
         repeat = kernel.REPEAT
         for kind, a, oc, speedup, j, move, keep in rows.tolist():

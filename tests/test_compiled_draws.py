@@ -53,6 +53,24 @@ def test_the_kernels_pcg64_draws_numpys_stream():
             [x for k in ks.tolist() for x in (gen.random(), float(gen.integers(k)))]
 
 
+def test_the_kernels_shuffle_is_numpys_permutation():
+    rng = np.random.default_rng(4)
+    for n in range(80):
+        state, inc = keyed_state(n, "task", f"seed/{n}", "lineage")
+        gen = _generator(state, inc)
+        gen.integers(2 + n % 3)  # sometimes a 32-bit half is kept before the shuffle
+        st = gen.bit_generator.state
+        words = wm._state_words(st["state"]["state"], st["state"]["inc"], st["has_uint32"],
+                                st["uinteger"])
+        kids = rng.integers(0, 500, size=int(rng.integers(0, 40))).astype(np.int64)
+        want = gen.permutation(kids.tolist()).tolist() if len(kids) else []
+        kernel.permute(words, kids)
+        assert kids.tolist() == want
+        # and the stream goes on from where the shuffle left it
+        assert kernel.mixed(words, np.array([7, 1, 3], dtype=np.int64)).tolist() == \
+            [x for k in (7, 1, 3) for x in (gen.random(), float(gen.integers(k)))]
+
+
 def test_the_kernels_nearest_rows_are_a_stable_sorts_first_rows():
     rng = np.random.default_rng(5)
     for case in range(40):
