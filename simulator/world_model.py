@@ -684,6 +684,15 @@ def _kernel_agrees(kernel) -> bool:
         expect = [x for k in ks.tolist() for x in (gen.random(), float(gen.integers(k)))]
         if kernel.mixed(words, ks).tolist() != expect:
             return False
+    # compiled (or loaded) here, inside _kernel's guard, with the argument types of the draws
+    ints, floats, rows = np.zeros(1, dtype=np.int64), np.zeros(1), np.empty((0, kernel.COLUMNS))
+    kernel.invent(_state_words(1, 1), 0, 0, 1.0, np.zeros(0, dtype=np.int64), 1.0, 0, ints,
+                  ints, 0.5, ints, ints, floats, floats, ints, floats, 0.0, 0.0, 0.0, ints,
+                  ints, ints, ints, floats, np.zeros(1, dtype=bool), ints, floats, floats,
+                  K_NEAREST, 1.0, 1.0, 2.0, INVENTED_HEADROOM, _SUCCESS, _GEN_FAILED_CODE, _Z90,
+                  2.0, rows)
+    kernel.neighbours(np.zeros((2, 4)), np.ones(4), _WEIGHTS, np.zeros((1, 4)), ints,
+                      K_NEAREST, np.empty((1, 2), dtype=np.int64), np.empty((1, 1), np.int64))
     return True
 
 
