@@ -163,3 +163,14 @@ def test_the_kernel_waits_until_the_process_has_drawn_enough_children(monkeypatc
     assert wm._kernel() is None and wm._KERNEL == []  # not loaded, not even tried
     wm._DRAWN[0] = 1000
     assert wm._kernel() is kernel
+
+
+def test_a_kernel_that_cannot_run_leaves_the_python_loop_in_charge(monkeypatch):
+    monkeypatch.setattr(wm, "_KERNEL", [])
+    monkeypatch.setattr(wm, "_DRAWN", [10**9])
+
+    def broken(*args):
+        raise RuntimeError("this machine's LLVM cannot compile it")
+
+    monkeypatch.setattr(kernel, "invent", broken)
+    assert wm._kernel() is None and wm._KERNEL == [None]
