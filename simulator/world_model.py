@@ -320,42 +320,28 @@ class _Member:
         computation (the same floats and the same order of rows as one call per row: an
         elementwise computation, and a stable sort row by row). Kept per features row: a
         search expands a node again with the features it had."""
-        seen = self._near.get(task)
-        if seen is None:
-            seen = self._near[task] = {}
-        new = list(dict.fromkeys(z for z in zs if z not in seen))
-        if new:
-            if len(seen) + len(new) > _NEAR_KEPT:
-                seen.clear()
+        def find(new: list[tuple]) -> list[tuple[list, list]]:
             d = (((self.feats[None, :, :] - np.array(new)[:, None, :]) / self.scale) ** 2
                  * _WEIGHTS).sum(axis=2)
             own = self._own_rows(task)
-            every = _k_smallest_rows(d, np.arange(d.shape[1]))
-            mine = _k_smallest_rows(d[:, own], own)
-            for z, a, b in zip(new, every, mine):
-                seen[z] = (a, b)
-        return [seen[z] for z in zs]
+            return list(zip(_k_smallest_rows(d, np.arange(d.shape[1])),
+                            _k_smallest_rows(d[:, own], own)))
+
+        return _kept_rows(self._near, task, zs, find)
 
     def neighbours_arrays(self, kernel, task: str, zs: list[tuple]) -> list[tuple]:
         """``neighbours_many``'s rows as arrays, found by the compiled kernel (the same rows
         in the same order; kept apart from the lists ``neighbours_many`` keeps)."""
-        seen = self._near_arrays.get(task)
-        if seen is None:
-            seen = self._near_arrays[task] = {}
-        new = list(dict.fromkeys(z for z in zs if z not in seen))
-        if new:
-            if len(seen) + len(new) > _NEAR_KEPT:
-                seen.clear()
+        def find(new: list[tuple]) -> list[tuple[np.ndarray, np.ndarray]]:
             own = self._own_rows(task)
             n, k = len(self.feats), K_NEAREST
-            every = np.empty((len(new), min(k, n) if 0 < k < n else n), dtype=np.int64)
-            mine = np.empty((len(new), min(k, len(own)) if 0 < k < len(own) else len(own)),
-                            dtype=np.int64)
+            every = np.empty((len(new), k if 0 < k < n else n), dtype=np.int64)
+            mine = np.empty((len(new), k if 0 < k < len(own) else len(own)), dtype=np.int64)
             kernel.neighbours(self._feats_c, self.scale, _WEIGHTS, np.array(new, dtype=float),
                               own, k, every, mine)
-            for z, a, b in zip(new, every, mine):
-                seen[z] = (a, b)
-        return [seen[z] for z in zs]
+            return list(zip(every, mine))
+
+        return _kept_rows(self._near_arrays, task, zs, find)
 
     def _own_rows(self, task: str) -> np.ndarray:
         got = self._own.get(task)
@@ -394,6 +380,20 @@ class _Member:
                           for k, j in zip(self.part.tolist(), self.index.tolist())
                           for p in (self.parts[k],)]
         return self._rows
+
+
+def _kept_rows(store: dict, task: str, zs: list[tuple], find) -> list:
+    """``find``'s answer for every features row of ``zs``, kept per task and row in ``store``
+    (at most ``_NEAR_KEPT`` rows a task): ``find`` gets the rows not seen yet, once each."""
+    seen = store.get(task)
+    if seen is None:
+        seen = store[task] = {}
+    new = list(dict.fromkeys(z for z in zs if z not in seen))
+    if new:
+        if len(seen) + len(new) > _NEAR_KEPT:
+            seen.clear()
+        seen.update(zip(new, find(new)))
+    return [seen[z] for z in zs]
 
 
 def _k_smallest(d: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -904,11 +904,7 @@ class ModelChildren(ChildSource):
             out.append(child)
         distinct, kinds = self._distinct.setdefault(node_id, ({}, []))
         for c in out:
-            if not c.gen_failed:
-                key = c.code or c.candidate_id
-                if key not in distinct:
-                    distinct[key] = c
-                    kinds.append(c)
+            _count_kind(c, distinct, kinds)
         if len(out) >= n:
             self._remember(out)
             return out
@@ -967,11 +963,7 @@ class ModelChildren(ChildSource):
                     step = q1 + r * max((q2 - q0) / _Z90, 0.05)
                 child = self._invent(cid, node_speedup, base, outcome, step, None, rng, shifts)
             out.append(child)
-            if not child.gen_failed:
-                key = child.code or child.candidate_id
-                if key not in distinct:
-                    distinct[key] = child
-                    kinds.append(child)
+            _count_kind(child, distinct, kinds)
         self._remember(out)
         return out
 
@@ -1037,11 +1029,7 @@ class ModelChildren(ChildSource):
                 if keep:
                     self._template[cid] = c
             out.append(child)
-            if not child.gen_failed:
-                code = child.code or child.candidate_id
-                if code not in distinct:
-                    distinct[code] = child
-                    kinds.append(child)
+            _count_kind(child, distinct, kinds)
 
     def _remember(self, out: list[Child]) -> None:
         for c in out:
@@ -1131,6 +1119,16 @@ class ModelChildren(ChildSource):
             shifts.moves.append((child, row, move))
             child.probs = None
         return child
+
+
+def _count_kind(child: Child, distinct: dict, kinds: list) -> None:
+    """A node's distinct kernels so far (by code identity, in the order first drawn): a
+    generated child whose kernel is new joins them."""
+    if not child.gen_failed:
+        key = child.code or child.candidate_id
+        if key not in distinct:
+            distinct[key] = child
+            kinds.append(child)
 
 
 def _choice_cdf(p: np.ndarray) -> list[float]:
