@@ -48,6 +48,12 @@ bootstrap resample of the log's parent expansions (the groups of children one ex
 parent gave), resampled within each search, so a log of one search still has an ensemble. The
 spread of a replay's seeds therefore includes the model's uncertainty about the log, not only
 the seed noise of the draws.
+
+**Compiled.** Once a process has invented ``COMPILE_AFTER`` children, the loop over invented
+children runs compiled (``simulator._invent_kernel``: Numba), drawing the same keyed streams
+with numpy's algorithms and the C library's floats in the same order, so the children are the
+same to the bit; the Python loop here stays its twin (``GFSIM_COMPILED=off``), and
+``tests/test_compiled_draws.py`` holds the two together.
 """
 
 from __future__ import annotations
@@ -677,10 +683,9 @@ def _kernel_agrees(kernel) -> bool:
                                    "state": {"state": state, "inc": inc},
                                    "has_uint32": 0, "uinteger": 0}
         want = gen.bit_generator.random_raw(40)
-        if not np.array_equal(kernel.raw(_state_words(state, inc), 40), want):
-            return False
         words = _state_words(state, inc)
-        kernel.raw(words, 40)
+        if not np.array_equal(kernel.raw(words, 40), want):
+            return False
         expect = [x for k in ks.tolist() for x in (gen.random(), float(gen.integers(k)))]
         if kernel.mixed(words, ks).tolist() != expect:
             return False
