@@ -302,11 +302,8 @@ def draws(repeat: int, lockstep: int, rows: list, results: dict) -> None:
                      "paper-filtered, threshold:0.7, $40",
                      f"{t_p:.2f} vs {t_c:.2f} s for {lockstep} seeds x 6 searches"
                      + ("" if same else " (ANSWERS DIFFER)"), t_p / t_c, "x", None, None))
-    tune = ["tune", "--policy", "threshold", "--param", "tau=0.3:0.99", "--param",
-            "overgen=1:4:int", "--driver", "puct", "--budget", "usd=40", "--seeds", "32",
-            "--trials", "40", "--jobs", "2"]
     for name, args in (("gfsim recommend, default log, default --jobs", ["recommend"]),
-                       ("gfsim tune, the 40-trial run above", tune)):
+                       ("gfsim tune, the 40-trial run above", TUNE)):
         cmd = [sys.executable, "-m", "gfsim.cli.main", *args]
         took: dict = {"off": [], "on": []}
         for _ in range(2):
@@ -320,11 +317,14 @@ def draws(repeat: int, lockstep: int, rows: list, results: dict) -> None:
     results["draws"] = out
 
 
+# Issue 39's everyday tuning run, as a user types it.
+TUNE = ["tune", "--policy", "threshold", "--param", "tau=0.3:0.99", "--param", "overgen=1:4:int",
+        "--driver", "puct", "--budget", "usd=40", "--seeds", "32", "--trials", "40", "--jobs", "2"]
+
+
 def tune_command(rows: list, results: dict) -> None:
-    """Issue 39's everyday tuning run, as a user types it, in a fresh process."""
-    cmd = [sys.executable, "-m", "gfsim.cli.main", "tune", "--policy", "threshold",
-           "--param", "tau=0.3:0.99", "--param", "overgen=1:4:int", "--driver", "puct",
-           "--budget", "usd=40", "--seeds", "32", "--trials", "40", "--jobs", "2"]
+    """Issue 39's everyday tuning run (``TUNE``), in a fresh process."""
+    cmd = [sys.executable, "-m", "gfsim.cli.main", *TUNE]
     took = in_fresh_folder(cmd)
     results["tune_command"] = {"seconds": took, "command": " ".join(cmd[3:])}
     rows.append(("gfsim tune, threshold tau and F, puct, $40, 32 seeds, 40 trials, 2 jobs",

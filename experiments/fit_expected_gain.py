@@ -95,7 +95,6 @@ def load(path: Path) -> dict:
 def errors(world: tuple, misfit) -> tuple[np.ndarray, np.ndarray]:
     """The standardised errors of the expected gains of one world's logs (every configuration
     but the incumbent) against the other world seeds' direct mean gains, before the t scale."""
-
     return np.concatenate(log_errors(world, misfit))
 
 

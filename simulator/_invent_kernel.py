@@ -17,11 +17,13 @@ import math
 import numba
 import numpy as np
 
+from gfsim.core.rng import _PCG_MULT
+
 _jit = numba.njit(cache=True, nogil=True)
 
 # PCG64's 128-bit multiplier (numpy's PCG_DEFAULT_MULTIPLIER), as two 64-bit halves.
-_MUL_HI = np.uint64(2549297995355413924)
-_MUL_LO = np.uint64(4865540595714422341)
+_MUL_HI = np.uint64(_PCG_MULT >> 64)
+_MUL_LO = np.uint64(_PCG_MULT & 0xFFFFFFFFFFFFFFFF)
 _M32 = np.uint64(0xFFFFFFFF)
 _S32 = np.uint64(32)
 _S11 = np.uint64(11)

@@ -981,11 +981,9 @@ class ModelChildren(ChildSource):
         crb = member.family == "crb"
         template = self._template.get(node_id) if crb else None
         if template is not None:  # a crb lineage: the kernel shuffles these first (_lineage)
-            pool = self._pool
-            used = self._used.setdefault(node_id, set())
-            kids = np.array([c for g in pool.expansions.get(template, ()) for c in g
-                             if c not in used], dtype=np.int64)
-            parent_speedup = float(pool.speedup[template])
+            used, lineage = self._lineage_kids(node_id, template)
+            kids = np.array(lineage, dtype=np.int64)
+            parent_speedup = float(self._pool.speedup[template])
         else:
             kids, parent_speedup = np.zeros(0, dtype=np.int64), math.nan
         words = _state_words(*keyed_state(seed, task, node_id, expansion, "model"))
@@ -1046,14 +1044,18 @@ class ModelChildren(ChildSource):
         template = self._template.get(node_id)
         if template is None:
             return []
-        used = self._used.setdefault(node_id, set())
-        pool = self._pool
-        kids = [c for g in pool.expansions.get(template, ()) for c in g if c not in used]
+        used, kids = self._lineage_kids(node_id, template)
         out = []
         for c in rng.permutation(kids).tolist()[:n]:
             used.add(c)
-            out.append((c, pool.speedup[template]))
+            out.append((c, self._pool.speedup[template]))
         return out
+
+    def _lineage_kids(self, node_id: str, template: int) -> tuple[set, list[int]]:
+        """The node's lineage so far (logged children it drew) and the ones still to draw."""
+        used = self._used.setdefault(node_id, set())
+        return used, [c for g in self._pool.expansions.get(template, ()) for c in g
+                      if c not in used]
 
     def _repeat(self, again: Child, cid: str) -> Child:
         """The same kernel once more: a repeat of an earlier sibling."""
