@@ -17,9 +17,9 @@ measured in the same run (these machines are noisy; ratios travel better than se
 - children: the same closed-loop replays with world-model children (``--children model``)
   against the fallback, and one search reading the learned cost model's forecasts against
   one reading the world's what-if forecasts (``bench_costmodel.py``'s search);
-- draws: the world model's draws compiled against its Python loop (the same children), in
-  model- and fresh-children replays, ``gfsim recommend`` and the 40-trial tune
-  (``--only-draws``: this alone);
+- compiled loops against their Python twins (the same answers): the world model's draws in
+  model- and fresh-children replays, the closed-loop events in model- and logged-children
+  replays, both in ``gfsim recommend`` and the 40-trial tune (``--only-draws``: this alone);
 - plan: ``gfsim plan`` from a 100-candidate log in a fresh process (``--only-plan``: this alone);
 - recommend: ``gfsim recommend`` on the shipped default log in a fresh process, with its
   default ``--jobs`` and with ``--jobs 1``;
@@ -264,15 +264,18 @@ def in_fresh_folder(cmd, env=None) -> float:
 
 
 def draws(repeat: int, lockstep: int, rows: list, results: dict) -> None:
-    """The world model's draws compiled (``simulator._invent_kernel``) against its Python
-    loop, the same children either way: model-children replays in this process, and
-    ``gfsim recommend`` and the 40-trial tune in fresh processes (``GFSIM_COMPILED=off`` the
-    baseline; best of two runs each, alternated)."""
+    """The compiled loops against their Python twins, the same answers either way: the world
+    model's draws (``simulator._invent_kernel``) in model- and fresh-children replays, the
+    closed-loop fast path's events (``simulator.closed._events_kernel``) in model- and
+    logged-children replays, each with the other loop as it is in both runs, in this process;
+    ``gfsim recommend`` and the 40-trial tune with both in fresh processes
+    (``GFSIM_COMPILED=off`` the baseline; best of two runs each, alternated)."""
     from gfsim.cost_models import load_cost_model
     from gfsim.policies import make_policy
     from gfsim.replay_logs import open_log
     from gfsim.simulator import Budget
     from gfsim.simulator import world_model as wm
+    from gfsim.simulator.closed import fast
     from gfsim.simulator.closed.engine import SEARCH_PRESETS
     from gfsim.simulator.replay import replay_many
 
@@ -280,28 +283,46 @@ def draws(repeat: int, lockstep: int, rows: list, results: dict) -> None:
     model = load_cost_model("serverless-a100")
     seeds = list(range(lockstep))
     out: dict = {}
-    for children in ("model", "fresh"):
-        def run(children=children):
-            return replay_many(log, [make_policy("threshold:0.7") for _ in seeds], model,
-                               seeds, budget=Budget(usd=40), children=children,
-                               search=SEARCH_PRESETS["paper-filtered"], **PUCT)
+    saved = wm.COMPILED, wm.COMPILE_AFTER, list(fast._EVENTS)
+    try:
+        wm.COMPILED, wm.COMPILE_AFTER = True, 0
+        fast._EVENTS[:] = []
+        events = fast._events_kernel()
+        for loop, children_list in (("draws", ("model", "fresh")),
+                                    ("events", ("model", "fallback"))):
+            for children in children_list:
+                def run(children=children):
+                    return replay_many(log, [make_policy("threshold:0.7") for _ in seeds], model,
+                                       seeds, budget=Budget(usd=40), children=children,
+                                       search=SEARCH_PRESETS["paper-filtered"], **PUCT)
 
-        saved = wm.COMPILED, wm.COMPILE_AFTER
-        try:
-            wm.COMPILED, wm.COMPILE_AFTER = True, 0
-            run()  # the world model's fit, its members, Numba's cached code: once
-            t_c, a = best_of(run, repeat)
-            wm.COMPILED = False
-            t_p, b = best_of(run, repeat)
-        finally:
-            wm.COMPILED, wm.COMPILE_AFTER = saved
-        same = all(x.best_speedup == y.best_speedup and x.wall_s == y.wall_s
-                   for ra, rb in zip(a, b) for x, y in zip(ra.searches, rb.searches))
-        out[children] = {"python_s": t_p, "compiled_s": t_c, "same_answers": same}
-        rows.append((f"world-model draws: Python loop / compiled, {children} children, "
-                     "paper-filtered, threshold:0.7, $40",
-                     f"{t_p:.2f} vs {t_c:.2f} s for {lockstep} seeds x 6 searches"
-                     + ("" if same else " (ANSWERS DIFFER)"), t_p / t_c, "x", None, None))
+                def compiled(on: bool) -> None:  # the loop measured on or off, the other as-is
+                    if loop == "draws":
+                        wm.COMPILED = on
+                        fast._EVENTS[:] = [None]
+                    else:
+                        wm.COMPILED = True
+                        fast._EVENTS[:] = [events if on else None]
+
+                compiled(True)
+                run()  # the world model's fit, its members, Numba's cached code: once
+                t_c, a = best_of(run, repeat)
+                compiled(False)
+                t_p, b = best_of(run, repeat)
+                same = all(x.best_speedup == y.best_speedup and x.wall_s == y.wall_s
+                           and x.total == y.total
+                           for ra, rb in zip(a, b) for x, y in zip(ra.searches, rb.searches))
+                out[f"{loop}/{children}"] = {"python_s": t_p, "compiled_s": t_c,
+                                             "same_answers": same}
+                what = "world-model draws" if loop == "draws" else "closed-loop events"
+                rows.append((f"{what}: Python loop / compiled, {children} children, "
+                             "paper-filtered, threshold:0.7, $40",
+                             f"{t_p:.2f} vs {t_c:.2f} s for {lockstep} seeds x 6 searches"
+                             + ("" if same else " (ANSWERS DIFFER)"), t_p / t_c, "x", None,
+                             None))
+    finally:
+        wm.COMPILED, wm.COMPILE_AFTER = saved[:2]
+        fast._EVENTS[:] = saved[2]
     for name, args in (("gfsim recommend, default log, default --jobs", ["recommend"]),
                        ("gfsim tune, the 40-trial run above", TUNE)):
         cmd = [sys.executable, "-m", "gfsim.cli.main", *args]
@@ -311,7 +332,7 @@ def draws(repeat: int, lockstep: int, rows: list, results: dict) -> None:
                 took[mode].append(in_fresh_folder(cmd, {**os.environ, "GFSIM_COMPILED": mode}))
         off, on = min(took["off"]), min(took["on"])
         out[args[0]] = {"python_s": took["off"], "compiled_s": took["on"]}
-        rows.append((f"{name}: Python draws / compiled draws",
+        rows.append((f"{name}: Python loops / compiled loops (draws and events)",
                      f"{off:.1f} vs {on:.1f} s, fresh processes, best of 2", off / on, "x",
                      None, None))
     results["draws"] = out
@@ -569,7 +590,7 @@ def main() -> None:
     ap.add_argument("--only-plan", action="store_true",
                     help="only gfsim plan's figure (issue 55)")
     ap.add_argument("--only-draws", action="store_true",
-                    help="only the world model's draws, compiled against the Python loop")
+                    help="only the compiled loops (draws, events) against their Python twins")
     ap.add_argument("--only-many-searches", action="store_true",
                     help="measure the many-searches figures alone")
     ap.add_argument("--markdown", type=Path)
@@ -590,7 +611,7 @@ def main() -> None:
             return
         if args.only_draws:
             draws(args.repeat, args.lockstep_seeds, rows, results)
-            print(report(rows, started, "# The world model's draws compiled\n\nMade by "
+            print(report(rows, started, "# The compiled loops\n\nMade by "
                          "`python experiments/bench_speed.py --only-draws` on the shipped "
                          "SYNTHETIC logs (nothing measured)."))
             return

@@ -6,7 +6,8 @@ the same logged candidate, or alike ones, tie to the instant and only the event 
 (which budget check sees which booking, which batch decides first, whose measurement ends
 first). Everything is compared bit for bit: states, actions, scores, reasons, outcomes,
 measured speedups, start and end times, per-candidate and per-stage costs, counts, the anytime
-rows, the draws.
+rows, the draws. Each comparison runs twice: with the fast path's Python event loop and with its
+compiled twin (``simulator.closed._events_kernel``), which must both give SimPy's answers.
 """
 
 import numpy as np
@@ -16,6 +17,8 @@ from gfsim.cost_models import Capacities, load_cost_model
 from gfsim.policies import make_policy
 from gfsim.replay_logs import load_log, open_log
 from gfsim.simulator import Budget, replay
+from gfsim.simulator import world_model as wm
+from gfsim.simulator.closed import fast
 from gfsim.simulator.noise import MeasureNoise
 from gfsim.simulator.pipeline import parse_pipeline
 from gfsim.simulator.closed.engine import SearchConfig
@@ -29,6 +32,27 @@ POLICIES = ["all", "threshold:0.6", "threshold:tau=0.9,rho=0.3,score=margin",
             "random:0.5", "oracle:0.4", "ev:2", "ev:usd_per_log2_speedup=0.05"]
 PIPELINES = [None, "generate,compile,forecast,decide,check,time",
              "generate,compile,check,forecast,decide,time"]
+
+
+@pytest.fixture(params=["python", "compiled"])
+def events(request, monkeypatch):
+    """Which event loop the fast path runs: its Python loop, or the compiled step (from the
+    first child); yields a list that counts the compiled steps."""
+    steps: list = []
+    if request.param == "python":
+        monkeypatch.setattr(fast, "_EVENTS", [None])
+    else:
+        kernel = pytest.importorskip("gfsim.simulator.closed._events_kernel")
+        monkeypatch.setattr(fast, "_EVENTS", [kernel])
+        run = kernel.run
+
+        def counted(*args):
+            steps.append(1)
+            return run(*args)
+
+        monkeypatch.setattr(kernel, "run", counted)
+    yield steps
+    assert (len(steps) > 0) == (request.param == "compiled")
 
 
 def random_log(rng, path, tied: bool):
@@ -91,7 +115,7 @@ def assert_same(fast, slow):
 
 
 @pytest.mark.parametrize("case", range(60))
-def test_the_fast_path_reproduces_the_simpy_engine(tmp_path, case):
+def test_the_fast_path_reproduces_the_simpy_engine(tmp_path, case, events):
     rng = np.random.default_rng(1000 + case)
     log = random_log(rng, tmp_path / "log.jsonl", tied=case % 2 == 0)
     model = load_cost_model(str(rng.choice(["serverless-a100", "reserved-h100"])))
@@ -112,7 +136,7 @@ def test_the_fast_path_reproduces_the_simpy_engine(tmp_path, case):
 
 @pytest.mark.parametrize("policy", ["all", "threshold:0.7", "topk:2", "ev:10"])
 @pytest.mark.parametrize("overgen", [1, 4])
-def test_the_shipped_log_replays_alike_under_a_budget(policy, overgen):
+def test_the_shipped_log_replays_alike_under_a_budget(policy, overgen, events):
     # The tuning workload: fallback-heavy at F = 4 (children drawn twice from one logged
     # candidate tie exactly), a USD budget that ends every search, generator slots that bind.
     log = open_log("synthetic-puct-v1")
@@ -126,7 +150,7 @@ def test_the_shipped_log_replays_alike_under_a_budget(policy, overgen):
         assert_same(f, s)
 
 
-def test_direct_runs_on_a_landscape_agree():
+def test_direct_runs_on_a_landscape_agree(events):
     # Children that are not copies of logged ones (no plan is shared between them).
     land = Landscape(LandscapeParams(), seed=4, n_tasks=2)
     task = land.tasks[0].task_id
@@ -136,3 +160,33 @@ def test_direct_runs_on_a_landscape_agree():
     slow, _ = run_on_landscape(land, task, config, "threshold:0.7", seed=2, engine="des",
                                capacities=Capacities(generator=3, forecaster=2, gpus=2))
     assert_same(fast, slow)
+
+
+def test_the_compiled_step_waits_until_the_process_has_stepped_enough_children(monkeypatch):
+    kernel = pytest.importorskip("gfsim.simulator.closed._events_kernel")
+    monkeypatch.setattr(fast, "_EVENTS", [])
+    monkeypatch.setattr(fast, "_STEPPED", [0])
+    monkeypatch.setattr(wm, "COMPILE_AFTER", 1000)
+    assert fast._events_kernel() is None and fast._EVENTS == []  # not loaded, not even tried
+    fast._STEPPED[0] = 1000
+    monkeypatch.setattr(wm, "COMPILED", False)  # GFSIM_COMPILED=off
+    assert fast._events_kernel() is None and fast._EVENTS == []
+    monkeypatch.setattr(wm, "COMPILED", True)
+    assert fast._events_kernel() is kernel
+
+
+def test_a_compiled_step_that_cannot_run_leaves_the_python_loop_in_charge(monkeypatch):
+    kernel = pytest.importorskip("gfsim.simulator.closed._events_kernel")
+    monkeypatch.setattr(fast, "_EVENTS", [])
+    monkeypatch.setattr(fast, "_STEPPED", [10**9])
+
+    def broken(*args):
+        raise RuntimeError("this machine's LLVM cannot compile it")
+
+    monkeypatch.setattr(kernel, "run", broken)
+    assert fast._events_kernel() is None and fast._EVENTS == [None]
+    log = open_log("synthetic-puct-v1")
+    result = replay(log, make_policy("threshold:0.7"), load_cost_model("serverless-a100"),
+                    driver="puct", search=SearchConfig(steps=3), seed=0, engine="fast",
+                    orphans_dropped=False)
+    assert result.searches[0].gpu_evals > 0

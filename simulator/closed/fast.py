@@ -16,6 +16,13 @@ Every capacity, budget, pipeline and noise setting is covered; ``tests/test_puct
 checks decisions, states, best speedups, counts, times and totals against the SimPy engine on
 random logs and configurations, bit for bit.
 
+**Compiled.** Once a process has run ``world_model.COMPILE_AFTER`` children's events here, a
+search whose plans are kept runs each step's events by ``_events_kernel.run`` (Numba) instead of
+``_run_events``: the same event order, bookings and budget checks on the same floats, its
+children's outcomes kept in arrays until ``result``; a batch whose best moved, or that must be
+capped per parent, is decided in Python as ``_decide`` decides it. ``tests/test_puct_fast.py``
+compares both loops with SimPy.
+
 Two things make it cheap besides the missing machinery:
 - what a child does is planned once per logged candidate it copies (``_Proto``: its stages,
   their seconds and prices, what the policy reads), kept with the log's trace, so a tuning run
@@ -36,6 +43,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from gfsim.cost_models.model import _HOUR as _MODEL_HOUR
 from gfsim.cost_models.presets import Capacities, PresetCostModel
 from gfsim.core.memory import no_cyclic_gc
 from gfsim.cost_models.usage import STAGES, Cost
@@ -70,7 +78,7 @@ class _Proto:
     went through); what measuring it costs; what the policy reads of it."""
 
     __slots__ = ("pre", "pre_ended", "post", "post_ended", "measure_usd", "probs",
-                 "has_forecast", "parse_failed", "outcome", "step_cost")
+                 "has_forecast", "parse_failed", "outcome", "step_cost", "pack")
 
     def __init__(self, child: Child, before, after, reads_forecasts: bool):
         self.pre, self.pre_ended = _plan_part(child, before, reads_forecasts)
@@ -93,6 +101,97 @@ class _Proto:
         self.has_forecast = child.has_forecast
         self.parse_failed = child.parse_failed
         self.outcome = child.outcome
+        self.pack = None
+
+    def packed(self) -> np.ndarray:
+        """The plan as the compiled step reads it (``_events_kernel``'s module doc), made
+        once."""
+        if self.pack is None:
+            segs: list = []
+            books: list = []
+            for part in (self.pre, self.post):
+                for res, total, bookings, on_gpu in part:
+                    segs += (res, 1.0 if on_gpu else 0.0, total, len(books) // 5, len(bookings))
+                    for booking in bookings:
+                        books += booking
+            self.pack = np.array([len(self.pre), len(self.post), _code(self.pre_ended),
+                                  _code(self.outcome), len(segs) // 5, len(books) // 5,
+                                  *segs, *books], dtype=float)
+        return self.pack
+
+
+# Outcomes as the compiled step codes them (-1: None); the first three are fixed.
+_CODES: dict[str, int] = {}
+_LABELS: list[str] = []
+_DECODED: list = [np.array([None], dtype=object)]  # code + 1 -> its label
+
+
+def _code(label: str | None) -> int:
+    if label is None:
+        return -1
+    code = _CODES.get(label)
+    if code is None:
+        code = _CODES[label] = len(_LABELS)
+        _LABELS.append(label)
+        _DECODED[0] = np.array([None, *_LABELS], dtype=object)
+    return code
+
+
+for _label in ("success", "generation_failed", "unmeasurable"):
+    _code(_label)
+# The compiled step's codes of a child's state and action and of what stopped a search.
+_STATES = np.array(["budget_stopped", "measured", "skipped", "unmeasurable", "generation_failed",
+                    "failed_before_decision"], dtype=object)
+_ACTIONS = np.array([None, "skip", "measure"], dtype=object)
+_STOPS = [None, "gpu_evals", "gpu_hours", "seconds", "usd", "joules", "steps"]
+_STOP_CODES = {name: k for k, name in enumerate(_STOPS)}
+_EVENTS: list = []  # the compiled step, once loaded ([None]: it could not be)
+_STEPPED = [0]  # children whose events the Python loop ran in this process
+
+
+def _events_kernel():
+    """``_events_kernel``, loaded (compiled, or read from Numba's cache) once this process has
+    run ``world_model.COMPILE_AFTER`` children's events in Python (loading Numba costs a
+    process about half a second), unless ``GFSIM_COMPILED`` is off; None: the Python loop."""
+    from gfsim.simulator import world_model as wm
+
+    if not wm.COMPILED:
+        return None
+    if not _EVENTS:
+        if _STEPPED[0] < wm.COMPILE_AFTER:
+            return None
+        try:
+            from gfsim.simulator.closed import _events_kernel as kernel
+            _warm(kernel)
+        except Exception:  # noqa: BLE001 - no Numba, or a surprise: the Python loop serves
+            kernel = None
+        _EVENTS.append(kernel)
+    return _EVENTS[0]
+
+
+def _warm(kernel) -> None:
+    """Compile (or load) ``kernel.run`` for the argument types ``run_step`` gives it."""
+    ints, floats = np.zeros(1, dtype=np.int64), np.zeros(1)
+    ist = np.zeros(kernel.IST, dtype=np.int64)
+    ist[kernel.RESUME] = kernel.START
+    kernel.run(np.zeros(kernel.FS), ist, np.zeros((4, len(STAGES))), np.zeros(kernel.CFG_F),
+               np.zeros(kernel.CFG_I, dtype=np.int64), np.ones(4, dtype=np.int64), floats[:0],
+               floats[:0], floats[:0], ints, ints, np.zeros(0, dtype=np.int8), np.zeros((0, 4)),
+               np.zeros((0, 3), dtype=np.int64), np.zeros((1, 5)), 0, floats,
+               np.zeros((1, 4), dtype=np.int64), np.zeros((4, 1, 3), dtype=np.int64),
+               np.zeros((4, 2), dtype=np.int64), np.zeros(4, dtype=np.int64), ints[:0],
+               ints[:0], ints[:0], ints[:0])
+
+
+_NO_FLOATS = np.zeros(0)
+_NO_BYTES = np.zeros(0, dtype=np.int8)
+
+
+def _grown(a: np.ndarray, size: int) -> np.ndarray:
+    """``a`` with room for ``size`` rows, its rows kept."""
+    out = np.empty((size, *a.shape[1:]), dtype=a.dtype)
+    out[:len(a)] = a
+    return out
 
 
 def _plan_part(child: Child, segs, reads_forecasts: bool):
@@ -537,6 +636,12 @@ class _FastPuct:
         self.expanded: dict[str, int] = {}
         self.true_speedup = {root_id: self.seed_speedup}
         self.steps_done = 0
+        # The compiled step, where plans are kept (a source that makes a plan per child would
+        # pack each once) and idle GPUs are priced as the preset prices them.
+        self.kernel = _events_kernel() if self.protos is not None and (
+            type(self.model).idle is PresetCostModel.idle) else None
+        if self.kernel is not None:
+            self._compiled_settings()
 
     def begin_step(self) -> bool:
         """The driver's start of a step: budgets and steps (False: the search is over)."""
@@ -569,9 +674,28 @@ class _FastPuct:
     def run_step(self) -> None:
         """The step's events (``predecided`` first); ``results`` what it measured, for the
         archive, then ``finish_step``."""
+        if self.kernel is not None:
+            self._run_step_compiled()
+        else:
+            self._run_step_python()
+        results = []
+        measured = self.measured_speedup if self.kernel is None else \
+            self.out_f[:, self.kernel.MEASURED_SPEEDUP]
+        for i in self._measured_rows():
+            ok = self.proto[i].outcome == "success"
+            if ok:
+                self.true_speedup[self.cid[i]] = self.speedup[i]
+            else:  # a failed parent (evolution) draws around its parent's speedup
+                self.true_speedup[self.cid[i]] = self.true_speedup[self.parent_node[i]]
+            results.append(ChildResult(self.parent_node[i], self.cid[i],
+                                       float(measured[i]) if ok else None, self.code[i]))
+        self.results = results
+
+    def _run_step_python(self) -> None:
         # Every batch is admitted together at the step's start (nothing is exhausted now,
         # and nothing changes between the admissions), then each child's process starts.
         self.remaining = [len(rows) for rows in self.batches]
+        _STEPPED[0] += len(self.cid) - self._lo
         proto, in_use, cap, waiting = self.proto, self.in_use, self.cap, self.waiting
         heap, eid, now = self.heap, self.eid, self.now
         for rows in self.batches:
@@ -587,20 +711,138 @@ class _FastPuct:
                 else:
                     self._prepared(i)
         self._run_events()
-        results = []
+
+    def _compiled_settings(self) -> None:
+        """What the compiled step reads of this search's budget, prices and slots, and the
+        arrays it keeps its state and every child's outcome in (``_events_kernel``)."""
+        k, b, model = self.kernel, self.budget, self.model
+        cfg_f = np.zeros(k.CFG_F)
+        cfg_f[[k.B_USD, k.B_JOULES, k.B_SECONDS, k.B_GPU_EVALS, k.B_GPU_HOURS]] = (
+            b.usd, b.joules, b.seconds, b.gpu_evals, b.gpu_hours)
+        cfg_f[k.IDLE_USD_PER_HOUR] = model.gpu.usd_per_hour
+        cfg_f[k.IDLE_W] = model.gpu.idle_w_context
+        cfg_f[k.HOUR] = _MODEL_HOUR
+        cfg_f[k.BUDGET_HOUR] = HOUR_S
+        cfg_i = np.zeros(k.CFG_I, dtype=np.int64)
+        cfg_i[k.MONEY_LIMITED] = self.money_limited
+        cfg_i[k.RESERVED] = model.billing == "reserved"
+        cfg_i[k.GPUS] = self.caps.gpus
+        cfg_i[k.FC_STAGE] = _FC
+        cfg_i[k.K_SUCCESS] = _code("success")
+        cfg_i[k.K_GENERATION_FAILED] = _code("generation_failed")
+        cfg_i[k.K_UNMEASURABLE] = _code("unmeasurable")
+        cfg_i[k.K_PER_PARENT] = self.config.k_per_parent
+        self.cfg_f, self.cfg_i = cfg_f, cfg_i
+        self.cap_a = np.array(self.cap, dtype=np.int64)
+        self.fs = np.zeros(k.FS)
+        self.fs[k.BEST] = self.best
+        self.ist = np.zeros(k.IST, dtype=np.int64)
+        self.stages = np.zeros((4, len(STAGES)))
+        self.out_f = np.empty((0, 4))
+        self.out_i = np.empty((0, 3), dtype=np.int64)
+        self.k_speedup = self.k_noise = np.empty(0)
+        self.k_anytime = np.empty((64, 5))
+        self.k_anytime[0] = self.anytime[0]
+        self.ist[k.N_ANYTIME] = 1
+        self.scratch: tuple = ()
+
+    def _extend_compiled(self, lo: int) -> None:
+        """``_extend`` for the compiled step: the new children's rows of its arrays."""
+        n = len(self.cid)
+        if n > len(self.out_f):
+            size = max(64, 2 * n)
+            self.out_f = _grown(self.out_f, size)
+            self.out_i = _grown(self.out_i, size)
+            self.k_speedup = _grown(self.k_speedup, size)
+            self.k_noise = _grown(self.k_noise, size)
+        k = self.kernel
+        self.out_f[lo:n] = (0.0, math.nan, math.nan, math.nan)  # CAND_USD, T_START, ...
+        self.out_i[lo:n] = (k.BUDGET_STOPPED, -1, k.NO_ACTION)
+        self.k_speedup[lo:n] = self.speedup[lo:]
+        self.k_noise[lo:n] = 1.0 if self.noise is None else self.noise.factors(
+            self.seed, self.search_id, self.cid[lo:])
+        self.score.extend([math.nan] * (n - lo))
+        self.reason.extend([None] * (n - lo))
+
+    def _run_step_compiled(self) -> None:
+        """``_run_step_python`` by ``_events_kernel.run``: the same events, bookings and
+        decisions; a batch whose best moved before it decides is decided again here."""
+        k = self.kernel
+        lo, hi = self._lo, len(self.cid)
+        n = hi - lo
+        batch_lo = [0]
         for rows in self.batches:
-            for i in rows:
-                if self.state[i] != "measured":
-                    continue
-                ok = self.proto[i].outcome == "success"
-                if ok:
-                    self.true_speedup[self.cid[i]] = self.speedup[i]
-                else:  # a failed parent (evolution) draws around its parent's speedup
-                    self.true_speedup[self.cid[i]] = self.true_speedup[self.parent_node[i]]
-                results.append(ChildResult(self.parent_node[i], self.cid[i],
-                                           self.measured_speedup[i] if ok else None,
-                                           self.code[i]))
-        self.results = results
+            batch_lo.append(batch_lo[-1] + len(rows))
+        nb = len(self.batches)
+        packed = np.concatenate([p.pack if p.pack is not None else p.packed()
+                                 for p in self.proto[lo:hi]]) if n else _NO_FLOATS
+        fs, ist = self.fs, self.ist
+        if self.early is not None:
+            early_best, early_batch, early, bounds = self.early
+            live_lo = np.array(bounds, dtype=np.int64)
+            measure = np.asarray(early.measure, dtype=bool).astype(np.int8)
+            fs[k.EARLY_BEST] = early_best
+        else:
+            live_lo = np.zeros(nb + 1, dtype=np.int64)
+            measure = _NO_BYTES
+        ist[k.STOPPED] = _STOP_CODES[self.stopped_by]
+        ist[k.BEST_I] = -1
+        ist[k.RESUME] = k.START
+        if len(self.k_anytime) < ist[k.N_ANYTIME] + n + 1:
+            self.k_anytime = _grown(self.k_anytime, 2 * (ist[k.N_ANYTIME] + n + 1))
+        heap = n + nb + 1
+        if not self.scratch or len(self.scratch[0]) < heap:
+            size = max(64, 2 * heap)
+            self.scratch = (np.empty(size), np.empty((size, 4), dtype=np.int64),
+                            np.empty((4, size, 3), dtype=np.int64),
+                            np.zeros((4, 2), dtype=np.int64), np.zeros(4, dtype=np.int64),
+                            np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64),
+                            np.empty(size, dtype=np.int64), np.empty(size, dtype=np.int64))
+        args = (fs, ist, self.stages, self.cfg_f, self.cfg_i, self.cap_a, packed,
+                self.k_speedup[lo:hi], self.k_noise[lo:hi], np.array(batch_lo, dtype=np.int64),
+                live_lo, measure, self.out_f[lo:hi], self.out_i[lo:hi], self.k_anytime, lo,
+                *self.scratch)
+        again: dict = {}
+        per_parent = self.config.k_per_parent
+        while (b := k.run(*args)) >= 0:  # as _decide: capped, or decided again alone
+            best = float(fs[k.BEST])
+            if best == early_best:
+                at = slice(bounds[b], bounds[b + 1])
+                m = cap_per_parent(early_batch.take(at), early.measure[at], per_parent)
+            else:
+                batch = self._batch(self.live[b])
+                d = self.policy.decide(batch, replace(self.step_state, best_speedup=best))
+                m = cap_per_parent(batch, d.measure, per_parent)
+                again[b] = (d.score, d.reason)
+            measure[live_lo[b]:live_lo[b + 1]] = m
+            ist[k.RESUME] = b
+        self.now, self.usd, self.joules, self.gpu_busy, self.best = fs[:k.EARLY_BEST].tolist()
+        (self.evals, self.forecasts, self.generated, self.unmeasurable, stop,
+         best_i) = ist[:k.N_ANYTIME].tolist()
+        self.stopped_by = _STOPS[stop]
+        if best_i >= 0:
+            self.best_id = self.cid[best_i]
+        for b, live in enumerate(self.live if self.early is not None else ()):
+            if not live:
+                continue
+            if b in again:
+                score, reason = again[b]
+            else:
+                score = early.score[bounds[b]:bounds[b + 1]]
+                reason = early.reason[bounds[b]:bounds[b + 1]]
+            score = score.tolist()
+            for j, i in enumerate(live):
+                self.score[i] = score[j]
+                self.reason[i] = reason[j]
+
+    def _measured_rows(self) -> list[int]:
+        """The step's measured children, in order."""
+        lo = self._lo
+        if self.kernel is None:
+            state = self.state
+            return [i for i in range(lo, len(self.cid)) if state[i] == "measured"]
+        return (np.flatnonzero(self.out_i[lo:len(self.cid), self.kernel.STATE]
+                               == self.kernel.MEASURED) + lo).tolist()
 
     def finish_step(self) -> None:
         """After the archive took the step in: the source learns it, the step is done."""
@@ -608,6 +850,9 @@ class _FastPuct:
         self.steps_done += 1
 
     def _extend(self, lo: int) -> None:
+        if self.kernel is not None:
+            self._extend_compiled(lo)
+            return
         new = len(self.cid) - lo
         self.state.extend(["budget_stopped"] * new)
         self.outcome.extend([None] * new)
@@ -625,6 +870,20 @@ class _FastPuct:
     def result(self) -> SearchResult:
         n = len(self.cid)
         wall = self.now
+        if self.kernel is not None:  # its arrays, as the lists of the Python loop
+            k = self.kernel
+            out_f, out_i = self.out_f[:n], self.out_i[:n]
+            self.stage_s, self.stage_usd, self.stage_j, self.stage_imp = self.stages.tolist()
+            self.state = _STATES[out_i[:, k.STATE]].tolist()
+            self.outcome = _DECODED[0][out_i[:, k.OUTCOME] + 1].tolist()
+            self.action = _ACTIONS[out_i[:, k.ACTION]].tolist()
+            self.cand_usd = out_f[:, k.CAND_USD].tolist()
+            self.t_start = out_f[:, k.T_START].tolist()
+            self.t_end = out_f[:, k.T_END].tolist()
+            self.measured_speedup = out_f[:, k.MEASURED_SPEEDUP].tolist()
+            anytime = self.k_anytime[:self.ist[k.N_ANYTIME]].copy()
+        else:
+            anytime = np.array(self.anytime, dtype=float)
         stages = {s: Cost(self.stage_s[k], self.stage_usd[k], self.stage_j[k],
                           self.stage_imp[k]) for k, s in enumerate(STAGES)}
         stages["idle"] = stages["idle"] + self.model.idle(self.caps.gpus * wall - self.gpu_busy)
@@ -645,7 +904,7 @@ class _FastPuct:
             unmeasurable=self.unmeasurable, orphans=0, reached=n - self.unreached,
             steps=self.steps_done,
             wall_s=wall, stages=stages, stopped_by=self.stopped_by,
-            anytime=np.array(self.anytime, dtype=float), table=table, engine="fast",
+            anytime=anytime, table=table, engine="fast",
             extra=puct_extra(self.config, self.best_id, self.cid, self.draw_source,
                              self.parent_node, self.bank.size(self.row), self.selection))
         confirm_best(result, self.cid, self.speedup, self.noise, self.seed)
