@@ -17,7 +17,7 @@ import math
 import numba
 import numpy as np
 
-from gfsim.core.rng import _PCG_MULT
+from gfsim.core.rng import _INIT_A, _INIT_B, _MIX_L, _MIX_R, _MULT_A, _MULT_B, _PCG_MULT, _POOL
 
 _jit = numba.njit(cache=True, nogil=True)
 
@@ -66,6 +66,79 @@ def _next64(st):
     x = new_hi ^ new_lo
     r = new_hi >> _S58
     return (x >> r) | (x << ((_S64 - r) & np.uint64(63)))
+
+
+# numpy's SeedSequence constants (gfsim.core.rng), as unsigned 64-bit numbers
+_SS_INIT_A, _SS_MULT_A = np.uint64(_INIT_A), np.uint64(_MULT_A)
+_SS_INIT_B, _SS_MULT_B = np.uint64(_INIT_B), np.uint64(_MULT_B)
+_SS_MIX_L, _SS_MIX_R = np.uint64(_MIX_L), np.uint64(_MIX_R)
+_S16 = np.uint64(16)
+
+
+@_jit
+def _u32_words(x, out, at):
+    # x's 32-bit words, least significant first (0: one word), as SeedSequence reads an int
+    out[at] = x & _M32
+    at += 1
+    if x > _M32:
+        out[at] = x >> _S32
+        at += 1
+    return at
+
+
+@_jit
+def seeded(seed, key):
+    """The state words (``world_model._state_words``) of ``gfsim.core.rng.stream(seed, *k)``
+    right after seeding, where ``key`` holds ``key_words(*k)`` (uint64) and 0 <= seed < 2^63:
+    numpy's ``SeedSequence(entropy=seed, spawn_key=key)`` hashed into its pool and out to four
+    64-bit words (``rng._seed_state``), then ``PCG64``'s seeding from them (``rng._pcg64_seeded``),
+    so that the draws are ``transient_stream``'s."""
+    entropy = np.zeros(_POOL + 2 * len(key), dtype=np.uint64)
+    n = _u32_words(np.uint64(seed), entropy, 0)
+    n = max(n, _POOL)  # padded with zeros: there is a spawn key
+    for w in key:
+        n = _u32_words(w, entropy, n)
+    pool = np.zeros(_POOL, dtype=np.uint64)
+    h = _SS_INIT_A
+    for i in range(_POOL):  # (entropy holds at least _POOL words)
+        v = (entropy[i] ^ h) & _M32
+        h = (h * _SS_MULT_A) & _M32
+        v = (v * h) & _M32
+        pool[i] = v ^ (v >> _S16)
+    for src in range(_POOL):
+        for dst in range(_POOL):
+            if src != dst:
+                v = (pool[src] ^ h) & _M32
+                h = (h * _SS_MULT_A) & _M32
+                v = (v * h) & _M32
+                v ^= v >> _S16
+                r = (_SS_MIX_L * pool[dst] - _SS_MIX_R * v) & _M32
+                pool[dst] = r ^ (r >> _S16)
+    for src in range(_POOL, n):
+        for dst in range(_POOL):
+            v = (entropy[src] ^ h) & _M32
+            h = (h * _SS_MULT_A) & _M32
+            v = (v * h) & _M32
+            v ^= v >> _S16
+            r = (_SS_MIX_L * pool[dst] - _SS_MIX_R * v) & _M32
+            pool[dst] = r ^ (r >> _S16)
+    words = np.zeros(4, dtype=np.uint64)  # generate_state(4, uint64): 8 32-bit words, pairs
+    h = _SS_INIT_B
+    for i in range(2 * _POOL):
+        v = (pool[i % _POOL] ^ h) & _M32
+        h = (h * _SS_MULT_B) & _M32
+        v = (v * h) & _M32
+        v ^= v >> _S16
+        words[i // 2] |= v << (_S32 * np.uint64(i % 2))
+    # PCG64: inc = (words[2:4] << 1) | 1; state 0 stepped, plus words[0:2], stepped again
+    st = np.zeros(6, dtype=np.uint64)
+    st[2] = (words[2] << np.uint64(1)) | (words[3] >> np.uint64(63))
+    st[3] = (words[3] << np.uint64(1)) | np.uint64(1)
+    lo = st[3] + words[1]  # state = inc + initial state (0 * MUL + inc, plus it)
+    st[0] = st[2] + words[0] + (np.uint64(1) if lo < st[3] else np.uint64(0))
+    st[1] = lo
+    _next64(st)
+    return st
 
 
 @_jit

@@ -81,7 +81,7 @@ from gfsim.simulator.traces import SearchTrace
 from gfsim.core.caches import on_object
 from gfsim.core.errors import GfsimError
 from gfsim.core.libm import log2
-from gfsim.core.rng import keyed_state, stream, transient_stream
+from gfsim.core.rng import key_words, keyed_state, stream, transient_stream
 
 __all__ = ["ModelChildren", "OwnChildren", "WorldModel", "world_model", "child_sources",
            "check_children",
@@ -630,6 +630,7 @@ COMPILED = os.environ.get("GFSIM_COMPILED", "on").lower() not in ("off", "0", "n
 # about 10^5 children: it takes over once the process has drawn this many in Python.
 COMPILE_AFTER = 50_000
 _DRAWN = [0]  # children invented by the Python loop in this process
+_SEEDED_BELOW = 1 << 63  # seeds the kernel seeds a keyed stream from (int64)
 _KERNEL: list = []  # the kernel module once loaded and checked; None where it cannot serve
 _LABELS: list[str] = []  # outcome labels by their code in the compiled draws
 _CODES: dict[str, int] = {}
@@ -673,11 +674,16 @@ def _kernel():
 
 def _kernel_agrees(kernel) -> bool:
     """Whether the kernel's PCG64 draws this numpy's stream: raw outputs, and ``random()``
-    with ``integers(k)`` mixed (the half-outputs kept between them), from keyed states."""
+    with ``integers(k)`` mixed (the half-outputs kept between them), from keyed states that
+    it seeds as ``keyed_state`` does."""
     ks = np.array([2, 1, 16, 3, 1000, 7, 5, 2**31 + 11, 1, 6, 16, 2**32 - 1, 9,
                    *range(1, 300)], dtype=np.int64)
-    for seed, key in ((0, ("a",)), (12345, ("task", "seed/0.1", 3, "model"))):
+    for seed, key in ((0, ("a",)), (12345, ("task", "seed/0.1", 3, "model")),
+                      (2**40 + 3, ("t", 0, 2**63 + 5, "model"))):
         state, inc = keyed_state(seed, *key)
+        if not np.array_equal(kernel.seeded(seed, np.array(key_words(*key), dtype=np.uint64)),
+                              _state_words(state, inc)):
+            return False
         gen = np.random.Generator(np.random.PCG64(0))
         gen.bit_generator.state = {"bit_generator": "PCG64",
                                    "state": {"state": state, "inc": inc},
@@ -986,7 +992,11 @@ class ModelChildren(ChildSource):
             parent_speedup = float(self._pool.speedup[template])
         else:
             kids, parent_speedup = np.zeros(0, dtype=np.int64), math.nan
-        words = _state_words(*keyed_state(seed, task, node_id, expansion, "model"))
+        if 0 <= seed < _SEEDED_BELOW:  # the keyed stream's state, seeded by the kernel
+            words = kernel.seeded(seed, np.array(key_words(task, node_id, expansion, "model"),
+                                                 dtype=np.uint64))
+        else:
+            words = _state_words(*keyed_state(seed, task, node_id, expansion, "model"))
         tables = _tables(self._fc, self.t, self._pool)
         bo_start, bo_len, bo_flat = tables.by_outcome()
         if crb:

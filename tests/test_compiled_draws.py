@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gfsim.cost_models import load_cost_model
-from gfsim.core.rng import keyed_state
+from gfsim.core.rng import key_words, keyed_state
 from gfsim.policies import make_policy
 from gfsim.replay_logs import LogWriter, load_log
 from gfsim.simulator import Budget
@@ -51,6 +51,22 @@ def test_the_kernels_pcg64_draws_numpys_stream():
                                 st["uinteger"])
         assert kernel.mixed(words, ks.astype(np.int64)).tolist() == \
             [x for k in ks.tolist() for x in (gen.random(), float(gen.integers(k)))]
+
+
+def test_the_kernel_seeds_a_keyed_stream_as_numpy_does():
+    # SeedSequence(entropy=seed, spawn_key=key_words(*key)) then PCG64, on seeds of one and two
+    # 32-bit words, key words of one and two (and 0), keys of one to five parts
+    rng = np.random.default_rng(5)
+    for n in range(300):
+        seed = int(rng.choice([0, 1, int(rng.integers(2**32)), int(rng.integers(2**62))]))
+        key = tuple(rng.choice(["task", f"seed/{n}.3", 0, 7, 2**32 + n, 2**64 - 1 - n, "model"],
+                               size=int(rng.integers(1, 6))).tolist())
+        key = tuple(int(k) if str(k).isdigit() else k for k in key)
+        words = np.array(key_words(*key), dtype=np.uint64)
+        st = np.random.PCG64(np.random.SeedSequence(entropy=seed, spawn_key=key_words(*key)))
+        state = st.state["state"]
+        assert kernel.seeded(seed, words).tolist() == \
+            wm._state_words(state["state"], state["inc"]).tolist(), (seed, key)
 
 
 def test_the_kernels_shuffle_is_numpys_permutation():
