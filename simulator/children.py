@@ -66,7 +66,7 @@ def log_frontier(trace: SearchTrace) -> float:
 _EVAL_STAGES = ("cold_start", "compilation", "check", "timing")
 
 
-@dataclass
+@dataclass(slots=True)
 class Child:
     """One drawn candidate, with every field the engine reads (durations in service seconds,
     prices per cost stage as (usd, joules, usd_imputed))."""

@@ -1121,20 +1121,21 @@ class ModelChildren(ChildSource):
         template ``j`` (-1: ``c``'s own) moved by ``move`` in log2 at the step's end."""
         t, pool, fc = self.t, self._pool, self._fc
         head = pool.head[c]
+        moved = move != 0 and math.isfinite(move)  # (shift_probs leaves the others alone)
         if j >= 0:
             row = fc.rows[j]
-            probs, parse_failed = t.probs[row], fc.parse_failed[j]
+            probs, parse_failed = None if moved else t.probs[row], fc.parse_failed[j]
         else:
-            row, probs, parse_failed = c, head[6], head[7]
+            row, probs, parse_failed = c, None if moved else head[6], head[7]
         gen_failed = outcome == _GEN_FAILED
-        # Its own code identity, so that a later repeat of it is the same kernel to the archive.
+        # Its own code identity, so that a later repeat of it is the same kernel to the archive;
+        # a forecast to move is None until the step's end.
         child = Child(cid, "model", t.candidate_ids[c], cid, head[0], head[1], head[2],
                       head[3], gen_failed, head[5], probs, parse_failed, head[8], head[9],
                       head[10], head[11], None if gen_failed else outcome, speedup,
                       pool.stage_s[c], pool.price[c], ("model", c, outcome))
-        if move != 0 and math.isfinite(move):  # shift_probs leaves the others alone
+        if moved:
             shifts.moves.append((child, row, move))
-            child.probs = None
         return child
 
 

@@ -6,6 +6,7 @@ Golden digests: ``GOLDEN`` holds, per (log, children, seed), the sha256 of every
 ``_drive`` draws, recorded from the code before these fast paths (commit f05fb05) by this
 file's ``_digest``; a change of any draw (child, id, speedup, forecast, outcome) fails it."""
 
+import dataclasses
 import hashlib
 import math
 
@@ -137,7 +138,7 @@ def _drive(source, seed, steps=14, batched=False):
 
 def _fields(c):
     out = []
-    for k, v in sorted(vars(c).items()):
+    for k, v in sorted((f.name, getattr(c, f.name)) for f in dataclasses.fields(c)):
         if k == "probs":
             v = np.asarray(v, dtype=float).tobytes().hex()
         elif isinstance(v, (float, np.floating)):

@@ -550,38 +550,47 @@ class _FastPuct:
         child whose plan key has a plan shares it; what the policy reads of it (``shows``) is
         then the child itself (children of one plan key differ only in their forecasts)."""
         protos = self.protos
-        cids, plans, shows, speedup = self.cid, self.proto, self.shows, self.speedup
-        code, draw_source, template = self.code, self.draw_source, self.template
-        musd: list = []
+        get = (lambda key: None) if protos is None else protos.get
+        cids = self.cid
+        plan, show, musd_of = self.proto.append, self.shows.append, []
+        musd = musd_of.append
         batches = []
         for b, (parent, children) in enumerate(zip(parents, drawn)):
             lo = len(cids)
             for child in children:
                 key = child.plan_key
-                proto = None if protos is None else protos.get(
-                    child.candidate_id if key is None else key)
-                if proto is None:
-                    proto = _Proto(child, self.before, self.after, self.reads)
-                    if protos is not None:
-                        protos[child.candidate_id if key is None else key] = proto
-                    shows.append(proto)
+                if key is None:
+                    key = child.candidate_id
+                    proto = get(key)
+                    if proto is None:
+                        proto = _Proto(child, self.before, self.after, self.reads)
+                        if protos is not None:
+                            protos[key] = proto
+                    show(proto)
                 else:
-                    shows.append(proto if key is None else child)
-                cids.append(child.candidate_id)
-                plans.append(proto)
-                speedup.append(child.speedup)
-                code.append(child.code)
-                draw_source.append(child.draw_source)
-                template.append(child.template)
+                    proto = get(key)
+                    if proto is None:
+                        proto = _Proto(child, self.before, self.after, self.reads)
+                        if protos is not None:
+                            protos[key] = proto
+                        show(proto)
+                    else:
+                        show(child)
+                plan(proto)
                 if proto.outcome is not None:
-                    musd.append(proto.measure_usd)
+                    musd(proto.measure_usd)
+            cids += [c.candidate_id for c in children]
+            self.speedup += [c.speedup for c in children]
+            self.code += [c.code for c in children]
+            self.draw_source += [c.draw_source for c in children]
+            self.template += [c.template for c in children]
             n = len(cids) - lo
             self.parent_node.extend([parent.node_id] * n)
             self.parent_reward.extend([parent.reward] * n)
             self.step.extend([self.steps_done] * n)
             self.batch_of.extend([b] * n)
             batches.append(list(range(lo, lo + n)))
-        self._add_musd(musd)
+        self._add_musd(musd_of)
         return batches
 
     def _add(self, cid, proto, speedup, code, draw_source, template, parent, b) -> int:
