@@ -50,10 +50,10 @@ spread of a replay's seeds therefore includes the model's uncertainty about the 
 the seed noise of the draws.
 
 **Compiled.** Once a process has invented ``COMPILE_AFTER`` children, the loop over invented
-children runs compiled (``simulator._invent_kernel``: Numba), drawing the same keyed streams
-with numpy's algorithms and the C library's floats in the same order, so the children are the
-same to the bit; the Python loop here stays its twin (``GFSIM_COMPILED=off``), and
-``tests/test_compiled_draws.py`` holds the two together.
+children runs compiled (``simulator._invent_kernel``: Numba), seeding and drawing the same
+keyed streams with numpy's algorithms and the C library's floats in the same order, so the
+children are the same to the bit; the Python loop here stays its twin
+(``GFSIM_COMPILED=off``), and ``tests/test_compiled_draws.py`` holds the two together.
 """
 
 from __future__ import annotations
