@@ -496,7 +496,8 @@ def many_searches(tmp: Path, n: int, rows: list, results: dict) -> None:
     candidates (bench_many_searches.py's SYNTHETIC logs), under threshold:0.7 and all, cold
     (no cache) and warm (the log's cache written by an earlier run): seconds and peak memory,
     and the ratio many / one, measured in this run (issue 52: 10^5 searches under 10 s and
-    1 GB; before, 68 s and 2.2 GB cold, 87 s and 3.7 GB warm)."""
+    1 GB; before, 68 s and 2.2 GB cold, 87 s and 3.7 GB warm; issue 53: many at most 3x one,
+    the target printed; the page's runs before 2026-12-08 printed issue 52's 1.5x)."""
     from bench_many_searches import write_log
 
     got: dict = {}
@@ -523,7 +524,7 @@ def many_searches(tmp: Path, n: int, rows: list, results: dict) -> None:
                      "the larger of the two; the process's own peak (VmHWM)", peak, "GB",
                      1.0, "<"))
         rows.append((f"{n:,} one-candidate searches against one search of {n:,}, {mode}",
-                     f"seconds, many / one (one: {base:.1f} s)", secs / base, "x", 1.5, "<="))
+                     f"seconds, many / one (one: {base:.1f} s)", secs / base, "x", 3.0, "<="))
 
 
 def kernel_tuner(rows: list, results: dict) -> None:
