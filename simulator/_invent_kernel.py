@@ -87,6 +87,22 @@ def _u32_words(x, out, at):
 
 
 @_jit
+def _hashmix(value, h, mult):
+    # SeedSequence's hashmix: (the hashed 32-bit value, the next hash constant)
+    v = (value ^ h) & _M32
+    h = (h * mult) & _M32
+    v = (v * h) & _M32
+    return v ^ (v >> _S16), h
+
+
+@_jit
+def _mix(x, y):
+    # SeedSequence's mix of a pool word x with a hashed word y
+    r = (_SS_MIX_L * x - _SS_MIX_R * y) & _M32
+    return r ^ (r >> _S16)
+
+
+@_jit
 def seeded(seed, key):
     """The state words (``world_model._state_words``) of ``gfsim.core.rng.stream(seed, *k)``
     right after seeding, where ``key`` holds ``key_words(*k)`` (uint64) and 0 <= seed < 2^63:
@@ -101,34 +117,20 @@ def seeded(seed, key):
     pool = np.zeros(_POOL, dtype=np.uint64)
     h = _SS_INIT_A
     for i in range(_POOL):  # (entropy holds at least _POOL words)
-        v = (entropy[i] ^ h) & _M32
-        h = (h * _SS_MULT_A) & _M32
-        v = (v * h) & _M32
-        pool[i] = v ^ (v >> _S16)
+        pool[i], h = _hashmix(entropy[i], h, _SS_MULT_A)
     for src in range(_POOL):
         for dst in range(_POOL):
             if src != dst:
-                v = (pool[src] ^ h) & _M32
-                h = (h * _SS_MULT_A) & _M32
-                v = (v * h) & _M32
-                v ^= v >> _S16
-                r = (_SS_MIX_L * pool[dst] - _SS_MIX_R * v) & _M32
-                pool[dst] = r ^ (r >> _S16)
+                v, h = _hashmix(pool[src], h, _SS_MULT_A)
+                pool[dst] = _mix(pool[dst], v)
     for src in range(_POOL, n):
         for dst in range(_POOL):
-            v = (entropy[src] ^ h) & _M32
-            h = (h * _SS_MULT_A) & _M32
-            v = (v * h) & _M32
-            v ^= v >> _S16
-            r = (_SS_MIX_L * pool[dst] - _SS_MIX_R * v) & _M32
-            pool[dst] = r ^ (r >> _S16)
+            v, h = _hashmix(entropy[src], h, _SS_MULT_A)
+            pool[dst] = _mix(pool[dst], v)
     words = np.zeros(4, dtype=np.uint64)  # generate_state(4, uint64): 8 32-bit words, pairs
     h = _SS_INIT_B
     for i in range(2 * _POOL):
-        v = (pool[i % _POOL] ^ h) & _M32
-        h = (h * _SS_MULT_B) & _M32
-        v = (v * h) & _M32
-        v ^= v >> _S16
+        v, h = _hashmix(pool[i % _POOL], h, _SS_MULT_B)
         words[i // 2] |= v << (_S32 * np.uint64(i % 2))
     # PCG64: inc = (words[2:4] << 1) | 1; state 0 stepped, plus words[0:2], stepped again
     st = np.zeros(6, dtype=np.uint64)

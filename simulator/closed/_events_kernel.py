@@ -58,6 +58,14 @@ ROW = 5
 
 
 @_jit
+def _move(ht, hk, dst, src):
+    """Heap row ``src`` copied into row ``dst``."""
+    ht[dst] = ht[src]
+    for c in range(4):
+        hk[dst, c] = hk[src, c]
+
+
+@_jit
 def _push(ht, hk, heap_n, t, eid, kind, i, s):
     """Insert (t, eid, kind, i, s) into the binary heap ordered by (t, eid); returns its size."""
     pos = heap_n
@@ -65,11 +73,7 @@ def _push(ht, hk, heap_n, t, eid, kind, i, s):
         up = (pos - 1) >> 1
         if ht[up] < t or (ht[up] == t and hk[up, 0] < eid):
             break
-        ht[pos] = ht[up]
-        hk[pos, 0] = hk[up, 0]
-        hk[pos, 1] = hk[up, 1]
-        hk[pos, 2] = hk[up, 2]
-        hk[pos, 3] = hk[up, 3]
+        _move(ht, hk, pos, up)
         pos = up
     ht[pos] = t
     hk[pos, 0] = eid
@@ -96,11 +100,7 @@ def _pop(ht, hk, heap_n):
                           or (ht[right] == ht[child] and hk[right, 0] < hk[child, 0])):
             child = right
         if ht[child] < t or (ht[child] == t and hk[child, 0] < e):
-            ht[pos] = ht[child]
-            hk[pos, 0] = hk[child, 0]
-            hk[pos, 1] = hk[child, 1]
-            hk[pos, 2] = hk[child, 2]
-            hk[pos, 3] = hk[child, 3]
+            _move(ht, hk, pos, child)
             pos = child
         else:
             break

@@ -559,23 +559,15 @@ class _FastPuct:
             lo = len(cids)
             for child in children:
                 key = child.plan_key
-                if key is None:
-                    key = child.candidate_id
-                    proto = get(key)
-                    if proto is None:
-                        proto = _Proto(child, self.before, self.after, self.reads)
-                        if protos is not None:
-                            protos[key] = proto
+                shared = key is not None
+                proto = get(key if shared else child.candidate_id)
+                if proto is None:
+                    proto = _Proto(child, self.before, self.after, self.reads)
+                    if protos is not None:
+                        protos[key if shared else child.candidate_id] = proto
                     show(proto)
                 else:
-                    proto = get(key)
-                    if proto is None:
-                        proto = _Proto(child, self.before, self.after, self.reads)
-                        if protos is not None:
-                            protos[key] = proto
-                        show(proto)
-                    else:
-                        show(child)
+                    show(child if shared else proto)
                 plan(proto)
                 if proto.outcome is not None:
                     musd(proto.measure_usd)
