@@ -345,12 +345,10 @@ class _FastPuct:
         is in."""
         self.generated += 1
         ended = self.proto[i].pre_ended
-        if ended is None:
-            self.ready[i] = True
-        elif ended == "generation_failed" or ended == "unmeasurable":
+        if ended == "generation_failed" or ended == "unmeasurable":
             self.state[i] = ended
             self.unmeasurable += ended == "unmeasurable"
-        else:
+        elif ended is not None:  # (None: it reaches the decision)
             self.state[i] = "failed_before_decision"
             self.outcome[i] = ended
         b = self.batch_of[i]
@@ -626,7 +624,7 @@ class _FastPuct:
         self.draw_source, self.template = [], []
         self.parent_node, self.parent_reward, self.step, self.batch_of = [], [], [], []
         self.state, self.outcome, self.action, self.score, self.reason = [], [], [], [], []
-        self.ready, self.cand_usd, self.t_start, self.t_end = [], [], [], []
+        self.cand_usd, self.t_start, self.t_end = [], [], []
         self.measured_speedup, self.noise_f = [], []
         self.musd, self.n_musd = np.zeros(64), 0
         self.best, self.best_id = self.seed_speedup, None
@@ -860,7 +858,6 @@ class _FastPuct:
         self.action.extend([None] * new)
         self.score.extend([math.nan] * new)
         self.reason.extend([None] * new)
-        self.ready.extend([False] * new)
         self.cand_usd.extend([0.0] * new)
         self.t_start.extend([math.nan] * new)
         self.t_end.extend([math.nan] * new)
